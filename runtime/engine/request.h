@@ -1,0 +1,54 @@
+// What a client submits to the Engine and what comes back on its stream. Plain data.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/sample/sampling_params.h"
+
+namespace kinfer {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_tokens;  // REQUIRES: non-empty, every id < vocab size
+  int max_tokens = 16;                 // generated tokens at most; > 0
+  SamplingParams sampling;
+  std::vector<std::string> stop;       // stop strings; matched text is not returned
+  std::vector<int32_t> stop_tokens;    // extra stop ids (end-of-generation ids always stop)
+  bool ignore_eos = false;             // when true, only max_tokens/stop strings end generation
+  bool echo_special = false;           // render special tokens in the returned text
+  int priority = 0;                    // used by the batching scheduler (issue 3); ignored here
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+// "stop", "length", "cancelled", "error"; "" for kNone.
+const char* FinishReasonName(FinishReason r);
+
+struct TopLogprob {
+  int32_t token = 0;
+  std::string text;  // the token's bytes (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<TopLogprob> top;  // best first; empty unless sampling.logprobs > 0
+};
+
+// One delta on a request's stream. The final event has finish != kNone.
+struct StreamEvent {
+  std::string text;                  // new text; never splits a UTF-8 sequence; stop text held back
+  std::vector<int32_t> tokens;       // tokens generated since the previous event
+  std::vector<TokenLogprob> logprobs;  // one per token when requested
+  FinishReason finish = FinishReason::kNone;
+  Status error;                      // set when finish == kError
+  // Filled on the final event:
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+}  // namespace kinfer
