@@ -46,6 +46,8 @@ struct StreamEvent {
   std::vector<TokenLogprob> logprobs;  // one per token when requested
   FinishReason finish = FinishReason::kNone;
   Status error;                      // set when finish == kError
+  // Filled on the first event: seconds from Submit() until the engine started the request.
+  double queue_seconds = -1.0;
   // Filled on the final event:
   int prompt_tokens = 0;
   int completion_tokens = 0;
