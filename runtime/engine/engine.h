@@ -28,6 +28,7 @@
 
 namespace kinfer {
 
+class KvCache;
 class LlamaModel;
 class Tokenizer;
 
@@ -84,6 +85,7 @@ class Engine {
   struct Pending {
     GenerationRequest request;
     std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point enqueued;
   };
   void Loop();
   void Run(Pending& p);
@@ -100,6 +102,10 @@ class Engine {
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_{0};
   std::atomic<int64_t> kv_used_{0};
+  // Engine-thread state: the KV cache and the tokens it holds (reused as a prefix by the next
+  // request when they share one).
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int32_t> cached_tokens_;
   std::thread thread_;
 };
 
