@@ -1,0 +1,158 @@
+// kinfer-bench: single-stream speed of the runtime library on one GGUF model.
+//
+//   kinfer-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
+//                [--json OUT]
+//
+// Measures, best of --repeats after a warm-up:
+//   prefill tokens/s : one Forward() over a --prefill-token prompt into an empty KV cache
+//   decode tokens/s  : --decode single-token Forward() calls (greedy), after a 16-token prompt
+//   bandwidth        : the machine's read bandwidth with --threads workers, and the decode bound
+//                      = bandwidth / weight bytes read per token
+// Prints one JSON object (and writes it to --json).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/backend/cpu/bandwidth.h"
+#include "runtime/backend/cpu/cpu_features.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/llama_model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int Argmax(const std::vector<float>& v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: kinfer-bench --model PATH [--threads N] [--prefill N] [--decode N] "
+               "[--repeats N] [--json OUT]\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, json_out;
+  int threads = 2, prefill = 512, decode = 128, repeats = 3;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        Usage();
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") model_path = next();
+    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--prefill") prefill = std::atoi(next().c_str());
+    else if (a == "--decode") decode = std::atoi(next().c_str());
+    else if (a == "--repeats") repeats = std::atoi(next().c_str());
+    else if (a == "--json") json_out = next();
+    else {
+      Usage();
+      return 2;
+    }
+  }
+  if (model_path.empty() || threads < 1 || prefill < 1 || decode < 1 || repeats < 1) {
+    Usage();
+    return 2;
+  }
+  auto file = kinfer::GgufFile::Open(model_path);
+  if (!file.ok()) {
+    std::fprintf(stderr, "kinfer-bench: %s\n", file.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<const kinfer::GgufFile> shared(std::move(file).value());
+  auto model_or = kinfer::LlamaModel::Load(shared, threads);
+  if (!model_or.ok()) {
+    std::fprintf(stderr, "kinfer-bench: %s\n", model_or.status().ToString().c_str());
+    return 1;
+  }
+  kinfer::LlamaModel& model = **model_or;
+  const int vocab = model.hparams().n_vocab;
+
+  // Token ids do not change the cost of a forward pass; a fixed pseudo-random prompt keeps the
+  // benchmark independent of the tokenizer.
+  std::vector<int32_t> prompt(prefill);
+  uint32_t s = 12345;
+  for (int32_t& t : prompt) {
+    s = s * 1664525u + 1013904223u;
+    t = static_cast<int32_t>((s >> 8) % static_cast<uint32_t>(vocab));
+  }
+  std::vector<float> logits;
+
+  double best_prefill = 1e30;
+  for (int r = 0; r <= repeats; ++r) {  // r == 0 is the warm-up
+    auto cache = model.NewKvCache(prefill + 8);
+    auto t0 = Clock::now();
+    kinfer::Status st = model.Forward(prompt, cache.get(), false, &logits);
+    auto t1 = Clock::now();
+    if (!st.ok()) {
+      std::fprintf(stderr, "kinfer-bench: prefill: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    if (r > 0) best_prefill = std::min(best_prefill, Seconds(t0, t1));
+  }
+
+  double best_decode = 1e30;
+  const int short_prompt = 16;
+  for (int r = 0; r <= repeats; ++r) {
+    auto cache = model.NewKvCache(short_prompt + decode + 8);
+    kinfer::Status st = model.Forward(std::span<const int32_t>(prompt.data(), short_prompt),
+                                      cache.get(), false, &logits);
+    if (!st.ok()) {
+      std::fprintf(stderr, "kinfer-bench: decode prompt: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    auto t0 = Clock::now();
+    for (int i = 0; i < decode; ++i) {
+      int32_t tok = Argmax(logits);
+      st = model.Forward(std::span<const int32_t>(&tok, 1), cache.get(), false, &logits);
+      if (!st.ok()) {
+        std::fprintf(stderr, "kinfer-bench: decode: %s\n", st.ToString().c_str());
+        return 1;
+      }
+    }
+    auto t1 = Clock::now();
+    if (r > 0) best_decode = std::min(best_decode, Seconds(t0, t1));
+  }
+
+  kinfer::ThreadPool pool(threads);
+  const double bw = kinfer::MeasureReadBandwidthGBs(threads, pool);
+  const double weight_bytes = static_cast<double>(model.weight_bytes_per_token());
+  const double decode_tok_s = decode / best_decode;
+  const double bound = bw * 1e9 / weight_bytes;
+
+  nlohmann::json j = {
+      {"engine", "kinfer"},
+      {"isa", kinfer::ActiveIsaName()},
+      {"threads", threads},
+      {"prefill_tokens", prefill},
+      {"prefill_tok_s", prefill / best_prefill},
+      {"decode_tokens", decode},
+      {"decode_tok_s", decode_tok_s},
+      {"weight_bytes_per_token", weight_bytes},
+      {"read_bandwidth_gb_s", bw},
+      {"decode_bound_tok_s", bound},
+      {"decode_fraction_of_bound", decode_tok_s / bound},
+  };
+  std::cout << j.dump(2) << std::endl;
+  if (!json_out.empty()) std::ofstream(json_out) << j.dump(2) << "\n";
+  return 0;
+}
