@@ -1,0 +1,81 @@
+// Sampler: turns one step's logits into one token id, llama.cpp-style.
+//
+// Thread safety: none. A Sampler belongs to one request and is used from the one thread that runs that
+// request's decode steps. It holds the request's PRNG and some scratch buffers; nothing is shared.
+//
+// The chain, in llama.cpp's order (common_sampler's default order, with temperature last):
+//
+//   penalties -> [temperature == 0: argmax, ties to the lowest id; done]
+//             -> top-k -> top-p -> min-p -> temperature -> softmax -> draw
+//
+//   * penalties (see penalties.h): over the last penalty_last_n tokens of the history, repetition as
+//     llama.cpp's repeat_penalty (logit > 0 ? logit / p : logit * p), then frequency and presence as
+//     OpenAI (logit -= count * frequency + (count > 0) * presence).
+//   * top-k: keep the k largest logits (ties to the lowest id); k <= 0 or k >= vocab is off.
+//   * top-p: over the probabilities of the remaining tokens at temperature 1 (as llama.cpp), keep the
+//     smallest set of most likely tokens whose mass reaches top_p (always at least one token).
+//     top_p >= 1 is off.
+//   * min-p: keep the tokens whose probability is at least min_p times the most likely one's. Because
+//     it is relative to the maximum, it does not matter whether it sees top-p's renormalised mass.
+//     min_p <= 0 is off.
+//   * temperature: divide the surviving logits by temperature, softmax, draw.
+//
+// Randomness: std::mt19937_64 (its output sequence is fixed by the C++ standard) seeded from
+// params.seed, or from std::random_device when unset. A draw takes exactly one 64-bit output and maps it
+// to [0, 1) with 53 bits, so the same seed, logits and history give the same tokens on every platform
+// with IEEE floats. Greedy steps (temperature == 0) consume no randomness.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine/request.h"
+#include "runtime/sample/sampling_params.h"
+
+namespace kinfer {
+
+class Sampler {
+ public:
+  // REQUIRES: params passed ValidateSamplingParams (sampling_validation.h). Values outside the ranges
+  // are not checked here; they give well-defined but meaningless results.
+  explicit Sampler(const SamplingParams& params);
+
+  // Picks the next token.
+  //
+  // logits: the model's raw logits for the whole vocabulary. Used as scratch: on return they hold the
+  //   logits after penalties (nothing else is written to them). REQUIRES: non-empty, no NaN.
+  // history: every token so far (prompt + generated), oldest first, for the penalties. Ids outside
+  //   [0, logits.size()) are ignored.
+  // lp: may be null. When params.logprobs >= 0 and lp is non-null, *lp is overwritten with the chosen
+  //   token's id and logprob, and (when params.logprobs > 0) the top params.logprobs tokens, best first,
+  //   ties to the lowest id. These are "raw" logprobs as OpenAI and vLLM report them: the log-softmax of
+  //   the logits AFTER penalties but BEFORE temperature, top-k, top-p and min-p, so a token that the
+  //   filters made impossible still has its finite logprob. The `text` fields are left empty (the engine
+  //   fills them from the tokenizer). When params.logprobs < 0, *lp is not touched.
+  //
+  // Returns the token id, in [0, logits.size()).
+  int32_t Sample(std::span<float> logits, std::span<const int32_t> history, TokenLogprob* lp);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  // Fills lp from the post-penalty logits.
+  void FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp);
+  // Applies top-k, top-p and min-p to candidates_ (filled with every token), leaving the survivors.
+  void Truncate();
+  // Draws from the survivors in candidates_ at params_.temperature.
+  int32_t Draw();
+  // A uniform double in [0, 1) from one PRNG output.
+  double Uniform01();
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  // Scratch reused across steps: (logit, id) pairs of the tokens still in the running.
+  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<double> probs_;
+};
+
+}  // namespace kinfer
