@@ -1,0 +1,118 @@
+// The llama forward pass on the real bundled model: shapes, errors, and that batching and KV
+// caching do not change the result.
+#include "runtime/model/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/gguf/gguf_file.h"
+#include "tests/runtime/test_model_path.h"
+
+namespace kinfer {
+namespace {
+
+class LlamaModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!testing::ModelAvailable()) return;
+    auto f = GgufFile::Open(testing::ModelPath());
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    auto m = LlamaModel::Load(std::shared_ptr<const GgufFile>(std::move(f).value()), 2);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override { KINFER_REQUIRE_MODEL(); }
+
+  static LlamaModel* model_;
+};
+LlamaModel* LlamaModelTest::model_ = nullptr;
+
+const std::vector<int32_t> kTokens = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365,
+                                      3511, 314, 4193, 19082, 30, 2, 198, 1, 4093, 198};
+
+TEST_F(LlamaModelTest, ReadsHyperParametersFromMetadata) {
+  const LlamaHParams& hp = model_->hparams();
+  EXPECT_EQ(hp.n_layer, 30);
+  EXPECT_EQ(hp.n_embd, 576);
+  EXPECT_EQ(hp.n_head, 9);
+  EXPECT_EQ(hp.n_head_kv, 3);
+  EXPECT_EQ(hp.head_dim, 64);
+  EXPECT_EQ(hp.n_ff, 1536);
+  EXPECT_EQ(hp.n_vocab, 49152);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 100000.0f);
+  EXPECT_GT(model_->weight_bytes_per_token(), 90'000'000u);
+  EXPECT_LT(model_->weight_bytes_per_token(), 100'000'000u);
+}
+
+TEST_F(LlamaModelTest, LogitsAreFiniteAndNotConstant) {
+  auto cache = model_->NewKvCache(64);
+  std::vector<float> logits;
+  ASSERT_TRUE(model_->Forward(kTokens, cache.get(), false, &logits).ok());
+  ASSERT_EQ(logits.size(), 49152u);
+  EXPECT_EQ(cache->size(), static_cast<int>(kTokens.size()));
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  auto [mn, mx] = std::minmax_element(logits.begin(), logits.end());
+  EXPECT_GT(*mx - *mn, 5.0f);
+}
+
+TEST_F(LlamaModelTest, IncrementalDecodeMatchesOneBatch) {
+  auto batch_cache = model_->NewKvCache(64);
+  std::vector<float> all;
+  ASSERT_TRUE(model_->Forward(kTokens, batch_cache.get(), true, &all).ok());
+  ASSERT_EQ(all.size(), kTokens.size() * 49152u);
+
+  auto cache = model_->NewKvCache(64);
+  std::vector<float> step;
+  for (size_t i = 0; i < kTokens.size(); ++i) {
+    ASSERT_TRUE(model_->Forward(std::span<const int32_t>(&kTokens[i], 1), cache.get(), false,
+                                &step).ok());
+    const float* ref = all.data() + i * 49152;
+    const int ref_top = static_cast<int>(std::max_element(ref, ref + 49152) - ref);
+    const int top = static_cast<int>(std::max_element(step.begin(), step.end()) - step.begin());
+    EXPECT_EQ(top, ref_top) << "position " << i;
+    float max_diff = 0;
+    for (int v = 0; v < 49152; ++v) max_diff = std::max(max_diff, std::fabs(step[v] - ref[v]));
+    // Different activation blocking may change float summation order only.
+    EXPECT_LT(max_diff, 0.05f) << "position " << i;
+  }
+}
+
+TEST_F(LlamaModelTest, LongPromptIsProcessedInChunks) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < LlamaModel::kMaxBatch + 37; ++i) prompt.push_back(kTokens[i % kTokens.size()]);
+  auto cache = model_->NewKvCache(1024);
+  std::vector<float> logits;
+  ASSERT_TRUE(model_->Forward(prompt, cache.get(), false, &logits).ok());
+  EXPECT_EQ(cache->size(), static_cast<int>(prompt.size()));
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_F(LlamaModelTest, RejectsBadInputWithoutTouchingTheCache) {
+  auto cache = model_->NewKvCache(8);
+  std::vector<float> logits;
+  EXPECT_EQ(model_->Forward({}, cache.get(), false, &logits).code(), StatusCode::kInvalidArgument);
+  std::vector<int32_t> bad = {5, 49152};
+  EXPECT_EQ(model_->Forward(bad, cache.get(), false, &logits).code(),
+            StatusCode::kInvalidArgument);
+  std::vector<int32_t> neg = {-1};
+  EXPECT_EQ(model_->Forward(neg, cache.get(), false, &logits).code(),
+            StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_long(9, 5);
+  EXPECT_EQ(model_->Forward(too_long, cache.get(), false, &logits).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(cache->size(), 0);
+}
+
+TEST(LlamaModelLoadTest, RejectsANonLlamaOrIncompleteFile) {
+  EXPECT_FALSE(LlamaModel::Load(nullptr, 1).ok());
+}
+
+}  // namespace
+}  // namespace kinfer
