@@ -25,12 +25,27 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  // Known so that files holding them can be opened and listed; not supported by the runtime.
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,
   kI64 = 27,
   kF64 = 28,
+  kIQ1_M = 29,
   kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
 };
 
 using ggml_fp16_t = uint16_t;  // IEEE binary16 bits
@@ -99,10 +114,17 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
-// Elements per block (1 for the plain types); 0 for an unknown or unsupported type.
+// "Known" below means any enumerator above; block sizes and bytes match ggml (for the newest ids,
+// 34..41, they follow gguf-py 0.19's GGML_QUANT_SIZES). Ids 4, 5 and 31..33 were retired by ggml
+// and are unknown here. A file holding a tensor of an unknown id fails to open; a known but
+// unsupported type opens, and the loader checks GgmlTypeSupported().
+
+// Elements per block (1 for the plain types); 0 for an unknown type.
 int64_t GgmlBlockSize(GgmlType type);
 // Bytes per block (bytes per element for the plain types); 0 for an unknown type.
 size_t GgmlTypeSize(GgmlType type);
+// True for every enumerator of GgmlType (block size and bytes known).
+bool GgmlTypeKnown(GgmlType type);
 // "Q4_1", "F32", ...; "unknown" for ids this build does not know.
 std::string_view GgmlTypeName(GgmlType type);
 // True for the types whose tensors the runtime can read:
