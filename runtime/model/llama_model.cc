@@ -236,10 +236,17 @@ void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache) {
         sum += e;
       }
       const float inv = static_cast<float>(1.0 / sum);
+      for (int j = 0; j < npos; ++j) sc[j] *= inv;
+      // llama.cpp multiplies FP16 V by the probabilities rounded to FP16; so do we.
+      for (int j = 0; j < npos; j += hd) {
+        const int m = std::min(hd, npos - j);
+        F32ToF16(sc + j, q16, m);
+        F16ToF32(q16, sc + j, m);
+      }
       float* out = &attn_[static_cast<size_t>(t) * dq + h * hd];
       std::fill(out, out + hd, 0.0f);
       for (int j = 0; j < npos; ++j) {
-        AxpyF16(sc[j] * inv, cache->v(layer, j) + kv_off, out, hd);
+        AxpyF16(sc[j], cache->v(layer, j) + kv_off, out, hd);
       }
     }
   });
