@@ -1,0 +1,36 @@
+// ChatPrompt: renders OpenAI chat turns into the model's prompt text with the chat template
+// stored in the GGUF file (tokenizer.chat_template), or ChatML when the file has none.
+//
+// Thread safety: immutable after FromTokenizer; Render may be called from any thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/server/openai_protocol.h"
+#include "runtime/tokenizer/chat_template.h"
+
+namespace kinfer {
+
+class Tokenizer;
+
+class ChatPrompt {
+ public:
+  // Parses the tokenizer's template. An unparsable template is an error (INVALID_ARGUMENT from
+  // the template parser); no template selects the ChatML fallback.
+  static StatusOr<ChatPrompt> FromTokenizer(const Tokenizer& tokenizer);
+
+  // The prompt text ending with the assistant's generation prompt. "developer" turns are given
+  // to the template as "system". INVALID_ARGUMENT when the template rejects the conversation
+  // (for example roles that do not alternate).
+  StatusOr<std::string> Render(const std::vector<ChatTurn>& turns) const;
+
+  bool uses_fallback() const { return !template_.has_value(); }
+
+ private:
+  std::optional<ChatTemplate> template_;
+};
+
+}  // namespace kinfer

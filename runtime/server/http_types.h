@@ -1,0 +1,58 @@
+// Transport-neutral HTTP request/response values passed between the cpprestsdk adapter
+// (http_server.h) and the routes (router.h), so that routes never see cpprestsdk types.
+//
+// Thread safety: plain values. A ChunkSink is used by one thread (the one running the stream
+// function) while the transport drains it on its own threads.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kinfer {
+
+struct ErrorDetail;
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // decoded path without query, e.g. "/v1/chat/completions"
+  std::string body;    // raw bytes (size already checked against --max-body-bytes)
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+};
+
+// Where a streaming response writes its body. Write returns false once the client is known to
+// be gone (the transport failed a write); the caller should then stop producing.
+class ChunkSink {
+ public:
+  virtual ~ChunkSink() = default;
+  virtual bool Write(std::string_view data) = 0;
+  // True once the client is known to be gone.
+  virtual bool Closed() const = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  // When set, the adapter sends status and headers, then calls stream(sink) on the request's
+  // thread; the body is what it writes (chunked). `body` is ignored.
+  std::function<void(ChunkSink&)> stream;
+  // Bounded route name for metrics ("chat_completions", "health", ..., "other").
+  std::string route = "other";
+};
+
+// A JSON error response {"error": {...}}: the HTTP status from HttpStatusFor(status.code()),
+// plus Retry-After for retryable errors.
+HttpResponse ErrorResponse(const Status& status, const ErrorDetail& detail);
+// Same with an explicit HTTP status (transport-level errors: 404 path, 405, 413).
+HttpResponse ErrorResponse(int http_status, std::string_view message, std::string_view param = {},
+                           std::string_view code = {});
+HttpResponse JsonResponse(int http_status, std::string body);
+
+}  // namespace kinfer

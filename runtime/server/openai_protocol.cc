@@ -1,0 +1,432 @@
+// Request parsing and validation for the OpenAI-compatible API (responses: openai_responses.cc).
+#include "runtime/server/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/sample/sampling_validation.h"
+
+namespace kinfer {
+namespace {
+
+using json = nlohmann::json;
+
+Status Invalid(ErrorDetail* d, std::string param, std::string message) {
+  d->param = std::move(param);
+  return InvalidArgument(std::move(message));
+}
+
+// Parses `body` into an object. Exceptions stay inside this function.
+Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {
+  if (!IsWellFormedUtf8(body)) return Invalid(d, "", "request body is not valid UTF-8");
+  try {
+    *out = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    size_t p = what.find("] ");  // drop nlohmann's "[json.exception.parse_error.101] " prefix
+    if (p != std::string::npos) what = what.substr(p + 2);
+    return Invalid(d, "", "request body is not valid JSON: " + what);
+  }
+  if (!out->is_object()) return Invalid(d, "", "request body must be a JSON object");
+  return Status::Ok();
+}
+
+// Typed optional fields: absent or null leaves *out unchanged.
+const json* Field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+Status GetBool(const json& obj, const char* name, bool* out, ErrorDetail* d) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_boolean()) return Invalid(d, name, std::string("'") + name + "' must be a boolean");
+  *out = v->get<bool>();
+  return Status::Ok();
+}
+
+Status GetFloat(const json& obj, const char* name, float* out, ErrorDetail* d) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_number()) return Invalid(d, name, std::string("'") + name + "' must be a number");
+  *out = static_cast<float>(v->get<double>());
+  return Status::Ok();
+}
+
+// Integers only (5.0 is rejected, as OpenAI does), within [lo, hi].
+Status GetInt(const json& obj, const char* name, int64_t lo, int64_t hi, int64_t* out,
+              ErrorDetail* d) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_number_integer()) {
+    return Invalid(d, name, std::string("'") + name + "' must be an integer");
+  }
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return Invalid(d, name, std::string("'") + name + "' must be <= " + std::to_string(hi));
+  }
+  int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) {
+    return Invalid(d, name, std::string("'") + name + "' must be in [" + std::to_string(lo) +
+                                ", " + std::to_string(hi) + "], got " + std::to_string(x));
+  }
+  *out = x;
+  return Status::Ok();
+}
+
+Status GetIntField(const json& obj, const char* name, int64_t lo, int64_t hi, int* out,
+                   ErrorDetail* d) {
+  int64_t x = *out;
+  KINFER_RETURN_IF_ERROR(GetInt(obj, name, lo, hi, &x, d));
+  *out = static_cast<int>(x);
+  return Status::Ok();
+}
+
+Status GetString(const json& obj, const char* name, std::string* out, ErrorDetail* d) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_string()) return Invalid(d, name, std::string("'") + name + "' must be a string");
+  *out = v->get<std::string>();
+  return Status::Ok();
+}
+
+// A token id array: non-empty integers in int32 range (vocabulary checked later).
+Status GetIdArray(const json& arr, const char* param, std::vector<int32_t>* out, ErrorDetail* d) {
+  out->clear();
+  for (const json& x : arr) {
+    if (!x.is_number_integer()) {
+      return Invalid(d, param, std::string("'") + param + "' token ids must be integers");
+    }
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    const bool in_range = x.is_number_unsigned() ? x.get<uint64_t>() <= static_cast<uint64_t>(kMax)
+                                                 : (x.get<int64_t>() >= 0 && x.get<int64_t>() <= kMax);
+    if (!in_range) {
+      return Invalid(d, param, std::string("'") + param + "' token id out of range: " + x.dump());
+    }
+    const int64_t v = x.get<int64_t>();
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return Status::Ok();
+}
+
+// Fields shared by both endpoints: sampling, stop, stream, limits, unsupported features.
+Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
+  KINFER_RETURN_IF_ERROR(GetString(obj, "model", &r->model, d));
+
+  int64_t n = 1;
+  KINFER_RETURN_IF_ERROR(GetInt(obj, "n", 1, std::numeric_limits<int32_t>::max(), &n, d));
+  if (n != 1) return Invalid(d, "n", "only n=1 is supported");
+  int64_t best_of = 1;
+  KINFER_RETURN_IF_ERROR(GetInt(obj, "best_of", 1, std::numeric_limits<int32_t>::max(),
+                                &best_of, d));
+  if (best_of != 1) return Invalid(d, "best_of", "only best_of=1 is supported");
+
+  int max_tokens = -1;
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  KINFER_RETURN_IF_ERROR(GetIntField(obj, "max_tokens", 1, kIntMax, &max_tokens, d));
+  KINFER_RETURN_IF_ERROR(GetIntField(obj, "max_completion_tokens", 1, kIntMax, &max_tokens, d));
+  if (max_tokens > 0) r->max_tokens = max_tokens;
+
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "stream", &r->stream, d));
+  if (const json* so = Field(obj, "stream_options")) {
+    if (!so->is_object()) return Invalid(d, "stream_options", "'stream_options' must be an object");
+    if (!r->stream) {
+      return Invalid(d, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+    }
+    KINFER_RETURN_IF_ERROR(GetBool(*so, "include_usage", &r->include_usage, d));
+    if (d->param == "include_usage") d->param = "stream_options.include_usage";
+  }
+
+  SamplingParams& s = r->sampling;
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "temperature", &s.temperature, d));
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "top_p", &s.top_p, d));
+  KINFER_RETURN_IF_ERROR(GetIntField(obj, "top_k", -1, kIntMax, &s.top_k, d));
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "min_p", &s.min_p, d));
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "frequency_penalty", &s.frequency_penalty, d));
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "presence_penalty", &s.presence_penalty, d));
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "repeat_penalty", &s.repetition_penalty, d));  // llama.cpp
+  KINFER_RETURN_IF_ERROR(GetFloat(obj, "repetition_penalty", &s.repetition_penalty, d));  // vLLM
+  KINFER_RETURN_IF_ERROR(GetIntField(obj, "repeat_last_n", -1, kIntMax, &s.penalty_last_n, d));
+  if (const json* seed = Field(obj, "seed")) {
+    if (!seed->is_number_integer()) return Invalid(d, "seed", "'seed' must be an integer");
+    // Negative seeds are accepted (OpenAI allows them) and reinterpreted as unsigned.
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                        : static_cast<uint64_t>(seed->get<int64_t>());
+  }
+
+  if (const json* stop = Field(obj, "stop")) {
+    if (stop->is_string()) {
+      r->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& x : *stop) {
+        if (!x.is_string()) return Invalid(d, "stop", "'stop' must be a string or an array of strings");
+        r->stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return Invalid(d, "stop", "'stop' must be a string or an array of strings");
+    }
+    if (r->stop.size() > static_cast<size_t>(kMaxStopSequences)) {
+      return Invalid(d, "stop", "'stop' may hold at most " + std::to_string(kMaxStopSequences) +
+                                    " sequences");
+    }
+    for (const std::string& x : r->stop) {
+      if (x.empty()) return Invalid(d, "stop", "'stop' sequences must not be empty");
+    }
+  }
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "ignore_eos", &r->ignore_eos, d));
+
+  bool echo = false;
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &echo, d));
+  if (echo) return Invalid(d, "echo", "echo=true is not supported");
+  if (const json* lb = Field(obj, "logit_bias")) {
+    if (!lb->is_object()) return Invalid(d, "logit_bias", "'logit_bias' must be an object");
+    if (!lb->empty()) return Invalid(d, "logit_bias", "logit_bias is not supported");
+  }
+  if (const json* tools = Field(obj, "tools")) {
+    if (!tools->is_array() || !tools->empty()) return Invalid(d, "tools", "tools are not supported");
+  }
+  if (const json* rf = Field(obj, "response_format")) {
+    if (!rf->is_object() || rf->value("type", std::string()) != "text") {
+      return Invalid(d, "response_format", "only response_format {\"type\": \"text\"} is supported");
+    }
+  }
+  return Status::Ok();
+}
+
+// The message content: a string, or an array of {"type": "text", "text": ...} parts (joined).
+Status ParseContent(const json& msg, size_t i, std::string* out, ErrorDetail* d) {
+  std::string param = "messages[" + std::to_string(i) + "].content";
+  auto it = msg.find("content");
+  if (it == msg.end() || it->is_null()) {
+    return Invalid(d, param, "'" + param + "' is required");
+  }
+  if (it->is_string()) {
+    *out = it->get<std::string>();
+    return Status::Ok();
+  }
+  if (!it->is_array()) return Invalid(d, param, "'" + param + "' must be a string or an array");
+  out->clear();
+  for (const json& part : *it) {
+    if (!part.is_object() || part.value("type", std::string()) != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
+      return Invalid(d, param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are "
+                               "supported in '" + param + "'");
+    }
+    *out += part["text"].get<std::string>();
+  }
+  return Status::Ok();
+}
+
+Status FinishSampling(ParsedRequest* r, ErrorDetail* d) {
+  r->sampling.logprobs = r->logprobs ? r->top_logprobs : -1;
+  StatusOr<SamplingParams> v = ValidateSamplingParams(r->sampling);
+  if (!v.ok()) {
+    // The validator's message starts with the field name ("temperature must be in ...").
+    Status st = v.status();
+    const std::string& m = st.message();
+    std::string field = m.substr(0, m.find(' '));
+    if (field == "logprobs") field = r->kind == ApiKind::kChat ? "top_logprobs" : "logprobs";
+    if (field == "penalty_last_n") field = "repeat_last_n";
+    d->param = field;
+    return st;
+  }
+  r->sampling = std::move(v).value();
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsWellFormedUtf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else return false;  // continuation byte, overlong lead (C0/C1) or > F4
+    if (i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return false;
+    if (cp >= 0xD800 && cp <= 0xDFFF) return false;
+    i += len;
+  }
+  return true;
+}
+
+StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) {
+  json obj;
+  KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
+  ParsedRequest r;
+  r.kind = ApiKind::kChat;
+  KINFER_RETURN_IF_ERROR(ParseCommon(obj, &r, d));
+
+  const json* msgs = Field(obj, "messages");
+  if (msgs == nullptr) return Invalid(d, "messages", "'messages' is required");
+  if (!msgs->is_array()) return Invalid(d, "messages", "'messages' must be an array");
+  if (msgs->empty()) return Invalid(d, "messages", "'messages' must not be empty");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return Invalid(d, param, "'" + param + "' must be an object");
+    ChatTurn turn;
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return Invalid(d, param + ".role", "'" + param + ".role' must be a string");
+    }
+    turn.role = role->get<std::string>();
+    if (turn.role != "system" && turn.role != "developer" && turn.role != "user" &&
+        turn.role != "assistant") {
+      return Invalid(d, param + ".role",
+                     "unsupported role '" + turn.role +
+                         "' (want system, developer, user or assistant)");
+    }
+    KINFER_RETURN_IF_ERROR(ParseContent(m, i, &turn.content, d));
+    r.messages.push_back(std::move(turn));
+  }
+
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "logprobs", &r.logprobs, d));
+  if (const json* tl = Field(obj, "top_logprobs")) {
+    (void)tl;
+    int top = 0;
+    KINFER_RETURN_IF_ERROR(GetIntField(obj, "top_logprobs", 0, kMaxLogprobs, &top, d));
+    if (!r.logprobs && top > 0) {
+      return Invalid(d, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    }
+    r.top_logprobs = top;
+  }
+  KINFER_RETURN_IF_ERROR(FinishSampling(&r, d));
+  return r;
+}
+
+StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* d) {
+  json obj;
+  KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
+  ParsedRequest r;
+  r.kind = ApiKind::kCompletion;
+  KINFER_RETURN_IF_ERROR(ParseCommon(obj, &r, d));
+
+  const json* p = Field(obj, "prompt");
+  if (p == nullptr) return Invalid(d, "prompt", "'prompt' is required");
+  const char* kShape = "'prompt' must be a string, an array of one string, or token ids";
+  if (p->is_string()) {
+    r.prompt = p->get<std::string>();
+  } else if (p->is_array()) {
+    if (p->empty()) return Invalid(d, "prompt", "'prompt' must not be empty");
+    const json& first = (*p)[0];
+    if (first.is_string() || first.is_array()) {
+      if (p->size() != 1) return Invalid(d, "prompt", "only one prompt per request is supported");
+      if (first.is_string()) {
+        r.prompt = first.get<std::string>();
+      } else {
+        r.prompt_is_ids = true;
+        KINFER_RETURN_IF_ERROR(GetIdArray(first, "prompt", &r.prompt_ids, d));
+      }
+    } else if (first.is_number_integer()) {
+      r.prompt_is_ids = true;
+      KINFER_RETURN_IF_ERROR(GetIdArray(*p, "prompt", &r.prompt_ids, d));
+    } else {
+      return Invalid(d, "prompt", kShape);
+    }
+  } else {
+    return Invalid(d, "prompt", kShape);
+  }
+  if (r.prompt_is_ids ? r.prompt_ids.empty() : r.prompt.empty()) {
+    return Invalid(d, "prompt", "'prompt' must not be empty");
+  }
+
+  std::string suffix;
+  KINFER_RETURN_IF_ERROR(GetString(obj, "suffix", &suffix, d));
+  if (!suffix.empty()) return Invalid(d, "suffix", "'suffix' is not supported");
+
+  // Completions: logprobs is an integer (alternatives per token); 0 = the chosen token only.
+  if (const json* lp = Field(obj, "logprobs")) {
+    (void)lp;
+    int n_lp = 0;
+    KINFER_RETURN_IF_ERROR(GetIntField(obj, "logprobs", 0, kMaxLogprobs, &n_lp, d));
+    r.logprobs = true;
+    r.top_logprobs = n_lp;
+  }
+  KINFER_RETURN_IF_ERROR(FinishSampling(&r, d));
+  return r;
+}
+
+Status CheckModel(const ParsedRequest& req, std::string_view served_model, ErrorDetail* d) {
+  if (req.model.empty() || req.model == served_model) return Status::Ok();
+  d->param = "model";
+  d->code = "model_not_found";
+  return NotFound("The model '" + req.model + "' does not exist (this server serves '" +
+                  std::string(served_model) + "')");
+}
+
+StatusOr<int> ResolveMaxTokens(const ParsedRequest& req, int prompt_tokens, int context_length,
+                               ErrorDetail* d) {
+  const char* prompt_param = req.kind == ApiKind::kChat ? "messages" : "prompt";
+  if (prompt_tokens >= context_length) {
+    d->param = prompt_param;
+    d->code = "context_length_exceeded";
+    return OutOfRange("This model's maximum context length is " + std::to_string(context_length) +
+                      " tokens. However, your prompt has " + std::to_string(prompt_tokens) +
+                      " tokens, which leaves no room for a completion.");
+  }
+  const int room = context_length - prompt_tokens;
+  if (!req.max_tokens.has_value()) return std::min(room, kDefaultMaxTokensCap);
+  const int64_t total = static_cast<int64_t>(prompt_tokens) + *req.max_tokens;
+  if (total > context_length) {
+    d->param = "max_tokens";
+    d->code = "context_length_exceeded";
+    return OutOfRange("This model's maximum context length is " + std::to_string(context_length) +
+                      " tokens. However, you requested " + std::to_string(total) + " tokens (" +
+                      std::to_string(prompt_tokens) + " in the " + prompt_param + ", " +
+                      std::to_string(*req.max_tokens) +
+                      " in the completion). Please reduce the prompt or max_tokens.");
+  }
+  return *req.max_tokens;
+}
+
+GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int32_t> prompt,
+                                      int max_tokens) {
+  GenerationRequest g;
+  g.prompt_tokens = std::move(prompt);
+  g.max_tokens = max_tokens;
+  g.sampling = req.sampling;
+  g.stop = req.stop;
+  g.ignore_eos = req.ignore_eos;
+  return g;
+}
+
+StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body, ErrorDetail* d) {
+  json obj;
+  KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
+  TokenizeRequest r;
+  const json* c = Field(obj, "content");
+  if (c == nullptr) return Invalid(d, "content", "'content' is required");
+  KINFER_RETURN_IF_ERROR(GetString(obj, "content", &r.content, d));
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "add_special", &r.add_special, d));
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "parse_special", &r.parse_special, d));
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "with_pieces", &r.with_pieces, d));
+  return r;
+}
+
+StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body, ErrorDetail* d) {
+  json obj;
+  KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
+  const json* t = Field(obj, "tokens");
+  if (t == nullptr) return Invalid(d, "tokens", "'tokens' is required");
+  if (!t->is_array()) return Invalid(d, "tokens", "'tokens' must be an array of integers");
+  std::vector<int32_t> ids;
+  KINFER_RETURN_IF_ERROR(GetIdArray(*t, "tokens", &ids, d));
+  return ids;
+}
+
+}  // namespace kinfer

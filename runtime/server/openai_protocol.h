@@ -1,0 +1,159 @@
+// The OpenAI-compatible wire protocol of kinfer-runtime, as pure functions: request JSON ->
+// validated ParsedRequest (-> GenerationRequest once the prompt is tokenized), and engine results
+// -> response JSON (whole responses and SSE chunks). No HTTP, no model, no tokenizer: everything
+// here is tested in tests/runtime/server/openai_protocol_test.cc with plain strings.
+//
+// Error convention: Parse* return a non-OK Status (INVALID_ARGUMENT / NOT_FOUND / OUT_OF_RANGE)
+// and fill *detail with the OpenAI "param" (the offending field) and "code" (e.g.
+// "context_length_exceeded"); the HTTP edge turns that into a JSON error body with
+// HttpStatusFor() (common/http_errors.h), the only Status -> HTTP mapping.
+//
+// Thread safety: pure functions over values; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "runtime/engine/request.h"
+#include "runtime/sample/sampling_params.h"
+
+namespace kinfer {
+
+// The "param" and "code" of an OpenAI error body; empty = null.
+struct ErrorDetail {
+  std::string param;
+  std::string code;
+};
+
+// One chat turn as the client sent it (content parts already joined).
+struct ChatTurn {
+  std::string role;  // "system", "developer", "user" or "assistant"
+  std::string content;
+};
+
+enum class ApiKind { kChat, kCompletion };
+
+// A validated /v1/chat/completions or /v1/completions request, before tokenization.
+struct ParsedRequest {
+  ApiKind kind = ApiKind::kChat;
+  std::string model;                  // "" when the client sent none (the served model is used)
+  std::vector<ChatTurn> messages;     // kChat: non-empty
+  std::string prompt;                 // kCompletion with a text prompt: non-empty
+  std::vector<int32_t> prompt_ids;    // kCompletion with token ids: non-empty (ids unchecked)
+  bool prompt_is_ids = false;
+  std::optional<int> max_tokens;      // max_completion_tokens, else max_tokens; >= 1
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  SamplingParams sampling;            // validated (ValidateSamplingParams); logprobs set below
+  std::vector<std::string> stop;      // <= 4, each non-empty
+  bool ignore_eos = false;
+  bool logprobs = false;              // report logprobs of the chosen tokens
+  int top_logprobs = 0;               // and this many alternatives per token
+};
+
+// Limits.
+inline constexpr int kMaxStopSequences = 4;  // as OpenAI
+// When a request gives no max_tokens it may generate up to the context window (like vLLM), but
+// no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.
+inline constexpr int kDefaultMaxTokensCap = 2048;
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool IsWellFormedUtf8(std::string_view s);
+
+// Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
+// the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
+// range and unsupported features (n > 1, best_of > 1, echo, non-empty logit_bias, tools,
+// response_format other than text, suffix, stream_options without stream).
+StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
+StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
+
+// NOT_FOUND (param "model", code "model_not_found") when the request names a model other than
+// `served_model`; OK when it names none.
+Status CheckModel(const ParsedRequest& req, std::string_view served_model, ErrorDetail* detail);
+
+// The generation budget for a prompt of `prompt_tokens` in a window of `context_length`:
+// the requested max_tokens, or (absent) min(context_length - prompt_tokens, kDefaultMaxTokensCap).
+// OUT_OF_RANGE (code "context_length_exceeded", param "messages"/"prompt" or "max_tokens") with a
+// message naming both numbers when the prompt leaves no room or prompt + max_tokens > context.
+StatusOr<int> ResolveMaxTokens(const ParsedRequest& req, int prompt_tokens, int context_length,
+                               ErrorDetail* detail);
+
+// The engine request for a tokenized prompt. REQUIRES: max_tokens from ResolveMaxTokens.
+GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int32_t> prompt,
+                                      int max_tokens);
+
+// /tokenize {content, add_special=false, parse_special=true, with_pieces=false} (llama.cpp).
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool parse_special = true;
+  bool with_pieces = false;
+};
+StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body, ErrorDetail* detail);
+// /detokenize {tokens: [int...]}; ids are range-checked by the caller (it knows the vocabulary).
+StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body, ErrorDetail* detail);
+
+// ---- responses ----------------------------------------------------------------------------
+
+struct ResponseMeta {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// A fresh response id: prefix + 24 random hex digits.
+std::string NewResponseId(std::string_view prefix);
+
+// "stop", "length"; "abort" for cancelled, "error" for errors; null JSON for kNone.
+nlohmann::json FinishReasonJson(FinishReason r);
+
+// Whole responses. `logprobs` null = not requested (JSON null); otherwise one entry per token.
+nlohmann::json ChatCompletionJson(const ResponseMeta& meta, const std::string& text,
+                                  FinishReason finish, const Usage& usage,
+                                  const std::vector<TokenLogprob>* logprobs);
+nlohmann::json CompletionJson(const ResponseMeta& meta, const std::string& text,
+                              FinishReason finish, const Usage& usage,
+                              const std::vector<TokenLogprob>* logprobs);
+
+// Streaming chunks. `with_usage_null` adds "usage": null (OpenAI does so on every chunk when
+// stream_options.include_usage is set).
+//   Chat: the first chunk has with_role (delta {"role":"assistant","content":""}); a text chunk
+//   has delta {"content": text}; the last has an empty delta and a finish_reason.
+nlohmann::json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
+                             const std::vector<TokenLogprob>* logprobs, FinishReason finish,
+                             bool with_usage_null);
+//   Completions: `text_offset` is where this chunk's text starts in the whole completion.
+nlohmann::json CompletionChunkJson(const ResponseMeta& meta, const std::string& text,
+                                   const std::vector<TokenLogprob>* logprobs, size_t text_offset,
+                                   FinishReason finish, bool with_usage_null);
+// The closing usage chunk: "choices": [] and "usage" filled. `object` is the chunk object name.
+nlohmann::json UsageChunkJson(const ResponseMeta& meta, std::string_view object,
+                              const Usage& usage);
+
+// OpenAI logprobs objects.
+//   chat:        {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
+//   completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
+nlohmann::json ChatLogprobsJson(const std::vector<TokenLogprob>& lps);
+nlohmann::json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_offset);
+
+// GET /v1/models.
+nlohmann::json ModelsJson(const std::string& model, int64_t created, int context_length);
+
+// Serializes without throwing: invalid UTF-8 in strings (partial tokens) becomes U+FFFD.
+std::string DumpJson(const nlohmann::json& j);
+// One server-sent event: "data: <payload>\n\n".
+std::string SseEvent(std::string_view payload);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+}  // namespace kinfer

@@ -1,0 +1,170 @@
+// Response and SSE chunk building for the OpenAI-compatible API (parsing: openai_protocol.cc).
+#include <cmath>
+#include <random>
+
+#include "runtime/server/openai_protocol.h"
+
+namespace kinfer {
+namespace {
+
+using json = nlohmann::json;
+
+json UsageJson(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// JSON has no -Infinity: a token with probability 0 (masked out) reports OpenAI's floor value.
+double SafeLogprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+json ChunkBase(const ResponseMeta& meta, std::string_view object) {
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+}  // namespace
+
+std::string NewResponseId(std::string_view prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id.push_back(kHex[rng() & 15]);
+  return id;
+}
+
+json FinishReasonJson(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return nullptr;
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return nullptr;
+}
+
+json ChatLogprobsJson(const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const TokenLogprob& t : lps) {
+    json top = json::array();
+    for (const TopLogprob& alt : t.top) {
+      top.push_back({{"token", alt.text}, {"logprob", SafeLogprob(alt.logprob)},
+                     {"bytes", Bytes(alt.text)}});
+    }
+    content.push_back({{"token", t.text}, {"logprob", SafeLogprob(t.logprob)},
+                       {"bytes", Bytes(t.text)}, {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  size_t offset = text_offset;
+  for (const TokenLogprob& t : lps) {
+    tokens.push_back(t.text);
+    token_lps.push_back(SafeLogprob(t.logprob));
+    json top = json::object();
+    for (const TopLogprob& alt : t.top) top[alt.text] = SafeLogprob(alt.logprob);
+    // OpenAI's top_logprobs is null per token when no alternatives were asked for.
+    tops.push_back(t.top.empty() ? json(nullptr) : std::move(top));
+    offsets.push_back(offset);
+    offset += t.text.size();
+  }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(token_lps)},
+          {"top_logprobs", std::move(tops)}, {"text_offset", std::move(offsets)}};
+}
+
+json ChatCompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                        const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", text}}},
+                 {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
+                 {"finish_reason", FinishReasonJson(finish)}};
+  json j = ChunkBase(meta, "chat.completion");
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = UsageJson(usage);
+  return j;
+}
+
+json CompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                    const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
+  json choice = {{"index", 0},
+                 {"text", text},
+                 {"logprobs", logprobs ? CompletionLogprobsJson(*logprobs, 0) : json(nullptr)},
+                 {"finish_reason", FinishReasonJson(finish)}};
+  json j = ChunkBase(meta, "text_completion");
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = UsageJson(usage);
+  return j;
+}
+
+json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
+                   const std::vector<TokenLogprob>* logprobs, FinishReason finish,
+                   bool with_usage_null) {
+  json delta = json::object();
+  if (with_role) {
+    delta["role"] = "assistant";
+    delta["content"] = "";
+  }
+  if (content != nullptr) delta["content"] = *content;
+  json choice = {{"index", 0},
+                 {"delta", std::move(delta)},
+                 {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
+                 {"finish_reason", FinishReasonJson(finish)}};
+  json j = ChunkBase(meta, "chat.completion.chunk");
+  j["choices"] = json::array({std::move(choice)});
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json CompletionChunkJson(const ResponseMeta& meta, const std::string& text,
+                         const std::vector<TokenLogprob>* logprobs, size_t text_offset,
+                         FinishReason finish, bool with_usage_null) {
+  json choice = {
+      {"index", 0},
+      {"text", text},
+      {"logprobs", logprobs ? CompletionLogprobsJson(*logprobs, text_offset) : json(nullptr)},
+      {"finish_reason", FinishReasonJson(finish)}};
+  json j = ChunkBase(meta, "text_completion");
+  j["choices"] = json::array({std::move(choice)});
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json UsageChunkJson(const ResponseMeta& meta, std::string_view object, const Usage& usage) {
+  json j = ChunkBase(meta, object);
+  j["choices"] = json::array();
+  j["usage"] = UsageJson(usage);
+  return j;
+}
+
+json ModelsJson(const std::string& model, int64_t created, int context_length) {
+  json m = {{"id", model},
+            {"object", "model"},
+            {"created", created},
+            {"owned_by", "kinfer"},
+            {"max_model_len", context_length}};
+  return {{"object", "list"}, {"data", json::array({std::move(m)})}};
+}
+
+std::string DumpJson(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string SseEvent(std::string_view payload) {
+  std::string out;
+  out.reserve(payload.size() + 8);
+  out += "data: ";
+  out += payload;
+  out += "\n\n";
+  return out;
+}
+
+}  // namespace kinfer

@@ -1,0 +1,58 @@
+// ServedModel: everything loaded for the one model kinfer-runtime serves: the GGUF file, the
+// tokenizer, the chat prompt renderer, the weights and the Engine that runs them.
+//
+// Thread safety: immutable after Load except the Engine, which is itself thread-safe
+// (Submit/Stats from any thread). Destruction stops the engine first (pending requests end with
+// FinishReason::kCancelled), then frees the weights and the file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/server/chat_prompt.h"
+
+namespace kinfer {
+
+class GgufFile;
+class LlamaModel;
+class Tokenizer;
+
+struct ServedModelOptions {
+  std::string path;        // the .gguf file
+  std::string name;        // the API model id; empty = the file's stem
+  int n_threads = 2;
+  int context_length = 0;  // 0 = the model's trained context
+};
+
+// "models/smollm2.Q4_1.gguf" -> "smollm2.Q4_1".
+std::string ModelNameFromPath(const std::string& path);
+
+class ServedModel {
+ public:
+  // Opens and validates the file, loads the tokenizer, chat template and weights, and starts the
+  // engine. Errors come from the part that failed, with the path as context.
+  static StatusOr<std::unique_ptr<ServedModel>> Load(const ServedModelOptions& options);
+  ~ServedModel();
+
+  const std::string& name() const { return name_; }
+  int64_t created() const { return created_; }  // Unix seconds when loaded
+  Engine& engine() { return *engine_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ChatPrompt& chat() const { return *chat_; }
+
+ private:
+  ServedModel() = default;
+
+  std::string name_;
+  int64_t created_ = 0;
+  std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatPrompt> chat_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Engine> engine_;  // declared last: destroyed first
+};
+
+}  // namespace kinfer

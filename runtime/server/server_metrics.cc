@@ -1,0 +1,91 @@
+#include "runtime/server/server_metrics.h"
+
+namespace kinfer {
+
+const std::vector<double>& TtftBuckets() {
+  static const std::vector<double> b = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                        0.5,   0.75, 1,     1.5,  2,     3,   5,    7.5, 10,
+                                        15,    20,   30,    45,   60,    90,  120};
+  return b;
+}
+
+const std::vector<double>& InterTokenBuckets() {
+  static const std::vector<double> b = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02,
+                                        0.025, 0.03,   0.04,  0.05,   0.075, 0.1,  0.15,
+                                        0.2,   0.3,    0.5,   0.75,   1,     2.5,  5,
+                                        10,    20,     40,    80,     120};
+  return b;
+}
+
+const std::vector<double>& E2eBuckets() {
+  static const std::vector<double> b = {0.05, 0.1, 0.25, 0.5, 0.75, 1,  1.5, 2,  3,  5,
+                                        7.5,  10,  15,   20,  30,   45, 60,  90, 120};
+  return b;
+}
+
+const std::vector<double>& QueueTimeBuckets() {
+  static const std::vector<double> b = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                        2.5,   5,     7.5,  10,    15,   20,  30,   60,  120};
+  return b;
+}
+
+RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
+    : prompt_tokens(r->AddCounter("kinfer_runtime_prompt_tokens_total",
+                                  "Prompt tokens processed (requests that reached the engine).")
+                        .Get()),
+      generation_tokens(r->AddCounter("kinfer_runtime_generation_tokens_total",
+                                      "Tokens generated.")
+                            .Get()),
+      running(r->AddGauge("kinfer_runtime_num_requests_running",
+                          "Requests the engine is generating for now.")
+                  .Get()),
+      waiting(r->AddGauge("kinfer_runtime_num_requests_waiting",
+                          "Requests queued in the engine, not yet started.")
+                  .Get()),
+      kv_usage(r->AddGauge("kinfer_runtime_kv_cache_usage_ratio",
+                           "Fraction of the KV cache's token slots in use (0..1).")
+                   .Get()),
+      model_loaded(r->AddGauge("kinfer_runtime_model_loaded",
+                               "1 once the model is loaded and requests are served, else 0.")
+                       .Get()),
+      ttft(r->AddHistogram("kinfer_runtime_time_to_first_token_seconds",
+                           "Seconds from receiving a request to its first generated token.",
+                           TtftBuckets())
+               .Get()),
+      itl(r->AddHistogram("kinfer_runtime_inter_token_latency_seconds",
+                          "Seconds between consecutive generated tokens of a request.",
+                          InterTokenBuckets())
+              .Get()),
+      e2e(r->AddHistogram("kinfer_runtime_e2e_request_latency_seconds",
+                          "Seconds from receiving a generation request to its last token.",
+                          E2eBuckets())
+              .Get()),
+      queue_time(r->AddHistogram("kinfer_runtime_request_queue_time_seconds",
+                                 "Seconds a request waited in the engine queue before it started.",
+                                 QueueTimeBuckets())
+                     .Get()),
+      requests_(&r->AddCounter("kinfer_runtime_requests_total",
+                               "Generation requests (chat and completions) by outcome.",
+                               {"status"})),
+      http_(&r->AddCounter("kinfer_runtime_http_requests_total",
+                           "HTTP requests by route and response code.", {"route", "code"})) {
+  // Expose every outcome at 0 from the start, so rate() works from the first scrape.
+  for (const char* s :
+       {kStatusOk, kStatusCancelled, kStatusError, kStatusInvalid, kStatusRejected}) {
+    requests_->WithLabels({s});
+  }
+}
+
+void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
+  running.Set(static_cast<double>(s.running));
+  waiting.Set(static_cast<double>(s.waiting));
+  kv_usage.Set(s.kv_tokens_capacity > 0
+                   ? static_cast<double>(s.kv_tokens_used) / static_cast<double>(s.kv_tokens_capacity)
+                   : 0.0);
+}
+
+void RuntimeMetrics::CountHttp(const std::string& route, int code) {
+  http_->WithLabels({route, std::to_string(code)}).Inc();
+}
+
+}  // namespace kinfer

@@ -1,0 +1,58 @@
+// RuntimeMetrics: every metric kinfer-runtime exposes on /metrics, declared in one place
+// (docs/metrics.md describes each one). Names follow vLLM's, under the prefix kinfer_runtime_.
+//
+// Thread safety: the members are metric handles (atomics); update them from any thread.
+// UpdateFromEngine is called by the /metrics handler right before a scrape.
+#pragma once
+
+#include <string>
+
+#include "common/metrics/metrics.h"
+#include "runtime/engine/engine.h"
+
+namespace kinfer {
+
+// Values of the requests_total "status" label.
+inline constexpr char kStatusOk[] = "ok";                // finished (stop or length)
+inline constexpr char kStatusCancelled[] = "cancelled";  // the client went away mid-generation
+inline constexpr char kStatusError[] = "error";          // the engine failed the request
+inline constexpr char kStatusInvalid[] = "invalid";      // rejected with a 4xx
+inline constexpr char kStatusRejected[] = "rejected";    // 503: queue full, not ready, stopping
+
+class RuntimeMetrics {
+ public:
+  // Registers every family in `registry`, which must outlive this object.
+  explicit RuntimeMetrics(metrics::Registry* registry);
+
+  // Copies the engine's gauges (running, waiting, KV usage).
+  void UpdateFromEngine(const EngineStats& stats);
+
+  // Counts one API request that ended with `status` (one of the kStatus* values).
+  void CountRequest(const char* status) { requests_->WithLabels({status}).Inc(); }
+  // Counts one HTTP exchange by route ("chat_completions", ..., "other") and status code.
+  void CountHttp(const std::string& route, int code);
+
+  metrics::Counter& prompt_tokens;
+  metrics::Counter& generation_tokens;
+  metrics::Gauge& running;
+  metrics::Gauge& waiting;
+  metrics::Gauge& kv_usage;
+  metrics::Gauge& model_loaded;
+  metrics::Histogram& ttft;
+  metrics::Histogram& itl;
+  metrics::Histogram& e2e;
+  metrics::Histogram& queue_time;
+
+ private:
+  metrics::Family<metrics::Counter>* requests_;
+  metrics::Family<metrics::Counter>* http_;
+};
+
+// Bucket bounds (seconds), chosen for LLM latencies: fine steps where SLOs sit (tens of ms to a
+// few seconds) and a tail to 120 s for long prompts, long outputs and queueing under bursts.
+const std::vector<double>& TtftBuckets();
+const std::vector<double>& InterTokenBuckets();
+const std::vector<double>& E2eBuckets();
+const std::vector<double>& QueueTimeBuckets();
+
+}  // namespace kinfer

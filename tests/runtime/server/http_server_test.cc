@@ -1,0 +1,154 @@
+// The HTTP adapter and the router over real loopback HTTP, before any model is loaded:
+// liveness/readiness, routing errors, the body limit, metrics, and JSON error bodies.
+// (Generation end to end is covered by tests/python against the real model.)
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cpprest/http_client.h>
+#include <nlohmann/json.hpp>
+
+#include "common/metrics/metrics.h"
+#include "runtime/server/http_server.h"
+#include "runtime/server/router.h"
+
+namespace kinfer {
+namespace {
+
+namespace http = web::http;
+using json = nlohmann::json;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+  std::string header(const http::http_response& r, const std::string& k) {
+    auto it = r.headers().find(k);
+    return it == r.headers().end() ? "" : it->second;
+  }
+  std::string allow;
+  std::string retry_after;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = FreePort();
+    router_ = std::make_unique<Router>(&registry_);
+    HttpServerOptions o;
+    o.port = port_;
+    o.max_body_bytes = 1000;
+    server_ = std::make_unique<HttpServer>(o, router_.get());
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override { server_->Stop(); }
+
+  Reply Send(const std::string& method, const std::string& path, const std::string& body = "") {
+    http::client::http_client client("http://127.0.0.1:" + std::to_string(port_));
+    http::http_request req(method);
+    req.set_request_uri(path);
+    if (!body.empty()) req.set_body(body, "application/json");
+    http::http_response resp = client.request(req).get();
+    Reply r;
+    r.status = resp.status_code();
+    r.body = resp.extract_utf8string(true).get();
+    r.content_type = resp.headers().content_type();
+    r.allow = r.header(resp, "Allow");
+    r.retry_after = r.header(resp, "Retry-After");
+    return r;
+  }
+
+  static void ExpectErrorShape(const Reply& r) {
+    json j = json::parse(r.body);
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    EXPECT_TRUE(j["error"].contains("param"));
+    EXPECT_TRUE(j["error"].contains("code"));
+  }
+
+  int port_ = 0;
+  metrics::Registry registry_;
+  metrics::Registry registry_other_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, HealthIsUpAndReadyIs503WhileLoading) {
+  Reply h = Send("GET", "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(json::parse(h.body)["status"], "ok");
+  Reply r = Send("GET", "/ready");
+  EXPECT_EQ(r.status, 503);
+}
+
+TEST_F(HttpServerTest, GenerationBeforeLoadIs503WithRetryAfter) {
+  Reply r = Send("POST", "/v1/chat/completions",
+                 R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.retry_after, "1");
+  ExpectErrorShape(r);
+}
+
+TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405) {
+  Reply a = Send("GET", "/nope");
+  EXPECT_EQ(a.status, 404);
+  ExpectErrorShape(a);
+  Reply b = Send("GET", "/v1/chat/completions");
+  EXPECT_EQ(b.status, 405);
+  EXPECT_EQ(b.allow, "POST");
+  ExpectErrorShape(b);
+  Reply c = Send("DELETE", "/health");
+  EXPECT_EQ(c.status, 405);
+  EXPECT_EQ(Send("GET", "/health/").status, 200);  // trailing slash tolerated
+}
+
+TEST_F(HttpServerTest, OversizedBodyIs413AndServerStaysUp) {
+  Reply r = Send("POST", "/v1/completions", std::string(5000, 'x'));
+  EXPECT_EQ(r.status, 413);
+  ExpectErrorShape(r);
+  EXPECT_EQ(Send("GET", "/health").status, 200);
+}
+
+TEST_F(HttpServerTest, MetricsArePrometheusText) {
+  Send("GET", "/nope");
+  Reply m = Send("GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.content_type, metrics::kTextContentType);
+  EXPECT_NE(m.body.find("# TYPE kinfer_runtime_requests_total counter"), std::string::npos);
+  EXPECT_NE(m.body.find("kinfer_runtime_model_loaded 0"), std::string::npos);
+  EXPECT_NE(m.body.find("kinfer_runtime_http_requests_total{route=\"other\",code=\"404\"} 1"),
+            std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("kinfer_runtime_time_to_first_token_seconds_bucket{le=\"120\"} 0"),
+            std::string::npos);
+}
+
+TEST_F(HttpServerTest, SecondServerOnSamePortFailsToStart) {
+  Router other_router(&registry_other_);
+  HttpServerOptions o;
+  o.port = port_;
+  HttpServer other(o, &other_router);
+  Status s = other.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace kinfer

@@ -1,0 +1,308 @@
+#include "runtime/server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace kinfer {
+namespace {
+
+using json = nlohmann::json;
+
+// Parses a body expected to fail; returns the detail and checks the status code.
+ErrorDetail ChatError(const std::string& body, StatusCode want = StatusCode::kInvalidArgument) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(body, &d);
+  EXPECT_FALSE(r.ok()) << body;
+  if (!r.ok()) {
+    EXPECT_EQ(r.status().code(), want) << r.status().ToString();
+  }
+  return d;
+}
+ErrorDetail CompletionError(const std::string& body) {
+  ErrorDetail d;
+  auto r = ParseCompletionRequest(body, &d);
+  EXPECT_FALSE(r.ok()) << body;
+  return d;
+}
+
+TEST(ParseChatTest, ReadsAllSupportedFields) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(R"({
+    "model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": [{"type": "text", "text": "Hi "},
+                                                            {"type": "text", "text": "there"}]}],
+    "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+    "repeat_penalty": 1.1, "frequency_penalty": 0.5, "presence_penalty": -0.5, "seed": 42,
+    "stop": ["\n\n", "END"], "stream": true, "stream_options": {"include_usage": true},
+    "logprobs": true, "top_logprobs": 3, "ignore_eos": true, "n": 1, "logit_bias": {},
+    "user": "ignored-unknown-field"})", &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString() << " param=" << d.param;
+  EXPECT_EQ(r->kind, ApiKind::kChat);
+  EXPECT_EQ(r->model, "m");
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[1].content, "Hi there");
+  EXPECT_EQ(r->max_tokens, 7);
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
+  EXPECT_EQ(r->sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r->sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r->sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r->sampling.seed, 42u);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->sampling.logprobs, 3);
+  EXPECT_TRUE(r->ignore_eos);
+}
+
+TEST(ParseChatTest, DefaultsWhenOptionalFieldsAbsentOrNull) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "x"}], "temperature": null, "stop": "s"})", &d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->model, "");
+  EXPECT_FALSE(r->max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 1.0f);
+  EXPECT_EQ(r->sampling.logprobs, -1);
+  EXPECT_EQ(r->stop, std::vector<std::string>{"s"});
+  EXPECT_FALSE(r->stream);
+}
+
+TEST(ParseChatTest, MaxCompletionTokensWins) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":5,"max_completion_tokens":9})",
+      &d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->max_tokens, 9);
+}
+
+TEST(ParseChatTest, RejectsMalformedBodies) {
+  EXPECT_EQ(ChatError("{not json").param, "");
+  EXPECT_EQ(ChatError("[1,2]").param, "");
+  EXPECT_EQ(ChatError(std::string("{\"messages\":\"\xff\"}")).param, "");
+  EXPECT_EQ(ChatError(R"({"model":"m"})").param, "messages");
+  EXPECT_EQ(ChatError(R"({"messages":[]})").param, "messages");
+  EXPECT_EQ(ChatError(R"({"messages":"hi"})").param, "messages");
+  EXPECT_EQ(ChatError(R"({"messages":[{"content":"x"}]})").param, "messages[0].role");
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"tool","content":"x"}]})").param, "messages[0].role");
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"user"}]})").param, "messages[0].content");
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})").param,
+            "messages[0].content");
+}
+
+TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(ChatError("{" + m + R"(,"max_tokens":"10"})").param, "max_tokens");
+  EXPECT_EQ(ChatError("{" + m + R"(,"max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(ChatError("{" + m + R"(,"max_tokens":1.5})").param, "max_tokens");
+  EXPECT_EQ(ChatError("{" + m + R"(,"temperature":"hot"})").param, "temperature");
+  EXPECT_EQ(ChatError("{" + m + R"(,"temperature":3})").param, "temperature");
+  EXPECT_EQ(ChatError("{" + m + R"(,"top_p":1.5})").param, "top_p");
+  EXPECT_EQ(ChatError("{" + m + R"(,"n":2})").param, "n");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stream":"yes"})").param, "stream");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stream_options":{"include_usage":true}})").param,
+            "stream_options");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stop":["a","b","c","d","e"]})").param, "stop");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stop":[1]})").param, "stop");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stop":""})").param, "stop");
+  EXPECT_EQ(ChatError("{" + m + R"(,"seed":"1"})").param, "seed");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"50256":-100}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"top_logprobs":2})").param, "top_logprobs");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logprobs":true,"top_logprobs":21})").param, "top_logprobs");
+  EXPECT_EQ(ChatError("{" + m + R"(,"model":5})").param, "model");
+  EXPECT_EQ(ChatError("{" + m + R"(,"echo":true})").param, "echo");
+  EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function"}]})").param, "tools");
+  EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_object"}})").param,
+            "response_format");
+}
+
+TEST(ParseCompletionTest, AcceptsEveryPromptShape) {
+  ErrorDetail d;
+  auto a = ParseCompletionRequest(R"({"prompt":"Once"})", &d);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->prompt, "Once");
+  EXPECT_FALSE(a->prompt_is_ids);
+  auto b = ParseCompletionRequest(R"({"prompt":["Once"]})", &d);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->prompt, "Once");
+  auto c = ParseCompletionRequest(R"({"prompt":[1,2,3]})", &d);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prompt_is_ids);
+  EXPECT_EQ(c->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  auto e = ParseCompletionRequest(R"({"prompt":[[4,5]],"logprobs":2})", &d);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_TRUE(e->logprobs);
+  EXPECT_EQ(e->sampling.logprobs, 2);
+}
+
+TEST(ParseCompletionTest, RejectsBadPrompts) {
+  EXPECT_EQ(CompletionError(R"({"max_tokens":3})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":""})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":[]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":[[]]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":["a","b"]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":[1,-2]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":[1,"a"]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":7})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":"a","logprobs":true})").param, "logprobs");
+  EXPECT_EQ(CompletionError(R"({"prompt":"a","suffix":"z"})").param, "suffix");
+}
+
+TEST(CheckModelTest, UnknownModelIsNotFound) {
+  ParsedRequest r;
+  ErrorDetail d;
+  EXPECT_TRUE(CheckModel(r, "smol", &d).ok());
+  r.model = "smol";
+  EXPECT_TRUE(CheckModel(r, "smol", &d).ok());
+  r.model = "gpt-4";
+  Status s = CheckModel(r, "smol", &d);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(d.code, "model_not_found");
+  EXPECT_EQ(d.param, "model");
+}
+
+TEST(ResolveMaxTokensTest, DefaultsToRoomCappedAndRejectsOverflow) {
+  ParsedRequest r;
+  ErrorDetail d;
+  EXPECT_EQ(*ResolveMaxTokens(r, 100, 8192, &d), kDefaultMaxTokensCap);
+  EXPECT_EQ(*ResolveMaxTokens(r, 100, 300, &d), 200);
+  r.max_tokens = 50;
+  EXPECT_EQ(*ResolveMaxTokens(r, 100, 150, &d), 50);
+  auto over = ResolveMaxTokens(r, 101, 150, &d);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(over.status().message().find("150"), std::string::npos);
+  EXPECT_NE(over.status().message().find("151"), std::string::npos);
+  EXPECT_NE(over.status().message().find("101"), std::string::npos);
+  EXPECT_EQ(d.code, "context_length_exceeded");
+  r.max_tokens.reset();
+  EXPECT_FALSE(ResolveMaxTokens(r, 150, 150, &d).ok());
+}
+
+TEST(ToGenerationRequestTest, CopiesOptions) {
+  ErrorDetail d;
+  auto r = ParseCompletionRequest(R"({"prompt":"a","stop":"x","ignore_eos":true,"seed":3})", &d);
+  ASSERT_TRUE(r.ok());
+  GenerationRequest g = ToGenerationRequest(*r, {1, 2}, 9);
+  EXPECT_EQ(g.prompt_tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(g.max_tokens, 9);
+  EXPECT_EQ(g.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.sampling.seed, 3u);
+}
+
+TEST(TokenizeParseTest, DefaultsAndErrors) {
+  ErrorDetail d;
+  auto t = ParseTokenizeRequest(R"({"content":"hi"})", &d);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->add_special);
+  EXPECT_TRUE(t->parse_special);
+  EXPECT_FALSE(t->with_pieces);
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"content":1})", &d).ok());
+  EXPECT_FALSE(ParseTokenizeRequest(R"({})", &d).ok());
+  auto ids = ParseDetokenizeRequest(R"({"tokens":[1,2]})", &d);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens":"1"})", &d).ok());
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens":[1.5]})", &d).ok());
+}
+
+TEST(Utf8Test, ValidatesStrictly) {
+  EXPECT_TRUE(IsWellFormedUtf8("plain é 日本 😀"));
+  EXPECT_FALSE(IsWellFormedUtf8("\xff"));
+  EXPECT_FALSE(IsWellFormedUtf8("\xc0\xaf"));          // overlong
+  EXPECT_FALSE(IsWellFormedUtf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(IsWellFormedUtf8("\xe6\x97"));          // truncated
+  EXPECT_FALSE(IsWellFormedUtf8("\xf4\x90\x80\x80"));  // > U+10FFFF
+}
+
+ResponseMeta Meta() { return {"chatcmpl-abc", 1700000000, "smol"}; }
+
+TEST(ResponsesTest, ChatCompletionShape) {
+  json j = ChatCompletionJson(Meta(), "Paris.", FinishReason::kStop, {10, 3}, nullptr);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"], "chatcmpl-abc");
+  EXPECT_EQ(j["created"], 1700000000);
+  EXPECT_EQ(j["model"], "smol");
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Paris.");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 10}, {"completion_tokens", 3},
+                              {"total_tokens", 13}}));
+}
+
+TEST(ResponsesTest, ChatLogprobsShape) {
+  std::vector<TokenLogprob> lps(1);
+  lps[0].token = 5;
+  lps[0].text = "Hi";
+  lps[0].logprob = -0.5f;
+  lps[0].top = {{5, "Hi", -0.5f}, {6, "Yo", -1.5f}};
+  json j = ChatCompletionJson(Meta(), "Hi", FinishReason::kLength, {1, 1}, &lps);
+  json c = j["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(c["token"], "Hi");
+  EXPECT_DOUBLE_EQ(c["logprob"].get<double>(), -0.5);
+  EXPECT_EQ(c["bytes"], json({72, 105}));
+  EXPECT_EQ(c["top_logprobs"][1]["token"], "Yo");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ResponsesTest, CompletionLogprobsShapeWithOffsets) {
+  std::vector<TokenLogprob> lps(2);
+  lps[0].text = "ab";
+  lps[0].logprob = -1;
+  lps[1].text = "c";
+  lps[1].logprob = -2;
+  lps[1].top = {{1, "c", -2}, {2, "d", -3}};
+  json l = CompletionLogprobsJson(lps, 10);
+  EXPECT_EQ(l["tokens"], json({"ab", "c"}));
+  EXPECT_EQ(l["text_offset"], json({10, 12}));
+  EXPECT_TRUE(l["top_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(l["top_logprobs"][1]["d"].get<double>(), -3);
+  json j = CompletionJson(Meta(), "abc", FinishReason::kStop, {2, 2}, &lps);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "abc");
+}
+
+TEST(ResponsesTest, StreamChunks) {
+  json first = ChatChunkJson(Meta(), true, nullptr, nullptr, FinishReason::kNone, false);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(first.contains("usage"));
+  std::string t = "Par";
+  json mid = ChatChunkJson(Meta(), false, &t, nullptr, FinishReason::kNone, true);
+  EXPECT_EQ(mid["choices"][0]["delta"], json({{"content", "Par"}}));
+  EXPECT_TRUE(mid["usage"].is_null());
+  json last = ChatChunkJson(Meta(), false, nullptr, nullptr, FinishReason::kStop, false);
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  json usage = UsageChunkJson(Meta(), "chat.completion.chunk", {4, 2});
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 6);
+  json c = CompletionChunkJson(Meta(), "x", nullptr, 0, FinishReason::kNone, false);
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "x");
+  EXPECT_EQ(SseEvent("{}"), "data: {}\n\n");
+}
+
+TEST(ResponsesTest, DumpJsonReplacesInvalidUtf8) {
+  json j = {{"t", std::string("a\xe6\x97")}};
+  EXPECT_EQ(DumpJson(j), "{\"t\":\"a\xef\xbf\xbd\"}");
+}
+
+TEST(ResponsesTest, ModelsListAndIds) {
+  json m = ModelsJson("smol", 5, 8192);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "smol");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  std::string id = NewResponseId("cmpl-");
+  EXPECT_EQ(id.size(), 5u + 24u);
+  EXPECT_NE(id, NewResponseId("cmpl-"));
+}
+
+}  // namespace
+}  // namespace kinfer
