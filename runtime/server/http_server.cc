@@ -12,6 +12,7 @@
 
 #include "common/http_errors.h"
 #include "runtime/server/http_types.h"
+#include "runtime/server/openai_protocol.h"
 #include "runtime/server/router.h"
 
 namespace kinfer {

@@ -1,0 +1,59 @@
+"""A client that goes away mid-stream stops its generation."""
+import json
+import socket
+import time
+
+import requests
+
+from conftest import metric_value
+
+
+def scrape(server) -> str:
+    return requests.get(server.url + "/metrics", timeout=10).text
+
+
+def test_disconnect_cancels_streaming_generation(server):
+    before = scrape(server)
+    cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
+    gen0 = metric_value(before, "kinfer_runtime_generation_tokens_total")
+
+    max_tokens = 1000  # at ~50-100 tokens/s on 2 cores this would run for 10-20 s
+    body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": max_tokens,
+                       "ignore_eos": True, "temperature": 0, "stream": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                 b"\r\n\r\n" + body)
+    received = b""
+    while received.count(b"data: ") < 2:
+        chunk = sock.recv(65536)
+        assert chunk, "server closed the stream early"
+        received += chunk
+    assert b"200 OK" in received.split(b"\r\n", 1)[0]
+    assert b"text/event-stream" in received
+    sock.close()
+    closed_at = time.time()
+
+    # The engine notices at its next write and cancels: the cancelled count moves and the engine
+    # goes idle long before max_tokens could have been generated.
+    deadline = closed_at + 10
+    while True:
+        text = scrape(server)
+        if metric_value(text, "kinfer_runtime_requests_total", 'status="cancelled"') > cancelled0:
+            break
+        assert time.time() < deadline, "generation was not cancelled after the client went away"
+        time.sleep(0.05)
+    assert time.time() - closed_at < 5
+    while metric_value(text, "kinfer_runtime_num_requests_running") != 0:
+        assert time.time() < deadline, "the engine is still running the abandoned request"
+        time.sleep(0.05)
+        text = scrape(server)
+    generated = metric_value(text, "kinfer_runtime_generation_tokens_total") - gen0
+    assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
+
+    # The next request starts at once (the engine is not busy with the abandoned one).
+    t0 = time.time()
+    r = requests.post(server.url + "/v1/completions",
+                      json={"prompt": "Hi", "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200
+    assert time.time() - t0 < 3

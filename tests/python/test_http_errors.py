@@ -1,0 +1,114 @@
+"""Bad input over raw HTTP: each case gets its 4xx with an OpenAI-style JSON error body, and the
+server keeps answering afterwards."""
+import json
+
+import pytest
+import requests
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def post_raw(server, path, data: bytes, content_type="application/json"):
+    return requests.post(server.url + path, data=data, headers={"Content-Type": content_type},
+                         timeout=30)
+
+
+def check_error(server, r, status, param=None, code=None, err_type="invalid_request_error"):
+    assert r.status_code == status, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    body = r.json()
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    assert err["type"] == err_type
+    if param is not None:
+        assert err["param"] == param
+    if code is not None:
+        assert err["code"] == code
+    assert requests.get(server.url + "/health", timeout=5).status_code == 200
+    return err
+
+
+CASES = [
+    # (name, path, body bytes, status, param)
+    ("malformed_json", CHAT, b'{"messages": [', 400, None),
+    ("not_an_object", CHAT, b'[1, 2]', 400, None),
+    ("missing_messages", CHAT, json.dumps({"model": "x"}).encode(), 400, "messages"),
+    ("empty_messages", CHAT, json.dumps({"messages": []}).encode(), 400, "messages"),
+    ("messages_wrong_type", CHAT, json.dumps({"messages": "hi"}).encode(), 400, "messages"),
+    ("message_without_role", CHAT, json.dumps({"messages": [{"content": "x"}]}).encode(), 400,
+     "messages[0].role"),
+    ("max_tokens_string", CHAT, json.dumps({"messages": MSG, "max_tokens": "5"}).encode(), 400,
+     "max_tokens"),
+    ("max_tokens_zero", CHAT, json.dumps({"messages": MSG, "max_tokens": 0}).encode(), 400,
+     "max_tokens"),
+    ("temperature_out_of_range", CHAT, json.dumps({"messages": MSG, "temperature": 5}).encode(),
+     400, "temperature"),
+    ("n_two", CHAT, json.dumps({"messages": MSG, "n": 2}).encode(), 400, "n"),
+    ("logit_bias", CHAT, json.dumps({"messages": MSG, "logit_bias": {"1": 5}}).encode(), 400,
+     "logit_bias"),
+    ("too_many_stops", CHAT, json.dumps({"messages": MSG, "stop": list("abcde")}).encode(), 400,
+     "stop"),
+    ("missing_prompt", COMPLETIONS, json.dumps({"max_tokens": 3}).encode(), 400, "prompt"),
+    ("empty_prompt", COMPLETIONS, json.dumps({"prompt": ""}).encode(), 400, "prompt"),
+    ("empty_prompt_list", COMPLETIONS, json.dumps({"prompt": []}).encode(), 400, "prompt"),
+    ("prompt_ids_out_of_vocab", COMPLETIONS, json.dumps({"prompt": [1, 99999999]}).encode(), 400,
+     "prompt"),
+    ("echo", COMPLETIONS, json.dumps({"prompt": "a", "echo": True}).encode(), 400, "echo"),
+    ("non_utf8_body", CHAT, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
+]
+
+
+@pytest.mark.parametrize("name,path,body,status,param", CASES, ids=[c[0] for c in CASES])
+def test_bad_request(server, name, path, body, status, param):
+    check_error(server, post_raw(server, path, body), status, param)
+
+
+def test_unknown_model_is_404_model_not_found(server):
+    r = requests.post(server.url + CHAT, json={"model": "gpt-4", "messages": MSG})
+    err = check_error(server, r, 404, "model", "model_not_found")
+    assert "gpt-4" in err["message"]
+    r = requests.get(server.url + "/v1/models/gpt-4")
+    check_error(server, r, 404, "model", "model_not_found")
+
+
+def test_context_window_exceeded_names_both_numbers(server):
+    r = requests.post(server.url + COMPLETIONS,
+                      json={"model": server.model, "prompt": "Hello there", "max_tokens": 100000})
+    err = check_error(server, r, 400, "max_tokens", "context_length_exceeded")
+    assert str(server.ctx_size) in err["message"]
+    assert "100000" in err["message"]
+
+
+def test_long_prompt_beyond_context(server):
+    r = requests.post(server.url + COMPLETIONS,
+                      json={"prompt": "word " * (server.ctx_size + 100), "max_tokens": 1})
+    err = check_error(server, r, 400, code="context_length_exceeded")
+    assert str(server.ctx_size) in err["message"]
+
+
+def test_body_over_limit_is_413(server):
+    big = json.dumps({"prompt": "x" * (1 << 20) + "y"}).encode()
+    check_error(server, post_raw(server, COMPLETIONS, big), 413)
+
+
+def test_wrong_method_is_405(server):
+    r = requests.get(server.url + CHAT)
+    check_error(server, r, 405)
+    assert r.headers["Allow"] == "POST"
+    check_error(server, requests.post(server.url + "/health"), 405)
+
+
+def test_unknown_path_is_404(server):
+    check_error(server, requests.get(server.url + "/v1/nothing"), 404)
+    check_error(server, requests.post(server.url + "/v2/chat/completions", json={}), 404)
+
+
+def test_openai_client_raises_bad_request(client, server):
+    import openai
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=server.model, messages=[], max_tokens=3)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=MSG, max_tokens=3)

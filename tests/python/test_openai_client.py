@@ -1,0 +1,108 @@
+"""The official openai client against kinfer-runtime: chat, completions, streaming, models."""
+import requests
+
+PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_models_list(client, server):
+    models = client.models.list()
+    ids = [m.id for m in models.data]
+    assert ids == [server.model]
+    assert client.models.retrieve(server.model).id == server.model
+
+
+def test_chat_greedy_answers_paris(client, server):
+    r = client.chat.completions.create(model=server.model, messages=PROMPT, temperature=0,
+                                       max_tokens=32)
+    assert r.object == "chat.completion"
+    assert r.id.startswith("chatcmpl-")
+    assert r.model == server.model
+    choice = r.choices[0]
+    assert choice.message.role == "assistant"
+    assert "Paris" in choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 5
+    assert 0 < r.usage.completion_tokens <= 32
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_chat_streaming_matches_non_streaming(client, server):
+    whole = client.chat.completions.create(model=server.model, messages=PROMPT, temperature=0,
+                                           max_tokens=24)
+    stream = client.chat.completions.create(model=server.model, messages=PROMPT, temperature=0,
+                                            max_tokens=24, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [whole.choices[0].finish_reason]
+    assert text == whole.choices[0].message.content
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == []
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert usage.prompt_tokens == whole.usage.prompt_tokens
+    assert len(chunks) >= 4  # role chunk, several deltas, finish chunk, usage chunk
+
+
+def test_completion_and_streaming_completion(client, server):
+    r = client.completions.create(model=server.model, prompt="The capital of France is",
+                                  temperature=0, max_tokens=8)
+    assert r.object == "text_completion"
+    assert r.id.startswith("cmpl-")
+    assert len(r.choices[0].text) > 0
+    assert r.usage.completion_tokens <= 8
+    parts = list(client.completions.create(model=server.model, prompt="The capital of France is",
+                                           temperature=0, max_tokens=8, stream=True))
+    text = "".join(p.choices[0].text for p in parts if p.choices)
+    assert text == r.choices[0].text
+    assert parts[-1].choices[0].finish_reason == r.choices[0].finish_reason
+
+
+def test_completion_with_token_ids_equals_text_prompt(client, server):
+    ids = requests.post(server.url + "/tokenize",
+                        json={"content": "Once upon a time", "add_special": True}).json()["tokens"]
+    a = client.completions.create(model=server.model, prompt=ids, temperature=0, max_tokens=6)
+    b = client.completions.create(model=server.model, prompt="Once upon a time", temperature=0,
+                                  max_tokens=6)
+    assert a.choices[0].text == b.choices[0].text
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens == len(ids)
+
+
+def test_seed_makes_sampling_deterministic(client, server):
+    kw = dict(model=server.model, messages=[{"role": "user", "content": "Tell me a story."}],
+              temperature=1.0, max_tokens=16, seed=1234)
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+    assert len(a) > 0
+
+
+def test_stop_sequence_ends_generation(client, server):
+    r = client.completions.create(model=server.model, prompt="1, 2, 3, 4, 5, 6,", temperature=0,
+                                  max_tokens=30, stop=[" 9"])
+    assert " 9" not in r.choices[0].text
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_chat_logprobs_shape(client, server):
+    r = client.chat.completions.create(model=server.model, messages=PROMPT, temperature=0,
+                                       max_tokens=4, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for tok in content:
+        assert tok.logprob <= 0
+        assert len(tok.top_logprobs) == 2
+        assert tok.top_logprobs[0].logprob >= tok.top_logprobs[1].logprob
+    # Greedy: the chosen token is the most likely one.
+    assert content[0].token == content[0].top_logprobs[0].token
+
+
+def test_completion_logprobs_shape(client, server):
+    r = client.completions.create(model=server.model, prompt="Hello", temperature=0, max_tokens=3,
+                                  logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    assert lp.text_offset[0] == 0
