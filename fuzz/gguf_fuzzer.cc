@@ -46,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> out;
   for (const auto& t : g.tensors()) {
     if (g.FindTensor(t.name) != &t) __builtin_trap();
-    if (t.data == nullptr || t.data < buf.data() || t.data + t.size_bytes > buf.data() + buf.size()) {
+    if (t.data == nullptr || t.data < buf.data() ||
+        t.data + t.size_bytes > buf.data() + buf.size()) {
       __builtin_trap();  // the parser promised the bytes are inside the buffer
     }
     sink = sink + static_cast<size_t>(t.num_elements());

@@ -145,11 +145,16 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
       }
       return;
     }
-    case GgmlType::kQ4_0: return DequantQ4_0(static_cast<const uint8_t*>(src), dst, nb);
-    case GgmlType::kQ4_1: return DequantQ4_1(static_cast<const uint8_t*>(src), dst, nb);
-    case GgmlType::kQ8_0: return DequantQ8_0(static_cast<const uint8_t*>(src), dst, nb);
-    case GgmlType::kQ4_K: return DequantQ4_K(static_cast<const uint8_t*>(src), dst, nb);
-    case GgmlType::kQ6_K: return DequantQ6_K(static_cast<const uint8_t*>(src), dst, nb);
+    case GgmlType::kQ4_0:
+      return DequantQ4_0(static_cast<const uint8_t*>(src), dst, nb);
+    case GgmlType::kQ4_1:
+      return DequantQ4_1(static_cast<const uint8_t*>(src), dst, nb);
+    case GgmlType::kQ8_0:
+      return DequantQ8_0(static_cast<const uint8_t*>(src), dst, nb);
+    case GgmlType::kQ4_K:
+      return DequantQ4_K(static_cast<const uint8_t*>(src), dst, nb);
+    case GgmlType::kQ6_K:
+      return DequantQ6_K(static_cast<const uint8_t*>(src), dst, nb);
     default:
       assert(false && "DequantizeRow: unsupported type");
       return;

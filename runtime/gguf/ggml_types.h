@@ -55,8 +55,8 @@ constexpr int kQK4_0 = 32;
 constexpr int kQK4_1 = 32;
 constexpr int kQK8_0 = 32;
 constexpr int kQK8_1 = 32;
-constexpr int kQK_K = 256;        // super-block size of the k-quants
-constexpr int kKScaleSize = 12;   // packed 6-bit scales of Q4_K/Q5_K
+constexpr int kQK_K = 256;       // super-block size of the k-quants
+constexpr int kKScaleSize = 12;  // packed 6-bit scales of Q4_K/Q5_K
 
 // x = d * (q - 8), q in [0,16): low nibbles hold elements 0..15, high nibbles 16..31.
 struct BlockQ4_0 {

@@ -4,8 +4,8 @@
 //
 //   offset 0   "GGUF" | u32 version | u64 n_tensors | u64 n_kv
 //              n_kv x   { string key | u32 value_type | value }
-//              n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset }
-//              padding to general.alignment (default 32)
+//              n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset
+//              } padding to general.alignment (default 32)
 //   data_start tensor bytes; each tensor at data_start + offset (offset % alignment == 0)
 //
 //   string = u64 length + bytes;  array value = u32 element_type | u64 count | elements
@@ -32,7 +32,7 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr int kMaxArrayDepth = 16;       // arrays of arrays nest at most this deep
 constexpr uint64_t kDefaultAlignment = 32;
 // Smallest encodings, used to bound counts by the bytes left before reserving anything:
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;           // empty key, type, 1-byte value
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                  // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, 1 dim
 
 std::string At(size_t offset) { return "offset " + std::to_string(offset) + ": "; }
@@ -42,17 +42,22 @@ uint64_t MinValueBytes(uint32_t type) {
   switch (static_cast<GgufValueType>(type)) {
     case GgufValueType::kUint8:
     case GgufValueType::kInt8:
-    case GgufValueType::kBool: return 1;
+    case GgufValueType::kBool:
+      return 1;
     case GgufValueType::kUint16:
-    case GgufValueType::kInt16: return 2;
+    case GgufValueType::kInt16:
+      return 2;
     case GgufValueType::kUint32:
     case GgufValueType::kInt32:
-    case GgufValueType::kFloat32: return 4;
+    case GgufValueType::kFloat32:
+      return 4;
     case GgufValueType::kUint64:
     case GgufValueType::kInt64:
     case GgufValueType::kFloat64:
-    case GgufValueType::kString: return 8;
-    case GgufValueType::kArray: return 4 + 8;
+    case GgufValueType::kString:
+      return 8;
+    case GgufValueType::kArray:
+      return 4 + 8;
   }
   return 0;
 }
@@ -74,16 +79,26 @@ Status ReadValue(ByteCursor& c, uint32_t type, int depth, const std::string& key
   }
   v->type = static_cast<GgufValueType>(type);
   switch (v->type) {
-    case GgufValueType::kUint8: return ReadScalar<uint8_t, uint64_t>(c, v, "uint8 value");
-    case GgufValueType::kInt8: return ReadScalar<int8_t, int64_t>(c, v, "int8 value");
-    case GgufValueType::kUint16: return ReadScalar<uint16_t, uint64_t>(c, v, "uint16 value");
-    case GgufValueType::kInt16: return ReadScalar<int16_t, int64_t>(c, v, "int16 value");
-    case GgufValueType::kUint32: return ReadScalar<uint32_t, uint64_t>(c, v, "uint32 value");
-    case GgufValueType::kInt32: return ReadScalar<int32_t, int64_t>(c, v, "int32 value");
-    case GgufValueType::kUint64: return ReadScalar<uint64_t, uint64_t>(c, v, "uint64 value");
-    case GgufValueType::kInt64: return ReadScalar<int64_t, int64_t>(c, v, "int64 value");
-    case GgufValueType::kFloat32: return ReadScalar<float, double>(c, v, "float32 value");
-    case GgufValueType::kFloat64: return ReadScalar<double, double>(c, v, "float64 value");
+    case GgufValueType::kUint8:
+      return ReadScalar<uint8_t, uint64_t>(c, v, "uint8 value");
+    case GgufValueType::kInt8:
+      return ReadScalar<int8_t, int64_t>(c, v, "int8 value");
+    case GgufValueType::kUint16:
+      return ReadScalar<uint16_t, uint64_t>(c, v, "uint16 value");
+    case GgufValueType::kInt16:
+      return ReadScalar<int16_t, int64_t>(c, v, "int16 value");
+    case GgufValueType::kUint32:
+      return ReadScalar<uint32_t, uint64_t>(c, v, "uint32 value");
+    case GgufValueType::kInt32:
+      return ReadScalar<int32_t, int64_t>(c, v, "int32 value");
+    case GgufValueType::kUint64:
+      return ReadScalar<uint64_t, uint64_t>(c, v, "uint64 value");
+    case GgufValueType::kInt64:
+      return ReadScalar<int64_t, int64_t>(c, v, "int64 value");
+    case GgufValueType::kFloat32:
+      return ReadScalar<float, double>(c, v, "float32 value");
+    case GgufValueType::kFloat64:
+      return ReadScalar<double, double>(c, v, "float64 value");
     case GgufValueType::kBool: {
       uint8_t b = 0;
       KINFER_RETURN_IF_ERROR(c.Read(&b, "bool value"));
@@ -96,7 +111,8 @@ Status ReadValue(ByteCursor& c, uint32_t type, int depth, const std::string& key
       v->data = std::move(s);
       return Status::Ok();
     }
-    case GgufValueType::kArray: break;
+    case GgufValueType::kArray:
+      break;
   }
   // Array.
   uint32_t elem_type = 0;
@@ -107,7 +123,8 @@ Status ReadValue(ByteCursor& c, uint32_t type, int depth, const std::string& key
     return InvalidArgument(At(at) + "metadata '" + key + "': unknown array element type " +
                            std::to_string(elem_type));
   }
-  if (static_cast<GgufValueType>(elem_type) == GgufValueType::kArray && depth + 1 >= kMaxArrayDepth) {
+  if (static_cast<GgufValueType>(elem_type) == GgufValueType::kArray &&
+      depth + 1 >= kMaxArrayDepth) {
     return InvalidArgument(At(at) + "metadata '" + key + "': arrays nested deeper than " +
                            std::to_string(kMaxArrayDepth));
   }
@@ -130,7 +147,9 @@ Status ReadValue(ByteCursor& c, uint32_t type, int depth, const std::string& key
 
 // a * b into *out; false on overflow of int64.
 bool MulOverflows(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
-bool AddOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
+bool AddOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_add_overflow(a, b, out);
+}
 
 std::string Range(uint64_t begin, uint64_t end) {
   // Appended piecewise: "[" + std::to_string(..) trips a GCC 12 -Wrestrict false positive.
@@ -190,8 +209,14 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(const uint8_t* data, si
 
 Status GgufFile::Parse() {
   ByteCursor c(base_, size_);
+  uint64_t n_tensors = 0, n_kv = 0;
+  KINFER_RETURN_IF_ERROR(ParseHeader(c, &n_tensors, &n_kv));
+  KINFER_RETURN_IF_ERROR(ParseMetadata(c, n_kv));
+  KINFER_RETURN_IF_ERROR(ParseTensorInfos(c, n_tensors));
+  return PlaceTensorData(c.pos());
+}
 
-  // ---- header ----
+Status GgufFile::ParseHeader(ByteCursor& c, uint64_t* n_tensors_out, uint64_t* n_kv_out) {
   uint32_t magic = 0;
   KINFER_RETURN_IF_ERROR(c.Read(&magic, "magic"));
   if (magic != kMagic) {
@@ -206,7 +231,8 @@ Status GgufFile::Parse() {
     if ((version_ & 0xFFFFu) == 0 && version_ != 0) why += " (a big-endian file?)";
     return InvalidArgument(At(4) + why + "; only versions 2 and 3 are read");
   }
-  uint64_t n_tensors = 0, n_kv = 0;
+  uint64_t& n_tensors = *n_tensors_out;
+  uint64_t& n_kv = *n_kv_out;
   KINFER_RETURN_IF_ERROR(c.Read(&n_tensors, "tensor count"));
   KINFER_RETURN_IF_ERROR(c.Read(&n_kv, "metadata count"));
   if (n_kv > c.remaining() / kMinKvBytes) {
@@ -217,8 +243,10 @@ Status GgufFile::Parse() {
     return DataLoss(At(8) + "tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
                     std::to_string(c.remaining()) + " bytes left");
   }
+  return Status::Ok();
+}
 
-  // ---- metadata ----
+Status GgufFile::ParseMetadata(ByteCursor& c, uint64_t n_kv) {
   metadata_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t i = 0; i < n_kv; ++i) {
     const size_t at = c.pos();
@@ -244,8 +272,11 @@ Status GgufFile::Parse() {
     }
     alignment_ = *v;
   }
+  return Status::Ok();
+}
 
-  // ---- tensor infos ----
+Status GgufFile::ParseTensorInfos(ByteCursor& c, uint64_t n_tensors) {
+  // Checked again now that the metadata is behind us: the bound is tighter.
   if (n_tensors > c.remaining() / kMinTensorInfoBytes) {
     return DataLoss(At(c.pos()) + "tensor count " + std::to_string(n_tensors) +
                     " cannot fit in the " + std::to_string(c.remaining()) + " bytes left");
@@ -312,16 +343,18 @@ Status GgufFile::Parse() {
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
   }
+  return Status::Ok();
+}
 
-  // ---- data section ----
+Status GgufFile::PlaceTensorData(size_t infos_end) {
   if (tensors_.empty()) return Status::Ok();  // nothing to place; trailing padding is optional
   uint64_t data_start = 0;
-  if (AddOverflows(c.pos(), alignment_ - 1, &data_start)) {
+  if (AddOverflows(infos_end, alignment_ - 1, &data_start)) {
     return InvalidArgument("alignment " + std::to_string(alignment_) + " overflows the data start");
   }
   data_start &= ~(alignment_ - 1);
   if (data_start > size_) {
-    return DataLoss(At(c.pos()) + "data section starts at " + std::to_string(data_start) +
+    return DataLoss(At(infos_end) + "data section starts at " + std::to_string(data_start) +
                     ", past end of file (size " + std::to_string(size_) + ")");
   }
   for (GgufTensorInfo& t : tensors_) {
@@ -336,8 +369,8 @@ Status GgufFile::Parse() {
       where.append(end >= begin ? std::to_string(end)
                                 : std::to_string(begin) + " + " + std::to_string(t.size_bytes));
       where.append(")");
-      return DataLoss("tensor '" + t.name + "': data " + where + " extends past end of file (size " +
-                      std::to_string(size_) + ")");
+      return DataLoss("tensor '" + t.name + "': data " + where +
+                      " extends past end of file (size " + std::to_string(size_) + ")");
     }
     t.data = base_ + begin;
   }
@@ -351,11 +384,11 @@ Status GgufFile::Parse() {
     const GgufTensorInfo& prev = *by_offset[i - 1];
     const GgufTensorInfo& cur = *by_offset[i];
     if (prev.offset + prev.size_bytes > cur.offset) {
-      return InvalidArgument("tensors '" + prev.name + "' " +
-                             Range(data_start + prev.offset, data_start + prev.offset + prev.size_bytes) +
-                             " and '" + cur.name + "' " +
-                             Range(data_start + cur.offset, data_start + cur.offset + cur.size_bytes) +
-                             " overlap");
+      return InvalidArgument(
+          "tensors '" + prev.name + "' " +
+          Range(data_start + prev.offset, data_start + prev.offset + prev.size_bytes) + " and '" +
+          cur.name + "' " +
+          Range(data_start + cur.offset, data_start + cur.offset + cur.size_bytes) + " overlap");
     }
   }
   return Status::Ok();

@@ -6,9 +6,29 @@
 // INVALID_ARGUMENT Status whose message names the problem and the byte offset; the reader never
 // reads out of bounds and never allocates more than the file size justifies.
 //
+// What is checked (and the error kind):
+//   - magic "GGUF", version 2 or 3 (v2 and v3 are the same layout for little-endian files;
+//     v1 and big-endian files are refused)                                     INVALID_ARGUMENT
+//   - every read inside the buffer; string lengths and array / metadata / tensor counts bounded
+//     by the bytes left *before* anything is reserved                          DATA_LOSS
+//   - value types 0..12; arrays of arrays nest at most 16 deep; no duplicate keys
+//                                                                               INVALID_ARGUMENT
+//   - general.alignment (any integer type) a non-zero power of two; default 32  INVALID_ARGUMENT
+//   - tensors: n_dims 1..4, each dim in [1, 2^63), element and byte counts without int64
+//     overflow, a known ggml type id (GgmlTypeKnown; a known but unsupported type such as Q5_K
+//     is listed, the loader checks GgmlTypeSupported), dims[0] a multiple of the block size,
+//     offset a multiple of the alignment, no duplicate names, no two tensors sharing bytes
+//                                                                               INVALID_ARGUMENT
+//   - data section start (aligned end of the tensor infos) and every tensor's bytes inside the
+//     file, e.g. "tensor 'blk.0.attn_q.weight': data [a, b) extends past end of file (size N)"
+//                                                                               DATA_LOSS
+// Memory: metadata is copied into GgufValue trees (about 50 bytes per array element, so at most
+// ~50x the file's metadata bytes for arrays of 1-byte values); tensor data is never copied.
+//
 // Thread safety: immutable after Open(); all const methods may be called from any thread.
 // Ownership: the GgufFile owns the mapping; every pointer and string_view it returns lives as long
-// as the GgufFile.
+// as the GgufFile. A mapped file truncated by another process while mapped raises SIGBUS on access
+// (the usual mmap caveat); the reader does not guard against that.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +44,10 @@
 #include "runtime/gguf/ggml_types.h"
 
 namespace kinfer {
+
+namespace gguf_internal {
+class ByteCursor;
+}  // namespace gguf_internal
 
 // On-disk ids of metadata value types (gguf_type).
 enum class GgufValueType : uint32_t {
@@ -43,6 +67,9 @@ enum class GgufValueType : uint32_t {
 };
 
 // One metadata value. Arrays hold their element type and the elements (arrays of arrays nest).
+// Storage by type: uint8/16/32/64 -> uint64_t; int8/16/32/64 -> int64_t; float32/64 -> double
+// (float32 widened exactly); bool -> bool; string -> std::string (bytes as stored, not checked
+// for UTF-8); array -> Array (element_type kept even when empty).
 struct GgufValue {
   struct Array {
     GgufValueType element_type = GgufValueType::kUint8;
@@ -64,8 +91,8 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ne[0] (innermost, contiguous) first; 1..4 dims
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;        // relative to the start of the data section
-  uint64_t size_bytes = 0;    // validated: dims product / block size * type size
+  uint64_t offset = 0;            // relative to the start of the data section
+  uint64_t size_bytes = 0;        // validated: dims product / block size * type size
   const uint8_t* data = nullptr;  // into the mapping; aligned to the file's alignment
 
   int64_t num_elements() const;
@@ -73,11 +100,13 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  // Maps and validates `path`. NOT_FOUND if it does not exist; DATA_LOSS / INVALID_ARGUMENT when
-  // the file is not a valid GGUF file (message names the problem and the offset).
+  // Maps and validates `path`. NOT_FOUND if it does not exist; INVALID_ARGUMENT if it cannot be
+  // opened or mapped (not a regular file, permissions); DATA_LOSS / INVALID_ARGUMENT when the file
+  // is not a valid GGUF file (message starts with the path, then names the problem and offset).
   static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
 
   // Parses a buffer the caller owns and keeps alive longer than the returned file (fuzzing, tests).
+  // Tensor data pointers point into `data` and are only as aligned as `data` is.
   static StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const uint8_t* data, size_t size);
 
   ~GgufFile();
@@ -108,7 +137,12 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  // Parse() runs the four steps in file order; each validates what it reads before storing it.
   Status Parse();
+  Status ParseHeader(gguf_internal::ByteCursor& c, uint64_t* n_tensors, uint64_t* n_kv);
+  Status ParseMetadata(gguf_internal::ByteCursor& c, uint64_t n_kv);  // also sets alignment_
+  Status ParseTensorInfos(gguf_internal::ByteCursor& c, uint64_t n_tensors);
+  Status PlaceTensorData(size_t infos_end);  // data start, bounds, overlap; sets data pointers
 
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
@@ -122,11 +156,15 @@ class GgufFile {
 };
 
 // Dequantizes `n` elements of a tensor row of `type` starting at `src` into `dst` (reference,
-// scalar; the fast kernels in backend/cpu are checked against it). REQUIRES: n is a multiple of
-// the type's block size and the type is supported.
+// scalar; the fast kernels in backend/cpu are checked against it). Bit-exact with ggml's
+// dequantize_row_* and gguf-py's dequantize. `src` needs no alignment. REQUIRES: n is a multiple
+// of the type's block size, the type is supported (asserted in debug builds; otherwise nothing
+// is written), `src` holds n / block_size blocks and `dst` holds n floats.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 
-// IEEE half and bfloat16 conversions.
+// IEEE half and bfloat16 conversions. Fp16ToFp32 and Bf16ToFp32 are exact (subnormals, +-0,
+// +-inf, NaN payloads kept). Fp32ToFp16 rounds to nearest, ties to even (as F16C and numpy);
+// overflow gives +-inf, a NaN stays NaN with its sign and top payload bits, quieted.
 float Fp16ToFp32(ggml_fp16_t h);
 ggml_fp16_t Fp32ToFp16(float f);
 float Bf16ToFp32(ggml_bf16_t h);

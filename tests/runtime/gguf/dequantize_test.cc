@@ -12,9 +12,7 @@
 #include "tests/runtime/test_model_path.h"
 
 namespace kinfer {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // Readable parameter names in test output ("Q4_K" instead of a byte dump).
 void PrintTo(GgmlType t, std::ostream* os) { *os << GgmlTypeName(t); }
@@ -69,8 +67,8 @@ TEST_P(DequantReferenceTest, MatchesGgufPyBitForBit) {
       float expected;
       std::memcpy(&expected, want->data + (r * row + i) * 4, 4);
       if (Bits(got[i]) != Bits(expected) && ++mismatches <= 5) {
-        ADD_FAILURE() << name << " row " << r << " element " << i << ": got " << got[i]
-                      << " want " << expected;
+        ADD_FAILURE() << name << " row " << r << " element " << i << ": got " << got[i] << " want "
+                      << expected;
       }
     }
   }
@@ -114,8 +112,8 @@ TEST(Fp16Test, Fp32ToFp16MatchesNumpyRounding) {
     std::memcpy(&want, out->data + 2 * i, 2);
     const uint16_t got = Fp32ToFp16(x);
     if (got != want && ++mismatches <= 5) {
-      ADD_FAILURE() << "x=" << x << " (0x" << std::hex << Bits(x) << ") got 0x" << got
-                    << " want 0x" << want;
+      ADD_FAILURE() << "x=" << x << " (0x" << std::hex << Bits(x) << ") got 0x" << got << " want 0x"
+                    << want;
     }
   }
   EXPECT_EQ(mismatches, 0);
@@ -137,9 +135,9 @@ TEST(Fp16Test, EveryHalfRoundTripsExactly) {
 }
 
 TEST(Fp16Test, DecodesSpecialValuesExactly) {
-  EXPECT_EQ(Fp16ToFp32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(Fp16ToFp32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(Fp16ToFp32(0x03FF), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(Fp16ToFp32(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(Fp16ToFp32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_EQ(Fp16ToFp32(0x7BFF), 65504.0f);
   EXPECT_EQ(Fp16ToFp32(0x7C00), std::numeric_limits<float>::infinity());
   EXPECT_EQ(Fp16ToFp32(0xFC00), -std::numeric_limits<float>::infinity());

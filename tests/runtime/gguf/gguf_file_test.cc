@@ -42,15 +42,19 @@ void AddAllValueTypes(GgufTestWriter& w) {
   w.AddKv("v.f64", VT::kFloat64, Enc().Pod<double>(-1.5e300));
   w.AddKv("v.arr_str", VT::kArray, Enc().ArrayHeader(VT::kString, 3).Str("a").Str("").Str("ccc"));
   w.AddKv("v.arr_f32", VT::kArray, Enc().ArrayHeader(VT::kFloat32, 2).Pod(1.5f).Pod(-2.0f));
-  w.AddKv("v.arr_i32", VT::kArray, Enc().ArrayHeader(VT::kInt32, 2).Pod<int32_t>(-1).Pod<int32_t>(7));
+  w.AddKv("v.arr_i32", VT::kArray,
+          Enc().ArrayHeader(VT::kInt32, 2).Pod<int32_t>(-1).Pod<int32_t>(7));
   w.AddKv("v.arr_empty", VT::kArray, Enc().ArrayHeader(VT::kUint64, 0));
   // [[1, 2], [], [3]] as arrays of uint16.
   w.AddKv("v.nested", VT::kArray,
           Enc()
               .ArrayHeader(VT::kArray, 3)
-              .ArrayHeader(VT::kUint16, 2).Pod<uint16_t>(1).Pod<uint16_t>(2)
+              .ArrayHeader(VT::kUint16, 2)
+              .Pod<uint16_t>(1)
+              .Pod<uint16_t>(2)
               .ArrayHeader(VT::kUint16, 0)
-              .ArrayHeader(VT::kUint16, 1).Pod<uint16_t>(3));
+              .ArrayHeader(VT::kUint16, 1)
+              .Pod<uint16_t>(3));
   // [["x", "yz"]]
   w.AddKv("v.nested_str", VT::kArray,
           Enc().ArrayHeader(VT::kArray, 1).ArrayHeader(VT::kString, 2).Str("x").Str("yz"));
@@ -127,7 +131,7 @@ TEST(GgufFileTest, TypedLookupsReportMissingAndMismatchedTypes) {
   EXPECT_THAT(g.GetInt("nope").status().message(), HasSubstr("'nope'"));
   EXPECT_EQ(g.GetInt("v.str").status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(g.GetInt("v.str").status().message(), HasSubstr("v.str"));
-  EXPECT_EQ(g.GetInt("v.u64").status().code(), StatusCode::kInvalidArgument);  // > INT64_MAX
+  EXPECT_EQ(g.GetInt("v.u64").status().code(), StatusCode::kInvalidArgument);         // > INT64_MAX
   EXPECT_EQ(g.Find("v.i8")->AsUint().status().code(), StatusCode::kInvalidArgument);  // negative
   EXPECT_EQ(*g.GetFloat("v.i32"), -2000000000.0);  // any numeric reads as a float
   EXPECT_EQ(g.GetBool("v.u8").status().code(), StatusCode::kInvalidArgument);
@@ -333,13 +337,13 @@ TEST(GgufFileTest, RejectsNDimsOutsideOneToFour) {
 TEST(GgufFileTest, RejectsZeroAndOverflowingDims) {
   ExpectRejected(OneTensor({"t", {4, 0}, 0, {}, {}, {}}), StatusCode::kInvalidArgument,
                  "tensor 't': dimension 1 is 0");
-  ExpectRejected(OneTensor({"t", {uint64_t{1} << 63}, 0, {}, {}, {}}),
-                 StatusCode::kInvalidArgument, "dimension 0 is 9223372036854775808");
+  ExpectRejected(OneTensor({"t", {uint64_t{1} << 63}, 0, {}, {}, {}}), StatusCode::kInvalidArgument,
+                 "dimension 0 is 9223372036854775808");
   ExpectRejected(OneTensor({"t", {uint64_t{1} << 32, uint64_t{1} << 32}, 0, {}, {}, {}}),
                  StatusCode::kInvalidArgument, "element count overflows");
   // Elements fit in int64 but bytes do not: 2^61 F32 elements.
-  ExpectRejected(OneTensor({"t", {uint64_t{1} << 61}, 0, {}, {}, {}}),
-                 StatusCode::kInvalidArgument, "byte size overflows");
+  ExpectRejected(OneTensor({"t", {uint64_t{1} << 61}, 0, {}, {}, {}}), StatusCode::kInvalidArgument,
+                 "byte size overflows");
 }
 
 TEST(GgufFileTest, RejectsUnknownTypeIds) {

@@ -1,5 +1,6 @@
 // The bundled model (smollm2-135m-instruct-q4_1.gguf) parses as expected, and rows of its Q8_0
-// and Q4_1 tensors dequantize exactly as gguf-py does (tests/fixtures/gguf/model_rows_reference.gguf).
+// and Q4_1 tensors dequantize exactly as gguf-py does
+// (tests/fixtures/gguf/model_rows_reference.gguf).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -57,7 +58,8 @@ TEST_F(GgufModelTest, DequantizedRowsMatchGgufPy) {
     auto rows = (*ref)->GetIntArray("kinfer.rows." + name);
     ASSERT_TRUE(rows.ok()) << rows.status().ToString();
     const int64_t n = t->dims[0];
-    const size_t row_bytes = static_cast<size_t>(n / GgmlBlockSize(t->type)) * GgmlTypeSize(t->type);
+    const size_t row_bytes =
+        static_cast<size_t>(n / GgmlBlockSize(t->type)) * GgmlTypeSize(t->type);
     std::vector<float> got(static_cast<size_t>(n));
     for (int64_t r : *rows) {
       const GgufTensorInfo* want = (*ref)->FindTensor(name + "#" + std::to_string(r));

@@ -54,8 +54,8 @@ struct TestTensor {
   std::vector<uint64_t> dims;
   uint32_t type = 0;
   std::vector<uint8_t> data;
-  std::optional<uint64_t> offset;   // default: next aligned position
-  std::optional<uint32_t> n_dims;   // default: dims.size()
+  std::optional<uint64_t> offset;  // default: next aligned position
+  std::optional<uint32_t> n_dims;  // default: dims.size()
 };
 
 class GgufTestWriter {
@@ -75,7 +75,9 @@ class GgufTestWriter {
     e.Str(key).U32(type).Raw(value.bytes());
     kvs_.push_back(e.bytes());
   }
-  void AddU32(std::string key, uint32_t v) { AddKv(std::move(key), GgufValueType::kUint32, Enc().U32(v)); }
+  void AddU32(std::string key, uint32_t v) {
+    AddKv(std::move(key), GgufValueType::kUint32, Enc().U32(v));
+  }
   void AddString(std::string key, std::string_view v) {
     AddKv(std::move(key), GgufValueType::kString, Enc().Str(v));
   }
