@@ -1,0 +1,54 @@
+// Quantized matrix multiplication for the CPU backend: y = W x for one or many tokens.
+//
+// Numerics track llama.cpp (ggml's vec_dot_type): the activation row is quantized like ggml does
+// before the dot products (Q4_1 x Q8_1; Q4_0 and Q8_0 x Q8_0; Q4_K and Q6_K x Q8_K; F16 x F16;
+// BF16 x BF16; F32 x F32), and every block's exact integer dot is scaled in fp32 by d_w * d_x
+// (+ m * s for Q4_1), so results agree with ggml up to fp32 summation order.
+//
+// Work split: the activations are quantized once, split by tokens across workers; then weight
+// rows (or tokens, when there are few rows) are split across workers. For ntok >= 4 a
+// register-blocked kernel reads each weight block once for several tokens.
+//
+// Thread safety: MatMul is called by the pool's owner (not inside Run). MatMulInPool is called
+// inside pool.Run() by every worker with identical arguments; it uses the workers' scratch
+// (ThreadPool::scratch) and Barrier(). Neither writes anything but y and that scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/backend/cpu/thread_pool.h"
+#include "runtime/gguf/ggml_types.h"
+
+namespace kinfer {
+
+// A row-major weight matrix in a GGUF tensor's own layout: row r starts at data + r * RowBytes().
+// Not owning (usually points into the mapped model file).
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  // Bytes of one row: cols / block size * block bytes.
+  size_t RowBytes() const;
+};
+
+// True for the weight types MatMul implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+bool MatMulSupports(GgmlType type);
+
+// y[t * w.rows + r] = dot(row r of W, x[t * w.cols ... + w.cols)) for t in [0, ntok), r in
+// [0, w.rows). Runs the work on `pool` and returns when y is complete.
+// REQUIRES: MatMulSupports(w.type); w.cols is a multiple of the type's block size (256 for the
+// k-quants, 32 for the other quantized types); x holds ntok * w.cols floats, y ntok * w.rows;
+// x and y do not alias.
+void MatMul(const WeightMatrix& w, const float* x, int64_t ntok, float* y, ThreadPool& pool);
+
+// The same work, done by the calling worker's share, for callers already inside pool.Run() (fused
+// layers). Every worker must call it with the same arguments. It calls pool.Barrier() once, after
+// the activations are quantized (so x may be overwritten after that point by the caller's next
+// phase only after the caller's own barrier); it does not wait at the end: call pool.Barrier()
+// before reading y. Consecutive calls need no barrier in between (the scratch is double-buffered).
+// REQUIRES: as MatMul; ith/nth as passed to the Run function, nth == pool.size().
+void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y, int ith, int nth,
+                  ThreadPool& pool);
+
+}  // namespace kinfer

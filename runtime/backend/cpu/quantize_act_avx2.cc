@@ -1,0 +1,1 @@
+#include "runtime/backend/cpu/kernels.h"

@@ -1,0 +1,81 @@
+// AVX2 + FMA + F16C versions of the vector ops (compiled with -mavx2 -mfma -mf16c).
+#include <immintrin.h>
+
+#include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/vec_ops_table.h"
+
+namespace kinfer::cpu_internal {
+namespace {
+
+inline float Hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 LoadHalf8(const ggml_fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+float DotF32Avx2(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float sum = Hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+float DotF16F32Avx2(const ggml_fp16_t* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(LoadHalf8(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(LoadHalf8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(LoadHalf8(a + i), _mm256_loadu_ps(b + i), acc0);
+  float sum = Hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += _cvtsh_ss(a[i]) * b[i];
+  return sum;
+}
+
+void AxpyF16Avx2(float a, const ggml_fp16_t* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, LoadHalf8(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
+}
+
+void F32ToF16Avx2(const float* x, ggml_fp16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+void F16ToF32Avx2(const ggml_fp16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, LoadHalf8(x + i));
+  for (; i < n; ++i) y[i] = _cvtsh_ss(x[i]);
+}
+
+}  // namespace
+
+void RegisterAvx2VecOps(VecOpsTable* t) {
+  t->dot_f32 = DotF32Avx2;
+  t->dot_f16_f32 = DotF16F32Avx2;
+  t->axpy_f16 = AxpyF16Avx2;
+  t->f32_to_f16 = F32ToF16Avx2;
+  t->f16_to_f32 = F16ToF32Avx2;
+}
+
+}  // namespace kinfer::cpu_internal
