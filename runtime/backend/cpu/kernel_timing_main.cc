@@ -1,1 +1,143 @@
-int main(){return 0;}
+// kinfer-cpu-kernel-timing: times MatMul on SmolLM2-135M's shapes (random weights of the real
+// types) and prints a table: decode (ntok = 1) in GB/s of weights read, prefill (ntok = 512) in
+// GFLOP/s, a whole-model decode pass (30 layers + output, ~96 MB of distinct weights, so nothing
+// stays in cache) in tokens/s, and the machine's read bandwidth bound.
+//
+// Usage: kinfer-cpu-kernel-timing [threads=2] [repeats=5]. Timings are best-of-repeats.
+// A benchmark program, not a test (style.md: benchmarks are programs).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/cpu/bandwidth.h"
+#include "runtime/backend/cpu/cpu_features.h"
+#include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/matmul.h"
+#include "runtime/backend/cpu/thread_pool.h"
+
+namespace kinfer {
+namespace {
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Matrix m;
+  m.w = WeightMatrix{type, nullptr, rows, cols};
+  m.bytes.resize(m.w.RowBytes() * rows);
+  for (size_t i = 0; i + 4 <= m.bytes.size(); i += 4) {
+    const uint32_t v = rng();
+    std::memcpy(&m.bytes[i], &v, 4);
+  }
+  // Sane fp16 scales (0.01) in every block header.
+  const uint16_t h = cpu_internal::FloatToHalf(0.01f);
+  const size_t bb = type == GgmlType::kQ4_1 ? 20 : 34;
+  for (size_t off = 0; off + bb <= m.bytes.size(); off += bb) {
+    std::memcpy(&m.bytes[off], &h, 2);
+    if (type == GgmlType::kQ4_1) std::memcpy(&m.bytes[off + 2], &h, 2);
+  }
+  m.w.data = m.bytes.data();
+  return m;
+}
+
+template <typename F>
+double BestSeconds(int repeats, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+int Main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
+  ThreadPool pool(threads);
+  std::mt19937 rng(42);
+  std::printf("isa %s, %d threads, best of %d\n", ActiveIsaName(), threads, repeats);
+
+  struct Shape {
+    const char* name;
+    GgmlType type;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{"attn_q/o 576x576", GgmlType::kQ4_1, 576, 576},
+                          {"attn_k/v 192x576", GgmlType::kQ4_1, 192, 576},
+                          {"ffn_gate/up 1536x576", GgmlType::kQ4_1, 1536, 576},
+                          {"ffn_down 576x1536", GgmlType::kQ4_1, 576, 1536},
+                          {"output 49152x576 Q8_0", GgmlType::kQ8_0, 49152, 576}};
+  std::printf("%-24s %5s %10s %9s %9s\n", "shape", "ntok", "time_us", "GB/s", "GFLOP/s");
+  for (const Shape& s : shapes) {
+    // Several copies so a decode-shaped product streams from memory, not from the cache.
+    const int copies = std::max<int64_t>(1, (64ll << 20) / (s.rows * s.cols / 2));
+    std::vector<Matrix> ms;
+    for (int c = 0; c < copies; ++c) ms.push_back(MakeMatrix(s.type, s.rows, s.cols, rng));
+    for (int64_t ntok : {int64_t{1}, int64_t{512}}) {
+      if (ntok == 512 && s.rows > 10000) continue;
+      std::vector<float> x(ntok * s.cols), y(ntok * s.rows);
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      const int inner = ntok == 1 ? copies : 1;
+      int next = 0;
+      const double sec = BestSeconds(repeats * (ntok == 1 ? 4 : 1), [&] {
+        for (int i = 0; i < inner; ++i) {
+          MatMul(ms[next].w, x.data(), ntok, y.data(), pool);
+          next = (next + 1) % copies;
+        }
+      }) / inner;
+      const double bytes = static_cast<double>(ms[0].w.RowBytes() * s.rows);
+      const double flops = 2.0 * s.rows * s.cols * ntok;
+      std::printf("%-24s %5lld %10.1f %9.2f %9.1f\n", s.name, static_cast<long long>(ntok), sec * 1e6,
+                  bytes / sec / 1e9, flops / sec / 1e9);
+    }
+  }
+
+  // Whole-model decode: the 7 products of 30 layers plus the output matrix, distinct weights.
+  std::vector<Matrix> model;
+  for (int l = 0; l < 30; ++l) {
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 576, 576, rng));
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 192, 576, rng));
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 192, 576, rng));
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 576, 576, rng));
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 1536, 576, rng));
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 1536, 576, rng));
+    model.push_back(MakeMatrix(GgmlType::kQ4_1, 576, 1536, rng));
+  }
+  model.push_back(MakeMatrix(GgmlType::kQ8_0, 49152, 576, rng));
+  double total_bytes = 0;
+  for (const auto& m : model) total_bytes += static_cast<double>(m.bytes.size());
+  std::vector<float> x(1536, 0.5f), y(49152);
+  const double sec = BestSeconds(repeats * 2, [&] {
+    for (const auto& m : model) MatMul(m.w, x.data(), 1, y.data(), pool);
+  });
+  const double bw = MeasureReadBandwidthGBs(threads, pool);
+  std::printf("\nwhole-model decode matmuls: %.2f ms/token = %.1f tokens/s, %.2f GB/s (%.0f MB)\n", sec * 1e3,
+              1.0 / sec, total_bytes / sec / 1e9, total_bytes / 1e6);
+  std::printf("read bandwidth (%d threads): %.2f GB/s -> bound %.1f tokens/s; achieved %.0f%%\n", threads, bw,
+              bw * 1e9 / total_bytes, 100.0 * total_bytes / sec / 1e9 / bw);
+
+  // Whole-model prefill of 512 tokens (matmuls only), same weights.
+  std::vector<float> xp(512 * 1536, 0.25f), yp(512 * 1536);
+  const double psec = BestSeconds(std::max(1, repeats / 2), [&] {
+    for (size_t i = 0; i + 1 < model.size(); ++i) MatMul(model[i].w, xp.data(), 512, yp.data(), pool);
+  });
+  double pflops = 0;
+  for (size_t i = 0; i + 1 < model.size(); ++i) pflops += 2.0 * model[i].w.rows * model[i].w.cols * 512;
+  std::printf("prefill 512 tokens, 30 layers' matmuls (no output): %.1f ms = %.0f tokens/s, %.1f GFLOP/s\n",
+              psec * 1e3, 512 / psec, pflops / psec / 1e9);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kinfer
+
+int main(int argc, char** argv) { return kinfer::Main(argc, argv); }
