@@ -10,6 +10,10 @@ Files written:
   tokenizer/hard_cases.json  a hand-written corpus of tricky inputs, parse_special on and off
   tokenizer/random_mix.json  seeded random strings over a pool of tricky pieces
   tokenizer/vocab_facts.json bos/eos, end-of-generation and control ids, piece checksums
+  tokenizer/pre_gpt2.json, tokenizer/pre_default.json
+                             the same vocab with tokenizer.ggml.pre rewritten to "gpt-2" and
+                             "default" (a vocab-only GGUF copy in a temporary folder), to check
+                             the other pre-tokenizers and the space clean-up on decode
   chat_template/smollm2.json the model's template rendered for several conversations
 Each token entry holds the text, parse_special, the reference ids and the reference
 llama_detokenize output with and without special tokens.
@@ -20,7 +24,9 @@ import json
 import os
 import random
 import sys
+import tempfile
 
+import gguf
 import jinja2
 import jinja2.ext
 import jinja2.sandbox
@@ -204,6 +210,48 @@ def record_tokens(llm, vocab, out_dir):
     write(os.path.join(out_dir, "vocab_facts.json"), facts)
 
 
+def vocab_only_copy(src, pre, path):
+    """Writes a GGUF with src's metadata (no tensors) and tokenizer.ggml.pre = pre."""
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(path, arch=bytes(r.fields["general.architecture"].parts[-1]).decode())
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        if k == "tokenizer.ggml.pre":
+            w.add_string(k, pre)
+            continue
+        t = f.types[0]
+        if t == gguf.GGUFValueType.ARRAY:
+            if f.types[1] == gguf.GGUFValueType.STRING:
+                w.add_array(k, [bytes(f.parts[i]).decode("utf-8", errors="surrogateescape") for i in f.data])
+            else:
+                w.add_array(k, [f.parts[i][0].item() for i in f.data])
+        elif t == gguf.GGUFValueType.STRING:
+            w.add_string(k, bytes(f.parts[f.data[0]]).decode())
+        else:
+            w.add_key_value(k, f.parts[f.data[0]][0].item(), t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def record_other_pre_types(model_path, out_dir):
+    rng = random.Random(7)
+    mix = ["".join(rng.choice(POOL) for _ in range(rng.randint(1, 24))) for _ in range(120)]
+    extra = ["a  1", "x +=1", "$$$ ~~~ ^^ <=> |||", "1234567 89 0.125", "Hello , world ! It ' s ' quoted ' ok .",
+             "don 't , we 're , you 've , I 'm , it 's , they 'll , he 'd"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre, name in (("gpt-2", "pre_gpt2.json"), ("default", "pre_default.json")):
+            path = os.path.join(tmp, f"vocab_{name}.gguf")
+            vocab_only_copy(model_path, pre, path)
+            llm, vocab = load_vocab(path)
+            entries = [entry(llm, vocab, t, p) for t in HARD_CASES + extra for p in (False, True)]
+            entries += [entry(llm, vocab, t, i % 2 == 0) for i, t in enumerate(mix)]
+            write(os.path.join(out_dir, name), dict(header("tokenize, vocab_only"), pre=pre, entries=entries))
+            del llm
+
+
 def chat_env():
     # As llama_cpp.llama_chat_format.Jinja2ChatFormatter builds it.
     return jinja2.sandbox.ImmutableSandboxedEnvironment(
@@ -250,6 +298,7 @@ def main():
     args = ap.parse_args()
     llm, vocab = load_vocab(os.path.abspath(args.model))
     record_tokens(llm, vocab, os.path.join(ROOT, "tests/fixtures/tokenizer"))
+    record_other_pre_types(os.path.abspath(args.model), os.path.join(ROOT, "tests/fixtures/tokenizer"))
     meta = llm.metadata
     bos = piece(vocab, llama_cpp.llama_vocab_bos(vocab), True).decode()
     eos = piece(vocab, llama_cpp.llama_vocab_eos(vocab), True).decode()

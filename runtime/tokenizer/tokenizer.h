@@ -40,6 +40,9 @@ struct TokenizerData {
   std::optional<std::string> chat_template;
 };
 
+// Reads tokenizer.ggml.* from a GGUF file (errors as Tokenizer::FromGguf).
+StatusOr<TokenizerData> ReadTokenizerData(const GgufFile& file);
+
 class Tokenizer {
  public:
   // Reads tokenizer.ggml.* from `file`. Errors: NOT_FOUND / INVALID_ARGUMENT naming the key when

@@ -18,11 +18,18 @@ int32_t ReadId(const GgufFile& file, std::string_view key, int32_t n_tokens) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
+  KINFER_ASSIGN_OR_RETURN(TokenizerData data, ReadTokenizerData(file));
+  return Create(std::move(data));
+}
+
+StatusOr<TokenizerData> ReadTokenizerData(const GgufFile& file) {
   TokenizerData data;
   auto model = file.GetString("tokenizer.ggml.model");
   if (!model.ok()) return model.status().WithContext("tokenizer: reading tokenizer.ggml.model");
   data.model = std::move(*model);
-  if (data.model != "gpt2") return Create(std::move(data));  // fails with the model's name
+  if (data.model != "gpt2") {
+    return Unimplemented("unsupported tokenizer.ggml.model '" + data.model + "' (supported: gpt2, byte-level BPE)");
+  }
 
   auto tokens = file.GetStringArray("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status().WithContext("tokenizer: reading tokenizer.ggml.tokens");
@@ -56,7 +63,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   if (auto v = file.GetBool("tokenizer.ggml.add_bos_token"); v.ok()) data.add_bos = *v;
   if (auto v = file.GetBool("tokenizer.ggml.add_eos_token"); v.ok()) data.add_eos = *v;
   if (auto v = file.GetString("tokenizer.chat_template"); v.ok()) data.chat_template = std::move(*v);
-  return Create(std::move(data));
+  return data;
 }
 
 }  // namespace kinfer

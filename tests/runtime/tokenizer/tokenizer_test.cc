@@ -80,6 +80,38 @@ TEST_P(TokenizerFixtureTest, StreamingDecoderEmitsOnlyValidUtf8) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerFixtureTest, ::testing::ValuesIn(kFixtureFiles));
 
+// The model's vocab with tokenizer.ggml.pre replaced, as the fixtures for other pre types were
+// recorded (a vocab-only GGUF copy with the key rewritten).
+class OtherPreTypeTest : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(OtherPreTypeTest, EncodeAndDecodeMatchLlamaCpp) {
+  KINFER_REQUIRE_MODEL();
+  auto file = GgufFile::Open(testing::ModelPath());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto data = ReadTokenizerData(**file);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  data->pre = GetParam().second;
+  auto tok = Tokenizer::Create(std::move(*data));
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::vector<TokenCase> cases = LoadTokenCases(GetParam().first);
+  ASSERT_FALSE(cases.empty());
+  int matched = 0;
+  for (const TokenCase& c : cases) {
+    const std::vector<int32_t> ids = (*tok)->Encode(c.text, false, c.parse_special);
+    EXPECT_EQ(ids, c.ids) << ::testing::PrintToString(c.text) << " parse_special=" << c.parse_special;
+    EXPECT_EQ((*tok)->Decode(c.ids, false), c.decoded) << ::testing::PrintToString(c.text);
+    EXPECT_EQ((*tok)->Decode(c.ids, true), c.decoded_special) << ::testing::PrintToString(c.text);
+    matched += ids == c.ids;
+  }
+  std::printf("%s (pre %s): %d/%zu entries match llama.cpp\n", GetParam().first, GetParam().second, matched,
+              cases.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, OtherPreTypeTest,
+    ::testing::Values(std::make_pair("tests/fixtures/tokenizer/pre_gpt2.json", "gpt-2"),
+                      std::make_pair("tests/fixtures/tokenizer/pre_default.json", "default")));
+
 uint64_t Fnv1a(const std::string& bytes, uint64_t h) {
   for (unsigned char b : bytes) {
     h ^= b;
