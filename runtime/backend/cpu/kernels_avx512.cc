@@ -1,4 +1,202 @@
+// AVX-512 VNNI kernels (compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni): the
+// register-blocked GEMM for Q4_0, Q4_1 and Q8_0 weights x many tokens (prefill).
+//
+// Layout trick: one 32-bit lane of a 256-bit accumulator holds one block's integer dot. The
+// activations are quantized in the "interleaved" kQ8 order (kernels.h): for each group of 8
+// blocks, step k (0..7) is a 32-byte vector whose lane j holds bytes 4k..4k+3 of block j. The
+// weights of a panel of 4 rows are repacked into the same order once per token chunk (masked
+// gathers), as unsigned bytes: Q4 nibbles as they are, Q8_0 as w + 128. Eight vpdpbusd then
+// leave 8 complete block dots in 8 lanes; the zero-point (8 for Q4_0, 128 for Q8_0) times
+// sum(q_x) is subtracted in integers, so each block's dot is exact, and one cvt + fma scales all
+// 8 by d_w * d_x (+ m_w * s_x for Q4_1), as ggml does per block. Per 256 multiply-adds that is
+// 8 vpdpbusd + 3-4 other ops, against 4-5 ops per 32 in a block-at-a-time kernel.
+//
+// Micro-kernel: 4 weight rows x 3 tokens = 12 integer + 12 float accumulators in ymm registers.
+#include <immintrin.h>
+
+#include <cstring>
+
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/thread_pool.h"
+
 namespace kinfer::cpu_internal {
-void RegisterAvx512Kernels(KernelTable* t) {}
+namespace {
+
+constexpr int kPanelRows = 4;
+constexpr int kTokTile = 3;
+constexpr int64_t kTokChunk = 96;  // tokens whose activations stay in L2 while panels rotate
+
+enum class QKind { kQ4_0, kQ4_1, kQ8_0 };
+
+template <QKind K>
+struct Traits;
+template <>
+struct Traits<QKind::kQ4_0> {
+  static constexpr int kBlockBytes = sizeof(BlockQ4_0);
+  static constexpr int kQsOffset = 2;
+  static constexpr int kZeroShift = 3;  // zero point 8
+};
+template <>
+struct Traits<QKind::kQ4_1> {
+  static constexpr int kBlockBytes = sizeof(BlockQ4_1);
+  static constexpr int kQsOffset = 4;
+  static constexpr int kZeroShift = -1;  // no zero point
+};
+template <>
+struct Traits<QKind::kQ8_0> {
+  static constexpr int kBlockBytes = sizeof(BlockQ8_0);
+  static constexpr int kQsOffset = 2;
+  static constexpr int kZeroShift = 7;  // w + 128
+};
+
+// A panel of kPanelRows weight rows in the interleaved order, with per-block scales.
+struct Panel {
+  uint8_t* q;  // [row][nbp * 32]
+  float* d;    // [row][nbp]
+  float* m;    // [row][nbp] (Q4_1 only)
+};
+
+template <QKind K>
+void RepackRow(const uint8_t* wrow, int64_t nb, int64_t nbp, uint8_t* q, float* d, float* m) {
+  using Tr = Traits<K>;
+  const __m256i vindex = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(Tr::kBlockBytes));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t g = 0; g < nbp / 8; ++g) {
+    const int64_t valid = nb - g * 8;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid < 8 ? valid : 8)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const uint8_t* gbase = wrow + g * 8 * Tr::kBlockBytes + Tr::kQsOffset;
+    __m256i* out = reinterpret_cast<__m256i*>(q + g * 256);
+    if constexpr (K == QKind::kQ8_0) {
+      for (int k = 0; k < 8; ++k) {
+        const __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(gbase + 4 * k),
+                                                      vindex, mask, 1);
+        // w + 128 as unsigned; padding lanes stay 0 (their activation bytes are 0 too).
+        _mm256_store_si256(out + k, _mm256_and_si256(_mm256_xor_si256(v, _mm256_set1_epi8(-128)), mask));
+      }
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        const __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(gbase + 4 * k),
+                                                      vindex, mask, 1);
+        _mm256_store_si256(out + k, _mm256_and_si256(v, low4));
+        _mm256_store_si256(out + k + 4, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      }
+    }
+  }
+  for (int64_t b = 0; b < nbp; ++b) {
+    if (b < nb) {
+      const uint8_t* blk = wrow + b * Tr::kBlockBytes;
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      d[b] = _cvtsh_ss(h);
+      if constexpr (K == QKind::kQ4_1) {
+        std::memcpy(&h, blk + 2, 2);
+        m[b] = _cvtsh_ss(h);
+      }
+    } else {
+      d[b] = 0.0f;
+      if constexpr (K == QKind::kQ4_1) m[b] = 0.0f;
+    }
+  }
+}
+
+inline float Hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// out[r * T + t] = dot(panel row r, token t) for 4 rows and T tokens.
+template <QKind K, int T>
+void MicroKernel(const Panel& p, int64_t nbp, const Q8Row* x, float* out) {
+  constexpr int R = kPanelRows;
+  __m256 facc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) facc[r][t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < nbp / 8; ++g) {
+    __m256i iacc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) iacc[r][t] = _mm256_setzero_si256();
+    const int64_t off = g * 256;
+    for (int k = 0; k < 8; ++k) {
+      __m256i w[R];
+      for (int r = 0; r < R; ++r) w[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.q + r * nbp * 32 + off + k * 32));
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(x[t].qs + off + k * 32));
+        for (int r = 0; r < R; ++r) iacc[r][t] = _mm256_dpbusd_epi32(iacc[r][t], w[r], xv);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m256 dx = _mm256_loadu_ps(x[t].d + g * 8);
+      __m256i zero_term = _mm256_setzero_si256();
+      if constexpr (Traits<K>::kZeroShift >= 0) {
+        zero_term = _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t].isum + g * 8)),
+                                      Traits<K>::kZeroShift);
+      }
+      for (int r = 0; r < R; ++r) {
+        __m256i dot = iacc[r][t];
+        if constexpr (Traits<K>::kZeroShift >= 0) dot = _mm256_sub_epi32(dot, zero_term);
+        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p.d + r * nbp + g * 8), dx);
+        facc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, facc[r][t]);
+        if constexpr (K == QKind::kQ4_1) {
+          facc[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(p.m + r * nbp + g * 8), _mm256_loadu_ps(x[t].s + g * 8),
+                                       facc[r][t]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[r * T + t] = Hsum(facc[r][t]);
+}
+
+template <QKind K>
+void Gemm(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = a.cols / 32;
+  const int64_t nbp = PaddedBlocks(a.cols);
+  // Panel storage, reused across calls by this thread.
+  thread_local AlignedBuffer storage;
+  uint8_t* mem = storage.Reserve(kPanelRows * nbp * (32 + 8) + 64);
+  Panel p{mem, reinterpret_cast<float*>(mem + kPanelRows * nbp * 32),
+          reinterpret_cast<float*>(mem + kPanelRows * nbp * 36)};
+  for (int64_t tc = t0; tc < t1; tc += kTokChunk) {
+    const int64_t tc_end = tc + kTokChunk < t1 ? tc + kTokChunk : t1;
+    for (int64_t rp = r0; rp < r1; rp += kPanelRows) {
+      const int rows = static_cast<int>(r1 - rp < kPanelRows ? r1 - rp : kPanelRows);
+      for (int r = 0; r < kPanelRows; ++r) {
+        if (r < rows) {
+          RepackRow<K>(a.w + (rp + r) * a.w_row_bytes, nb, nbp, p.q + r * nbp * 32, p.d + r * nbp, p.m + r * nbp);
+        } else {  // missing rows of the last panel: zero scales, results discarded
+          std::memset(p.q + r * nbp * 32, 0, nbp * 32);
+          std::memset(p.d + r * nbp, 0, nbp * 4);
+          std::memset(p.m + r * nbp, 0, nbp * 4);
+        }
+      }
+      for (int64_t t = tc; t < tc_end; t += kTokTile) {
+        const int nt = static_cast<int>(tc_end - t < kTokTile ? tc_end - t : kTokTile);
+        Q8Row x[kTokTile];
+        for (int i = 0; i < nt; ++i) x[i] = ViewQ8(a.act[t + i], a.cols);
+        float out[kPanelRows * kTokTile];
+        switch (nt) {
+          case 1: MicroKernel<K, 1>(p, nbp, x, out); break;
+          case 2: MicroKernel<K, 2>(p, nbp, x, out); break;
+          default: MicroKernel<K, 3>(p, nbp, x, out); break;
+        }
+        for (int r = 0; r < rows; ++r)
+          for (int i = 0; i < nt; ++i) a.y[(t + i) * a.ldy + rp + r] = out[r * nt + i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void RegisterAvx512Kernels(KernelTable* t) {
+  t->gemm[static_cast<int>(GgmlType::kQ4_0)] = Gemm<QKind::kQ4_0>;
+  t->gemm[static_cast<int>(GgmlType::kQ4_1)] = Gemm<QKind::kQ4_1>;
+  t->gemm[static_cast<int>(GgmlType::kQ8_0)] = Gemm<QKind::kQ8_0>;
+  t->gemm_rows = kPanelRows;
+}
+
 }  // namespace kinfer::cpu_internal
