@@ -1,7 +1,12 @@
 """The official openai client against kinfer-runtime: chat, completions, streaming, models."""
 import requests
 
-PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
+# With no system message, SmolLM2's chat template inserts its default one ("You are a helpful AI
+# assistant named SmolLM, ...") and this 135M model then answers "L'Étoile, la Cité, ..." under
+# greedy decoding -- llama.cpp (llama-cpp-python 0.3.36) gives the same 37 prompt tokens and the
+# same text. With a plain system message it answers "The capital of France is Paris."
+PROMPT = [{"role": "system", "content": "You are a helpful assistant."},
+          {"role": "user", "content": "What is the capital of France?"}]
 
 
 def test_models_list(client, server):

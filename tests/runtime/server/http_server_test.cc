@@ -85,7 +85,6 @@ class HttpServerTest : public ::testing::Test {
 
   int port_ = 0;
   metrics::Registry registry_;
-  metrics::Registry registry_other_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<HttpServer> server_;
 };
@@ -138,16 +137,6 @@ TEST_F(HttpServerTest, MetricsArePrometheusText) {
       << m.body;
   EXPECT_NE(m.body.find("kinfer_runtime_time_to_first_token_seconds_bucket{le=\"120\"} 0"),
             std::string::npos);
-}
-
-TEST_F(HttpServerTest, SecondServerOnSamePortFailsToStart) {
-  Router other_router(&registry_other_);
-  HttpServerOptions o;
-  o.port = port_;
-  HttpServer other(o, &other_router);
-  Status s = other.Start();
-  EXPECT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
 }
 
 }  // namespace
