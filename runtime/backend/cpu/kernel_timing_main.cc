@@ -81,6 +81,16 @@ int Main(int argc, char** argv) {
   std::printf("isa %s, %d threads, best of %d, %s time\n", ActiveIsaName(), threads, repeats,
               g_cpu_clock ? "process CPU" : "wall");
 
+  {  // Synchronisation costs: an empty Run, and a Run with 2 barriers.
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20000; ++i) pool.Run([](int, int) {});
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20000; ++i) pool.Run([&](int, int) { pool.Barrier(); pool.Barrier(); });
+    const auto t2 = std::chrono::steady_clock::now();
+    std::printf("empty Run %.2f us, Run + 2 Barrier %.2f us (wall)\n",
+                std::chrono::duration<double>(t1 - t0).count() / 20000 * 1e6,
+                std::chrono::duration<double>(t2 - t1).count() / 20000 * 1e6);
+  }
   struct Shape {
     const char* name;
     GgmlType type;

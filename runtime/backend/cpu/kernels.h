@@ -91,7 +91,8 @@ const KernelTable& KernelsFor(int isa);
 void RegisterScalarKernels(KernelTable* t);
 void RegisterScalarQuantizers(KernelTable* t);  // quantize_act.cc
 void RegisterAvx2Kernels(KernelTable* t);
-void RegisterAvx2Quantizers(KernelTable* t);  // quantize_act_avx2.cc
+void RegisterAvx2Quantizers(KernelTable* t);      // quantize_act_avx2.cc
+void RegisterAvx2KQuantKernels(KernelTable* t);  // kernels_kquants_avx2.cc
 void RegisterAvx512Kernels(KernelTable* t);
 
 // Scalar fp16/bf16 conversions used by the kernels (bit-exact with ggml's: round to nearest even).
