@@ -182,10 +182,13 @@ void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta,
                  chat ? "chat" : "completion", ev.completion_tokens);
     return;
   }
-  if (ev.finish == FinishReason::kError) {
-    Status s = ev.error.ok() ? Internal("generation failed") : ev.error;
+  if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kCancelled) {
+    // kCancelled here means the server is stopping (the client is still there).
+    Status s = ev.finish == FinishReason::kCancelled ? Unavailable("the server is shutting down")
+               : ev.error.ok()                       ? Internal("generation failed")
+                                                     : ev.error;
     sink.Write(SseEvent(ErrorBodyFor(s)));
-  } else if (ev.finish != FinishReason::kCancelled) {
+  } else {
     std::string empty;
     send(chat ? ChatChunkJson(meta, false, nullptr, nullptr, ev.finish, iu)
               : CompletionChunkJson(meta, empty, nullptr, offset, ev.finish, iu));

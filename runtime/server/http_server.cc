@@ -107,33 +107,43 @@ void HttpServer::Stop(int grace_seconds) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stopped) return;
-    impl_->stopped = true;
+    impl_->stopped = true;  // new connections' requests get 503 from here on
   }
   if (!impl_->listener) return;
-  impl_->router->BeginShutdown();  // running generations cancel at their next poll
+  // Let running generations end cleanly first (they cancel at their next poll and close their
+  // streams with an error event and [DONE]); closing the listener would cut their connections.
+  impl_->router->BeginShutdown();
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    if (!impl_->cv.wait_for(lock, std::chrono::seconds(grace_seconds),
+                            [&] { return impl_->in_flight == 0; })) {
+      spdlog::warn("{} requests still in flight after {} s", impl_->in_flight, grace_seconds);
+    }
+  }
   try {
     impl_->listener->close().wait();
   } catch (const std::exception& e) {
     spdlog::warn("closing the listener: {}", e.what());
   }
   std::unique_lock<std::mutex> lock(impl_->mu);
-  if (!impl_->cv.wait_for(lock, std::chrono::seconds(grace_seconds),
-                          [&] { return impl_->in_flight == 0; })) {
-    spdlog::warn("{} requests still in flight after {} s", impl_->in_flight, grace_seconds);
-  }
+  impl_->cv.wait_for(lock, std::chrono::seconds(1), [&] { return impl_->in_flight == 0; });
 }
 
 void HttpServer::Impl::OnRequest(http::http_request req) {
   bool admitted = false;
+  bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mu);
+    stopping = stopped;
     if (!stopped && in_flight < options.max_in_flight) {
       ++in_flight;
       admitted = true;
     }
   }
   if (!admitted) {
-    HttpResponse r = ErrorResponse(Unavailable("too many requests in flight"), ErrorDetail{});
+    HttpResponse r = ErrorResponse(
+        Unavailable(stopping ? "the server is shutting down" : "too many requests in flight"),
+        ErrorDetail{});
     Reply(req, r);
     return;
   }

@@ -35,8 +35,9 @@ class HttpServer {
 
   // Starts listening. UNAVAILABLE with the reason when the address cannot be bound.
   Status Start();
-  // Stops accepting, asks the router to cancel generations, and waits (up to `grace` seconds)
-  // for in-flight requests to finish. Idempotent.
+  // Answers new requests 503, asks the router to cancel running generations (their streams end
+  // with an error event and [DONE]), waits up to `grace_seconds` for in-flight requests, then
+  // closes the listener. Idempotent.
   void Stop(int grace_seconds = 10);
 
  private:

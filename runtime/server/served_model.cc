@@ -22,7 +22,7 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   m->name_ = o.name.empty() ? ModelNameFromPath(o.path) : o.name;
 
   StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.path);
-  if (!file.ok()) return file.status().WithContext(o.path);
+  if (!file.ok()) return file.status();  // its message names the path
   m->file_ = std::shared_ptr<const GgufFile>(std::move(file).value());
 
   StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(*m->file_);
