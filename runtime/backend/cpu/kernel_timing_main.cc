@@ -107,12 +107,12 @@ int Main(int argc, char** argv) {
     const int copies = std::max<int64_t>(1, (64ll << 20) / (s.rows * s.cols / 2));
     std::vector<Matrix> ms;
     for (int c = 0; c < copies; ++c) ms.push_back(MakeMatrix(s.type, s.rows, s.cols, rng));
-    for (int64_t ntok : {int64_t{1}, int64_t{512}}) {
-      if (ntok == 512 && s.rows > 10000) continue;
+    for (int64_t ntok : {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{16}, int64_t{512}}) {
+      if (ntok > 1 && s.rows > 10000) continue;
       std::vector<float> x(ntok * s.cols), y(ntok * s.rows);
       std::normal_distribution<float> nd;
       for (auto& v : x) v = nd(rng);
-      const int inner = ntok == 1 ? copies : 1;
+      const int inner = ntok < 512 ? copies : 1;
       int next = 0;
       const double sec = BestSeconds(repeats * (ntok == 1 ? 4 : 1), [&] {
         for (int i = 0; i < inner; ++i) {

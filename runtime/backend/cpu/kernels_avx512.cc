@@ -56,6 +56,51 @@ struct Panel {
   float* m;    // [row][nbp] (Q4_1 only)
 };
 
+// 4x4 transposes of 32-bit words inside each 128-bit half: out[k] = word k of a0..a3.
+inline void Transpose4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i* out) {
+  const __m256i t0 = _mm256_unpacklo_epi32(a0, a1), t1 = _mm256_unpackhi_epi32(a0, a1);
+  const __m256i t2 = _mm256_unpacklo_epi32(a2, a3), t3 = _mm256_unpackhi_epi32(a2, a3);
+  out[0] = _mm256_unpacklo_epi64(t0, t2);
+  out[1] = _mm256_unpackhi_epi64(t0, t2);
+  out[2] = _mm256_unpacklo_epi64(t1, t3);
+  out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+inline __m256i Load2x128(const uint8_t* lo, const uint8_t* hi) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
+}
+
+// One full group of 8 blocks (all inside the row) into 8 interleaved steps, with shuffles.
+template <QKind K>
+inline void RepackFullGroup(const uint8_t* blocks, __m256i* out) {
+  using Tr = Traits<K>;
+  const uint8_t* q = blocks + Tr::kQsOffset;
+  constexpr int bb = Tr::kBlockBytes;
+  if constexpr (K == QKind::kQ8_0) {
+    // Words 0..3 and 4..7 of the 8 blocks: two 4x4 transposes per half-block.
+    __m256i lo[4], hi[4];
+    Transpose4x4(Load2x128(q + 0 * bb, q + 4 * bb), Load2x128(q + 1 * bb, q + 5 * bb),
+                 Load2x128(q + 2 * bb, q + 6 * bb), Load2x128(q + 3 * bb, q + 7 * bb), lo);
+    Transpose4x4(Load2x128(q + 0 * bb + 16, q + 4 * bb + 16), Load2x128(q + 1 * bb + 16, q + 5 * bb + 16),
+                 Load2x128(q + 2 * bb + 16, q + 6 * bb + 16), Load2x128(q + 3 * bb + 16, q + 7 * bb + 16), hi);
+    const __m256i bias = _mm256_set1_epi8(-128);
+    for (int k = 0; k < 4; ++k) {
+      _mm256_store_si256(out + k, _mm256_xor_si256(lo[k], bias));
+      _mm256_store_si256(out + k + 4, _mm256_xor_si256(hi[k], bias));
+    }
+  } else {
+    __m256i v[4];
+    Transpose4x4(Load2x128(q + 0 * bb, q + 4 * bb), Load2x128(q + 1 * bb, q + 5 * bb),
+                 Load2x128(q + 2 * bb, q + 6 * bb), Load2x128(q + 3 * bb, q + 7 * bb), v);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      _mm256_store_si256(out + k, _mm256_and_si256(v[k], low4));
+      _mm256_store_si256(out + k + 4, _mm256_and_si256(_mm256_srli_epi16(v[k], 4), low4));
+    }
+  }
+}
+
 template <QKind K>
 void RepackRow(const uint8_t* wrow, int64_t nb, int64_t nbp, uint8_t* q, float* d, float* m) {
   using Tr = Traits<K>;
@@ -64,10 +109,15 @@ void RepackRow(const uint8_t* wrow, int64_t nb, int64_t nbp, uint8_t* q, float* 
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t g = 0; g < nbp / 8; ++g) {
     const int64_t valid = nb - g * 8;
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid < 8 ? valid : 8)),
+    __m256i* out = reinterpret_cast<__m256i*>(q + g * 256);
+    if (valid >= 8) {
+      RepackFullGroup<K>(wrow + g * 8 * Tr::kBlockBytes, out);
+      continue;
+    }
+    // The last, partial group: masked gathers never touch the missing blocks.
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const uint8_t* gbase = wrow + g * 8 * Tr::kBlockBytes + Tr::kQsOffset;
-    __m256i* out = reinterpret_cast<__m256i*>(q + g * 256);
     if constexpr (K == QKind::kQ8_0) {
       for (int k = 0; k < 8; ++k) {
         const __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(gbase + 4 * k),
