@@ -6,18 +6,26 @@ namespace kinfer {
 
 int HttpStatusFor(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return 200;
+    case StatusCode::kOk:
+      return 200;
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
-    case StatusCode::kFailedPrecondition: return 400;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kFailedPrecondition:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kCancelled: return 499;
-    case StatusCode::kDeadlineExceeded: return 504;
-    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kCancelled:
+      return 499;
+    case StatusCode::kDeadlineExceeded:
+      return 504;
+    case StatusCode::kUnimplemented:
+      return 501;
     case StatusCode::kDataLoss:
-    case StatusCode::kInternal: return 500;
+    case StatusCode::kInternal:
+      return 500;
   }
   return 500;
 }

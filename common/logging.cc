@@ -9,11 +9,14 @@
 namespace kinfer {
 
 Status ParseLogLevel(std::string_view name, int* out) {
-  struct Entry { std::string_view name; spdlog::level::level_enum level; };
+  struct Entry {
+    std::string_view name;
+    spdlog::level::level_enum level;
+  };
   static constexpr Entry kLevels[] = {
-      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
-      {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+      {"trace", spdlog::level::trace},       {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},         {"warn", spdlog::level::warn},
+      {"warning", spdlog::level::warn},      {"error", spdlog::level::err},
       {"critical", spdlog::level::critical}, {"off", spdlog::level::off},
   };
   for (const Entry& e : kLevels) {

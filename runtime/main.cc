@@ -96,15 +96,24 @@ Flags ParseFlags(int argc, char** argv) {
       }
       return out;
     };
-    if (name == "--model") f.model = take();
-    else if (name == "--host") f.host = take();
-    else if (name == "--port") f.port = static_cast<int>(take_int(1, 65535));
-    else if (name == "--threads") f.threads = static_cast<int>(take_int(1, 1024));
-    else if (name == "--ctx-size") f.ctx_size = static_cast<int>(take_int(0, 1 << 24));
-    else if (name == "--model-name") f.model_name = take();
-    else if (name == "--max-body-bytes") f.max_body_bytes = take_int(1, 1LL << 32);
-    else if (name == "--log-level") f.log_level = take();
-    else BadFlag("unknown flag '" + name + "'");
+    if (name == "--model")
+      f.model = take();
+    else if (name == "--host")
+      f.host = take();
+    else if (name == "--port")
+      f.port = static_cast<int>(take_int(1, 65535));
+    else if (name == "--threads")
+      f.threads = static_cast<int>(take_int(1, 1024));
+    else if (name == "--ctx-size")
+      f.ctx_size = static_cast<int>(take_int(0, 1 << 24));
+    else if (name == "--model-name")
+      f.model_name = take();
+    else if (name == "--max-body-bytes")
+      f.max_body_bytes = take_int(1, 1LL << 32);
+    else if (name == "--log-level")
+      f.log_level = take();
+    else
+      BadFlag("unknown flag '" + name + "'");
   }
   if (f.model.empty()) BadFlag("--model PATH is required");
   if (f.host.empty()) BadFlag("--host must not be empty");

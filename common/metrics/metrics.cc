@@ -8,9 +8,12 @@ namespace kinfer::metrics {
 
 const char* MetricTypeName(MetricType type) {
   switch (type) {
-    case MetricType::kCounter: return "counter";
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kHistogram: return "histogram";
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -145,8 +148,8 @@ Family<Counter>& Registry::AddCounter(std::string name, std::string help,
   std::lock_guard<std::mutex> lock(mu_);
   if (HasName(name)) CheckOrDie(InvalidArgument("duplicate metric '" + name + "'"));
   // Family's constructor is private to the Registry, hence new (owned at once).
-  std::unique_ptr<Family<Counter>> owned(new Family<Counter>(std::move(name), std::move(help), MetricType::kCounter,
-                                std::move(label_names), {}));
+  std::unique_ptr<Family<Counter>> owned(new Family<Counter>(
+      std::move(name), std::move(help), MetricType::kCounter, std::move(label_names), {}));
   Family<Counter>* f = owned.get();
   families_.push_back(std::move(owned));
   if (f->label_names().empty()) f->Get();  // expose 0 before the first event
@@ -159,8 +162,8 @@ Family<Gauge>& Registry::AddGauge(std::string name, std::string help,
   std::lock_guard<std::mutex> lock(mu_);
   if (HasName(name)) CheckOrDie(InvalidArgument("duplicate metric '" + name + "'"));
   // Family's constructor is private to the Registry, hence new (owned at once).
-  std::unique_ptr<Family<Gauge>> owned(new Family<Gauge>(std::move(name), std::move(help), MetricType::kGauge,
-                              std::move(label_names), {}));
+  std::unique_ptr<Family<Gauge>> owned(new Family<Gauge>(
+      std::move(name), std::move(help), MetricType::kGauge, std::move(label_names), {}));
   Family<Gauge>* f = owned.get();
   families_.push_back(std::move(owned));
   if (f->label_names().empty()) f->Get();
@@ -175,8 +178,9 @@ Family<Histogram>& Registry::AddHistogram(std::string name, std::string help,
   std::lock_guard<std::mutex> lock(mu_);
   if (HasName(name)) CheckOrDie(InvalidArgument("duplicate metric '" + name + "'"));
   // Family's constructor is private to the Registry, hence new (owned at once).
-  std::unique_ptr<Family<Histogram>> owned(new Family<Histogram>(std::move(name), std::move(help), MetricType::kHistogram,
-                                  std::move(label_names), std::move(buckets)));
+  std::unique_ptr<Family<Histogram>> owned(
+      new Family<Histogram>(std::move(name), std::move(help), MetricType::kHistogram,
+                            std::move(label_names), std::move(buckets)));
   Family<Histogram>* f = owned.get();
   families_.push_back(std::move(owned));
   if (f->label_names().empty()) f->Get();

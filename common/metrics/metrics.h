@@ -11,11 +11,13 @@
 //   std::string page = reg.ExposeText();
 //
 // Thread safety: every method of every class here may be called from any thread.
-//   - Counter, Gauge and Histogram updates are lock-free atomics (relaxed: metrics need no ordering).
+//   - Counter, Gauge and Histogram updates are lock-free atomics (relaxed: metrics need no
+//   ordering).
 //   - Family::WithLabels takes the family's mutex to find or create the child; hot paths should
 //     keep the returned reference (it stays valid for the Registry's lifetime) instead of looking
 //     it up per event.
-//   - Registry::Add* and ExposeText take the registry's mutex. A scrape reads each value atomically,
+//   - Registry::Add* and ExposeText take the registry's mutex. A scrape reads each value
+//   atomically,
 //     so it never sees a torn value; a histogram's _count is computed from its bucket counts, so
 //     le="+Inf" always equals _count (_sum may lag by the observations racing the scrape).
 //
@@ -101,7 +103,9 @@ class FamilyBase {
 
  protected:
   FamilyBase(std::string name, std::string help, MetricType type, std::vector<std::string> labels)
-      : name_(std::move(name)), help_(std::move(help)), type_(type),
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        type_(type),
         label_names_(std::move(labels)) {}
 
  private:
@@ -192,7 +196,8 @@ Status ValidateBuckets(const std::vector<double>& upper_bounds);
 
 template <typename M>
 M& Family<M>::WithLabels(const std::vector<std::string>& values) {
-  if (values.size() != label_names().size()) DieLabelArity(name(), label_names().size(), values.size());
+  if (values.size() != label_names().size())
+    DieLabelArity(name(), label_names().size(), values.size());
   std::lock_guard<std::mutex> lock(mu_);
   auto it = children_.find(values);
   if (it == children_.end()) it = children_.emplace(values, Make()).first;

@@ -59,9 +59,12 @@ class RequestTimer {
 
 const char* StatusLabelFor(FinishReason r) {
   switch (r) {
-    case FinishReason::kCancelled: return kStatusCancelled;
-    case FinishReason::kError: return kStatusError;
-    default: return kStatusOk;
+    case FinishReason::kCancelled:
+      return kStatusCancelled;
+    case FinishReason::kError:
+      return kStatusError;
+    default:
+      return kStatusOk;
   }
 }
 
@@ -206,8 +209,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                               const GenerationContext& ctx) {
   RuntimeMetrics* m = ctx.metrics;
   ErrorDetail d;
-  StatusOr<ParsedRequest> parsed = kind == ApiKind::kChat ? ParseChatRequest(request.body, &d)
-                                                          : ParseCompletionRequest(request.body, &d);
+  StatusOr<ParsedRequest> parsed = kind == ApiKind::kChat
+                                       ? ParseChatRequest(request.body, &d)
+                                       : ParseCompletionRequest(request.body, &d);
   if (!parsed.ok()) return Reject(m, parsed.status(), d);
   ParsedRequest& r = parsed.value();
   ServedModel& model = *ctx.model;

@@ -19,7 +19,7 @@ namespace kinfer {
 class ServedModel;
 
 struct GenerationContext {
-  ServedModel* model = nullptr;           // loaded; outlives the request
+  ServedModel* model = nullptr;  // loaded; outlives the request
   RuntimeMetrics* metrics = nullptr;
   const std::atomic<bool>* stopping = nullptr;  // server shutting down: cancel and end
 };

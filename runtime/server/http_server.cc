@@ -81,7 +81,8 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(HttpServerOptions options, Router* router) : impl_(std::make_unique<Impl>()) {
+HttpServer::HttpServer(HttpServerOptions options, Router* router)
+    : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->router = router;
 }
@@ -192,8 +193,7 @@ void HttpServer::Impl::Serve(http::http_request req) {
   }
   router->metrics().CountHttp(resp.route, resp.status);
   Reply(req, resp);
-  const double ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
   if (resp.route == "health" || resp.route == "ready" || resp.route == "metrics") {
     spdlog::debug("{} {} -> {} ({:.1f} ms)", in.method, in.path, resp.status, ms);
   } else {

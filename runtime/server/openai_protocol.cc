@@ -67,8 +67,9 @@ Status GetInt(const json& obj, const char* name, int64_t lo, int64_t hi, int64_t
   }
   int64_t x = v->get<int64_t>();
   if (x < lo || x > hi) {
-    return Invalid(d, name, std::string("'") + name + "' must be in [" + std::to_string(lo) +
-                                ", " + std::to_string(hi) + "], got " + std::to_string(x));
+    return Invalid(d, name,
+                   std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "], got " + std::to_string(x));
   }
   *out = x;
   return Status::Ok();
@@ -98,8 +99,9 @@ Status GetIdArray(const json& arr, const char* param, std::vector<int32_t>* out,
       return Invalid(d, param, std::string("'") + param + "' token ids must be integers");
     }
     constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-    const bool in_range = x.is_number_unsigned() ? x.get<uint64_t>() <= static_cast<uint64_t>(kMax)
-                                                 : (x.get<int64_t>() >= 0 && x.get<int64_t>() <= kMax);
+    const bool in_range = x.is_number_unsigned()
+                              ? x.get<uint64_t>() <= static_cast<uint64_t>(kMax)
+                              : (x.get<int64_t>() >= 0 && x.get<int64_t>() <= kMax);
     if (!in_range) {
       return Invalid(d, param, std::string("'") + param + "' token id out of range: " + x.dump());
     }
@@ -117,8 +119,8 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(GetInt(obj, "n", 1, std::numeric_limits<int32_t>::max(), &n, d));
   if (n != 1) return Invalid(d, "n", "only n=1 is supported");
   int64_t best_of = 1;
-  KINFER_RETURN_IF_ERROR(GetInt(obj, "best_of", 1, std::numeric_limits<int32_t>::max(),
-                                &best_of, d));
+  KINFER_RETURN_IF_ERROR(
+      GetInt(obj, "best_of", 1, std::numeric_limits<int32_t>::max(), &best_of, d));
   if (best_of != 1) return Invalid(d, "best_of", "only best_of=1 is supported");
 
   int max_tokens = -1;
@@ -159,15 +161,16 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
       r->stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (const json& x : *stop) {
-        if (!x.is_string()) return Invalid(d, "stop", "'stop' must be a string or an array of strings");
+        if (!x.is_string())
+          return Invalid(d, "stop", "'stop' must be a string or an array of strings");
         r->stop.push_back(x.get<std::string>());
       }
     } else {
       return Invalid(d, "stop", "'stop' must be a string or an array of strings");
     }
     if (r->stop.size() > static_cast<size_t>(kMaxStopSequences)) {
-      return Invalid(d, "stop", "'stop' may hold at most " + std::to_string(kMaxStopSequences) +
-                                    " sequences");
+      return Invalid(d, "stop",
+                     "'stop' may hold at most " + std::to_string(kMaxStopSequences) + " sequences");
     }
     for (const std::string& x : r->stop) {
       if (x.empty()) return Invalid(d, "stop", "'stop' sequences must not be empty");
@@ -183,11 +186,13 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     if (!lb->empty()) return Invalid(d, "logit_bias", "logit_bias is not supported");
   }
   if (const json* tools = Field(obj, "tools")) {
-    if (!tools->is_array() || !tools->empty()) return Invalid(d, "tools", "tools are not supported");
+    if (!tools->is_array() || !tools->empty())
+      return Invalid(d, "tools", "tools are not supported");
   }
   if (const json* rf = Field(obj, "response_format")) {
     if (!rf->is_object() || rf->value("type", std::string()) != "text") {
-      return Invalid(d, "response_format", "only response_format {\"type\": \"text\"} is supported");
+      return Invalid(d, "response_format",
+                     "only response_format {\"type\": \"text\"} is supported");
     }
   }
   return Status::Ok();
@@ -209,8 +214,10 @@ Status ParseContent(const json& msg, size_t i, std::string* out, ErrorDetail* d)
   for (const json& part : *it) {
     if (!part.is_object() || part.value("type", std::string()) != "text" ||
         !part.contains("text") || !part["text"].is_string()) {
-      return Invalid(d, param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are "
-                               "supported in '" + param + "'");
+      return Invalid(d, param,
+                     "only text content parts ({\"type\": \"text\", \"text\": ...}) are "
+                     "supported in '" +
+                         param + "'");
     }
     *out += part["text"].get<std::string>();
   }
@@ -247,10 +254,17 @@ bool IsWellFormedUtf8(std::string_view s) {
     }
     int len;
     uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
-    else return false;  // continuation byte, overlong lead (C0/C1) or > F4
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07;
+    } else
+      return false;  // continuation byte, overlong lead (C0/C1) or > F4
     if (i + len > n) return false;
     for (int k = 1; k < len; ++k) {
       unsigned char cc = static_cast<unsigned char>(s[i + k]);
@@ -287,9 +301,9 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
     turn.role = role->get<std::string>();
     if (turn.role != "system" && turn.role != "developer" && turn.role != "user" &&
         turn.role != "assistant") {
-      return Invalid(d, param + ".role",
-                     "unsupported role '" + turn.role +
-                         "' (want system, developer, user or assistant)");
+      return Invalid(
+          d, param + ".role",
+          "unsupported role '" + turn.role + "' (want system, developer, user or assistant)");
     }
     KINFER_RETURN_IF_ERROR(ParseContent(m, i, &turn.content, d));
     r.messages.push_back(std::move(turn));

@@ -42,19 +42,19 @@ enum class ApiKind { kChat, kCompletion };
 // A validated /v1/chat/completions or /v1/completions request, before tokenization.
 struct ParsedRequest {
   ApiKind kind = ApiKind::kChat;
-  std::string model;                  // "" when the client sent none (the served model is used)
-  std::vector<ChatTurn> messages;     // kChat: non-empty
-  std::string prompt;                 // kCompletion with a text prompt: non-empty
-  std::vector<int32_t> prompt_ids;    // kCompletion with token ids: non-empty (ids unchecked)
+  std::string model;                // "" when the client sent none (the served model is used)
+  std::vector<ChatTurn> messages;   // kChat: non-empty
+  std::string prompt;               // kCompletion with a text prompt: non-empty
+  std::vector<int32_t> prompt_ids;  // kCompletion with token ids: non-empty (ids unchecked)
   bool prompt_is_ids = false;
-  std::optional<int> max_tokens;      // max_completion_tokens, else max_tokens; >= 1
+  std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
   bool stream = false;
-  bool include_usage = false;         // stream_options.include_usage
-  SamplingParams sampling;            // validated (ValidateSamplingParams); logprobs set below
-  std::vector<std::string> stop;      // <= 4, each non-empty
+  bool include_usage = false;     // stream_options.include_usage
+  SamplingParams sampling;        // validated (ValidateSamplingParams); logprobs set below
+  std::vector<std::string> stop;  // <= 4, each non-empty
   bool ignore_eos = false;
-  bool logprobs = false;              // report logprobs of the chosen tokens
-  int top_logprobs = 0;               // and this many alternatives per token
+  bool logprobs = false;  // report logprobs of the chosen tokens
+  int top_logprobs = 0;   // and this many alternatives per token
 };
 
 // Limits.

@@ -40,11 +40,16 @@ std::string NewResponseId(std::string_view prefix) {
 
 json FinishReasonJson(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return nullptr;
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "abort";
-    case FinishReason::kError: return "error";
+    case FinishReason::kNone:
+      return nullptr;
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
   }
   return nullptr;
 }
@@ -54,11 +59,13 @@ json ChatLogprobsJson(const std::vector<TokenLogprob>& lps) {
   for (const TokenLogprob& t : lps) {
     json top = json::array();
     for (const TopLogprob& alt : t.top) {
-      top.push_back({{"token", alt.text}, {"logprob", SafeLogprob(alt.logprob)},
-                     {"bytes", Bytes(alt.text)}});
+      top.push_back(
+          {{"token", alt.text}, {"logprob", SafeLogprob(alt.logprob)}, {"bytes", Bytes(alt.text)}});
     }
-    content.push_back({{"token", t.text}, {"logprob", SafeLogprob(t.logprob)},
-                       {"bytes", Bytes(t.text)}, {"top_logprobs", std::move(top)}});
+    content.push_back({{"token", t.text},
+                       {"logprob", SafeLogprob(t.logprob)},
+                       {"bytes", Bytes(t.text)},
+                       {"top_logprobs", std::move(top)}});
   }
   return {{"content", std::move(content)}};
 }
@@ -77,8 +84,10 @@ json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_of
     offsets.push_back(offset);
     offset += t.text.size();
   }
-  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(token_lps)},
-          {"top_logprobs", std::move(tops)}, {"text_offset", std::move(offsets)}};
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
 }
 
 json ChatCompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,

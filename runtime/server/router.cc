@@ -29,7 +29,8 @@ HttpResponse ErrorResponse(int http_status, std::string_view message, std::strin
 }
 
 HttpResponse ErrorResponse(const Status& status, const ErrorDetail& d) {
-  HttpResponse r = JsonResponse(HttpStatusFor(status.code()), ErrorBodyFor(status, d.param, d.code));
+  HttpResponse r =
+      JsonResponse(HttpStatusFor(status.code()), ErrorBodyFor(status, d.param, d.code));
   if (IsRetryable(status.code())) {
     r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
   }
@@ -112,7 +113,8 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
     allow += allow.empty() ? r.method : std::string(", ") + r.method;
   }
   // GET /v1/models/{id}
-  const bool model_item = path.rfind(kModelsPrefix, 0) == 0 && path.size() > sizeof(kModelsPrefix) - 1;
+  const bool model_item =
+      path.rfind(kModelsPrefix, 0) == 0 && path.size() > sizeof(kModelsPrefix) - 1;
   const bool model_get = model_item && req.method == "GET";
   if (model_item && !model_get) allow = "GET";
   if (match == nullptr && !model_get) {
@@ -140,8 +142,8 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
     resp = Models(path, *model);
   } else if (name == "chat_completions" || name == "completions") {
     GenerationContext ctx{model, &metrics_, &stopping_};
-    resp = HandleGeneration(name == "chat_completions" ? ApiKind::kChat : ApiKind::kCompletion,
-                            req, ctx);
+    resp = HandleGeneration(name == "chat_completions" ? ApiKind::kChat : ApiKind::kCompletion, req,
+                            ctx);
   } else if (name == "tokenize") {
     resp = Tokenize(req, *model);
   } else if (name == "detokenize") {
@@ -192,10 +194,10 @@ HttpResponse Router::Detokenize(const HttpRequest& req, ServedModel& model) {
   const Tokenizer& tok = model.tokenizer();
   for (int32_t id : *ids) {
     if (id < 0 || id >= tok.vocab_size()) {
-      return ErrorResponse(InvalidArgument("token id " + std::to_string(id) +
-                                           " is outside the vocabulary (0.." +
-                                           std::to_string(tok.vocab_size() - 1) + ")"),
-                           ErrorDetail{"tokens", ""});
+      return ErrorResponse(
+          InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                          std::to_string(tok.vocab_size() - 1) + ")"),
+          ErrorDetail{"tokens", ""});
     }
   }
   std::string text = tok.Decode(*ids, /*special=*/true);

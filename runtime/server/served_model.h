@@ -21,8 +21,8 @@ class LlamaModel;
 class Tokenizer;
 
 struct ServedModelOptions {
-  std::string path;        // the .gguf file
-  std::string name;        // the API model id; empty = the file's stem
+  std::string path;  // the .gguf file
+  std::string name;  // the API model id; empty = the file's stem
   int n_threads = 2;
   int context_length = 0;  // 0 = the model's trained context
 };

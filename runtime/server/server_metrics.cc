@@ -10,10 +10,9 @@ const std::vector<double>& TtftBuckets() {
 }
 
 const std::vector<double>& InterTokenBuckets() {
-  static const std::vector<double> b = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02,
-                                        0.025, 0.03,   0.04,  0.05,   0.075, 0.1,  0.15,
-                                        0.2,   0.3,    0.5,   0.75,   1,     2.5,  5,
-                                        10,    20,     40,    80,     120};
+  static const std::vector<double> b = {
+      0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
+      0.15,  0.2,    0.3,   0.5,    0.75, 1,     2.5,  5,     10,   20,   40,   80,    120};
   return b;
 }
 
@@ -33,9 +32,8 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
     : prompt_tokens(r->AddCounter("kinfer_runtime_prompt_tokens_total",
                                   "Prompt tokens processed (requests that reached the engine).")
                         .Get()),
-      generation_tokens(r->AddCounter("kinfer_runtime_generation_tokens_total",
-                                      "Tokens generated.")
-                            .Get()),
+      generation_tokens(
+          r->AddCounter("kinfer_runtime_generation_tokens_total", "Tokens generated.").Get()),
       running(r->AddGauge("kinfer_runtime_num_requests_running",
                           "Requests the engine is generating for now.")
                   .Get()),
@@ -79,9 +77,9 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
 void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   running.Set(static_cast<double>(s.running));
   waiting.Set(static_cast<double>(s.waiting));
-  kv_usage.Set(s.kv_tokens_capacity > 0
-                   ? static_cast<double>(s.kv_tokens_used) / static_cast<double>(s.kv_tokens_capacity)
-                   : 0.0);
+  kv_usage.Set(s.kv_tokens_capacity > 0 ? static_cast<double>(s.kv_tokens_used) /
+                                              static_cast<double>(s.kv_tokens_capacity)
+                                        : 0.0);
 }
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {

@@ -140,10 +140,31 @@ TEST(ValidationTest, RejectsBadNamesAndBuckets) {
 }
 
 TEST(ValidationDeathTest, RegistrationErrorsAbort) {
-  EXPECT_DEATH({ Registry r; r.AddCounter("requests", "no _total"); }, "must end in _total");
-  EXPECT_DEATH({ Registry r; r.AddGauge("g", "G."); r.AddGauge("g", "again"); }, "duplicate");
-  EXPECT_DEATH({ Registry r; r.AddHistogram("h", "H.", {1}, {"le"}); }, "le");
-  EXPECT_DEATH({ Registry r; r.AddGauge("g", "G.", {"a"}).WithLabels({}); }, "labels");
+  EXPECT_DEATH(
+      {
+        Registry r;
+        r.AddCounter("requests", "no _total");
+      },
+      "must end in _total");
+  EXPECT_DEATH(
+      {
+        Registry r;
+        r.AddGauge("g", "G.");
+        r.AddGauge("g", "again");
+      },
+      "duplicate");
+  EXPECT_DEATH(
+      {
+        Registry r;
+        r.AddHistogram("h", "H.", {1}, {"le"});
+      },
+      "le");
+  EXPECT_DEATH(
+      {
+        Registry r;
+        r.AddGauge("g", "G.", {"a"}).WithLabels({});
+      },
+      "labels");
 }
 
 // Lints a realistic page with the real promtool when it is installed.

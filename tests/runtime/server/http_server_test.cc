@@ -98,8 +98,8 @@ TEST_F(HttpServerTest, HealthIsUpAndReadyIs503WhileLoading) {
 }
 
 TEST_F(HttpServerTest, GenerationBeforeLoadIs503WithRetryAfter) {
-  Reply r = Send("POST", "/v1/chat/completions",
-                 R"({"messages":[{"role":"user","content":"hi"}]})");
+  Reply r =
+      Send("POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.retry_after, "1");
   ExpectErrorShape(r);

@@ -34,7 +34,8 @@ TEST(ParseChatTest, ReadsAllSupportedFields) {
     "repeat_penalty": 1.1, "frequency_penalty": 0.5, "presence_penalty": -0.5, "seed": 42,
     "stop": ["\n\n", "END"], "stream": true, "stream_options": {"include_usage": true},
     "logprobs": true, "top_logprobs": 3, "ignore_eos": true, "n": 1, "logit_bias": {},
-    "user": "ignored-unknown-field"})", &d);
+    "user": "ignored-unknown-field"})",
+                            &d);
   ASSERT_TRUE(r.ok()) << r.status().ToString() << " param=" << d.param;
   EXPECT_EQ(r->kind, ApiKind::kChat);
   EXPECT_EQ(r->model, "m");
@@ -231,8 +232,8 @@ TEST(ResponsesTest, ChatCompletionShape) {
   EXPECT_EQ(j["choices"][0]["message"]["content"], "Paris.");
   EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 10}, {"completion_tokens", 3},
-                              {"total_tokens", 13}}));
+  EXPECT_EQ(j["usage"],
+            json({{"prompt_tokens", 10}, {"completion_tokens", 3}, {"total_tokens", 13}}));
 }
 
 TEST(ResponsesTest, ChatLogprobsShape) {
