@@ -3,8 +3,12 @@
 // Run(fn) calls fn(ith, nth) once on every worker, ith in [0, nth); the calling thread is worker
 // 0, so a pool of size 1 starts no thread. Run returns when every worker has returned from fn.
 // A decode step issues a few hundred small jobs, so wake-up latency matters: idle workers spin
-// (with pause) for about 1.5 ms after a job and only then sleep on a futex (std::atomic::wait).
-// Barrier(), called by every worker inside fn, separates phases of one job.
+// (a few hundred pauses, then sched_yield between checks so that an oversubscribed machine still
+// makes progress) for about 1.5 ms after a job, and only then sleep on a futex
+// (std::atomic::wait); Run() wakes sleepers with one notify. Barrier(), called by every worker
+// inside fn, separates phases of one job; its waiters spin, then yield, never sleep.
+// Latency is sub-microsecond on an idle machine; when other processes keep the cores busy a
+// worker may be descheduled and every Run/Barrier then costs up to a scheduler time slice.
 //
 // Each worker also owns a scratch area (WorkerScratch) that the kernels use for quantized
 // activations; see matmul.cc for the protocol that makes it safe inside Run().
