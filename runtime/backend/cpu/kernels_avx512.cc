@@ -50,11 +50,37 @@ struct Traits<QKind::kQ8_0> {
 };
 
 // A panel of kPanelRows weight rows in the interleaved order, with per-block scales.
+//
+// When the last group holds only 1 or 2 blocks (cols = 576 = 2 groups + 2 blocks is the common
+// case), padding it to 8 lanes per row would waste most of its work. Instead that tail is packed
+// across rows: lane r * ntail + b holds row r's block b, so one vector covers all 4 rows, and the
+// activation side is a broadcast of the tail's 1-2 lanes. Each lane is still one block's dot.
 struct Panel {
-  uint8_t* q;  // [row][nbp * 32]
-  float* d;    // [row][nbp]
-  float* m;    // [row][nbp] (Q4_1 only)
+  uint8_t* q;   // [row][nbp * 32]
+  float* d;     // [row][nbp]
+  float* m;     // [row][nbp] (Q4_1 only)
+  int ntail;    // blocks in the cross-row tail group (1 or 2), or 0 when there is none
+  uint8_t* tq;  // tail: 8 steps x 32 bytes
+  float* td;    // tail: 8 lane scales
+  float* tm;    // tail: 8 lane mins (Q4_1)
 };
+
+// Builds the cross-row tail from the per-row repacked last group.
+void PackTail(Panel& p, int64_t nbp) {
+  const int64_t gt = nbp / 8 - 1;
+  std::memset(p.tq, 0, 256);
+  for (int lane = 0; lane < 8; ++lane) p.td[lane] = p.tm[lane] = 0.0f;
+  for (int r = 0; r < kPanelRows; ++r) {
+    for (int b = 0; b < p.ntail; ++b) {
+      const int lane = r * p.ntail + b;
+      for (int k = 0; k < 8; ++k) {
+        std::memcpy(p.tq + k * 32 + lane * 4, p.q + r * nbp * 32 + gt * 256 + k * 32 + b * 4, 4);
+      }
+      p.td[lane] = p.d[r * nbp + gt * 8 + b];
+      p.tm[lane] = p.m[r * nbp + gt * 8 + b];
+    }
+  }
+}
 
 // 4x4 transposes of 32-bit words inside each 128-bit half: out[k] = word k of a0..a3.
 inline void Transpose4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i* out) {
@@ -151,21 +177,21 @@ void RepackRow(const uint8_t* wrow, int64_t nb, int64_t nbp, uint8_t* q, float* 
   }
 }
 
-inline float Hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// Sums of each of 4 vectors: [sum(a), sum(b), sum(c), sum(d)].
+inline __m128 Reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// out[r * T + t] = dot(panel row r, token t) for 4 rows and T tokens.
+// out[t] = dot(panel row r, token t) in lane r, for 4 rows and T tokens.
 template <QKind K, int T>
-void MicroKernel(const Panel& p, int64_t nbp, const Q8Row* x, float* out) {
+void MicroKernel(const Panel& p, int64_t nbp, const Q8Row* x, __m128* out) {
   constexpr int R = kPanelRows;
   __m256 facc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) facc[r][t] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < nbp / 8; ++g) {
+  const int64_t full_groups = nbp / 8 - (p.ntail > 0 ? 1 : 0);
+  for (int64_t g = 0; g < full_groups; ++g) {
     __m256i iacc[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) iacc[r][t] = _mm256_setzero_si256();
@@ -197,8 +223,55 @@ void MicroKernel(const Panel& p, int64_t nbp, const Q8Row* x, float* out) {
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) out[r * T + t] = Hsum(facc[r][t]);
+  static_assert(R == 4, "Reduce4 packs 4 rows");
+  for (int t = 0; t < T; ++t) out[t] = Reduce4(facc[0][t], facc[1][t], facc[2][t], facc[3][t]);
+  if (p.ntail == 0) return;
+
+  // Cross-row tail (see Panel): one vector per token covers the 4 rows.
+  const int64_t off = full_groups * 256;
+  const __m256 td = _mm256_load_ps(p.td);
+  for (int t = 0; t < T; ++t) {
+    __m256i iacc = _mm256_setzero_si256();
+    __m256 dx, sx = _mm256_setzero_ps();
+    __m256i isum = _mm256_setzero_si256();
+    const int8_t* xq = x[t].qs + off;
+    if (p.ntail == 2) {
+      for (int k = 0; k < 8; ++k) {
+        int64_t v;
+        std::memcpy(&v, xq + k * 32, 8);
+        iacc = _mm256_dpbusd_epi32(iacc, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.tq + k * 32)),
+                                   _mm256_set1_epi64x(v));
+      }
+      dx = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(x[t].d + full_groups * 8)));
+      if constexpr (K == QKind::kQ4_1) {
+        sx = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(x[t].s + full_groups * 8)));
+      }
+      isum = _mm256_castpd_si256(_mm256_broadcast_sd(reinterpret_cast<const double*>(x[t].isum + full_groups * 8)));
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        int32_t v;
+        std::memcpy(&v, xq + k * 32, 4);
+        iacc = _mm256_dpbusd_epi32(iacc, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.tq + k * 32)),
+                                   _mm256_set1_epi32(v));
+      }
+      dx = _mm256_set1_ps(x[t].d[full_groups * 8]);
+      if constexpr (K == QKind::kQ4_1) sx = _mm256_set1_ps(x[t].s[full_groups * 8]);
+      isum = _mm256_set1_epi32(x[t].isum[full_groups * 8]);
+    }
+    if constexpr (Traits<K>::kZeroShift >= 0) {
+      iacc = _mm256_sub_epi32(iacc, _mm256_slli_epi32(isum, Traits<K>::kZeroShift));
+    }
+    __m256 acc = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc), _mm256_mul_ps(td, dx));
+    if constexpr (K == QKind::kQ4_1) acc = _mm256_fmadd_ps(_mm256_load_ps(p.tm), sx, acc);
+    __m128 rows;
+    if (p.ntail == 2) {  // lanes (r, b) = 2r + b: add pairs, then gather rows 0,1 | 2,3
+      const __m256 h = _mm256_hadd_ps(acc, acc);
+      rows = _mm_shuffle_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1), _MM_SHUFFLE(1, 0, 1, 0));
+    } else {
+      rows = _mm256_castps256_ps128(acc);
+    }
+    out[t] = _mm_add_ps(out[t], rows);
+  }
 }
 
 template <QKind K>
@@ -207,9 +280,16 @@ void Gemm(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nbp = PaddedBlocks(a.cols);
   // Panel storage, reused across calls by this thread.
   thread_local AlignedBuffer storage;
-  uint8_t* mem = storage.Reserve(kPanelRows * nbp * (32 + 8) + 64);
-  Panel p{mem, reinterpret_cast<float*>(mem + kPanelRows * nbp * 32),
-          reinterpret_cast<float*>(mem + kPanelRows * nbp * 36)};
+  const size_t main_bytes = kPanelRows * nbp * (32 + 8);
+  uint8_t* mem = storage.Reserve(main_bytes + 256 + 64);
+  const int64_t last = nb - (nbp - 8);  // blocks in the last group
+  Panel p{mem,
+          reinterpret_cast<float*>(mem + kPanelRows * nbp * 32),
+          reinterpret_cast<float*>(mem + kPanelRows * nbp * 36),
+          static_cast<int>(last <= 2 ? last : 0),
+          mem + main_bytes,
+          reinterpret_cast<float*>(mem + main_bytes + 256),
+          reinterpret_cast<float*>(mem + main_bytes + 288)};
   for (int64_t tc = t0; tc < t1; tc += kTokChunk) {
     const int64_t tc_end = tc + kTokChunk < t1 ? tc + kTokChunk : t1;
     for (int64_t rp = r0; rp < r1; rp += kPanelRows) {
@@ -223,18 +303,27 @@ void Gemm(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
           std::memset(p.m + r * nbp, 0, nbp * 4);
         }
       }
+      if (p.ntail > 0) PackTail(p, nbp);
       for (int64_t t = tc; t < tc_end; t += kTokTile) {
         const int nt = static_cast<int>(tc_end - t < kTokTile ? tc_end - t : kTokTile);
         Q8Row x[kTokTile];
         for (int i = 0; i < nt; ++i) x[i] = ViewQ8(a.act[t + i], a.cols);
-        float out[kPanelRows * kTokTile];
+        __m128 out[kTokTile];
         switch (nt) {
           case 1: MicroKernel<K, 1>(p, nbp, x, out); break;
           case 2: MicroKernel<K, 2>(p, nbp, x, out); break;
           default: MicroKernel<K, 3>(p, nbp, x, out); break;
         }
-        for (int r = 0; r < rows; ++r)
-          for (int i = 0; i < nt; ++i) a.y[(t + i) * a.ldy + rp + r] = out[r * nt + i];
+        for (int i = 0; i < nt; ++i) {
+          float* dst = a.y + (t + i) * a.ldy + rp;
+          if (rows == kPanelRows) {
+            _mm_storeu_ps(dst, out[i]);
+          } else {
+            alignas(16) float v[4];
+            _mm_store_ps(v, out[i]);
+            for (int r = 0; r < rows; ++r) dst[r] = v[r];
+          }
+        }
       }
     }
   }
