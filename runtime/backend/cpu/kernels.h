@@ -81,6 +81,8 @@ struct KernelTable {
   MatKernelFn gemm[kNumTypes] = {};
   // Weight rows a GEMM kernel prefers per call (the worker split is rounded to it).
   int gemm_rows = 1;
+  // Fewer tokens than this use the matrix-vector kernels (measured crossover).
+  int gemm_min_tokens = 4;
 };
 
 // The table for the active ISA (cpu_features.h), built once per ISA.
@@ -93,6 +95,7 @@ void RegisterScalarQuantizers(KernelTable* t);  // quantize_act.cc
 void RegisterAvx2Kernels(KernelTable* t);
 void RegisterAvx2Quantizers(KernelTable* t);      // quantize_act_avx2.cc
 void RegisterAvx2KQuantKernels(KernelTable* t);  // kernels_kquants_avx2.cc
+void RegisterAvx2GemmKernels(KernelTable* t);    // kernels_gemm_avx2.cc
 void RegisterAvx512Kernels(KernelTable* t);
 
 // Scalar fp16/bf16 conversions used by the kernels (bit-exact with ggml's: round to nearest even).

@@ -165,6 +165,7 @@ void MatVecF(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
 void RegisterAvx2Kernels(KernelTable* t) {
   RegisterAvx2Quantizers(t);
   RegisterAvx2KQuantKernels(t);
+  RegisterAvx2GemmKernels(t);
   auto set = [t](GgmlType type, MatKernelFn fn) { t->matvec[static_cast<int>(type)] = fn; };
   set(GgmlType::kQ4_0, MatVecQ<QKind::kQ4_0>);
   set(GgmlType::kQ4_1, MatVecQ<QKind::kQ4_1>);

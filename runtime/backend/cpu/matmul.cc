@@ -18,9 +18,6 @@ namespace {
 
 using cpu_internal::ActKind;
 
-// Fewer tokens than this use the matrix-vector kernels.
-constexpr int64_t kGemmMinTokens = 4;
-
 int64_t BlockElems(GgmlType t) {
   switch (t) {
     case GgmlType::kF32:
@@ -68,7 +65,7 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
   const cpu_internal::KernelTable& kt = cpu_internal::Kernels();
   const int type_id = static_cast<int>(w.type);
   const ActKind kind = cpu_internal::ActKindFor(w.type);
-  const bool gemm = ntok >= kGemmMinTokens && kt.gemm[type_id] != nullptr;
+  const bool gemm = ntok >= kt.gemm_min_tokens && kt.gemm[type_id] != nullptr;
   const size_t row_bytes = cpu_internal::ActRowBytes(kind, w.cols);
 
   // Phase 1: quantize my token range.

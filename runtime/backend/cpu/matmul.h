@@ -6,8 +6,10 @@
 // (+ m * s for Q4_1), so results agree with ggml up to fp32 summation order.
 //
 // Work split: the activations are quantized once, split by tokens across workers; then weight
-// rows (or tokens, when there are few rows) are split across workers. For ntok >= 4 a
-// register-blocked kernel reads each weight block once for several tokens.
+// rows (or tokens, when there are few rows) are split across workers. For Q4_0/Q4_1/Q8_0 with
+// ntok >= 4 (AVX-512 VNNI; 8 with AVX2, Q4 only) a register-blocked GEMM reads each weight block
+// once for several tokens; otherwise the matrix-vector kernels handle up to 4 tokens per weight
+// read. The other types use the matrix-vector kernels (AVX2 for all but scalar-only CPUs).
 //
 // Thread safety: MatMul is called by the pool's owner (not inside Run). MatMulInPool is called
 // inside pool.Run() by every worker with identical arguments; it uses the workers' scratch

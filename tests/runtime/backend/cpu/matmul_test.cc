@@ -194,7 +194,7 @@ class MatMulTest : public ::testing::TestWithParam<Case> {
 
 TEST_P(MatMulTest, MatchesDequantizedReference) {
   for (int64_t cols : ColsToTest()) {
-    for (int64_t ntok : {1, 3, 8, 33}) {
+    for (int64_t ntok : {1, 3, 4, 8, 33}) {
       for (int64_t rows : {1, 7, 37}) Check(rows, cols, ntok, 2, false);
     }
   }
