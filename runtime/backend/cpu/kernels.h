@@ -97,6 +97,7 @@ void RegisterAvx2Quantizers(KernelTable* t);      // quantize_act_avx2.cc
 void RegisterAvx2KQuantKernels(KernelTable* t);  // kernels_kquants_avx2.cc
 void RegisterAvx2GemmKernels(KernelTable* t);    // kernels_gemm_avx2.cc
 void RegisterAvx512Kernels(KernelTable* t);
+void RegisterAvx512MatVecKernels(KernelTable* t);  // kernels_matvec_avx512.cc
 
 // Scalar fp16/bf16 conversions used by the kernels (bit-exact with ggml's: round to nearest even).
 float HalfToFloat(uint16_t h);

@@ -31,6 +31,7 @@ inline __m256i DotAcc(__m256i acc, __m256i w, __m256i x) { return _mm256_dpbusd_
 }  // namespace
 
 void RegisterAvx512Kernels(KernelTable* t) {
+  RegisterAvx512MatVecKernels(t);
   t->gemm[static_cast<int>(GgmlType::kQ4_0)] = Gemm<QKind::kQ4_0>;
   t->gemm[static_cast<int>(GgmlType::kQ4_1)] = Gemm<QKind::kQ4_1>;
   t->gemm[static_cast<int>(GgmlType::kQ8_0)] = Gemm<QKind::kQ8_0>;
