@@ -208,6 +208,13 @@ TEST_P(MatMulTest, ManyRowsSplitAcrossThreads) {
   }
 }
 
+TEST_P(MatMulTest, ManyTokensCrossGemmChunks) {
+  // More tokens than one GEMM token chunk (96), with a tile remainder; rows not a multiple of 4.
+  const int64_t cols = ColsToTest().back();
+  Check(45, cols, 200, 2, false);
+  Check(45, 576 % BlockElems(GetParam().type) == 0 ? 576 : 768, 101, 1, false);
+}
+
 TEST_P(MatMulTest, InPoolBackToBackCallsAgree) {
   const int64_t cols = ColsToTest().back();
   for (int64_t ntok : {1, 8, 33}) Check(67, cols, ntok, 2, true);
