@@ -9,7 +9,8 @@
 // rows (or tokens, when there are few rows) are split across workers. For Q4_0/Q4_1/Q8_0 with
 // ntok >= 4 (AVX-512 VNNI; 8 with AVX2, Q4 only) a register-blocked GEMM reads each weight block
 // once for several tokens; otherwise the matrix-vector kernels handle up to 4 tokens per weight
-// read. The other types use the matrix-vector kernels (AVX2 for all but scalar-only CPUs).
+// read (AVX-512 VNNI for Q4_0/Q4_1, AVX2 for Q8_0, F32, F16, BF16, Q4_K, Q6_K; scalar on CPUs
+// without AVX2). The ISA can be lowered for tests with KINFER_CPU_ISA / SetCpuIsaOverride.
 //
 // Thread safety: MatMul is called by the pool's owner (not inside Run). MatMulInPool is called
 // inside pool.Run() by every worker with identical arguments; it uses the workers' scratch
