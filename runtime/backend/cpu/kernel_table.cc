@@ -1,4 +1,7 @@
 // Builds one kernel table per ISA: scalar, then each higher ISA overwrites what it implements.
+// A Register* function lives in a file compiled for its ISA (the compiler may use that ISA even to
+// store the pointers), so it is only called when the CPU supports it; the table of an
+// unsupported ISA stays a copy of the one below (never selected: ActiveIsa() is clamped).
 #include "runtime/backend/cpu/cpu_features.h"
 #include "runtime/backend/cpu/kernels.h"
 
@@ -10,12 +13,13 @@ struct Tables {
   Tables() {
     RegisterScalarKernels(&t[0]);
     t[1] = t[0];
+    const int best = static_cast<int>(BestSupportedIsa());
 #if defined(KINFER_CPU_HAVE_AVX2)
-    RegisterAvx2Kernels(&t[1]);
+    if (best >= static_cast<int>(CpuIsa::kAvx2)) RegisterAvx2Kernels(&t[1]);
 #endif
     t[2] = t[1];
 #if defined(KINFER_CPU_HAVE_AVX512)
-    RegisterAvx512Kernels(&t[2]);
+    if (best >= static_cast<int>(CpuIsa::kAvx512)) RegisterAvx512Kernels(&t[2]);
 #endif
   }
 };

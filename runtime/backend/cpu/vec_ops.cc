@@ -52,7 +52,8 @@ struct Tables {
     RegisterScalarVecOps(&t[0]);
     t[1] = t[0];
 #if defined(KINFER_CPU_HAVE_AVX2)
-    RegisterAvx2VecOps(&t[1]);
+    // Only on CPUs with AVX2: the registration itself is compiled for it (see kernel_table.cc).
+    if (BestSupportedIsa() != CpuIsa::kScalar) RegisterAvx2VecOps(&t[1]);
 #endif
     t[2] = t[1];
   }
