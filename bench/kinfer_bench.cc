@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     for (int i = 0; i < decode; ++i) {
       int32_t tok = Argmax(logits);
-      st = model.Forward(std::span<const int32_t>(&tok, 1), cache.get(), false, &logits);
+      st = model.Forward(std::span<const int32_t>(&tok, 1), cache.get(), false, &logits,
+                         kinfer::ForwardMode::kDecode);
       if (!st.ok()) {
         std::fprintf(stderr, "kinfer-bench: decode: %s\n", st.ToString().c_str());
         return 1;

@@ -147,29 +147,24 @@ void Engine::Run(Pending& p) {
   };
   if (stream.cancelled()) return finish(FinishReason::kCancelled, "", Status::Ok());
 
-  // Prefix reuse: the cache still holds the previous request's tokens; keep the common prefix
-  // (at least one prompt token is always recomputed so that there are logits to sample from).
-  size_t keep = 0;
-  while (keep < cached_tokens_.size() && keep + 1 < req.prompt_tokens.size() &&
-         cached_tokens_[keep] == req.prompt_tokens[keep]) {
-    ++keep;
-  }
-  cache_->Truncate(static_cast<int>(keep));
-  cached_tokens_.resize(keep);
+  // Every request is computed from an empty cache. Reusing the previous request's common prefix
+  // would save prefill time, but the CPU kernels round differently for a few tokens (matrix-vector)
+  // than for many (GEMM), so the logits of a reused prompt would differ in the last bits from a
+  // cold one, and the same seeded request could give another output. Prefix caching comes with the
+  // paged KV cache, on batch-invariant kernels.
+  cache_->Truncate(0);
 
   std::vector<float> logits;
   // Prefill in chunks so that a cancelled request stops within one chunk.
-  for (size_t pos = keep; pos < req.prompt_tokens.size(); pos += LlamaModel::kMaxBatch) {
+  for (size_t pos = 0; pos < req.prompt_tokens.size(); pos += LlamaModel::kMaxBatch) {
     if (stream.cancelled()) return finish(FinishReason::kCancelled, "", Status::Ok());
     const size_t n = std::min<size_t>(LlamaModel::kMaxBatch, req.prompt_tokens.size() - pos);
     std::span<const int32_t> chunk(req.prompt_tokens.data() + pos, n);
     Status st = model_->Forward(chunk, cache_.get(), false, &logits);
     if (!st.ok()) {
-      cached_tokens_.clear();
       cache_->Truncate(0);
       return finish(FinishReason::kError, "", st);
     }
-    cached_tokens_.insert(cached_tokens_.end(), chunk.begin(), chunk.end());
     kv_used_.store(cache_->size());
   }
 
@@ -235,9 +230,8 @@ void Engine::Run(Pending& p) {
     if (reason != FinishReason::kNone) return;
 
     std::span<const int32_t> next(&history.back(), 1);
-    Status st = model_->Forward(next, cache_.get(), false, &logits);
+    Status st = model_->Forward(next, cache_.get(), false, &logits, ForwardMode::kDecode);
     if (!st.ok()) return finish(FinishReason::kError, "", st);
-    cached_tokens_.push_back(tok);
     kv_used_.store(cache_->size());
   }
   finish(reason, "", Status::Ok());

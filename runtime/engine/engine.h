@@ -102,10 +102,8 @@ class Engine {
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_{0};
   std::atomic<int64_t> kv_used_{0};
-  // Engine-thread state: the KV cache and the tokens it holds (reused as a prefix by the next
-  // request when they share one).
+  // Engine-thread state: the KV cache, allocated once for the whole context.
   std::unique_ptr<KvCache> cache_;
-  std::vector<int32_t> cached_tokens_;
   std::thread thread_;
 };
 

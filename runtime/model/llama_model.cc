@@ -119,7 +119,7 @@ std::unique_ptr<KvCache> LlamaModel::NewKvCache(int capacity) const {
 }
 
 Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
-                           std::vector<float>* logits) {
+                           std::vector<float>* logits, ForwardMode mode) {
   if (tokens.empty()) return InvalidArgument("empty batch");
   for (int32_t id : tokens) {
     if (id < 0 || id >= hp_.n_vocab) {
@@ -143,13 +143,14 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, bool
     } else if (last_chunk) {
       out = logits->data();
     }
-    KINFER_RETURN_IF_ERROR(ForwardChunk(tokens.subspan(start, n), cache, all_logits, out));
+    KINFER_RETURN_IF_ERROR(
+        ForwardChunk(tokens.subspan(start, n), cache, all_logits, out, mode == ForwardMode::kDecode));
   }
   return Status::Ok();
 }
 
 Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
-                                float* logits_out) {
+                                float* logits_out, bool decode_step) {
   const int n = static_cast<int>(tokens.size());
   const int d = hp_.n_embd;
   const int dq = hp_.n_head * hp_.head_dim;
@@ -175,7 +176,7 @@ Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache,
       F32ToF16(&k_[static_cast<size_t>(t) * dkv], cache->k(l, pos0 + t), dkv);
       F32ToF16(&v_[static_cast<size_t>(t) * dkv], cache->v(l, pos0 + t), dkv);
     }
-    Attention(l, n, pos0, cache);
+    Attention(l, n, pos0, cache, /*round_probs=*/n > 1 || !decode_step);
     MatMul(L.wo, attn_.data(), n, ffn_out_.data(), pool_);
     AddInPlace(x_.data(), ffn_out_.data(), static_cast<int64_t>(n) * d);
 
@@ -199,7 +200,7 @@ Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache,
   return Status::Ok();
 }
 
-void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache) {
+void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache, bool round_probs) {
   const int hd = hp_.head_dim;
   const int n_head = hp_.n_head;
   const int gqa = hp_.n_gqa();
@@ -237,8 +238,10 @@ void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache) {
       }
       const float inv = static_cast<float>(1.0 / sum);
       for (int j = 0; j < npos; ++j) sc[j] *= inv;
-      // llama.cpp multiplies FP16 V by the probabilities rounded to FP16; so do we.
-      for (int j = 0; j < npos; j += hd) {
+      // llama.cpp's batch path multiplies FP16 V by the probabilities rounded to FP16, its
+      // single-token path keeps them in FP32 (measured against its outputs; see
+      // docs/architecture.md). Prompt chunks take the first, decode steps the second.
+      for (int j = 0; round_probs && j < npos; j += hd) {
         const int m = std::min(hd, npos - j);
         F32ToF16(sc + j, q16, m);
         F16ToF32(q16, sc + j, m);

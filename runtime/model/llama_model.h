@@ -29,6 +29,12 @@ namespace kinfer {
 
 class GgufFile;
 
+// Which of llama.cpp's numerics to follow for a one-token batch: a prompt (batch path: attention
+// probabilities rounded to FP16 before they meet V) or a decode step (single-token path: kept in
+// FP32). Batches of more than one token always take the batch path. Passing the mode explicitly
+// keeps a prompt's last token on the prompt path when a cached prefix leaves only one to compute.
+enum class ForwardMode { kPrompt, kDecode };
+
 class LlamaModel {
  public:
   // Validates the architecture, hyper-parameters and every tensor's name, type and shape.
@@ -50,7 +56,7 @@ class LlamaModel {
   // INVALID_ARGUMENT for an empty batch or an id outside the vocabulary, OUT_OF_RANGE when the
   // cache would overflow. Large batches are processed in chunks of kMaxBatch tokens.
   Status Forward(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
-                 std::vector<float>* logits);
+                 std::vector<float>* logits, ForwardMode mode = ForwardMode::kPrompt);
 
   static constexpr int kMaxBatch = 512;
 
@@ -63,8 +69,8 @@ class LlamaModel {
 
   LlamaModel(std::shared_ptr<const GgufFile> file, LlamaHParams hp, int n_threads);
   Status ForwardChunk(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
-                      float* logits_out);
-  void Attention(int layer, int n_tokens, int pos0, KvCache* cache);
+                      float* logits_out, bool decode_step);
+  void Attention(int layer, int n_tokens, int pos0, KvCache* cache, bool round_probs);
 
   std::shared_ptr<const GgufFile> file_;
   LlamaHParams hp_;
