@@ -100,6 +100,7 @@ void RegisterAvx512Kernels(KernelTable* t);
 void RegisterAvx512MatVecKernels(KernelTable* t);  // kernels_matvec_avx512.cc
 
 // Scalar fp16/bf16 conversions used by the kernels (bit-exact with ggml's: round to nearest even).
+// The fp16 pair forwards to the GGUF reader's Fp16ToFp32/Fp32ToFp16.
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);
 inline float Bf16ToFloat(uint16_t h) {

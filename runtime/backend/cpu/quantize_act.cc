@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "runtime/backend/cpu/kernels.h"
+#include "runtime/gguf/gguf_file.h"
 
 namespace kinfer::cpu_internal {
 namespace {
@@ -100,36 +101,10 @@ void QuantizeBf16Scalar(const float* x, void* dst, int64_t cols, bool) {
 
 }  // namespace
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t e = (h >> 10) & 0x1f;
-  const uint32_t m = h & 0x3ff;
-  if (e == 0) {
-    const float f = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
-    return sign ? -f : f;
-  }
-  const uint32_t bits = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112) << 23) | (m << 13));
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+// One fp16 conversion for the tree: the GGUF reader's (round to nearest even, exact subnormals).
+float HalfToFloat(uint16_t h) { return Fp16ToFp32(h); }
 
-uint16_t FloatToHalf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t sign = (u >> 16) & 0x8000;
-  u &= 0x7fffffff;
-  if (u >= 0x7f800000) return static_cast<uint16_t>(sign | (u > 0x7f800000 ? 0x7e00 : 0x7c00));
-  if (u >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to infinity
-  if (u < 0x38800000) {                                               // half subnormal or zero
-    float a;
-    std::memcpy(&a, &u, 4);
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  u += 0xfff + ((u >> 13) & 1);
-  u -= 112u << 23;
-  return static_cast<uint16_t>(sign | (u >> 13));
-}
+uint16_t FloatToHalf(float f) { return Fp32ToFp16(f); }
 
 uint16_t FloatToBf16(float f) {
   uint32_t u;
