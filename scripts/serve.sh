@@ -12,7 +12,7 @@ cat <<MSG
 kinfer-runtime is starting on http://127.0.0.1:${PORT} (Ctrl-C stops it). Try:
 
   curl -s http://127.0.0.1:${PORT}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{"model":"smollm2-135m-instruct-q4_1","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":32,"temperature":0}'
+    -d '{"model":"smollm2-135m-instruct-q4_1","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France?"}],"max_tokens":32,"temperature":0}'
 
 MSG
 exec build/bin/kinfer-runtime --model "$MODEL" --host 127.0.0.1 --port "$PORT" \
