@@ -13,14 +13,7 @@
 namespace kinfer::cpu_internal {
 namespace {
 
-constexpr int kMaxTok = 4;
-
-inline float Hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+#include "runtime/backend/cpu/matvec_driver_impl.h"
 
 // 16 bytes of nibbles -> 32 unsigned bytes: low nibbles (elements 0..15), then high (16..31).
 inline __m256i UnpackNibbles(const uint8_t* qs) {
@@ -82,25 +75,14 @@ void RowQ(const uint8_t* wrow, const Q8Row* a, int64_t nb, float* out) {
 }
 
 template <QKind K>
-void MatVecQ(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t nb = a.cols / 32;
-  for (int64_t tb = t0; tb < t1; tb += kMaxTok) {
-    const int nt = static_cast<int>(t1 - tb < kMaxTok ? t1 - tb : kMaxTok);
-    Q8Row rows[kMaxTok];
-    for (int t = 0; t < nt; ++t) rows[t] = ViewQ8(a.act[tb + t], a.cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* wrow = a.w + r * a.w_row_bytes;
-      float out[kMaxTok];
-      switch (nt) {
-        case 1: RowQ<K, 1>(wrow, rows, nb, out); break;
-        case 2: RowQ<K, 2>(wrow, rows, nb, out); break;
-        case 3: RowQ<K, 3>(wrow, rows, nb, out); break;
-        default: RowQ<K, 4>(wrow, rows, nb, out); break;
-      }
-      for (int t = 0; t < nt; ++t) a.y[(tb + t) * a.ldy + r] = out[t];
-    }
+struct QKernel {
+  using View = Q8Row;
+  static View MakeView(const void* act, int64_t cols) { return ViewQ8(act, cols); }
+  template <int NT>
+  static void Row(const uint8_t* wrow, const View* views, int64_t cols, float* out) {
+    RowQ<K, NT>(wrow, views, cols / 32, out);
   }
-}
+};
 
 // Plain float types: W converted to fp32 8 at a time, x likewise (F16 x F16, BF16 x BF16).
 enum class FKind { kF32, kF16, kBF16 };
@@ -140,25 +122,16 @@ void RowF(const void* wrow, const void* const* x, int64_t n, float* out) {
   }
 }
 
+// Plain types: the driver's views are the tokens' rows themselves.
 template <FKind K>
-void MatVecF(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const size_t elem = K == FKind::kF32 ? 4 : 2;
-  for (int64_t tb = t0; tb < t1; tb += kMaxTok) {
-    const int nt = static_cast<int>(t1 - tb < kMaxTok ? t1 - tb : kMaxTok);
-    const void* const* x = a.act + tb;
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* wrow = a.w + r * a.cols * elem;
-      float out[kMaxTok];
-      switch (nt) {
-        case 1: RowF<K, 1>(wrow, x, a.cols, out); break;
-        case 2: RowF<K, 2>(wrow, x, a.cols, out); break;
-        case 3: RowF<K, 3>(wrow, x, a.cols, out); break;
-        default: RowF<K, 4>(wrow, x, a.cols, out); break;
-      }
-      for (int t = 0; t < nt; ++t) a.y[(tb + t) * a.ldy + r] = out[t];
-    }
+struct FKernel {
+  using View = const void*;
+  static View MakeView(const void* act, int64_t) { return act; }
+  template <int NT>
+  static void Row(const uint8_t* wrow, const View* views, int64_t cols, float* out) {
+    RowF<K, NT>(wrow, views, cols, out);
   }
-}
+};
 
 }  // namespace
 
@@ -167,12 +140,12 @@ void RegisterAvx2Kernels(KernelTable* t) {
   RegisterAvx2KQuantKernels(t);
   RegisterAvx2GemmKernels(t);
   auto set = [t](GgmlType type, MatKernelFn fn) { t->matvec[static_cast<int>(type)] = fn; };
-  set(GgmlType::kQ4_0, MatVecQ<QKind::kQ4_0>);
-  set(GgmlType::kQ4_1, MatVecQ<QKind::kQ4_1>);
-  set(GgmlType::kQ8_0, MatVecQ<QKind::kQ8_0>);
-  set(GgmlType::kF32, MatVecF<FKind::kF32>);
-  set(GgmlType::kF16, MatVecF<FKind::kF16>);
-  set(GgmlType::kBF16, MatVecF<FKind::kBF16>);
+  set(GgmlType::kQ4_0, MatVecDriver<QKernel<QKind::kQ4_0>>);
+  set(GgmlType::kQ4_1, MatVecDriver<QKernel<QKind::kQ4_1>>);
+  set(GgmlType::kQ8_0, MatVecDriver<QKernel<QKind::kQ8_0>>);
+  set(GgmlType::kF32, MatVecDriver<FKernel<FKind::kF32>>);
+  set(GgmlType::kF16, MatVecDriver<FKernel<FKind::kF16>>);
+  set(GgmlType::kBF16, MatVecDriver<FKernel<FKind::kBF16>>);
 }
 
 }  // namespace kinfer::cpu_internal

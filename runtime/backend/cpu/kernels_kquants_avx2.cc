@@ -8,14 +8,7 @@
 namespace kinfer::cpu_internal {
 namespace {
 
-constexpr int kMaxTok = 4;
-
-inline float Hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+#include "runtime/backend/cpu/matvec_driver_impl.h"
 
 inline int HsumI32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -114,37 +107,28 @@ void RowQ6_K(const BlockQ6_K* w, const Q8KRow* a, int64_t nsb, float* out) {
   for (int t = 0; t < T; ++t) out[t] = acc[t];
 }
 
-template <typename Block, void (*Row1)(const Block*, const Q8KRow*, int64_t, float*),
-          void (*Row2)(const Block*, const Q8KRow*, int64_t, float*),
-          void (*Row3)(const Block*, const Q8KRow*, int64_t, float*),
-          void (*Row4)(const Block*, const Q8KRow*, int64_t, float*)>
-void MatVecK(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t nsb = a.cols / 256;
-  for (int64_t tb = t0; tb < t1; tb += kMaxTok) {
-    const int nt = static_cast<int>(t1 - tb < kMaxTok ? t1 - tb : kMaxTok);
-    Q8KRow rows[kMaxTok];
-    for (int t = 0; t < nt; ++t) rows[t] = ViewQ8K(a.act[tb + t], a.cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      const auto* w = reinterpret_cast<const Block*>(a.w + r * a.w_row_bytes);
-      float out[kMaxTok];
-      switch (nt) {
-        case 1: Row1(w, rows, nsb, out); break;
-        case 2: Row2(w, rows, nsb, out); break;
-        case 3: Row3(w, rows, nsb, out); break;
-        default: Row4(w, rows, nsb, out); break;
-      }
-      for (int t = 0; t < nt; ++t) a.y[(tb + t) * a.ldy + r] = out[t];
-    }
+template <typename Block, void (*RowFn1)(const Block*, const Q8KRow*, int64_t, float*),
+          void (*RowFn2)(const Block*, const Q8KRow*, int64_t, float*),
+          void (*RowFn3)(const Block*, const Q8KRow*, int64_t, float*),
+          void (*RowFn4)(const Block*, const Q8KRow*, int64_t, float*)>
+struct KKernel {
+  using View = Q8KRow;
+  static View MakeView(const void* act, int64_t cols) { return ViewQ8K(act, cols); }
+  template <int NT>
+  static void Row(const uint8_t* wrow, const View* views, int64_t cols, float* out) {
+    const auto* w = reinterpret_cast<const Block*>(wrow);
+    constexpr auto fn = NT == 1 ? RowFn1 : NT == 2 ? RowFn2 : NT == 3 ? RowFn3 : RowFn4;
+    fn(w, views, cols / 256, out);
   }
-}
+};
 
 }  // namespace
 
 void RegisterAvx2KQuantKernels(KernelTable* t) {
   t->matvec[static_cast<int>(GgmlType::kQ4_K)] =
-      MatVecK<BlockQ4_K, RowQ4_K<1>, RowQ4_K<2>, RowQ4_K<3>, RowQ4_K<4>>;
+      MatVecDriver<KKernel<BlockQ4_K, RowQ4_K<1>, RowQ4_K<2>, RowQ4_K<3>, RowQ4_K<4>>>;
   t->matvec[static_cast<int>(GgmlType::kQ6_K)] =
-      MatVecK<BlockQ6_K, RowQ6_K<1>, RowQ6_K<2>, RowQ6_K<3>, RowQ6_K<4>>;
+      MatVecDriver<KKernel<BlockQ6_K, RowQ6_K<1>, RowQ6_K<2>, RowQ6_K<3>, RowQ6_K<4>>>;
 }
 
 }  // namespace kinfer::cpu_internal

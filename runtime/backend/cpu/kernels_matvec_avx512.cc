@@ -20,7 +20,7 @@
 namespace kinfer::cpu_internal {
 namespace {
 
-constexpr int kMaxTok = 4;
+#include "runtime/backend/cpu/matvec_driver_impl.h"
 
 enum class QKind { kQ4_0, kQ4_1 };
 
@@ -29,12 +29,6 @@ constexpr int BlockBytes() {
   return K == QKind::kQ4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0);
 }
 
-inline float Hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float HalfAt(const uint8_t* p) {
   uint16_t h;
@@ -119,36 +113,25 @@ void Row(const uint8_t* wrow, const Q8Row* a, int64_t nb, float* out) {
     }
   }
   for (int t = 0; t < T; ++t) {
-    out[t] = _mm512_reduce_add_ps(acc[t]) + Hsum256(_mm256_add_ps(macc[t], tacc[t])) + tm[t];
+    out[t] = _mm512_reduce_add_ps(acc[t]) + Hsum(_mm256_add_ps(macc[t], tacc[t])) + tm[t];
   }
 }
 
 template <QKind K>
-void MatVec(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t nb = a.cols / 32;
-  for (int64_t tb = t0; tb < t1; tb += kMaxTok) {
-    const int nt = static_cast<int>(t1 - tb < kMaxTok ? t1 - tb : kMaxTok);
-    Q8Row rows[kMaxTok];
-    for (int t = 0; t < nt; ++t) rows[t] = ViewQ8(a.act[tb + t], a.cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* wrow = a.w + r * a.w_row_bytes;
-      float out[kMaxTok];
-      switch (nt) {
-        case 1: Row<K, 1>(wrow, rows, nb, out); break;
-        case 2: Row<K, 2>(wrow, rows, nb, out); break;
-        case 3: Row<K, 3>(wrow, rows, nb, out); break;
-        default: Row<K, 4>(wrow, rows, nb, out); break;
-      }
-      for (int t = 0; t < nt; ++t) a.y[(tb + t) * a.ldy + r] = out[t];
-    }
+struct Q4Kernel {
+  using View = Q8Row;
+  static View MakeView(const void* act, int64_t cols) { return ViewQ8(act, cols); }
+  template <int NT>
+  static void Row(const uint8_t* wrow, const View* views, int64_t cols, float* out) {
+    kinfer::cpu_internal::Row<K, NT>(wrow, views, cols / 32, out);
   }
-}
+};
 
 }  // namespace
 
 void RegisterAvx512MatVecKernels(KernelTable* t) {
-  t->matvec[static_cast<int>(GgmlType::kQ4_0)] = MatVec<QKind::kQ4_0>;
-  t->matvec[static_cast<int>(GgmlType::kQ4_1)] = MatVec<QKind::kQ4_1>;
+  t->matvec[static_cast<int>(GgmlType::kQ4_0)] = MatVecDriver<Q4Kernel<QKind::kQ4_0>>;
+  t->matvec[static_cast<int>(GgmlType::kQ4_1)] = MatVecDriver<Q4Kernel<QKind::kQ4_1>>;
 }
 
 }  // namespace kinfer::cpu_internal
