@@ -224,11 +224,11 @@ void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache, bool roun
       F32ToF16(q, q16, hd);
       F16ToF32(q16, qr, hd);
       const int npos = pos0 + t + 1;
+      DotF16F32Rows(cache->k(layer, 0) + kv_off, cache->n_embd_kv(), npos, qr, hd, sc);
       float max_s = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < npos; ++j) {
-        const float s = DotF16F32(cache->k(layer, j) + kv_off, qr, hd) * scale;
-        sc[j] = s;
-        max_s = std::max(max_s, s);
+        sc[j] *= scale;
+        max_s = std::max(max_s, sc[j]);
       }
       double sum = 0.0;
       for (int j = 0; j < npos; ++j) {
@@ -248,9 +248,7 @@ void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache, bool roun
       }
       float* out = &attn_[static_cast<size_t>(t) * dq + h * hd];
       std::fill(out, out + hd, 0.0f);
-      for (int j = 0; j < npos; ++j) {
-        AxpyF16(sc[j], cache->v(layer, j) + kv_off, out, hd);
-      }
+      AxpyF16Rows(sc, cache->v(layer, 0) + kv_off, cache->n_embd_kv(), npos, out, hd);
     }
   });
 }

@@ -46,6 +46,16 @@ void F16ToF32Scalar(const ggml_fp16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = HalfToFloat(x[i]);
 }
 
+void DotF16F32RowsScalar(const ggml_fp16_t* a, int64_t stride, int64_t rows, const float* b,
+                         int64_t n, float* out) {
+  for (int64_t j = 0; j < rows; ++j) out[j] = DotF16F32Scalar(a + j * stride, b, n);
+}
+
+void AxpyF16RowsScalar(const float* coef, const ggml_fp16_t* x, int64_t stride, int64_t rows,
+                       float* y, int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) AxpyF16Scalar(coef[j], x + j * stride, y, n);
+}
+
 struct Tables {
   VecOpsTable t[3];
   Tables() {
@@ -72,6 +82,8 @@ void RegisterScalarVecOps(VecOpsTable* t) {
   t->axpy_f16 = AxpyF16Scalar;
   t->f32_to_f16 = F32ToF16Scalar;
   t->f16_to_f32 = F16ToF32Scalar;
+  t->dot_f16_f32_rows = DotF16F32RowsScalar;
+  t->axpy_f16_rows = AxpyF16RowsScalar;
 }
 
 }  // namespace cpu_internal
@@ -85,5 +97,13 @@ void AxpyF16(float a, const ggml_fp16_t* x, float* y, int64_t n) {
 }
 void F32ToF16(const float* x, ggml_fp16_t* y, int64_t n) { cpu_internal::Active().f32_to_f16(x, y, n); }
 void F16ToF32(const ggml_fp16_t* x, float* y, int64_t n) { cpu_internal::Active().f16_to_f32(x, y, n); }
+void DotF16F32Rows(const ggml_fp16_t* a, int64_t stride, int64_t rows, const float* b, int64_t n,
+                   float* out) {
+  cpu_internal::Active().dot_f16_f32_rows(a, stride, rows, b, n, out);
+}
+void AxpyF16Rows(const float* coef, const ggml_fp16_t* x, int64_t stride, int64_t rows, float* y,
+                 int64_t n) {
+  cpu_internal::Active().axpy_f16_rows(coef, x, stride, rows, y, n);
+}
 
 }  // namespace kinfer

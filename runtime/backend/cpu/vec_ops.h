@@ -23,4 +23,13 @@ void AxpyF16(float a, const ggml_fp16_t* x, float* y, int64_t n);
 void F32ToF16(const float* x, ggml_fp16_t* y, int64_t n);
 void F16ToF32(const ggml_fp16_t* x, float* y, int64_t n);
 
+// Many rows in one call (attention over a KV cache whose rows are `stride` halfs apart); each
+// row's result is bit-identical to the one-row function's.
+// out[j] = DotF16F32(a + j * stride, b, n), for j in [0, rows)
+void DotF16F32Rows(const ggml_fp16_t* a, int64_t stride, int64_t rows, const float* b, int64_t n,
+                   float* out);
+// for j in [0, rows), in order: AxpyF16(coef[j], x + j * stride, y, n)
+void AxpyF16Rows(const float* coef, const ggml_fp16_t* x, int64_t stride, int64_t rows, float* y,
+                 int64_t n);
+
 }  // namespace kinfer

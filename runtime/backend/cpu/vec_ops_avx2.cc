@@ -68,6 +68,16 @@ void F16ToF32Avx2(const ggml_fp16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = _cvtsh_ss(x[i]);
 }
 
+void DotF16F32RowsAvx2(const ggml_fp16_t* a, int64_t stride, int64_t rows, const float* b,
+                       int64_t n, float* out) {
+  for (int64_t j = 0; j < rows; ++j) out[j] = DotF16F32Avx2(a + j * stride, b, n);
+}
+
+void AxpyF16RowsAvx2(const float* coef, const ggml_fp16_t* x, int64_t stride, int64_t rows,
+                     float* y, int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) AxpyF16Avx2(coef[j], x + j * stride, y, n);
+}
+
 }  // namespace
 
 void RegisterAvx2VecOps(VecOpsTable* t) {
@@ -76,6 +86,8 @@ void RegisterAvx2VecOps(VecOpsTable* t) {
   t->axpy_f16 = AxpyF16Avx2;
   t->f32_to_f16 = F32ToF16Avx2;
   t->f16_to_f32 = F16ToF32Avx2;
+  t->dot_f16_f32_rows = DotF16F32RowsAvx2;
+  t->axpy_f16_rows = AxpyF16RowsAvx2;
 }
 
 }  // namespace kinfer::cpu_internal

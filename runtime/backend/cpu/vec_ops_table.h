@@ -13,6 +13,10 @@ struct VecOpsTable {
   void (*axpy_f16)(float, const ggml_fp16_t*, float*, int64_t) = nullptr;
   void (*f32_to_f16)(const float*, ggml_fp16_t*, int64_t) = nullptr;
   void (*f16_to_f32)(const ggml_fp16_t*, float*, int64_t) = nullptr;
+  void (*dot_f16_f32_rows)(const ggml_fp16_t*, int64_t, int64_t, const float*, int64_t,
+                           float*) = nullptr;
+  void (*axpy_f16_rows)(const float*, const ggml_fp16_t*, int64_t, int64_t, float*,
+                        int64_t) = nullptr;
 };
 
 void RegisterScalarVecOps(VecOpsTable* t);

@@ -77,6 +77,27 @@ TEST_P(VecOpsTest, AxpyF16MatchesScalar) {
   }
 }
 
+TEST_P(VecOpsTest, RowVariantsAreBitIdenticalToOneRowCalls) {
+  const int64_t n = 64, stride = 192, rows = 37;
+  const auto mf = Random(stride * rows);
+  std::vector<ggml_fp16_t> m(mf.size());
+  for (size_t i = 0; i < mf.size(); ++i) m[i] = Fp32ToFp16(mf[i]);
+  const auto q = Random(n);
+  const ggml_fp16_t* base = m.data() + 64;  // a head's slice inside each row
+  std::vector<float> dots(rows);
+  DotF16F32Rows(base, stride, rows, q.data(), n, dots.data());
+  for (int64_t j = 0; j < rows; ++j) {
+    const float one = DotF16F32(base + j * stride, q.data(), n);
+    EXPECT_EQ(std::memcmp(&dots[j], &one, sizeof(float)), 0) << j;
+  }
+  const auto coef = Random(rows);
+  auto y_rows = Random(n);
+  auto y_one = y_rows;
+  AxpyF16Rows(coef.data(), base, stride, rows, y_rows.data(), n);
+  for (int64_t j = 0; j < rows; ++j) AxpyF16(coef[j], base + j * stride, y_one.data(), n);
+  EXPECT_EQ(std::memcmp(y_rows.data(), y_one.data(), n * sizeof(float)), 0);
+}
+
 TEST_P(VecOpsTest, F32ToF16IsBitExact) {
   auto x = Random(2000);
   const float specials[] = {0.0f, -0.0f, 1e-8f, 6e-8f, 3e-5f, 65504.0f, 65520.0f, 1e6f, -1e6f,
