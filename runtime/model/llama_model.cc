@@ -153,7 +153,6 @@ Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache,
                                 float* logits_out, bool decode_step) {
   const int n = static_cast<int>(tokens.size());
   const int d = hp_.n_embd;
-  const int dq = hp_.n_head * hp_.head_dim;
   const int dkv = hp_.n_embd_kv();
   const int pos0 = cache->size();
   const size_t embd_row = RowBytesOf(tok_embd_.type, d);
@@ -188,7 +187,6 @@ Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache,
     AddInPlace(x_.data(), ffn_out_.data(), static_cast<int64_t>(n) * d);
   }
   cache->Advance(n);
-  (void)dq;
 
   if (!logits_out) return Status::Ok();
   // Only the rows whose logits are wanted go through the output matrix.
