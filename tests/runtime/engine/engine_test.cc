@@ -1,5 +1,5 @@
 // The single-sequence engine on the real model and tokenizer: streaming, stop conditions,
-// cancellation, admission errors, and prefix reuse that does not change results.
+// cancellation, admission errors, and determinism (greedy and seeded) across requests.
 #include "runtime/engine/engine.h"
 
 #include <chrono>
