@@ -8,11 +8,10 @@
 namespace kinfer {
 namespace {
 
-// Tolerance for comparing seconds; 1 ns of slack absorbs rounding of n / rate to whole ns.
-constexpr double kEpsilonSeconds = 1e-9;
-
-TokenBucket::Duration CeilToDuration(double seconds) {
-  return TokenBucket::Duration(static_cast<int64_t>(std::ceil(seconds * 1e9)));
+// Seconds of refill that `tokens` stand for, rounded to whole nanoseconds. All comparisons are
+// done in integer nanoseconds so that they agree exactly with the state kept in full_at_.
+TokenBucket::Duration RefillTime(double tokens, double rate) {
+  return std::chrono::round<TokenBucket::Duration>(std::chrono::duration<double>(tokens / rate));
 }
 
 }  // namespace
@@ -34,29 +33,28 @@ Status TokenBucket::Validate(double rate_per_second, double capacity) {
   return Status::Ok();
 }
 
-double TokenBucket::DebtSeconds(Clock::time_point now) const {
-  if (full_at_ <= now) return 0.0;
-  return std::chrono::duration<double>(full_at_ - now).count();
+TokenBucket::Duration TokenBucket::Debt(Clock::time_point now) const {
+  if (full_at_ <= now) return Duration::zero();
+  return full_at_ - now;
 }
 
 double TokenBucket::Available(Clock::time_point now) const {
-  return std::max(0.0, capacity_ - DebtSeconds(now) * rate_);
+  return std::max(0.0, capacity_ - std::chrono::duration<double>(Debt(now)).count() * rate_);
 }
 
 TokenBucket::Duration TokenBucket::TimeUntil(double n, Clock::time_point now) const {
   if (n <= 0) return Duration::zero();
   if (n > capacity_) return kNever;
   // Taking n is allowed once debt + n / rate <= capacity / rate.
-  const double wait = DebtSeconds(now) + n / rate_ - capacity_ / rate_;
-  if (wait <= kEpsilonSeconds) return Duration::zero();
-  return CeilToDuration(wait);
+  const Duration wait = Debt(now) + RefillTime(n, rate_) - RefillTime(capacity_, rate_);
+  return wait > Duration::zero() ? wait : Duration::zero();
 }
 
 bool TokenBucket::TryTake(double n, Clock::time_point now) {
   if (n <= 0) return true;
   if (TimeUntil(n, now) != Duration::zero()) return false;
   const Clock::time_point base = std::max(full_at_, now);
-  full_at_ = base + std::chrono::round<Duration>(std::chrono::duration<double>(n / rate_));
+  full_at_ = base + RefillTime(n, rate_);
   return true;
 }
 

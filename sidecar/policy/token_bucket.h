@@ -36,9 +36,10 @@ class TokenBucket {
   // nothing and returns false. n <= 0 always succeeds and takes nothing.
   bool TryTake(double n, Clock::time_point now);
 
-  // Time from `now` until TryTake(n) would succeed, rounded up to the nanosecond: zero when it
-  // would succeed now, kNever when n > capacity (it never can; the caller should reject the
-  // request outright rather than send a Retry-After).
+  // Time from `now` until TryTake(n) would succeed, to the nanosecond (n / rate is rounded to
+  // whole nanoseconds, the same rounding TryTake uses): zero when it would succeed now; kNever
+  // when n > capacity (it never can; the caller should reject the request outright rather than
+  // send a Retry-After).
   Duration TimeUntil(double n, Clock::time_point now) const;
 
   // Tokens available at `now`, in [0, capacity].
@@ -48,8 +49,8 @@ class TokenBucket {
   double capacity() const { return capacity_; }
 
  private:
-  // Seconds of refill still owed at `now` (0 when full).
-  double DebtSeconds(Clock::time_point now) const;
+  // Refill time still owed at `now` (zero when full).
+  Duration Debt(Clock::time_point now) const;
 
   double rate_;
   double capacity_;
