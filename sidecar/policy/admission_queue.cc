@@ -1,0 +1,195 @@
+#include "sidecar/policy/admission_queue.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <utility>
+
+namespace kinfer {
+
+Status AdmissionConfig::Validate() const {
+  if (num_priorities < 1) return InvalidArgument("num_priorities must be >= 1");
+  if (max_concurrency < 1) return InvalidArgument("max_concurrency must be >= 1");
+  if (reserved_for_top < 0 || reserved_for_top >= max_concurrency) {
+    return InvalidArgument("reserved_for_top must be in [0, max_concurrency)");
+  }
+  if (max_queue_total < 1 || max_queue_per_class < 1 || max_queue_per_class > max_queue_total) {
+    return InvalidArgument("queue bounds must be >= 1 with max_queue_per_class <= max_queue_total");
+  }
+  if (!(ewma_alpha > 0 && ewma_alpha <= 1)) return InvalidArgument("ewma_alpha must be in (0, 1]");
+  if (initial_service_time <= Duration::zero() || codel_target <= Duration::zero() ||
+      codel_interval <= Duration::zero() || min_retry_after < Duration::zero()) {
+    return InvalidArgument("service seed and codel durations must be > 0, min_retry_after >= 0");
+  }
+  return Status::Ok();
+}
+
+uint64_t AdmissionQueue::Stats::rejected_total() const {
+  uint64_t total = 0;
+  for (uint64_t n : rejected) total += n;
+  return total;
+}
+
+AdmissionQueue::AdmissionQueue(AdmissionConfig config)
+    : config_(std::move(config)),
+      queues_(static_cast<size_t>(std::max(1, config_.num_priorities))),
+      mean_service_ns_(static_cast<double>(config_.initial_service_time.count())) {
+  assert(config_.Validate().ok());
+}
+
+StatusOr<AdmissionQueue> AdmissionQueue::Create(AdmissionConfig config) {
+  KINFER_RETURN_IF_ERROR(config.Validate());
+  return AdmissionQueue(std::move(config));
+}
+
+AdmissionQueue::Duration AdmissionQueue::mean_service_time() const {
+  return Duration(static_cast<int64_t>(std::llround(mean_service_ns_)));
+}
+
+int AdmissionQueue::SlotsFor(int priority) const {
+  return priority == 0 ? config_.max_concurrency
+                       : config_.max_concurrency - config_.reserved_for_top;
+}
+
+size_t AdmissionQueue::QueuedAheadOf(int priority) const {
+  size_t ahead = 0;
+  for (int p = 0; p <= priority; ++p) ahead += queues_[p].size();
+  return ahead;
+}
+
+AdmissionQueue::Duration AdmissionQueue::RetryAfter() const {
+  // Time for the whole queue (plus this request) to drain through all slots.
+  const double drain_ns =
+      static_cast<double>(queued() + 1) * mean_service_ns_ / config_.max_concurrency;
+  return std::max(config_.min_retry_after, Duration(static_cast<int64_t>(std::ceil(drain_ns))));
+}
+
+AdmissionQueue::AdmitResult AdmissionQueue::Reject(Reason reason, Duration retry_after) {
+  ++stats_.rejected[static_cast<size_t>(reason)];
+  return AdmitResult{Outcome::kRejected, reason, retry_after};
+}
+
+AdmissionQueue::AdmitResult AdmissionQueue::Admit(RequestId id, int priority,
+                                                  Clock::time_point deadline,
+                                                  Clock::time_point now) {
+  ++stats_.submitted;
+  priority = std::clamp(priority, 0, config_.num_priorities - 1);
+  if (queued_index_.count(id) != 0 || in_flight_.count(id) != 0) {
+    return Reject(Reason::kDuplicateId, Duration::zero());
+  }
+  if (deadline < now) return Reject(Reason::kDeadlineUnreachable, RetryAfter());
+
+  const size_t ahead = QueuedAheadOf(priority);
+  const int slots = SlotsFor(priority);
+  if (ahead == 0 && in_flight() < slots) {
+    // Nothing of equal or higher class waits and a slot is free: start at once. Its sojourn is
+    // zero, which tells the CoDel detector the queue is not standing.
+    in_flight_.insert(id);
+    ++stats_.admitted;
+    SampleSojourn(Duration::zero(), now);
+    return AdmitResult{Outcome::kStartNow, Reason::kNone, Duration::zero()};
+  }
+
+  if (standing_ && priority != 0) return Reject(Reason::kStandingQueue, RetryAfter());
+  if (queued() >= config_.max_queue_total) return Reject(Reason::kQueueFull, RetryAfter());
+  if (queues_[priority].size() >= config_.max_queue_per_class) {
+    return Reject(Reason::kClassFull, RetryAfter());
+  }
+  // Expected wait: `ahead + 1` completions must happen before a slot is ours, and completions
+  // arrive at about slots / mean_service per second.
+  const double wait_ns = static_cast<double>(ahead + 1) * mean_service_ns_ / slots;
+  if (static_cast<double>((deadline - now).count()) < wait_ns) {
+    return Reject(Reason::kDeadlineUnreachable, RetryAfter());
+  }
+
+  queues_[priority].push_back(Queued{id, deadline, now});
+  queued_index_.emplace(id, Location{priority, std::prev(queues_[priority].end())});
+  return AdmitResult{Outcome::kQueued, Reason::kNone, Duration::zero()};
+}
+
+void AdmissionQueue::SampleSojourn(Duration sojourn, Clock::time_point now) {
+  if (sojourn < config_.codel_target) {
+    above_target_ = false;
+    standing_ = false;
+    return;
+  }
+  if (!above_target_) {
+    above_target_ = true;
+    first_above_ = now;
+  } else if (now - first_above_ >= config_.codel_interval) {
+    // Every sojourn sampled for a whole interval was above target: the minimum was too.
+    standing_ = true;
+  }
+}
+
+void AdmissionQueue::ResetStandingIfEmpty() {
+  // An empty queue is not standing, whatever the last sojourn was.
+  if (queued() != 0) return;
+  above_target_ = false;
+  standing_ = false;
+}
+
+AdmissionQueue::Dispatch AdmissionQueue::OnComplete(RequestId id, Duration service_time,
+                                                    Clock::time_point now) {
+  Dispatch out;
+  if (in_flight_.erase(id) == 0) return out;
+  if (service_time > Duration::zero()) {
+    mean_service_ns_ = config_.ewma_alpha * static_cast<double>(service_time.count()) +
+                       (1 - config_.ewma_alpha) * mean_service_ns_;
+  }
+  for (;;) {
+    // The most important non-empty class that may use a free slot.
+    int chosen = -1;
+    for (int p = 0; p < config_.num_priorities; ++p) {
+      if (!queues_[p].empty()) {
+        if (in_flight() < SlotsFor(p)) chosen = p;
+        break;  // a lower class never overtakes a waiting higher one
+      }
+    }
+    if (chosen < 0) break;
+    const Queued q = queues_[chosen].front();
+    queues_[chosen].pop_front();
+    queued_index_.erase(q.id);
+    if (q.deadline < now) {
+      ++stats_.expired;
+      out.expired.push_back(q.id);
+      continue;
+    }
+    in_flight_.insert(q.id);
+    ++stats_.admitted;
+    out.start.push_back(q.id);
+    SampleSojourn(now - q.enqueued, now);
+  }
+  ResetStandingIfEmpty();
+  return out;
+}
+
+bool AdmissionQueue::Cancel(RequestId id) {
+  auto it = queued_index_.find(id);
+  if (it == queued_index_.end()) return false;
+  queues_[it->second.priority].erase(it->second.it);
+  queued_index_.erase(it);
+  ++stats_.cancelled;
+  ResetStandingIfEmpty();
+  return true;
+}
+
+std::vector<AdmissionQueue::RequestId> AdmissionQueue::Expire(Clock::time_point now) {
+  std::vector<RequestId> expired;
+  for (ClassQueue& q : queues_) {
+    for (auto it = q.begin(); it != q.end();) {
+      if (it->deadline < now) {
+        expired.push_back(it->id);
+        queued_index_.erase(it->id);
+        it = q.erase(it);
+        ++stats_.expired;
+      } else {
+        ++it;
+      }
+    }
+  }
+  ResetStandingIfEmpty();
+  return expired;
+}
+
+}  // namespace kinfer
