@@ -16,8 +16,7 @@
 //  * Cost: Record is O(1); each elapsed bucket costs O(bins) to evict, whatever the traffic, and an
 //    idle gap of a whole window clears everything in one pass; Quantile is O(bins). Memory is
 //    buckets * bins 32-bit counters plus bins 64-bit totals, fixed at construction: about 200 KB
-//    for the defaults
-//    (60 x 1 s buckets, 1% accuracy, 100 us .. 1000 s => 807 bins).
+//    for the defaults (60 x 1 s buckets, 1% accuracy, 100 us .. 1000 s => 807 bins).
 //
 // Thread safety: NOT thread-safe; no threads or clocks inside. The owner (one sidecar worker, or a
 // mutex it holds) serialises every call, including the const-looking readers, which roll the
