@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "runtime/sample/sampling_validation.h"
+#include "runtime/tokenizer/unicode.h"
 
 namespace kinfer {
 namespace {
@@ -18,7 +19,7 @@ Status Invalid(ErrorDetail* d, std::string param, std::string message) {
 
 // Parses `body` into an object. Exceptions stay inside this function.
 Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {
-  if (!IsWellFormedUtf8(body)) return Invalid(d, "", "request body is not valid UTF-8");
+  if (!IsValidUtf8(body)) return Invalid(d, "", "request body is not valid UTF-8");
   try {
     *out = json::parse(body.begin(), body.end());
   } catch (const json::parse_error& e) {
@@ -242,41 +243,6 @@ Status FinishSampling(ParsedRequest* r, ErrorDetail* d) {
 }
 
 }  // namespace
-
-bool IsWellFormedUtf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-    } else
-      return false;  // continuation byte, overlong lead (C0/C1) or > F4
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return false;
-    if (cp >= 0xD800 && cp <= 0xDFFF) return false;
-    i += len;
-  }
-  return true;
-}
 
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) {
   json obj;

@@ -63,9 +63,6 @@ inline constexpr int kMaxStopSequences = 4;  // as OpenAI
 // no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.
 inline constexpr int kDefaultMaxTokensCap = 2048;
 
-// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
-bool IsWellFormedUtf8(std::string_view s);
-
 // Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
 // the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
 // range and unsupported features (n > 1, best_of > 1, echo, non-empty logit_bias, tools,

@@ -66,7 +66,7 @@ HttpResponse NotReady() {
 
 // llama.cpp's /tokenize piece: the string when it is valid UTF-8, else its bytes.
 json PieceJson(const std::string& piece) {
-  if (IsWellFormedUtf8(piece)) return piece;
+  if (IsValidUtf8(piece)) return piece;
   json bytes = json::array();
   for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
   return bytes;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/tokenizer/unicode.h"
+
 namespace kinfer {
 namespace {
 
@@ -211,12 +213,12 @@ TEST(TokenizeParseTest, DefaultsAndErrors) {
 }
 
 TEST(Utf8Test, ValidatesStrictly) {
-  EXPECT_TRUE(IsWellFormedUtf8("plain é 日本 😀"));
-  EXPECT_FALSE(IsWellFormedUtf8("\xff"));
-  EXPECT_FALSE(IsWellFormedUtf8("\xc0\xaf"));          // overlong
-  EXPECT_FALSE(IsWellFormedUtf8("\xed\xa0\x80"));      // surrogate
-  EXPECT_FALSE(IsWellFormedUtf8("\xe6\x97"));          // truncated
-  EXPECT_FALSE(IsWellFormedUtf8("\xf4\x90\x80\x80"));  // > U+10FFFF
+  EXPECT_TRUE(IsValidUtf8("plain é 日本 😀"));
+  EXPECT_FALSE(IsValidUtf8("\xff"));
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xe6\x97"));          // truncated
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // > U+10FFFF
 }
 
 ResponseMeta Meta() { return {"chatcmpl-abc", 1700000000, "smol"}; }
