@@ -276,8 +276,7 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
   }
 
   KINFER_RETURN_IF_ERROR(GetBool(obj, "logprobs", &r.logprobs, d));
-  if (const json* tl = Field(obj, "top_logprobs")) {
-    (void)tl;
+  if (Field(obj, "top_logprobs") != nullptr) {
     int top = 0;
     KINFER_RETURN_IF_ERROR(GetIntField(obj, "top_logprobs", 0, kMaxLogprobs, &top, d));
     if (!r.logprobs && top > 0) {

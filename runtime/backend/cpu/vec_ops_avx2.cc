@@ -7,12 +7,7 @@
 namespace kinfer::cpu_internal {
 namespace {
 
-inline float Hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+#include "runtime/backend/cpu/matvec_driver_impl.h"  // Hsum
 
 inline __m256 LoadHalf8(const ggml_fp16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
