@@ -1,0 +1,142 @@
+// SidecarConfig: everything kinfer-sidecar is configured with, and its YAML loader.
+//
+// Contract:
+//  * Every field has a default; the sidecar runs with SidecarConfig{} (no file). The YAML file
+//    `sidecar/kinfer-sidecar.example.yaml` documents every key with its default; a key missing
+//    from a file keeps its default.
+//  * LoadSidecarConfig* reject, with INVALID_ARGUMENT naming the key path ("admission.max_queue:
+//    must be >= 1"), an unknown key (a typo must not be silently ignored), a value of the wrong
+//    type, and anything the policy classes' Validate() rejects. YAML syntax errors carry the line.
+//  * Durations in YAML are strings with a unit ("250ms", "30s", "2m", "1h", "500us") or plain
+//    numbers meaning seconds ("1.5"). Byte sizes are integers or strings with a unit
+//    ("64MiB", "512KiB", "1MB" = 10^6).
+//  * Priority classes are given as an ordered list; index 0 is the most important (the
+//    AdmissionQueue / DegradePolicy convention). Their count sets admission.num_priorities and
+//    the size of degrade.classes.
+//
+// Pure: no I/O except LoadSidecarConfigFile, which reads one file. Thread-safe (no shared state).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "sidecar/policy/admission_queue.h"
+#include "sidecar/policy/circuit_breaker.h"
+#include "sidecar/policy/degrade_policy.h"
+#include "sidecar/policy/latency_window.h"
+#include "sidecar/policy/rate_limiter.h"
+#include "sidecar/policy/response_cache.h"
+
+namespace kinfer {
+
+// A host:port to listen on or connect to.
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// An http:// URL split into its parts (https is not supported upstream: the runtime is on
+// localhost in the same pod).
+struct UpstreamUrl {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8081;
+  std::string base_path;  // prefix put before the request path, "" or "/something" (no trailing /)
+};
+
+// "HOST:PORT", ":PORT" (all interfaces, host "0.0.0.0"), or "[v6]:PORT".
+StatusOr<HostPort> ParseHostPort(std::string_view text);
+// "http://host[:port][/base]"; the port defaults to 80.
+StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view text);
+// "250ms", "30s", "2m", "1h", "500us", "100ns", or a plain number of seconds ("1.5", "0").
+// Negative or non-finite values are INVALID_ARGUMENT.
+StatusOr<std::chrono::nanoseconds> ParseDuration(std::string_view text);
+// "1048576", "64MiB", "512KiB", "1GiB", "1MB", "10KB", "100B".
+StatusOr<uint64_t> ParseByteSize(std::string_view text);
+
+struct PriorityClassConfig {
+  std::string name;                                         // unique, [a-z0-9_-]+
+  std::chrono::nanoseconds timeout = std::chrono::seconds(60);  // default x-kinfer-timeout
+  DegradeClassConfig degrade;                               // per-class degrade rules
+};
+
+struct RetryConfig {
+  bool enabled = true;
+  int max_retries = 1;          // extra attempts per request, >= 0
+  double budget_percent = 10.0;  // retries allowed as % of recent requests, in [0, 100]
+  int min_retries_per_second = 3;  // retries always allowed at this rate, >= 0
+  std::chrono::nanoseconds backoff = std::chrono::milliseconds(25);  // before a retry, >= 0
+};
+
+struct SidecarConfig {
+  HostPort listen{"0.0.0.0", 8080};
+  UpstreamUrl upstream;
+
+  // Requests: bodies larger than this get 413.
+  uint64_t max_body_bytes = 1 << 20;
+  // Connecting to the upstream; a failure counts as a connection failure (retryable).
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(2);
+  // Upper bound on one upstream exchange (header + whole body); beyond it the request fails 504.
+  std::chrono::nanoseconds upstream_timeout = std::chrono::minutes(10);
+  // SIGTERM: how long in-flight requests may take to finish before the sidecar exits.
+  std::chrono::nanoseconds drain_timeout = std::chrono::seconds(30);
+
+  // Priority classes, most important first. Default: critical, standard, batch.
+  std::vector<PriorityClassConfig> classes;  // filled by the defaults in SidecarConfig()
+  std::string default_class = "standard";    // class of requests with no header and no key map
+  // API key (the bearer token, or x-api-key) -> class name and tenant.
+  struct ApiKey {
+    std::string class_name;  // "" = default_class
+    std::string tenant;      // "" = the key itself
+  };
+  std::unordered_map<std::string, ApiKey> api_keys;
+
+  AdmissionConfig admission;  // num_priorities is set from classes.size()
+
+  // Rate limits, keyed by tenant (from api_keys) or the API key itself; requests without a key
+  // are keyed "anonymous".
+  RateLimiterConfig rate_limits;
+
+  CircuitBreakerConfig breaker;  // defaults tightened for a sidecar, see the .cc
+
+  // Degrade: the fallback (small) model's name as the upstream knows it; "" = no fallback.
+  std::string fallback_model;
+  // Where the fallback is served; empty = the same upstream as the primary.
+  std::string fallback_upstream_text;
+  UpstreamUrl fallback_upstream;
+  bool has_fallback_upstream = false;
+  double slo_ttft_p99_seconds = 0.0;  // 0 = no SLO (the "slo" degrade trigger is off)
+  bool top_class_only_when_primary_down = true;
+
+  bool cache_enabled = true;
+  ResponseCacheConfig cache;
+
+  RetryConfig retries;
+
+  // Metrics: histogram bucket edges in seconds (the SLO edge is added when missing).
+  std::vector<double> ttft_buckets;  // filled by the defaults in SidecarConfig()
+  std::vector<double> e2e_buckets;
+  // The window behind /stats and the degrade rule's P99.
+  LatencyWindowConfig stats_window;
+
+  SidecarConfig();
+
+  // Index of a class by name, or -1.
+  int ClassIndex(std::string_view name) const;
+  // The configs the policy classes take, derived from the fields above.
+  AdmissionConfig MakeAdmissionConfig() const;
+  DegradeConfig MakeDegradeConfig() const;
+  // OK, or INVALID_ARGUMENT naming the first bad key (runs every policy Validate()).
+  Status Validate() const;
+};
+
+// Parses YAML text over the defaults. The error names the key path (and line for syntax errors).
+StatusOr<SidecarConfig> LoadSidecarConfigYaml(std::string_view yaml_text);
+// Reads and parses one file; NOT_FOUND when it cannot be read.
+StatusOr<SidecarConfig> LoadSidecarConfigFile(const std::string& path);
+
+}  // namespace kinfer
