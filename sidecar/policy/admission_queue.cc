@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <string>
 #include <utility>
 
 namespace kinfer {
@@ -129,14 +130,7 @@ void AdmissionQueue::ResetStandingIfEmpty() {
   standing_ = false;
 }
 
-AdmissionQueue::Dispatch AdmissionQueue::OnComplete(RequestId id, Duration service_time,
-                                                    Clock::time_point now) {
-  Dispatch out;
-  if (in_flight_.erase(id) == 0) return out;
-  if (service_time > Duration::zero()) {
-    mean_service_ns_ = config_.ewma_alpha * static_cast<double>(service_time.count()) +
-                       (1 - config_.ewma_alpha) * mean_service_ns_;
-  }
+void AdmissionQueue::StartQueued(Clock::time_point now, Dispatch* out) {
   for (;;) {
     // The most important non-empty class that may use a free slot.
     int chosen = -1;
@@ -152,14 +146,43 @@ AdmissionQueue::Dispatch AdmissionQueue::OnComplete(RequestId id, Duration servi
     queued_index_.erase(q.id);
     if (q.deadline < now) {
       ++stats_.expired;
-      out.expired.push_back(q.id);
+      out->expired.push_back(q.id);
       continue;
     }
     in_flight_.insert(q.id);
     ++stats_.admitted;
-    out.start.push_back(q.id);
+    out->start.push_back(q.id);
     SampleSojourn(now - q.enqueued, now);
   }
+}
+
+AdmissionQueue::Dispatch AdmissionQueue::OnComplete(RequestId id, Duration service_time,
+                                                    Clock::time_point now) {
+  Dispatch out;
+  if (in_flight_.erase(id) == 0) return out;
+  if (service_time > Duration::zero()) {
+    mean_service_ns_ = config_.ewma_alpha * static_cast<double>(service_time.count()) +
+                       (1 - config_.ewma_alpha) * mean_service_ns_;
+  }
+  StartQueued(now, &out);
+  ResetStandingIfEmpty();
+  return out;
+}
+
+StatusOr<AdmissionQueue::Dispatch> AdmissionQueue::Reconfigure(const AdmissionConfig& config,
+                                                               Clock::time_point now) {
+  KINFER_RETURN_IF_ERROR(config.Validate().WithContext("admission config"));
+  if (config.num_priorities != config_.num_priorities) {
+    return FailedPrecondition("admission config: num_priorities cannot change on reload (" +
+                              std::to_string(config_.num_priorities) + " -> " +
+                              std::to_string(config.num_priorities) + ")");
+  }
+  config_ = config;
+  // Kept: the EWMA estimate (initial_service_time only seeds a new queue), the queued requests
+  // in order, the in-flight set, and the CoDel state (the new target and interval judge the
+  // next sojourn sample, which the dispatch below may already take).
+  Dispatch out;
+  StartQueued(now, &out);  // more slots (or fewer reserved) may let queued requests start
   ResetStandingIfEmpty();
   return out;
 }

@@ -20,6 +20,16 @@
 //    queued. A sojourn below target, or the queue draining empty, ends the standing state.
 //  * Rejections carry a retry_after (estimated drain time, at least min_retry_after). All of
 //    them mean "overloaded": the proxy answers 503 + Retry-After (429 is the rate limiter's).
+//  * Reload (SIGHUP): Reconfigure() adopts a new config in place, without dropping anything.
+//    num_priorities cannot change (FAILED_PRECONDITION; the caller keeps the old queue or builds
+//    a new one). Everything else takes effect at once: concurrency, reservation, queue bounds,
+//    CoDel target/interval, alpha, min_retry_after. The EWMA estimate, the queued requests (in
+//    their order), the in-flight requests and the CoDel state are kept. New limits apply to what
+//    happens next, never retroactively: a queue already longer than a new bound keeps all its
+//    requests (the bound rejects new arrivals until it drains below); in-flight requests above a
+//    lowered max_concurrency run to completion, and nothing starts until in_flight drops below
+//    the new limit. When the new limits free slots, queued requests start at once, in the usual
+//    order, and are returned by Reconfigure like OnComplete returns them.
 //  * Counters (stats()) satisfy, at every moment:
 //      submitted == admitted + rejected_total() + expired + cancelled + queued()
 //    where admitted counts requests started upstream (at once or from the queue).
@@ -84,8 +94,8 @@ class AdmissionQueue {
     Duration retry_after = Duration::zero();  // set when rejected
   };
 
-  // What to do after a completion: requests to start now, in order, and queued requests whose
-  // deadline had passed (the proxy answers them 503).
+  // What to do after a completion or a reconfiguration: requests to start now, in order, and
+  // queued requests whose deadline had passed (the proxy answers them 503).
   struct Dispatch {
     std::vector<RequestId> start;
     std::vector<RequestId> expired;
@@ -115,6 +125,13 @@ class AdmissionQueue {
   // Frees its slot and starts queued requests while slots allow. Unknown ids free nothing.
   Dispatch OnComplete(RequestId id, Duration service_time, Clock::time_point now);
 
+  // Config reload (see the contract above): adopts `config` and returns the queued requests that
+  // may start under it (and the expired ones met on the way), as OnComplete does.
+  // Errors, which leave the queue exactly as it was: INVALID_ARGUMENT when !config.Validate().ok();
+  // FAILED_PRECONDITION when config.num_priorities differs from the current one.
+  [[nodiscard]] StatusOr<Dispatch> Reconfigure(const AdmissionConfig& config,
+                                               Clock::time_point now);
+
   // Removes a queued request (the client went away). Returns false when it is not queued; an
   // in-flight request is ended by OnComplete instead.
   bool Cancel(RequestId id);
@@ -130,6 +147,7 @@ class AdmissionQueue {
   bool standing() const { return standing_; }
   Duration mean_service_time() const;
   const Stats& stats() const { return stats_; }
+  const AdmissionConfig& config() const { return config_; }
 
  private:
   struct Queued {
@@ -149,6 +167,9 @@ class AdmissionQueue {
   AdmitResult Reject(Reason reason, Duration retry_after);
   void SampleSojourn(Duration sojourn, Clock::time_point now);
   void ResetStandingIfEmpty();
+  // Starts queued requests while slots allow, most important class first; drops (and reports)
+  // the expired ones met at the head of a class.
+  void StartQueued(Clock::time_point now, Dispatch* out);
 
   AdmissionConfig config_;
   std::vector<ClassQueue> queues_;

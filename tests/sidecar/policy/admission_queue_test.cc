@@ -1,6 +1,8 @@
-// Tests for AdmissionQueue: ordering, reserved slots, bounds, deadlines, CoDel shedding, counters.
+// Tests for AdmissionQueue: ordering, reserved slots, bounds, deadlines, CoDel shedding, reload,
+// counters.
 #include "sidecar/policy/admission_queue.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -272,6 +274,216 @@ TEST_F(AdmissionQueueTest, CountersAddUpUnderMixedLoad) {
   EXPECT_GT(s.admitted, 0u);
   EXPECT_GT(s.rejected_total(), 0u);
   EXPECT_GT(s.expired, 0u);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureGrowingConcurrencyStartsQueuedInPriorityOrder) {
+  AdmissionQueue q(Serial());
+  ASSERT_EQ(q.Admit(1, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(10, 2, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(20, 1, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(30, 0, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(31, 0, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(21, 1, Far(), t0_).outcome, Outcome::kQueued);
+  ExpectBalanced(q);
+  AdmissionConfig c = Serial();
+  c.max_concurrency = 4;  // three more slots
+  auto d = q.Reconfigure(c, t0_ + 1ms);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->start, Ids({30, 31, 20}));
+  EXPECT_TRUE(d->expired.empty());
+  EXPECT_EQ(q.in_flight(), 4);
+  EXPECT_EQ(q.queued(), 2u);
+  EXPECT_EQ(q.config().max_concurrency, 4);
+  ExpectBalanced(q);
+  // The rest keep their order.
+  EXPECT_EQ(q.OnComplete(1, 1ms, t0_ + 2ms).start, Ids({21}));
+  EXPECT_EQ(q.OnComplete(30, 1ms, t0_ + 2ms).start, Ids({10}));
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureLoweringTheReservationLetsLowerClassesStart) {
+  AdmissionConfig c = Serial();
+  c.max_concurrency = 2;
+  c.reserved_for_top = 1;
+  AdmissionQueue q(c);
+  ASSERT_EQ(q.Admit(1, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(2, 2, Far(), t0_).outcome, Outcome::kQueued);  // only the reserved slot left
+  c.reserved_for_top = 0;
+  auto d = q.Reconfigure(c, t0_);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->start, Ids({2}));
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureReportsQueuedRequestsPastTheirDeadline) {
+  AdmissionQueue q(Serial());
+  ASSERT_EQ(q.Admit(1, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(2, 0, t0_ + 1s, t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(3, 1, Far(), t0_).outcome, Outcome::kQueued);
+  AdmissionConfig c = Serial();
+  c.max_concurrency = 2;
+  auto d = q.Reconfigure(c, t0_ + 2s);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->expired, Ids({2}));
+  EXPECT_EQ(d->start, Ids({3}));
+  EXPECT_EQ(q.stats().expired, 1u);
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureShrinkingConcurrencyKeepsInFlightAndHoldsNewStarts) {
+  AdmissionConfig c = Serial();
+  c.max_concurrency = 3;
+  AdmissionQueue q(c);
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(q.Admit(id, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(4, 1, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(5, 2, Far(), t0_).outcome, Outcome::kQueued);
+  c.max_concurrency = 1;
+  auto d = q.Reconfigure(c, t0_);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->start.empty());
+  EXPECT_TRUE(d->expired.empty());
+  EXPECT_EQ(q.in_flight(), 3);  // nothing in flight is cut
+  EXPECT_EQ(q.queued(), 2u);
+  ExpectBalanced(q);
+  // Over the limit: even a top-class arrival queues, and completions start nothing until
+  // in_flight drops below the new limit of 1.
+  EXPECT_EQ(q.Admit(6, 0, Far(), t0_).outcome, Outcome::kQueued);
+  EXPECT_TRUE(q.OnComplete(1, 1ms, t0_).start.empty());
+  EXPECT_EQ(q.in_flight(), 2);
+  EXPECT_TRUE(q.OnComplete(2, 1ms, t0_).start.empty());
+  EXPECT_EQ(q.in_flight(), 1);
+  EXPECT_EQ(q.OnComplete(3, 1ms, t0_).start, Ids({6}));
+  EXPECT_EQ(q.in_flight(), 1);
+  EXPECT_EQ(q.OnComplete(6, 1ms, t0_).start, Ids({4}));
+  EXPECT_EQ(q.OnComplete(4, 1ms, t0_).start, Ids({5}));
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureSmallerBoundsKeepQueuedAndRejectNewArrivals) {
+  AdmissionQueue q(Serial());
+  ASSERT_EQ(q.Admit(1, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  for (uint64_t id = 2; id <= 5; ++id)
+    ASSERT_EQ(q.Admit(id, 1, Far(), t0_).outcome, Outcome::kQueued);
+  AdmissionConfig c = Serial();
+  c.max_queue_total = 2;
+  c.max_queue_per_class = 2;
+  auto d = q.Reconfigure(c, t0_);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->start.empty());
+  EXPECT_EQ(q.queued(), 4u);  // nothing queued is dropped
+  EXPECT_EQ(q.Admit(6, 0, Far(), t0_).reason, Reason::kQueueFull);
+  EXPECT_EQ(q.OnComplete(1, 1ms, t0_).start, Ids({2}));
+  EXPECT_EQ(q.OnComplete(2, 1ms, t0_).start, Ids({3}));
+  // Two left: still at the new total bound.
+  EXPECT_EQ(q.Admit(7, 2, Far(), t0_).reason, Reason::kQueueFull);
+  EXPECT_EQ(q.OnComplete(3, 1ms, t0_).start, Ids({4}));
+  EXPECT_EQ(q.Admit(8, 2, Far(), t0_).outcome, Outcome::kQueued);
+  EXPECT_EQ(q.OnComplete(4, 1ms, t0_).start, Ids({5}));
+  EXPECT_EQ(q.OnComplete(5, 1ms, t0_).start, Ids({8}));
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureKeepsTheServiceTimeEstimateAndAdoptsTheNewAlpha) {
+  AdmissionConfig c = Serial();
+  c.initial_service_time = 100ms;
+  c.ewma_alpha = 0.5;
+  AdmissionQueue q(c);
+  ASSERT_EQ(q.Admit(1, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_TRUE(q.OnComplete(1, 300ms, t0_).start.empty());
+  ASSERT_EQ(q.mean_service_time(), 200ms);
+  c.initial_service_time = 5s;  // seeds new queues only
+  c.ewma_alpha = 1.0;
+  ASSERT_TRUE(q.Reconfigure(c, t0_).ok());
+  EXPECT_EQ(q.mean_service_time(), 200ms);
+  ASSERT_EQ(q.Admit(2, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_TRUE(q.OnComplete(2, 40ms, t0_).start.empty());
+  EXPECT_EQ(q.mean_service_time(), 40ms);  // alpha 1: the last sample
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureRefusesANumPrioritiesChangeAndKeepsTheQueue) {
+  AdmissionQueue q(Serial());
+  ASSERT_EQ(q.Admit(1, 2, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(2, 2, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(3, 0, Far(), t0_).outcome, Outcome::kQueued);
+  AdmissionConfig c = Serial();
+  c.num_priorities = 2;
+  c.max_concurrency = 8;
+  const auto d = q.Reconfigure(c, t0_);
+  EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
+  // Unchanged: old limits, same queue, same order.
+  EXPECT_EQ(q.config().num_priorities, 3);
+  EXPECT_EQ(q.config().max_concurrency, 1);
+  EXPECT_EQ(q.in_flight(), 1);
+  EXPECT_EQ(q.depth(0), 1u);
+  EXPECT_EQ(q.depth(2), 1u);
+  ExpectBalanced(q);
+  EXPECT_EQ(q.OnComplete(1, 1ms, t0_).start, Ids({3}));
+  EXPECT_EQ(q.OnComplete(3, 1ms, t0_).start, Ids({2}));
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, ReconfigureRefusesAnInvalidConfigAndKeepsTheQueue) {
+  AdmissionQueue q(Serial());
+  ASSERT_EQ(q.Admit(1, 1, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(2, 1, Far(), t0_).outcome, Outcome::kQueued);
+  AdmissionConfig c = Serial();
+  c.max_concurrency = 4;
+  c.reserved_for_top = 4;  // nothing left for other classes
+  EXPECT_EQ(q.Reconfigure(c, t0_).status().code(), StatusCode::kInvalidArgument);
+  c = Serial();
+  c.max_concurrency = 4;
+  c.ewma_alpha = 0;
+  EXPECT_EQ(q.Reconfigure(c, t0_).status().code(), StatusCode::kInvalidArgument);
+  // An invalid config that also changes num_priorities reports the invalid value first.
+  c = Serial();
+  c.num_priorities = 0;
+  EXPECT_EQ(q.Reconfigure(c, t0_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(q.config().max_concurrency, 1);
+  EXPECT_EQ(q.in_flight(), 1);
+  EXPECT_EQ(q.queued(), 1u);
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, CountersAddUpAcrossReloads) {
+  AdmissionConfig c = Serial();
+  c.max_queue_total = 8;
+  c.max_queue_per_class = 4;
+  AdmissionQueue q(c);
+  std::vector<AdmissionQueue::RequestId> running;
+  Clock::time_point now = t0_;
+  uint64_t next_id = 1;
+  size_t started_by_reload = 0;
+  for (int step = 0; step < 2000; ++step) {
+    now += 3ms;
+    const auto deadline = now + std::chrono::milliseconds(5 + (step * 37) % 400);
+    if (q.Admit(next_id, step % 3, deadline, now).outcome == Outcome::kStartNow) {
+      running.push_back(next_id);
+    }
+    ++next_id;
+    if (step % 3 == 0 && !running.empty()) {
+      const auto d = q.OnComplete(running.front(), 20ms, now);
+      running.erase(running.begin());
+      running.insert(running.end(), d.start.begin(), d.start.end());
+    }
+    if (step % 50 == 0) {
+      // Reload with concurrency 1..4 and queue bounds 2..8, both up and down.
+      c.max_concurrency = 1 + (step / 50) % 4;
+      c.reserved_for_top = c.max_concurrency > 2 ? 1 : 0;
+      c.max_queue_total = 2 + static_cast<size_t>((step / 50 * 5) % 7);
+      c.max_queue_per_class = std::min<size_t>(c.max_queue_total, 4);
+      const auto d = q.Reconfigure(c, now);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      running.insert(running.end(), d->start.begin(), d->start.end());
+      started_by_reload += d->start.size();
+    }
+    if (step % 11 == 0) (void)q.Expire(now);
+    ASSERT_EQ(q.in_flight(), static_cast<int>(running.size()));
+    ExpectBalanced(q);
+  }
+  EXPECT_GT(started_by_reload, 0u);
+  EXPECT_GT(q.stats().admitted, 0u);
+  EXPECT_GT(q.stats().rejected_total(), 0u);
 }
 
 TEST_F(AdmissionQueueTest, CreateRejectsInvalidConfig) {
