@@ -1,0 +1,91 @@
+// ProxyServer: kinfer-sidecar's HTTP front (Boost.Beast) around SidecarCore.
+//
+//   POST /v1/chat/completions, /v1/completions   policy path: rate limit, cache, degrade,
+//                                                admission queue, breaker, retries; SSE relayed
+//                                                chunk by chunk
+//   other /v1/*, /tokenize, /detokenize          passed through to the upstream (no policy)
+//   GET /health                                  alive
+//   GET /ready                                   200 when the upstream's /ready is 200, the
+//                                                breaker is not open and not draining
+//   GET /metrics                                 Prometheus text (SidecarMetrics)
+//   GET /stats                                   compact JSON for the operator
+//
+// Contract:
+//  * One io_context thread runs everything (sessions, upstream calls, the core), so the pure
+//    policy classes need no locks. Handlers never block.
+//  * Request bodies above max_body_bytes get 413 (from Content-Length before the body is read).
+//    `Expect: 100-continue` is answered.
+//  * A client that goes away (read EOF while waiting, or a failed write) cancels its queued or
+//    upstream request at once.
+//  * Every error reply is an OpenAI-style JSON body; 429 and 503 carry Retry-After.
+//  * BeginDrain (SIGTERM): stop accepting, answer new requests 503 with `Connection: close`, let
+//    queued and in-flight requests finish, then call on_drained (or at drain_timeout).
+//  * Reload (SIGHUP): re-read the config file and apply it without dropping connections.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>  // before Boost.Asio 1.74 (awaitable.hpp needs std::exchange)
+
+#include <boost/asio.hpp>
+
+#include "common/status.h"
+#include "sidecar/config/sidecar_config.h"
+#include "sidecar/proxy/sidecar_core.h"
+#include "sidecar/proxy/upstream_client.h"
+#include "sidecar/signals/sidecar_metrics.h"
+
+namespace kinfer {
+
+class Exchange;
+class Session;
+
+class ProxyServer {
+ public:
+  // `config_path` is re-read by Reload(); empty when the sidecar runs on defaults.
+  ProxyServer(net::io_context& ioc, const SidecarConfig& config, std::string config_path);
+  ~ProxyServer();
+
+  // Binds config.listen and starts accepting. UNAVAILABLE when the address cannot be bound.
+  Status Listen();
+  uint16_t port() const { return port_; }
+
+  void BeginDrain(std::function<void()> on_drained);
+  void Reload();
+
+ private:
+  friend class Exchange;
+  friend class Session;
+  using TimePoint = SidecarCore::TimePoint;
+
+  void Accept();
+  // Starts the dispatched requests and answers the expired ones (posted: never re-entrant).
+  void Run(AdmissionQueue::Dispatch dispatch);
+  void ArmExpiry();
+  void CheckDrained();
+  TimePoint Now() const { return SidecarCore::Clock::now(); }
+
+  net::io_context& ioc_;
+  std::string config_path_;
+  SidecarMetrics metrics_;
+  SidecarCore core_;
+  UpstreamPool primary_;
+  std::unique_ptr<UpstreamPool> fallback_;  // null when the fallback shares the primary upstream
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::weak_ptr<Exchange>> waiting_;  // queued in the core
+  net::steady_timer expiry_timer_;
+  bool expiry_armed_ = false;
+  int open_responses_ = 0;  // sessions with a request being answered
+  bool draining_ = false;
+  std::function<void()> on_drained_;
+  net::steady_timer drain_timer_;
+  TimePoint drain_deadline_{};
+};
+
+}  // namespace kinfer

@@ -1,0 +1,156 @@
+#include "sidecar/proxy/request_info.h"
+
+#include <cctype>
+#include <cmath>
+#include <string>
+
+namespace kinfer {
+namespace {
+
+using nlohmann::json;
+
+bool IsAllDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string ApiKeyFrom(const HeaderLookup& header) {
+  if (auto auth = header("authorization")) {
+    std::string_view v = Trim(*auth);
+    constexpr std::string_view kBearer = "bearer ";
+    if (v.size() > kBearer.size()) {
+      std::string prefix(v.substr(0, kBearer.size()));
+      for (char& c : prefix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (prefix == kBearer) return std::string(Trim(v.substr(kBearer.size())));
+    }
+  }
+  if (auto key = header("x-api-key")) return std::string(Trim(*key));
+  return {};
+}
+
+StatusOr<int> PriorityFrom(std::string_view value, const SidecarConfig& config) {
+  value = Trim(value);
+  if (IsAllDigits(value) && value.size() < 4) {
+    int index = std::stoi(std::string(value));
+    if (index < static_cast<int>(config.classes.size())) return index;
+  } else if (int index = config.ClassIndex(value); index >= 0) {
+    return index;
+  }
+  std::string names;
+  for (size_t i = 0; i < config.classes.size(); ++i) {
+    names += (i ? ", " : "") + config.classes[i].name;
+  }
+  return InvalidArgument("x-kinfer-priority: unknown class '" + std::string(value) +
+                              "' (classes: " + names + ", or their index)");
+}
+
+// Reads an optional number field; wrong types are errors naming the field.
+template <typename T>
+Status ReadNumber(const json& body, const char* field, std::optional<T>* out) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return Status();
+  if (!it->is_number()) return InvalidArgument(std::string(field) + ": must be a number");
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) {
+      return InvalidArgument(std::string(field) + ": must be an integer");
+    }
+  }
+  *out = it->get<T>();
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
+                                       const SidecarConfig& config) {
+  RequestInfo info;
+  info.body = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (info.body.is_discarded()) return InvalidArgument("request body is not valid JSON");
+  if (!info.body.is_object()) return InvalidArgument("request body must be a JSON object");
+
+  if (auto it = info.body.find("model"); it != info.body.end() && !it->is_null()) {
+    if (!it->is_string()) return InvalidArgument("model: must be a string");
+    info.model = it->get<std::string>();
+  }
+  if (auto it = info.body.find("stream"); it != info.body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return InvalidArgument("stream: must be a boolean");
+    info.stream = it->get<bool>();
+  }
+  std::optional<int64_t> max_tokens;
+  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "max_tokens", &max_tokens));
+  if (!max_tokens) {
+    KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "max_completion_tokens", &max_tokens));
+  }
+  if (max_tokens && *max_tokens < 0) return InvalidArgument("max_tokens: must be >= 0");
+  info.max_tokens = max_tokens.value_or(0);
+  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "temperature", &info.temperature));
+  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "seed", &info.seed));
+
+  info.api_key = ApiKeyFrom(header);
+  const SidecarConfig::ApiKey* mapped = nullptr;
+  if (!info.api_key.empty()) {
+    if (auto it = config.api_keys.find(info.api_key); it != config.api_keys.end()) {
+      mapped = &it->second;
+    }
+  }
+  if (auto value = header("x-kinfer-priority")) {
+    KINFER_ASSIGN_OR_RETURN(info.priority, PriorityFrom(*value, config));
+  } else if (mapped && !mapped->class_name.empty()) {
+    info.priority = config.ClassIndex(mapped->class_name);
+  } else {
+    info.priority = config.ClassIndex(config.default_class);
+  }
+  if (info.priority < 0) info.priority = 0;  // Validate() makes this unreachable
+
+  if (mapped && !mapped->tenant.empty()) {
+    info.rate_key = mapped->tenant;
+  } else {
+    info.rate_key = info.api_key.empty() ? "anonymous" : info.api_key;
+  }
+
+  info.timeout = config.classes[info.priority].timeout;
+  if (auto value = header("x-kinfer-timeout")) {
+    StatusOr<std::chrono::nanoseconds> timeout = ParseDuration(Trim(*value));
+    if (!timeout.ok() || timeout->count() <= 0) {
+      return InvalidArgument("x-kinfer-timeout: expected a positive duration such as '2s' "
+                                  "or '500ms', got '" + std::string(*value) + "'");
+    }
+    info.timeout = *timeout;
+  }
+  if (auto value = header("cache-control")) info.cache_control = std::string(*value);
+
+  double prompt_tokens = std::ceil(static_cast<double>(body.size()) / 4.0);
+  info.token_estimate =
+      prompt_tokens + static_cast<double>(info.max_tokens > 0 ? info.max_tokens
+                                                               : kDefaultMaxTokensEstimate);
+  return info;
+}
+
+std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
+                        int64_t max_tokens) {
+  json body = info.body;
+  if (!fallback_model.empty()) body["model"] = std::string(fallback_model);
+  if (max_tokens > 0) {
+    body.erase("max_completion_tokens");
+    body["max_tokens"] = max_tokens;
+  }
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string NormalizedRequestText(std::string_view path, const RequestInfo& info) {
+  std::string text(path);
+  text += '\n';
+  text += info.body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text;
+}
+
+}  // namespace kinfer

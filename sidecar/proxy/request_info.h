@@ -1,0 +1,73 @@
+// RequestInfo: what the sidecar needs to know about one inbound OpenAI request, read from its
+// headers and JSON body, and the body rewrite a degraded request gets.
+//
+// Contract:
+//  * ParseRequestInfo accepts a body that is a JSON object (anything else is INVALID_ARGUMENT with
+//    a message fit for a 400 body). It reads `model`, `stream`, `max_tokens` (or
+//    `max_completion_tokens`), `temperature`, `seed`; a field of the wrong type is
+//    INVALID_ARGUMENT naming it (the upstream would reject it too; the sidecar does so before
+//    queueing it).
+//  * Headers are passed as a lookup function over lowercased names, so this file knows nothing
+//    of the HTTP library.
+//  * Priority: `x-kinfer-priority` names a class ("critical") or gives its index ("0"); an unknown
+//    value is INVALID_ARGUMENT. Without the header, the API key's class, else the default class.
+//  * API key: `Authorization: Bearer <key>`, else `x-api-key`. Rate limits are keyed by the key's
+//    tenant when the key is mapped, by the key itself otherwise, and "anonymous" without a key.
+//  * Timeout: `x-kinfer-timeout` as a duration ("500ms", "2s", "1.5"); must be > 0. Without it,
+//    the class default. The deadline is arrival + timeout: the latest time the request may start.
+//  * Token estimate for the tokens/s limit: prompt bytes / 4 (rounded up) + max_tokens, or
+//    + kDefaultMaxTokensEstimate when the client set none.
+//  * Cache key text: the request path plus the body re-serialised with sorted keys (nlohmann's
+//    object order), so key order and whitespace do not split the cache.
+//
+// Pure; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "sidecar/config/sidecar_config.h"
+
+namespace kinfer {
+
+// Returns the header's value, or nullopt when absent. Names are lowercase.
+using HeaderLookup = std::function<std::optional<std::string_view>(std::string_view name)>;
+
+inline constexpr int64_t kDefaultMaxTokensEstimate = 256;
+
+struct RequestInfo {
+  nlohmann::json body;  // the parsed body (a JSON object)
+  std::string model;
+  bool stream = false;
+  int64_t max_tokens = 0;  // 0 = the client set none
+  std::optional<double> temperature;
+  std::optional<int64_t> seed;
+
+  int priority = 0;                  // class index, 0 = most important
+  std::string api_key;               // "" when none
+  std::string rate_key;              // tenant, key, or "anonymous"
+  std::chrono::nanoseconds timeout{};  // from the header or the class default
+  double token_estimate = 0;
+  std::string cache_control;  // raw Cache-Control header, "" when absent
+};
+
+StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
+                                       const SidecarConfig& config);
+
+// The body to send upstream for a degraded request: `model` replaced when fallback_model is not
+// empty, `max_tokens` set when max_tokens > 0 (and `max_completion_tokens` dropped so the two
+// cannot disagree).
+std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
+                        int64_t max_tokens);
+
+// "<path>\n<body with sorted keys>" (see the contract).
+std::string NormalizedRequestText(std::string_view path, const RequestInfo& info);
+
+}  // namespace kinfer

@@ -1,0 +1,297 @@
+#include "sidecar/proxy/sidecar_core.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+namespace kinfer {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::nanoseconds;
+
+std::string_view AdmissionReasonName(AdmissionQueue::Reason reason) {
+  switch (reason) {
+    case AdmissionQueue::Reason::kQueueFull: return "queue_full";
+    case AdmissionQueue::Reason::kClassFull: return "class_full";
+    case AdmissionQueue::Reason::kDeadlineUnreachable: return "deadline_unreachable";
+    case AdmissionQueue::Reason::kStandingQueue: return "standing_queue";
+    case AdmissionQueue::Reason::kDuplicateId: return "duplicate_id";
+    default: return "overloaded";
+  }
+}
+
+RetryBudgetConfig RetryBudgetConfigFrom(const RetryConfig& retries) {
+  RetryBudgetConfig config;
+  config.budget_percent = retries.budget_percent;
+  config.min_retries_per_second = retries.min_retries_per_second;
+  return config;
+}
+
+// The minimum number of samples before the window's P99 is trusted by the degrade rule.
+constexpr uint64_t kMinSamplesForP99 = 20;
+
+}  // namespace
+
+int64_t RetryAfterSeconds(std::chrono::nanoseconds d) {
+  int64_t s = (d.count() + 999'999'999) / 1'000'000'000;
+  return std::max<int64_t>(s, 1);
+}
+
+SidecarCore::SidecarCore(const SidecarConfig& config, SidecarMetrics* metrics)
+    : config_(config),
+      metrics_(metrics),
+      rate_limiter_(config.rate_limits),
+      cache_(config.cache_enabled ? std::make_unique<ResponseCache>(config.cache) : nullptr),
+      degrade_(config.MakeDegradeConfig()),
+      admission_(config.MakeAdmissionConfig()),
+      breaker_(std::make_unique<CircuitBreaker>(config.breaker)),
+      retry_budget_(RetryBudgetConfigFrom(config.retries)),
+      ttft_window_(config.stats_window) {}
+
+SidecarCore::Verdict SidecarCore::Reject(int priority, int http_status, std::string reason,
+                                         std::string message,
+                                         std::optional<Duration> retry_after) {
+  metrics_->CountRejected(priority, reason);
+  Verdict v;
+  v.action = Action::kReject;
+  v.http_status = http_status;
+  v.reason = std::move(reason);
+  v.message = std::move(message);
+  v.retry_after = retry_after;
+  return v;
+}
+
+SidecarCore::Duration SidecarCore::EstimatedWait(int priority) const {
+  const AdmissionConfig& a = admission_.config();
+  int usable = priority == 0 ? a.max_concurrency : a.max_concurrency - a.reserved_for_top;
+  size_t ahead = 0;
+  for (int p = 0; p <= priority && p < a.num_priorities; ++p) ahead += admission_.depth(p);
+  if (ahead == 0 && admission_.in_flight() < usable) return Duration::zero();
+  return admission_.mean_service_time() * static_cast<int64_t>(ahead + 1) / std::max(usable, 1);
+}
+
+std::optional<double> SidecarCore::P99Ttft(TimePoint now) {
+  if (ttft_window_.Count(now) < kMinSamplesForP99) return std::nullopt;
+  return ttft_window_.Quantile(0.99, now);
+}
+
+SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
+                                            const RequestInfo& info, TimePoint now) {
+  const int p = info.priority;
+  if (draining_) {
+    return Reject(p, 503, "draining", "the sidecar is shutting down; retry on another replica",
+                  std::chrono::seconds(1));
+  }
+
+  RateLimiter::Decision limit = rate_limiter_.Check(info.rate_key, info.token_estimate, now);
+  if (!limit.allowed) {
+    if (limit.retry_after == TokenBucket::kNever) {
+      return Reject(p, 429, "token_limit_exceeded",
+                    "the request's token estimate exceeds the token burst of '" + info.rate_key +
+                        "'; lower max_tokens or the prompt",
+                    std::nullopt);
+    }
+    bool tokens = limit.limited_by == RateLimiter::Limit::kTokens;
+    return Reject(p, 429, tokens ? "rate_limited_tokens" : "rate_limited_requests",
+                  std::string("rate limit exceeded (") + (tokens ? "tokens" : "requests") +
+                      " per second) for '" + info.rate_key + "'",
+                  limit.retry_after);
+  }
+
+  std::optional<CacheKey> key;
+  if (cache_) {
+    CacheableRequest c;
+    c.temperature = info.temperature;
+    c.seed = info.seed;
+    c.cache_control = info.cache_control;
+    c.stream = info.stream;
+    if (IsCacheable(c)) {
+      key = MakeCacheKey(info.model, NormalizedRequestText(path, info));
+      std::optional<CachedResponse> hit = cache_->Lookup(*key, now);
+      metrics_->CountCache(hit.has_value());
+      if (hit) {
+        Verdict v;
+        v.action = Action::kCacheHit;
+        v.cached = std::move(*hit);
+        return v;
+      }
+    }
+  }
+
+  const TimePoint deadline = now + info.timeout;
+  DegradeInputs in;
+  in.priority = p;
+  in.breaker_open = breaker_->state(now) == CircuitBreaker::State::kOpen;
+  in.fallback_available =
+      !config_.fallback_model.empty() && (config_.has_fallback_upstream || !in.breaker_open);
+  in.estimated_wait = EstimatedWait(p);
+  in.time_to_deadline = info.timeout;
+  in.p99_ttft = P99Ttft(now);
+  in.requested_max_tokens = info.max_tokens;
+  DegradeDecision d = degrade_.Decide(in);
+
+  Verdict v;
+  if (d.kind == DegradeKind::kReject) {
+    return Reject(p, 503, "breaker_open",
+                  "the upstream is unavailable (circuit breaker open) and no fallback serves "
+                  "this class",
+                  breaker_->RetryAfter(now));
+  }
+  if (d.kind != DegradeKind::kNone) {
+    metrics_->CountDegraded(p, d.header_value());
+    v.route.degraded = std::string(d.header_value());
+    if (d.uses_fallback()) {
+      v.route.model = config_.fallback_model;
+      v.route.fallback_upstream = config_.has_fallback_upstream;
+    }
+    if (d.kind == DegradeKind::kCapTokens || d.kind == DegradeKind::kFallbackAndCap) {
+      if (d.max_tokens > 0 && (info.max_tokens == 0 || d.max_tokens < info.max_tokens)) {
+        v.route.max_tokens = d.max_tokens;
+      }
+    }
+  } else {
+    v.cache_key = std::move(key);  // only an undegraded answer may be stored for this key
+  }
+
+  AdmissionQueue::AdmitResult a = admission_.Admit(id, p, deadline, now);
+  switch (a.outcome) {
+    case AdmissionQueue::Outcome::kStartNow:
+      v.action = Action::kStart;
+      return v;
+    case AdmissionQueue::Outcome::kQueued:
+      v.action = Action::kQueued;
+      return v;
+    case AdmissionQueue::Outcome::kRejected:
+      break;
+  }
+  std::string reason(AdmissionReasonName(a.reason));
+  std::string message = a.reason == AdmissionQueue::Reason::kDeadlineUnreachable
+                            ? "overloaded: the request cannot start before its deadline"
+                            : "overloaded: " + reason;
+  return Reject(p, 503, std::move(reason), std::move(message), a.retry_after);
+}
+
+std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Route& route,
+                                                          int priority, TimePoint now) {
+  if (!route.fallback_upstream && !breaker_->TryAcquire(now)) {
+    metrics_->CountRejected(priority, "breaker_open");
+    return breaker_->RetryAfter(now);
+  }
+  metrics_->CountAdmitted(priority);
+  retry_budget_.OnRequest(now);
+  return std::nullopt;
+}
+
+AdmissionQueue::Dispatch SidecarCore::OnFinished(RequestId id, const Route& route, Result result,
+                                                 Duration upstream_time, TimePoint now) {
+  if (!route.fallback_upstream) {
+    switch (result) {
+      case Result::kSuccess: breaker_->OnSuccess(upstream_time, now); break;
+      case Result::kFailure: breaker_->OnFailure(upstream_time, now); break;
+      case Result::kIgnored: breaker_->OnIgnored(); break;
+    }
+  }
+  // Only successful, undegraded calls teach the queue how long the primary takes to serve.
+  Duration sample = (result == Result::kSuccess && !route.rewrite()) ? upstream_time
+                                                                      : Duration::zero();
+  return admission_.OnComplete(id, sample, now);
+}
+
+std::vector<SidecarCore::RequestId> SidecarCore::Expire(TimePoint now) {
+  return admission_.Expire(now);
+}
+
+bool SidecarCore::TryRetry(TimePoint now) {
+  bool allowed = config_.retries.enabled && retry_budget_.TryRetry(now);
+  metrics_->CountRetry(allowed);
+  return allowed;
+}
+
+void SidecarCore::StoreInCache(const CacheKey& key, CachedResponse response, TimePoint now) {
+  if (cache_) cache_->Insert(key, std::move(response), now);
+}
+
+bool SidecarCore::Ready(TimePoint now) {
+  return !draining_ && breaker_->state(now) != CircuitBreaker::State::kOpen;
+}
+
+void SidecarCore::UpdateGauges(TimePoint now) {
+  const int classes = admission_.config().num_priorities;
+  for (int p = 0; p < classes; ++p) metrics_->SetQueueDepth(p, admission_.depth(p));
+  metrics_->SetInFlight(admission_.in_flight());
+  metrics_->SetBreakerState(CircuitBreakerStateName(breaker_->state(now)));
+  metrics_->SetBreakerTransitions(static_cast<double>(breaker_->transitions()));
+  if (cache_) metrics_->SetCache(cache_->bytes(), cache_->entries());
+  metrics_->SetDraining(draining_);
+  metrics_->SetStandingQueue(admission_.standing());
+}
+
+std::string SidecarCore::StatsJson(TimePoint now) {
+  using nlohmann::json;
+  json by_class = json::object();
+  const int classes = admission_.config().num_priorities;
+  for (int p = 0; p < classes; ++p) by_class[config_.classes[p].name] = admission_.depth(p);
+  LatencyWindow::Summary s = ttft_window_.Summarize(now);
+  auto q = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  json out = {
+      {"queue_depth", admission_.queued()},
+      {"queue_depth_by_class", by_class},
+      {"in_flight", admission_.in_flight()},
+      {"max_concurrency", admission_.config().max_concurrency},
+      {"ttft_seconds",
+       {{"p50", q(s.p50)}, {"p95", q(s.p95)}, {"p99", q(s.p99)}, {"count", s.count}}},
+      {"window_seconds",
+       std::chrono::duration<double>(config_.stats_window.window).count()},
+      {"breaker", CircuitBreakerStateName(breaker_->state(now))},
+      {"standing_queue", admission_.standing()},
+      {"draining", draining_},
+  };
+  return out.dump();
+}
+
+StatusOr<AdmissionQueue::Dispatch> SidecarCore::Reconfigure(const SidecarConfig& next,
+                                                            TimePoint now) {
+  KINFER_RETURN_IF_ERROR(next.Validate());
+  if (next.classes.size() != config_.classes.size()) {
+    return FailedPrecondition("the number of priority classes cannot change on reload "
+                              "(restart the sidecar)");
+  }
+  KINFER_ASSIGN_OR_RETURN(AdmissionQueue::Dispatch dispatch,
+                          admission_.Reconfigure(next.MakeAdmissionConfig(), now));
+  rate_limiter_ = RateLimiter(next.rate_limits);
+  degrade_ = DegradePolicy(next.MakeDegradeConfig());
+  if (!next.cache_enabled) {
+    cache_.reset();
+  } else if (!cache_ || next.cache.max_bytes != config_.cache.max_bytes ||
+             next.cache.ttl != config_.cache.ttl ||
+             next.cache.max_entry_bytes != config_.cache.max_entry_bytes) {
+    cache_ = std::make_unique<ResponseCache>(next.cache);
+  }
+  const CircuitBreakerConfig& a = next.breaker;
+  const CircuitBreakerConfig& b = config_.breaker;
+  if (a.window_type != b.window_type || a.window_size != b.window_size ||
+      a.minimum_calls != b.minimum_calls || a.failure_rate_threshold != b.failure_rate_threshold ||
+      a.slow_call_duration != b.slow_call_duration ||
+      a.slow_call_rate_threshold != b.slow_call_rate_threshold ||
+      a.open_duration != b.open_duration ||
+      a.half_open_permitted_calls != b.half_open_permitted_calls) {
+    breaker_ = std::make_unique<CircuitBreaker>(next.breaker);
+  }
+  retry_budget_ = RetryBudget(RetryBudgetConfigFrom(next.retries));
+  // Kept from the running config: addresses and metric buckets (fixed at start).
+  SidecarConfig merged = next;
+  merged.listen = config_.listen;
+  merged.upstream = config_.upstream;
+  merged.fallback_upstream = config_.fallback_upstream;
+  merged.has_fallback_upstream = config_.has_fallback_upstream;
+  merged.fallback_upstream_text = config_.fallback_upstream_text;
+  merged.ttft_buckets = config_.ttft_buckets;
+  merged.e2e_buckets = config_.e2e_buckets;
+  merged.stats_window = config_.stats_window;
+  config_ = std::move(merged);
+  return dispatch;
+}
+
+}  // namespace kinfer

@@ -1,0 +1,148 @@
+// SidecarCore: the sidecar's decisions for one request, in order, over the pure policy classes:
+//
+//   arrival:  draining? -> rate limit (429) -> response cache (hit) -> degrade (fallback model,
+//             max_tokens cap, or 503) -> admission queue (start, queue, or 503)
+//   start:    circuit breaker (503 while open) for requests going to the primary upstream
+//   finish:   breaker outcome, admission slot freed (queued requests start), TTFT window
+//
+// Contract:
+//  * No I/O, no threads, no clock: `now` is passed in, so tests drive it with a fake clock. The
+//    proxy (one event-loop thread) serialises every call.
+//  * Request ids are the proxy's; each id that got kStart or kQueued must end with exactly one of:
+//    OnFinished (after OnStart), Cancel (while queued), or an Expire/Dispatch.expired report.
+//  * Every 429/503 verdict carries retry_after (>= 1 s once rounded up), except a request larger
+//    than its key's token burst, which can never pass (429 with no Retry-After).
+//  * Metrics: admitted/rejected/degraded/cache counters are counted here, at the decision; the
+//    proxy counts responses, latencies and upstream errors.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "sidecar/config/sidecar_config.h"
+#include "sidecar/policy/admission_queue.h"
+#include "sidecar/policy/circuit_breaker.h"
+#include "sidecar/policy/degrade_policy.h"
+#include "sidecar/policy/latency_window.h"
+#include "sidecar/policy/rate_limiter.h"
+#include "sidecar/policy/response_cache.h"
+#include "sidecar/policy/retry_budget.h"
+#include "sidecar/proxy/request_info.h"
+#include "sidecar/signals/sidecar_metrics.h"
+
+namespace kinfer {
+
+class SidecarCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::time_point;
+  using Duration = std::chrono::nanoseconds;
+  using RequestId = uint64_t;
+
+  enum class Action { kReject, kCacheHit, kStart, kQueued };
+
+  // Where and how a request goes upstream.
+  struct Route {
+    bool fallback_upstream = false;  // to the fallback upstream (not guarded by the breaker)
+    std::string model;               // the fallback model's name when degraded to it, else ""
+    int64_t max_tokens = 0;          // the cap when capped, else 0 (body unchanged)
+    std::string degraded;            // x-kinfer-degraded value, "" when not degraded
+    bool rewrite() const { return !model.empty() || max_tokens > 0; }
+  };
+
+  struct Verdict {
+    Action action = Action::kReject;
+    // kReject:
+    int http_status = 0;
+    std::string reason;   // metrics label
+    std::string message;  // for the JSON error body
+    std::optional<Duration> retry_after;
+    // kCacheHit:
+    CachedResponse cached;
+    // kStart / kQueued:
+    Route route;
+    std::optional<CacheKey> cache_key;  // set when the response may be stored
+  };
+
+  // The outcome of a request that reached OnStart.
+  enum class Result {
+    kSuccess,   // the upstream answered (2xx-4xx) and the response finished
+    kFailure,   // connection failure, timeout, 5xx, or a stream broken by the upstream
+    kIgnored,   // ended by the client, or rejected at start: says nothing about the upstream
+  };
+
+  // REQUIRES: config.Validate().ok().
+  SidecarCore(const SidecarConfig& config, SidecarMetrics* metrics);
+
+  // Decides a new request (see the order above).
+  Verdict OnArrival(RequestId id, std::string_view path, const RequestInfo& info, TimePoint now);
+
+  // The request is about to go upstream (right after kStart, or when a Dispatch started it).
+  // Returns nullopt when it may go, or the Retry-After of a 503 when the breaker refuses it; the
+  // caller then answers 503 and calls OnFinished(kIgnored).
+  std::optional<Duration> OnStart(RequestId id, const Route& route, int priority, TimePoint now);
+
+  // A started request ended. `upstream_time` is the time spent on the upstream (0 when unknown).
+  // Returns the queued requests to start now and those that expired meanwhile (answer 503).
+  AdmissionQueue::Dispatch OnFinished(RequestId id, const Route& route, Result result,
+                                      Duration upstream_time, TimePoint now);
+
+  // A queued request's client went away. False when it is not queued.
+  bool Cancel(RequestId id) { return admission_.Cancel(id); }
+  // Queued requests whose deadline passed: the proxy answers them 503.
+  std::vector<RequestId> Expire(TimePoint now);
+
+  // An attempt failed before any byte reached the client: may it be retried?
+  bool TryRetry(TimePoint now);
+
+  void RecordTtft(double seconds, TimePoint now) { ttft_window_.Record(seconds, now); }
+  void StoreInCache(const CacheKey& key, CachedResponse response, TimePoint now);
+
+  // Draining: new arrivals get 503; queued and in-flight requests finish.
+  void StartDraining() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Requests queued or in flight.
+  size_t outstanding() const { return admission_.queued() + admission_.in_flight(); }
+
+  // Ready to take traffic: not draining and the breaker not OPEN.
+  bool Ready(TimePoint now);
+  // Gauges refreshed for a scrape.
+  void UpdateGauges(TimePoint now);
+  // The compact JSON the operator reads: queue depth, in flight, windowed TTFT quantiles.
+  std::string StatsJson(TimePoint now);
+
+  // Applies a reloaded config (SIGHUP). Classes must keep their count; listen and upstream
+  // addresses and the metrics buckets need a restart (they are reported, not applied). Policy
+  // state is kept where its section did not change; queued requests are kept.
+  StatusOr<AdmissionQueue::Dispatch> Reconfigure(const SidecarConfig& next, TimePoint now);
+
+  const SidecarConfig& config() const { return config_; }
+
+ private:
+  Verdict Reject(int priority, int http_status, std::string reason, std::string message,
+                 std::optional<Duration> retry_after);
+  Duration EstimatedWait(int priority) const;
+  std::optional<double> P99Ttft(TimePoint now);
+
+  SidecarConfig config_;
+  SidecarMetrics* metrics_;
+  RateLimiter rate_limiter_;
+  std::unique_ptr<ResponseCache> cache_;
+  DegradePolicy degrade_;
+  AdmissionQueue admission_;
+  std::unique_ptr<CircuitBreaker> breaker_;
+  RetryBudget retry_budget_;
+  LatencyWindow ttft_window_;
+  bool draining_ = false;
+};
+
+// Whole seconds for a Retry-After header: rounded up, at least 1.
+int64_t RetryAfterSeconds(std::chrono::nanoseconds d);
+
+}  // namespace kinfer

@@ -1,0 +1,126 @@
+// UpstreamClient: one HTTP/1.1 exchange with an upstream over a pool of keep-alive connections,
+// delivering the response header and then the body piece by piece as it arrives (no buffering of
+// a whole response), with a connect timeout and a total timeout.
+//
+// Contract:
+//  * Everything runs on the caller's io_context thread (one thread: no locks anywhere).
+//  * Handlers are called in order: on_header once (unless the exchange fails before a header),
+//    on_data zero or more times, then on_done exactly once. on_data gets a `next` callback: the
+//    next read starts only when it is called, so a slow client slows the upstream read
+//    (backpressure, bounded memory).
+//  * A pooled connection that fails before any response byte (the upstream closed an idle
+//    keep-alive connection) is replaced by a fresh one once, transparently.
+//  * Cancel() closes the connection; on_done then reports kCancelled (unless already done).
+//  * A connection goes back to the pool only after a complete response that allows keep-alive.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp needs std::exchange
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace kinfer {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+enum class UpstreamError {
+  kNone,       // the response finished cleanly
+  kConnect,    // could not connect (refused, unreachable, connect timeout)
+  kTimeout,    // the total timeout passed
+  kReset,      // the connection broke or the response was malformed after connecting
+  kCancelled,  // Cancel() was called
+};
+std::string_view UpstreamErrorName(UpstreamError e);  // "none", "connect", "timeout", ...
+
+// Idle keep-alive connections to one upstream host:port.
+class UpstreamPool {
+ public:
+  struct Connection {
+    explicit Connection(net::io_context& ioc) : stream(ioc) {}
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+  };
+
+  UpstreamPool(net::io_context& ioc, std::string host, uint16_t port, size_t max_idle = 64);
+
+  // A pooled idle connection (reused = true) or a new unconnected one.
+  std::unique_ptr<Connection> Acquire(bool* reused);
+  void Release(std::unique_ptr<Connection> conn);
+
+  net::io_context& ioc() { return ioc_; }
+  const std::string& host() const { return host_; }
+  uint16_t port() const { return port_; }
+  // Resolves host:port (once; again after a connect failure).
+  const tcp::resolver::results_type& Endpoints(beast::error_code* ec);
+  void ForgetEndpoints() { resolved_ = false; }
+
+ private:
+  net::io_context& ioc_;
+  std::string host_;
+  uint16_t port_;
+  size_t max_idle_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  tcp::resolver::results_type endpoints_;
+  bool resolved_ = false;
+};
+
+class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
+ public:
+  using Header = http::response_header<>;
+  struct Handlers {
+    std::function<void(const Header& header, bool chunked)> on_header;
+    std::function<void(std::string_view data, std::function<void()> next)> on_data;
+    std::function<void(UpstreamError error)> on_done;
+  };
+
+  static std::shared_ptr<UpstreamCall> Start(UpstreamPool* pool,
+                                             http::request<http::string_body> request,
+                                             std::chrono::nanoseconds connect_timeout,
+                                             std::chrono::nanoseconds total_timeout,
+                                             Handlers handlers);
+  void Cancel();
+  // True once any response byte arrived (the call can no longer be replayed elsewhere).
+  bool got_response() const { return got_header_; }
+
+  UpstreamCall(UpstreamPool* pool, http::request<http::string_body> request,
+               std::chrono::nanoseconds connect_timeout, std::chrono::nanoseconds total_timeout,
+               Handlers handlers);
+
+ private:
+  void Begin();
+  void Connect();
+  void Write();
+  void ReadHeader();
+  void ReadBody();
+  // A failure before any response byte on a reused connection: retry once on a fresh one.
+  bool MaybeReconnect();
+  void Fail(UpstreamError error);
+  void Finish(UpstreamError error);
+
+  UpstreamPool* pool_;
+  http::request<http::string_body> request_;
+  std::chrono::nanoseconds connect_timeout_;
+  Handlers handlers_;
+  std::unique_ptr<UpstreamPool::Connection> conn_;
+  bool reused_ = false;
+  bool reconnected_ = false;
+  bool got_header_ = false;
+  bool done_ = false;
+  bool timed_out_ = false;
+  bool cancelled_ = false;
+  std::unique_ptr<http::response_parser<http::buffer_body>> parser_;
+  net::steady_timer deadline_;
+  std::vector<char> chunk_;
+};
+
+}  // namespace kinfer
