@@ -8,6 +8,7 @@
 
 #include "common/http_errors.h"
 #include "common/metrics/metrics.h"
+#include "sidecar/proxy/sse_first_token.h"
 
 namespace kinfer {
 namespace {
@@ -342,8 +343,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   int retries_ = 0;
   bool retrying_ = false;
   bool streaming_ = false;
+  bool sse_ = false;
   bool response_started_ = false;
-  bool first_byte_seen_ = false;
+  bool first_token_seen_ = false;
+  SseFirstTokenDetector first_token_;
   int status_ = 0;
   http::response<http::string_body> buffered_;
 };
@@ -493,7 +496,8 @@ void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
     return;
   }
   std::string_view content_type = header[http::field::content_type];
-  streaming_ = chunked || content_type.find("text/event-stream") != std::string_view::npos;
+  sse_ = content_type.find("text/event-stream") != std::string_view::npos;
+  streaming_ = chunked || sse_;
   if (!streaming_) {
     buffered_ = http::response<http::string_body>{header.result(), 11};
     for (const auto& field : header) {
@@ -513,8 +517,9 @@ void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
 }
 
 void Exchange::OnData(std::string_view data, std::function<void()> next) {
-  if (!first_byte_seen_ && streaming_) {
-    first_byte_seen_ = true;
+  // TTFT: the first token of an SSE stream; the first byte of another chunked body.
+  if (!first_token_seen_ && streaming_ && (!sse_ || first_token_.Feed(data))) {
+    first_token_seen_ = true;
     auto now = server_->Now();
     double ttft = Seconds(now - arrival_);
     if (policy_) {

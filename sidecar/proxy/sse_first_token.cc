@@ -1,0 +1,81 @@
+#include "sidecar/proxy/sse_first_token.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kinfer {
+namespace {
+
+bool NonEmptyString(const nlohmann::json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+}
+
+bool ChoiceHasToken(const nlohmann::json& choice) {
+  if (!choice.is_object()) return false;
+  if (auto it = choice.find("finish_reason"); it != choice.end() && !it->is_null()) return true;
+  if (NonEmptyString(choice, "text")) return true;
+  auto delta = choice.find("delta");
+  if (delta == choice.end() || !delta->is_object()) return false;
+  return NonEmptyString(*delta, "content") || NonEmptyString(*delta, "reasoning_content") ||
+         delta->contains("tool_calls");
+}
+
+}  // namespace
+
+bool SseFirstTokenDetector::Feed(std::string_view bytes) {
+  if (found_) return true;
+  pending_.append(bytes);
+  for (;;) {
+    // An event ends at a blank line: "\n\n" (with optional "\r" before each "\n").
+    size_t end = std::string::npos, skip = 0;
+    for (size_t i = 0; i + 1 < pending_.size(); ++i) {
+      if (pending_[i] != '\n') continue;
+      size_t j = i + 1;
+      if (j < pending_.size() && pending_[j] == '\r') ++j;
+      if (j < pending_.size() && pending_[j] == '\n') {
+        end = i;
+        skip = j + 1 - i;
+        break;
+      }
+    }
+    if (end == std::string::npos) break;
+    std::string_view event(pending_.data(), end);
+    if (EventHasToken(event)) {
+      found_ = true;
+      pending_.clear();
+      pending_.shrink_to_fit();
+      return true;
+    }
+    pending_.erase(0, end + skip);
+  }
+  if (pending_.size() > kMaxPending) {
+    found_ = true;
+    pending_.clear();
+    pending_.shrink_to_fit();
+  }
+  return found_;
+}
+
+bool SseFirstTokenDetector::EventHasToken(std::string_view event) const {
+  while (!event.empty()) {
+    size_t nl = event.find('\n');
+    std::string_view line = event.substr(0, nl);
+    event = nl == std::string_view::npos ? std::string_view() : event.substr(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.substr(0, 5) != "data:") continue;
+    std::string_view data = line.substr(5);
+    while (!data.empty() && data.front() == ' ') data.remove_prefix(1);
+    if (data == "[DONE]") return true;
+    nlohmann::json j = nlohmann::json::parse(data.begin(), data.end(), nullptr, false);
+    if (!j.is_object()) continue;
+    if (j.contains("error")) return true;
+    auto choices = j.find("choices");
+    if (choices == j.end() || !choices->is_array()) continue;
+    for (const auto& choice : *choices) {
+      if (ChoiceHasToken(choice)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace kinfer
