@@ -12,7 +12,11 @@
 //    ("64MiB", "512KiB", "1MB" = 10^6).
 //  * Priority classes are given as an ordered list; index 0 is the most important (the
 //    AdmissionQueue / DegradePolicy convention). Their count sets admission.num_priorities and
-//    the size of degrade.classes.
+//    the size of degrade.classes. A `classes` list in YAML replaces the default list; its entries
+//    (and api_keys / rate_limits.overrides entries) start from the struct defaults, not from a
+//    default class of the same name.
+//  * A section left empty in YAML (`admission:` with every key commented out) keeps its defaults;
+//    a scalar key with no value is an error. A key given twice is an error.
 //
 // Pure: no I/O except LoadSidecarConfigFile, which reads one file. Thread-safe (no shared state).
 #pragma once
@@ -48,26 +52,29 @@ struct UpstreamUrl {
   std::string base_path;  // prefix put before the request path, "" or "/something" (no trailing /)
 };
 
-// "HOST:PORT", ":PORT" (all interfaces, host "0.0.0.0"), or "[v6]:PORT".
+// "HOST:PORT", ":PORT" (all interfaces, host "0.0.0.0"), or "[v6]:PORT" (host without the
+// brackets). The port is in [0, 65535]; 0 = any free port (tests listen on it).
 StatusOr<HostPort> ParseHostPort(std::string_view text);
-// "http://host[:port][/base]"; the port defaults to 80.
+// "http://host[:port][/base]"; the port defaults to 80 and must be in [1, 65535]; trailing '/'
+// are dropped from the base path. https, user info, query and fragment are INVALID_ARGUMENT.
 StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view text);
 // "250ms", "30s", "2m", "1h", "500us", "100ns", or a plain number of seconds ("1.5", "0").
 // Negative or non-finite values are INVALID_ARGUMENT.
 StatusOr<std::chrono::nanoseconds> ParseDuration(std::string_view text);
-// "1048576", "64MiB", "512KiB", "1GiB", "1MB", "10KB", "100B".
+// "1048576", "64MiB", "512KiB", "1GiB", "1MB", "10KB", "100B" (also "TB", "TiB"); integers only,
+// no sign. Overflow past 2^64 - 1 is INVALID_ARGUMENT.
 StatusOr<uint64_t> ParseByteSize(std::string_view text);
 
 struct PriorityClassConfig {
-  std::string name;                                         // unique, [a-z0-9_-]+
+  std::string name;                                             // unique, [a-z0-9_-]+
   std::chrono::nanoseconds timeout = std::chrono::seconds(60);  // default x-kinfer-timeout
-  DegradeClassConfig degrade;                               // per-class degrade rules
+  DegradeClassConfig degrade;                                   // per-class degrade rules
 };
 
 struct RetryConfig {
   bool enabled = true;
-  int max_retries = 1;          // extra attempts per request, >= 0
-  double budget_percent = 10.0;  // retries allowed as % of recent requests, in [0, 100]
+  int max_retries = 1;             // extra attempts per request, >= 0
+  double budget_percent = 10.0;    // retries allowed as % of recent requests, in [0, 100]
   int min_retries_per_second = 3;  // retries always allowed at this rate, >= 0
   std::chrono::nanoseconds backoff = std::chrono::milliseconds(25);  // before a retry, >= 0
 };
@@ -101,7 +108,9 @@ struct SidecarConfig {
   // are keyed "anonymous".
   RateLimiterConfig rate_limits;
 
-  CircuitBreakerConfig breaker;  // defaults tightened for a sidecar, see the .cc
+  // Defaults tightened for a sidecar: a 10 s time-based window, minimum_calls 20, 50% failures,
+  // slow = 30 s at 100%, 10 s open, 3 probes.
+  CircuitBreakerConfig breaker;
 
   // Degrade: the fallback (small) model's name as the upstream knows it; "" = no fallback.
   std::string fallback_model;
@@ -130,13 +139,19 @@ struct SidecarConfig {
   // The configs the policy classes take, derived from the fields above.
   AdmissionConfig MakeAdmissionConfig() const;
   DegradeConfig MakeDegradeConfig() const;
-  // OK, or INVALID_ARGUMENT naming the first bad key (runs every policy Validate()).
+  // Adds slo_ttft_p99_seconds as an edge of ttft_buckets when it is > 0 and not one already,
+  // keeping the (sorted) buckets sorted. The loader calls it; call it after setting the SLO in
+  // code. Validate() does not require the edge.
+  void InsertSloBucketEdge();
+  // OK, or INVALID_ARGUMENT naming the first bad key (runs every policy Validate(), its message
+  // prefixed with the YAML section: "admission: ...", "circuit_breaker: ...").
   Status Validate() const;
 };
 
-// Parses YAML text over the defaults. The error names the key path (and line for syntax errors).
+// Parses YAML text over the defaults, inserts the SLO bucket edge and validates. The error names
+// the key path and, where yaml-cpp knows it, the line ("... (line 12)"). Never throws.
 StatusOr<SidecarConfig> LoadSidecarConfigYaml(std::string_view yaml_text);
-// Reads and parses one file; NOT_FOUND when it cannot be read.
+// Reads and parses one file; NOT_FOUND when it cannot be read. Errors are prefixed with the path.
 StatusOr<SidecarConfig> LoadSidecarConfigFile(const std::string& path);
 
 }  // namespace kinfer
