@@ -1,0 +1,259 @@
+"""kinfer-sidecar's policies end to end over real HTTP: rate limits, priority admission with
+deadlines, the circuit breaker with fallback and recovery, the response cache, retries, and the
+signals (/metrics passes promtool, /stats)."""
+import concurrent.futures as cf
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+import requests
+
+from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    up = FakeUpstream(models=("primary", "small"))
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def fake(upstream):
+    upstream.reset()
+    return upstream
+
+
+@pytest.fixture
+def make_sidecar(upstream):
+    started = []
+
+    def make(config=None, url=None):
+        sc = Sidecar(url or upstream.url, config)
+        started.append(sc)
+        return sc
+
+    yield make
+    for sc in started:
+        sc.stop()
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def assert_overload_reply(r, status):
+    assert r.status_code == status, r.text
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.json()["error"]["message"]
+
+
+def test_rate_limit_per_tenant_gives_429_with_retry_after(fake, make_sidecar):
+    sc = make_sidecar({
+        "api_keys": {"sk-a": {"tenant": "team-a"}, "sk-b": {"tenant": "team-b"}},
+        "rate_limits": {"default": {"requests_per_second": 1, "request_burst": 2}},
+    })
+    a = {"Authorization": "Bearer sk-a"}
+    codes = [post_chat(sc.url, headers=a).status_code for _ in range(3)]
+    assert codes[:2] == [200, 200]
+    r = post_chat(sc.url, headers=a)
+    assert_overload_reply(r, 429)
+    assert "team-a" in r.json()["error"]["message"]
+    # Another tenant has its own bucket.
+    assert post_chat(sc.url, headers={"x-api-key": "sk-b"}).status_code == 200
+    assert sc.metric("kinfer_sidecar_rejected_total", **{"class": "standard",
+                                                         "reason": "rate_limited_requests"}) >= 1
+
+
+def test_token_rate_limit(fake, make_sidecar):
+    sc = make_sidecar({"rate_limits": {"default": {"tokens_per_second": 100, "token_burst": 400}}})
+    assert post_chat(sc.url, chat_body(max_tokens=300)).status_code == 200
+    assert_overload_reply(post_chat(sc.url, chat_body(max_tokens=300)), 429)
+    # More than the burst can never pass: 429 without Retry-After.
+    r = post_chat(sc.url, chat_body(max_tokens=5000))
+    assert r.status_code == 429 and "retry-after" not in r.headers
+
+
+def test_queue_full_and_deadline_give_503(fake, make_sidecar):
+    sc = make_sidecar({"admission": {"max_concurrency": 1, "reserved_for_top": 0, "max_queue": 3,
+                                     "max_queue_per_class": 3}})
+    fake.control(latency_ms=500)
+    with cf.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(post_chat, sc.url) for _ in range(3)]  # 1 running, 2 queued
+        assert wait_for(lambda: sc.stats()["queue_depth"] == 2)
+        # A request that cannot start within 100 ms is turned away early, not served late.
+        early = post_chat(sc.url, headers={"x-kinfer-timeout": "100ms"})
+        futures += [pool.submit(post_chat, sc.url) for _ in range(2)]  # 1 more fits, 1 does not
+        replies = [f.result() for f in futures]
+    assert_overload_reply(early, 503)
+    assert early.json()["error"]["code"] == "deadline_unreachable"
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [200, 200, 200, 200, 503]
+    full = next(r for r in replies if r.status_code == 503)
+    assert_overload_reply(full, 503)
+    assert full.json()["error"]["code"] == "queue_full"
+    assert sc.metric("kinfer_sidecar_rejected_total", **{"class": "standard",
+                                                         "reason": "queue_full"}) == 1
+
+
+def test_top_class_keeps_capacity_while_lower_classes_are_shed(fake, make_sidecar):
+    sc = make_sidecar({"admission": {"max_concurrency": 2, "reserved_for_top": 1, "max_queue": 4,
+                                     "max_queue_per_class": 4}})
+    fake.control(latency_ms=300)
+    with cf.ThreadPoolExecutor(16) as pool:
+        batch = [pool.submit(post_chat, sc.url, headers={"x-kinfer-priority": "batch"})
+                 for _ in range(8)]
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        top = post_chat(sc.url, headers={"x-kinfer-priority": "critical"})
+        top_latency = time.monotonic() - t0
+        batch_codes = [f.result().status_code for f in batch]
+    assert top.status_code == 200
+    # The reserved slot serves the top class at once: one service time, no queueing behind batch.
+    assert top_latency < 0.55, top_latency
+    assert 503 in batch_codes  # the lower class was shed explicitly
+
+
+def test_breaker_opens_falls_back_then_recovers(upstream, make_sidecar):
+    upstream.reset()
+    fallback = FakeUpstream(models=("small",))
+    try:
+        sc = make_sidecar({
+            "circuit_breaker": {"window_type": "count", "window_size": 4, "minimum_calls": 4,
+                                "failure_rate_threshold": 50, "open_duration": "1s",
+                                "half_open_permitted_calls": 1},
+            "degrade": {"fallback_model": "small", "fallback_upstream": fallback.url},
+            "retries": {"enabled": False},
+        })
+        upstream.control(status=500)
+        for _ in range(4):
+            assert post_chat(sc.url).status_code == 500
+        assert sc.stats()["breaker"] == "OPEN"
+        assert requests.get(sc.url + "/ready", timeout=5).status_code == 503
+        # Open: traffic goes to the small model on the fallback upstream, marked degraded.
+        r = post_chat(sc.url, chat_body(max_tokens=9))
+        assert r.status_code == 200, r.text
+        assert r.headers["x-kinfer-degraded"] == "breaker_open"
+        assert r.json()["model"] == "small"
+        assert fallback.stats()["last_request"]["body"]["model"] == "small"
+        assert sc.metric("kinfer_sidecar_degraded_total",
+                         **{"class": "standard", "reason": "breaker_open"}) == 1
+        # The primary comes back; after open_duration a probe closes the breaker.
+        upstream.reset()
+        time.sleep(1.1)
+        r = post_chat(sc.url)
+        assert r.status_code == 200 and "x-kinfer-degraded" not in r.headers
+        assert sc.stats()["breaker"] == "CLOSED"
+        assert requests.get(sc.url + "/ready", timeout=5).status_code == 200
+    finally:
+        fallback.stop()
+
+
+def test_breaker_open_without_fallback_rejects_with_503(fake, make_sidecar):
+    sc = make_sidecar({
+        "circuit_breaker": {"window_type": "count", "window_size": 2, "minimum_calls": 2,
+                            "open_duration": "30s", "half_open_permitted_calls": 1},
+        "retries": {"enabled": False},
+    })
+    fake.control(status=500)
+    for _ in range(2):
+        post_chat(sc.url)
+    before = fake.stats()["requests"]
+    r = post_chat(sc.url)
+    assert_overload_reply(r, 503)
+    assert int(r.headers["retry-after"]) >= 25  # the rest of open_duration
+    assert fake.stats()["requests"] == before  # not sent upstream
+
+
+def test_slo_breach_degrades_lower_classes_only(fake, make_sidecar):
+    sc = make_sidecar({"degrade": {"fallback_model": "small", "slo_ttft_p99": "100ms"}})
+    fake.control(latency_ms=150)
+    for _ in range(20):
+        assert post_chat(sc.url, headers={"x-kinfer-priority": "critical"}).status_code == 200
+    fake.reset()
+    r = post_chat(sc.url, chat_body(max_tokens=1000), headers={"x-kinfer-priority": "batch"})
+    assert r.headers.get("x-kinfer-degraded") == "slo"
+    sent = fake.stats()["last_request"]["body"]
+    assert sent["model"] == "small" and sent["max_tokens"] == 256  # batch's cap
+    r = post_chat(sc.url, headers={"x-kinfer-priority": "critical"})
+    assert "x-kinfer-degraded" not in r.headers  # the top class only degrades when primary is down
+
+
+def test_cache_serves_deterministic_requests(fake, make_sidecar):
+    sc = make_sidecar()
+    body = chat_body(temperature=0, max_tokens=5)
+    first = post_chat(sc.url, body)
+    assert first.headers["x-kinfer-cache"] == "miss"
+    # Key order does not split the cache.
+    reordered = dict(reversed(list(body.items())))
+    second = post_chat(sc.url, reordered)
+    assert second.headers["x-kinfer-cache"] == "hit"
+    assert second.json() == first.json()
+    assert fake.stats()["requests"] == 1
+    # no-cache bypasses; a sampled request is never cached; errors are never cached.
+    post_chat(sc.url, body, headers={"Cache-Control": "no-cache"})
+    assert fake.stats()["requests"] == 2
+    sampled = chat_body(temperature=0.8)
+    post_chat(sc.url, sampled)
+    post_chat(sc.url, sampled)
+    assert fake.stats()["requests"] == 4
+    fake.control(status=500)
+    err_body = chat_body(temperature=0, max_tokens=6)
+    post_chat(sc.url, err_body)
+    fake.reset()
+    assert post_chat(sc.url, err_body).status_code == 200
+    assert sc.metric("kinfer_sidecar_cache_lookups_total", result="hit") == 1
+
+
+def test_retry_on_upstream_503_within_budget(fake, make_sidecar):
+    sc = make_sidecar({"retries": {"max_retries": 1, "backoff": "10ms"}})
+    fake.control(fail_first=1)
+    r = post_chat(sc.url)
+    assert r.status_code == 200
+    assert fake.stats()["requests"] == 2
+    assert sc.metric("kinfer_sidecar_retries_total", result="allowed") == 1
+    # Retries are bounded: a persistent 503 is returned after max_retries.
+    fake.reset()
+    fake.control(status=503)
+    r = post_chat(sc.url)
+    assert r.status_code == 503 and fake.stats()["requests"] == 2
+
+
+def test_retry_never_after_bytes_reached_the_client(fake, make_sidecar):
+    sc = make_sidecar()
+    fake.control(chunks=5, disconnect_after_chunks=1)
+    with post_chat(sc.url, chat_body(stream=True), stream=True) as r:
+        r.content  # noqa: B018 - drain it
+    assert fake.stats()["requests"] == 1
+
+
+def test_metrics_pass_promtool_and_stats_report_queue_and_ttft(fake, make_sidecar):
+    sc = make_sidecar({"degrade": {"slo_ttft_p99": "300ms"}})
+    for _ in range(5):
+        with post_chat(sc.url, chat_body(stream=True), stream=True) as r:
+            r.content  # noqa: B018
+    text = sc.metrics()
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (scripts/setup.sh installs the prometheus package)")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                           text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    for series in ("kinfer_sidecar_queue_depth", "kinfer_sidecar_in_flight",
+                   "kinfer_sidecar_time_to_first_token_seconds_bucket",
+                   "kinfer_sidecar_request_duration_seconds_bucket",
+                   "kinfer_sidecar_breaker_state"):
+        assert series in text
+    assert 'le="0.3"' in text  # the SLO is a bucket edge
+    stats = sc.stats()
+    assert stats["queue_depth"] == 0 and stats["in_flight"] == 0
+    assert stats["ttft_seconds"]["count"] == 5
+    assert 0 < stats["ttft_seconds"]["p50"] <= stats["ttft_seconds"]["p99"] < 1
+    assert json.loads(json.dumps(stats)) == stats

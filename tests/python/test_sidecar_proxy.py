@@ -1,0 +1,240 @@
+"""kinfer-sidecar as a proxy: pass-through, SSE relayed chunk by chunk, bad input, client
+disconnects, upstream faults mid-stream, health/ready, SIGTERM drain and SIGHUP reload.
+Real processes over real HTTP: the sidecar in front of kinfer-fake-upstream."""
+import json
+import signal
+import socket
+import threading
+import time
+
+import pytest
+import requests
+
+from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    up = FakeUpstream(models=("primary", "small"))
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def fake(upstream):
+    upstream.reset()
+    return upstream
+
+
+@pytest.fixture(scope="module")
+def sidecar(upstream):
+    sc = Sidecar(upstream.url, {"cache": {"enabled": False}})
+    yield sc
+    sc.stop()
+
+
+def sse_events(resp):
+    """Yields (arrival_time, data) for each SSE event of a streamed response."""
+    buf = b""
+    for piece in resp.iter_content(chunk_size=None):
+        buf += piece
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if line.startswith(b"data: "):
+                    yield time.monotonic(), line[6:].decode()
+
+
+def test_non_streaming_request_passes_through(fake, sidecar):
+    r = post_chat(sidecar.url, chat_body(max_tokens=7), headers={"x-request-id": "abc"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion"
+    assert body["model"] == "primary"
+    last = fake.stats()["last_request"]
+    assert last["path"] == "/v1/chat/completions"
+    assert last["body"]["max_tokens"] == 7
+    assert last["headers"]["x-request-id"] == "abc"
+    assert "x-kinfer-degraded" not in r.headers
+
+
+def test_stream_is_relayed_chunk_by_chunk(fake, sidecar):
+    fake.control(chunks=5, chunk_interval_ms=150)
+    with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = list(sse_events(r))
+    assert events[-1][1] == "[DONE]"
+    tokens = [e for e in events if e[1] != "[DONE]"]
+    assert len(tokens) >= 5
+    # Buffered relaying would deliver everything at once: the chunks must arrive spread out.
+    assert events[-1][0] - tokens[0][0] >= 0.4
+
+
+def test_passthrough_endpoints(fake, sidecar):
+    r = requests.get(sidecar.url + "/v1/models", timeout=5)
+    assert r.status_code == 200
+    assert {m["id"] for m in r.json()["data"]} >= {"primary", "small"}
+
+
+@pytest.mark.parametrize("body,status,needle", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (b'{"model": 3, "messages": []}', 400, "model"),
+    (b'{"model": "primary", "messages": [], "max_tokens": "x"}', 400, "max_tokens"),
+])
+def test_bad_bodies_get_openai_errors(fake, sidecar, body, status, needle):
+    r = requests.post(sidecar.url + "/v1/chat/completions", data=body,
+                      headers={"Content-Type": "application/json"}, timeout=5)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert needle in err["message"]
+    assert err["type"] == "invalid_request_error"
+    assert fake.stats()["requests"] == 0  # never reached the upstream
+
+
+def test_bad_headers_get_400(fake, sidecar):
+    r = post_chat(sidecar.url, headers={"x-kinfer-priority": "vip"})
+    assert r.status_code == 400 and "critical" in r.json()["error"]["message"]
+    r = post_chat(sidecar.url, headers={"x-kinfer-timeout": "soon"})
+    assert r.status_code == 400 and "x-kinfer-timeout" in r.json()["error"]["message"]
+
+
+def test_oversized_body_gets_413(fake, sidecar):
+    big = {"model": "primary", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    r = post_chat(sidecar.url, big)
+    assert r.status_code == 413
+    assert "limit" in r.json()["error"]["message"]
+    assert fake.stats()["requests"] == 0
+    assert requests.get(sidecar.url + "/health", timeout=5).status_code == 200
+
+
+def test_unknown_route_and_method(sidecar):
+    r = requests.get(sidecar.url + "/nope", timeout=5)
+    assert r.status_code == 404 and "error" in r.json()
+    r = requests.get(sidecar.url + "/v1/chat/completions", timeout=5)
+    assert r.status_code == 405
+
+
+def _raw_request(port, body: dict, headers=""):
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              + headers.encode() + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def _wait_for(predicate, timeout=5.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_client_disconnect_cancels_upstream_request(fake, sidecar):
+    fake.control(hang=True)
+    s = _raw_request(sidecar.port, chat_body())
+    assert _wait_for(lambda: fake.stats()["in_flight"] == 1)
+    s.close()
+    assert _wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
+    assert _wait_for(lambda: sidecar.stats()["in_flight"] == 0)
+
+
+def test_client_disconnect_mid_stream_cancels_upstream(fake, sidecar):
+    fake.control(chunks=200, chunk_interval_ms=20)
+    s = _raw_request(sidecar.port, chat_body(stream=True))
+    assert s.recv(4096)  # headers and the first chunks
+    s.close()
+    assert _wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
+
+
+def test_upstream_killed_mid_stream_ends_with_error_event(fake, sidecar):
+    fake.control(chunks=10, disconnect_after_chunks=2)
+    with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:
+        assert r.status_code == 200
+        events = [data for _, data in sse_events(r)]  # ends: the chunked body is terminated
+    assert "[DONE]" not in events
+    error = json.loads(events[-1])["error"]
+    assert "mid-stream" in error["message"]
+    assert sidecar.metric("kinfer_sidecar_upstream_errors_total", kind="reset") >= 1
+
+
+def test_upstream_errors_map_to_gateway_statuses(fake, sidecar):
+    fake.control(reset=True)
+    r = post_chat(sidecar.url)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_reset"
+    fake.reset()
+    fake.control(status=500)
+    r = post_chat(sidecar.url)
+    assert r.status_code == 500  # the upstream's own error passes through
+
+
+def test_health_and_ready(fake, sidecar):
+    assert requests.get(sidecar.url + "/health", timeout=5).json() == {"status": "ok"}
+    assert requests.get(sidecar.url + "/ready", timeout=5).status_code == 200
+
+
+def test_ready_is_503_when_upstream_is_down():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    sc = Sidecar(f"http://127.0.0.1:{dead}", {"connect_timeout": "200ms"})
+    try:
+        assert requests.get(sc.url + "/health", timeout=5).status_code == 200
+        r = requests.get(sc.url + "/ready", timeout=5)
+        assert r.status_code == 503
+        r = post_chat(sc.url)
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "upstream_connect"
+    finally:
+        sc.stop()
+
+
+def test_sigterm_drains_in_flight_requests_then_exits(upstream):
+    upstream.reset()
+    sc = Sidecar(upstream.url, {"drain_timeout": "10s"})
+    upstream.control(latency_ms=1000)
+    result = {}
+
+    def slow():
+        result["r"] = post_chat(sc.url, timeout=10)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    assert _wait_for(lambda: upstream.stats()["in_flight"] == 1)
+    sc.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    # Draining: not ready, and new connections are refused (the listener is closed).
+    with pytest.raises(requests.ConnectionError):
+        requests.get(sc.url + "/health", timeout=2)
+    t.join(10)
+    assert result["r"].status_code == 200  # the in-flight request finished
+    assert sc.proc.wait(10) == 0
+
+
+def test_sighup_reloads_config_without_dropping_connections(upstream):
+    upstream.reset()
+    sc = Sidecar(upstream.url)
+    try:
+        session = requests.Session()  # one keep-alive connection across the reload
+        for _ in range(3):
+            assert post_chat(sc.url, session=session).status_code == 200
+        cfg = dict(sc.config)
+        cfg["rate_limits"] = {"default": {"requests_per_second": 0.5, "request_burst": 1}}
+        sc.write_config(cfg)
+        sc.signal(signal.SIGHUP)
+        assert _wait_for(lambda: sc.metric("kinfer_sidecar_config_reloads_total", result="ok") == 1)
+        codes = [post_chat(sc.url, session=session).status_code for _ in range(3)]
+        assert codes[0] == 200 and 429 in codes[1:]
+        # A bad file is refused and the running config stays.
+        with open(sc.config_file.name, "w") as f:
+            f.write("admission: {max_concurrency: -1}\n")
+        sc.signal(signal.SIGHUP)
+        assert _wait_for(lambda: sc.metric("kinfer_sidecar_config_reloads_total", result="failed") == 1)
+        assert sc.proc.poll() is None
+        session.close()
+    finally:
+        sc.stop()
