@@ -70,8 +70,8 @@ class Process:
 class FakeUpstream(Process):
     """kinfer-fake-upstream: a controllable OpenAI-shaped upstream (tests/sidecar/fake_upstream)."""
 
-    def __init__(self, models=("primary",), capacity=0):
-        args = [str(binary("kinfer-fake-upstream")), "--host", "127.0.0.1", "--port", "0"]
+    def __init__(self, models=("primary",), capacity=0, port=0):
+        args = [str(binary("kinfer-fake-upstream")), "--host", "127.0.0.1", "--port", str(port)]
         for m in models:
             args += ["--model", m]
         if capacity:

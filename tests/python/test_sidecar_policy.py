@@ -4,6 +4,7 @@ signals (/metrics passes promtool, /stats)."""
 import concurrent.futures as cf
 import json
 import shutil
+import signal
 import subprocess
 import time
 
@@ -153,6 +154,49 @@ def test_breaker_opens_falls_back_then_recovers(upstream, make_sidecar):
         assert sc.stats()["breaker"] == "CLOSED"
         assert requests.get(sc.url + "/ready", timeout=5).status_code == 200
     finally:
+        fallback.stop()
+
+
+def test_upstream_killed_mid_stream_then_restarted(make_sidecar):
+    """The issue's fault sequence with a real process kill: the client gets a clean error event,
+    the breaker opens on the failures, traffic goes to the fallback, and when the upstream comes
+    back on its address the breaker goes half-open and closes."""
+    primary = FakeUpstream(models=("primary",))
+    fallback = FakeUpstream(models=("small",))
+    try:
+        sc = make_sidecar({
+            "circuit_breaker": {"window_type": "count", "window_size": 3, "minimum_calls": 3,
+                                "open_duration": "1s", "half_open_permitted_calls": 1},
+            "degrade": {"fallback_model": "small", "fallback_upstream": fallback.url},
+            "connect_timeout": "300ms",
+        }, url=primary.url)
+        primary.control(chunks=100, chunk_interval_ms=20)
+        with post_chat(sc.url, chat_body(stream=True), stream=True) as r:
+            assert r.status_code == 200
+            it = r.iter_lines()
+            assert next(it).startswith(b"data: ")
+            primary.proc.send_signal(signal.SIGKILL)
+            lines = [line for line in it if line.startswith(b"data: ")]
+        error = json.loads(lines[-1][6:])["error"]
+        assert error["code"] == "upstream_reset"
+        # Connections refused (503 upstream_connect) until the failures open the breaker: the
+        # broken stream and two refused connections fill the window of 3.
+        for _ in range(2):
+            r = post_chat(sc.url)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "upstream_connect"
+        assert sc.stats()["breaker"] == "OPEN"
+        r = post_chat(sc.url)
+        assert r.status_code == 200 and r.headers["x-kinfer-degraded"] == "breaker_open"
+        assert r.json()["model"] == "small"
+        # The upstream comes back on the same port: after open_duration, a probe closes it.
+        primary.stop()
+        primary = FakeUpstream(models=("primary",), port=primary.port)
+        time.sleep(1.1)
+        r = post_chat(sc.url)
+        assert r.status_code == 200 and "x-kinfer-degraded" not in r.headers
+        assert sc.stats()["breaker"] == "CLOSED"
+    finally:
+        primary.stop()
         fallback.stop()
 
 
