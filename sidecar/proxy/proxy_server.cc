@@ -342,6 +342,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   net::steady_timer backoff_;
   int retries_ = 0;
   bool retrying_ = false;
+  bool too_large_ = false;  // a non-streamed body over kMaxBufferedResponse
   bool streaming_ = false;
   bool sse_ = false;
   bool response_started_ = false;
@@ -529,6 +530,7 @@ void Exchange::OnData(std::string_view data, std::function<void()> next) {
   }
   if (!streaming_) {
     if (buffered_.body().size() + data.size() > kMaxBufferedResponse) {
+      too_large_ = true;
       call_->Cancel();
       return;
     }
@@ -567,12 +569,11 @@ void Exchange::OnDone(UpstreamError error) {
   if (state_ == State::kDone) return;
   using Result = SidecarCore::Result;
   if (error == UpstreamError::kCancelled) {
-    // The client went away (OnClientGone), or the buffered body was too large.
-    if (!session_->closed_ && !response_started_) {
+    if (too_large_) {
       ReplyError(502, "the upstream response is too large to relay", std::nullopt,
                  "upstream_too_large");
     }
-    Complete(Result::kIgnored);
+    Complete(Result::kIgnored);  // the client went away (OnClientGone), or too large
     return;
   }
   if (error != UpstreamError::kNone) {
