@@ -86,11 +86,15 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
     info.stream = it->get<bool>();
   }
   std::optional<int64_t> max_tokens;
-  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "max_tokens", &max_tokens));
+  const char* max_tokens_field = "max_tokens";
+  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, max_tokens_field, &max_tokens));
   if (!max_tokens) {
-    KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "max_completion_tokens", &max_tokens));
+    max_tokens_field = "max_completion_tokens";
+    KINFER_RETURN_IF_ERROR(ReadNumber(info.body, max_tokens_field, &max_tokens));
   }
-  if (max_tokens && *max_tokens < 0) return InvalidArgument("max_tokens: must be >= 0");
+  if (max_tokens && *max_tokens < 0) {
+    return InvalidArgument(std::string(max_tokens_field) + ": must be >= 0");
+  }
   info.max_tokens = max_tokens.value_or(0);
   KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "temperature", &info.temperature));
   KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "seed", &info.seed));

@@ -175,9 +175,12 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
 
 std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Route& route,
                                                           int priority, TimePoint now) {
-  if (!route.fallback_upstream && !breaker_->TryAcquire(now)) {
-    metrics_->CountRejected(priority, "breaker_open");
-    return breaker_->RetryAfter(now);
+  if (!route.fallback_upstream) {
+    if (!breaker_->TryAcquire(now)) {
+      metrics_->CountRejected(priority, "breaker_open");
+      return breaker_->RetryAfter(now);
+    }
+    breaker_permits_.insert(id);
   }
   metrics_->CountAdmitted(priority);
   retry_budget_.OnRequest(now);
@@ -186,7 +189,7 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Ro
 
 AdmissionQueue::Dispatch SidecarCore::OnFinished(RequestId id, const Route& route, Result result,
                                                  Duration upstream_time, TimePoint now) {
-  if (!route.fallback_upstream) {
+  if (!route.fallback_upstream && breaker_permits_.erase(id) != 0) {
     switch (result) {
       case Result::kSuccess: breaker_->OnSuccess(upstream_time, now); break;
       case Result::kFailure: breaker_->OnFailure(upstream_time, now); break;
@@ -278,6 +281,7 @@ StatusOr<AdmissionQueue::Dispatch> SidecarCore::Reconfigure(const SidecarConfig&
       a.open_duration != b.open_duration ||
       a.half_open_permitted_calls != b.half_open_permitted_calls) {
     breaker_ = std::make_unique<CircuitBreaker>(next.breaker);
+    breaker_permits_.clear();  // permits of the old breaker say nothing to the new one
   }
   retry_budget_ = RetryBudget(RetryBudgetConfigFrom(next.retries));
   // Kept from the running config: addresses and metric buckets (fixed at start).

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -137,6 +138,10 @@ class SidecarCore {
   DegradePolicy degrade_;
   AdmissionQueue admission_;
   std::unique_ptr<CircuitBreaker> breaker_;
+  // Ids holding a breaker permit (OnStart's TryAcquire said yes): only they report an outcome to
+  // the breaker, so a refused start's OnFinished(kIgnored) cannot hand back a HALF_OPEN probe
+  // permit it never took.
+  std::unordered_set<RequestId> breaker_permits_;
   RetryBudget retry_budget_;
   LatencyWindow ttft_window_;
   bool draining_ = false;

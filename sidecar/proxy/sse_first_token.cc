@@ -16,8 +16,11 @@ bool ChoiceHasToken(const nlohmann::json& choice) {
   if (NonEmptyString(choice, "text")) return true;
   auto delta = choice.find("delta");
   if (delta == choice.end() || !delta->is_object()) return false;
-  return NonEmptyString(*delta, "content") || NonEmptyString(*delta, "reasoning_content") ||
-         delta->contains("tool_calls");
+  if (NonEmptyString(*delta, "content") || NonEmptyString(*delta, "reasoning_content")) return true;
+  // `"tool_calls": null` or `[]` (sent by some servers with the role chunk) is not a tool call.
+  auto tool_calls = delta->find("tool_calls");
+  return tool_calls != delta->end() && !tool_calls->is_null() &&
+         !(tool_calls->is_array() && tool_calls->empty());
 }
 
 }  // namespace

@@ -1,0 +1,320 @@
+// Tests for ParseRequestInfo / RewriteBody / NormalizedRequestText: what the sidecar reads from an
+// OpenAI request's headers and body, against the default classes (critical, standard, batch).
+#include "sidecar/proxy/request_info.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace kinfer {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+using Headers = std::map<std::string, std::string>;
+
+class RequestInfoTest : public ::testing::Test {
+ protected:
+  RequestInfoTest() {
+    config_.api_keys["sk-gold"] = {.class_name = "critical", .tenant = "team-a"};
+    config_.api_keys["sk-plain"] = {};  // default class, keyed by itself
+    config_.api_keys["sk-batch"] = {.class_name = "batch", .tenant = ""};
+  }
+
+  StatusOr<RequestInfo> Parse(std::string_view body, const Headers& headers = {}) {
+    HeaderLookup lookup = [&headers](std::string_view name) -> std::optional<std::string_view> {
+      auto it = headers.find(std::string(name));
+      if (it == headers.end()) return std::nullopt;
+      return std::string_view(it->second);
+    };
+    return ParseRequestInfo(body, lookup, config_);
+  }
+
+  // Parses a body that must be accepted.
+  RequestInfo MustParse(std::string_view body, const Headers& headers = {}) {
+    StatusOr<RequestInfo> info = Parse(body, headers);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    return info.ok() ? std::move(*info) : RequestInfo{};
+  }
+
+  // The error message of a body that must be refused as INVALID_ARGUMENT.
+  std::string ErrorOf(std::string_view body, const Headers& headers = {}) {
+    StatusOr<RequestInfo> info = Parse(body, headers);
+    EXPECT_FALSE(info.ok()) << "accepted: " << body;
+    if (info.ok()) return "";
+    EXPECT_EQ(info.status().code(), StatusCode::kInvalidArgument);
+    return info.status().message();
+  }
+
+  SidecarConfig config_;
+};
+
+constexpr std::string_view kChat = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+
+// ---- body ----
+
+TEST_F(RequestInfoTest, NonJsonBodyIsInvalidArgument) {
+  EXPECT_NE(ErrorOf("not json").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"model": "m")").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(ErrorOf("").find("not valid JSON"), std::string::npos);
+}
+
+TEST_F(RequestInfoTest, NonObjectBodyIsInvalidArgument) {
+  for (std::string_view body : {"[1,2]", "\"text\"", "42", "null", "true"}) {
+    EXPECT_NE(ErrorOf(body).find("JSON object"), std::string::npos) << body;
+  }
+}
+
+TEST_F(RequestInfoTest, ReadsTheFields) {
+  RequestInfo info = MustParse(
+      R"({"model":"llama","stream":true,"max_tokens":77,"temperature":0.5,"seed":9,"messages":[]})");
+  EXPECT_EQ(info.model, "llama");
+  EXPECT_TRUE(info.stream);
+  EXPECT_EQ(info.max_tokens, 77);
+  ASSERT_TRUE(info.temperature.has_value());
+  EXPECT_DOUBLE_EQ(*info.temperature, 0.5);
+  ASSERT_TRUE(info.seed.has_value());
+  EXPECT_EQ(*info.seed, 9);
+  EXPECT_TRUE(info.body.is_object());
+  EXPECT_EQ(info.body["messages"], json::array());
+}
+
+TEST_F(RequestInfoTest, AbsentAndNullFieldsKeepDefaults) {
+  RequestInfo info = MustParse(
+      R"({"model":null,"stream":null,"max_tokens":null,"temperature":null,"seed":null})");
+  EXPECT_EQ(info.model, "");
+  EXPECT_FALSE(info.stream);
+  EXPECT_EQ(info.max_tokens, 0);
+  EXPECT_FALSE(info.temperature.has_value());
+  EXPECT_FALSE(info.seed.has_value());
+  EXPECT_TRUE(MustParse("{}").cache_control.empty());
+}
+
+TEST_F(RequestInfoTest, IntegerTemperatureIsAccepted) {
+  RequestInfo info = MustParse(R"({"temperature":0})");
+  ASSERT_TRUE(info.temperature.has_value());
+  EXPECT_EQ(*info.temperature, 0.0);
+}
+
+TEST_F(RequestInfoTest, WrongFieldTypesNameTheField) {
+  struct Case {
+    std::string_view body;
+    std::string_view field;
+  };
+  for (const Case& c : {Case{R"({"model":5})", "model"},
+                        Case{R"({"model":["a"]})", "model"},
+                        Case{R"({"stream":"yes"})", "stream"},
+                        Case{R"({"stream":1})", "stream"},
+                        Case{R"({"max_tokens":"10"})", "max_tokens"},
+                        Case{R"({"max_tokens":10.5})", "max_tokens"},
+                        Case{R"({"max_completion_tokens":"10"})", "max_completion_tokens"},
+                        Case{R"({"max_completion_tokens":1.5})", "max_completion_tokens"},
+                        Case{R"({"temperature":"hot"})", "temperature"},
+                        Case{R"({"temperature":{}})", "temperature"},
+                        Case{R"({"seed":1.5})", "seed"},
+                        Case{R"({"seed":"1"})", "seed"}}) {
+    std::string message = ErrorOf(c.body);
+    EXPECT_EQ(message.rfind(std::string(c.field) + ":", 0), 0u)
+        << c.body << " -> " << message;
+  }
+}
+
+TEST_F(RequestInfoTest, NegativeMaxTokensIsRefusedNamingTheField) {
+  EXPECT_EQ(ErrorOf(R"({"max_tokens":-1})").rfind("max_tokens:", 0), 0u);
+  EXPECT_EQ(ErrorOf(R"({"max_completion_tokens":-1})").rfind("max_completion_tokens:", 0), 0u);
+}
+
+TEST_F(RequestInfoTest, MaxCompletionTokensIsReadWhenMaxTokensIsAbsent) {
+  EXPECT_EQ(MustParse(R"({"max_completion_tokens":40})").max_tokens, 40);
+  EXPECT_EQ(MustParse(R"({"max_tokens":null,"max_completion_tokens":41})").max_tokens, 41);
+}
+
+TEST_F(RequestInfoTest, MaxTokensWinsOverMaxCompletionTokens) {
+  EXPECT_EQ(MustParse(R"({"max_tokens":30,"max_completion_tokens":40})").max_tokens, 30);
+  EXPECT_EQ(MustParse(R"({"max_completion_tokens":40,"max_tokens":30})").max_tokens, 30);
+}
+
+// ---- priority ----
+
+TEST_F(RequestInfoTest, PriorityByClassName) {
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "critical"}}).priority, 0);
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "standard"}}).priority, 1);
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", " batch "}}).priority, 2);
+}
+
+TEST_F(RequestInfoTest, PriorityByIndex) {
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "0"}}).priority, 0);
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "1"}}).priority, 1);
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "2"}}).priority, 2);
+}
+
+TEST_F(RequestInfoTest, UnknownPriorityListsTheClasses) {
+  for (std::string_view value : {"gold", "3", "99999", "-1", "", "Critical"}) {
+    std::string message = ErrorOf(kChat, {{"x-kinfer-priority", std::string(value)}});
+    EXPECT_NE(message.find("x-kinfer-priority"), std::string::npos) << value;
+    EXPECT_NE(message.find("critical, standard, batch"), std::string::npos) << message;
+  }
+}
+
+TEST_F(RequestInfoTest, PriorityHeaderWinsOverTheApiKeyClass) {
+  RequestInfo info =
+      MustParse(kChat, {{"authorization", "Bearer sk-gold"}, {"x-kinfer-priority", "batch"}});
+  EXPECT_EQ(info.priority, 2);
+  EXPECT_EQ(info.rate_key, "team-a");
+}
+
+TEST_F(RequestInfoTest, PriorityFromTheApiKeyMap) {
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-gold"}}).priority, 0);
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-gold"}}).priority, 0);
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-batch"}}).priority, 2);
+  // A mapped key without a class gets the default class.
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).priority, 1);
+}
+
+TEST_F(RequestInfoTest, DefaultClassWithoutHeaderOrMappedKey) {
+  EXPECT_EQ(MustParse(kChat).priority, 1);
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-unknown"}}).priority, 1);
+  config_.default_class = "batch";
+  EXPECT_EQ(MustParse(kChat).priority, 2);
+}
+
+// ---- API key and rate key ----
+
+TEST_F(RequestInfoTest, BearerTokenIsTheApiKey) {
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-123"}}).api_key, "sk-123");
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "bearer   sk-123 "}}).api_key, "sk-123");
+  // Authorization wins over x-api-key.
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer a"}, {"x-api-key", "b"}}).api_key, "a");
+  // A non-bearer Authorization falls back to x-api-key.
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Basic dXNlcg=="}, {"x-api-key", "b"}}).api_key,
+            "b");
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Basic dXNlcg=="}}).api_key, "");
+}
+
+TEST_F(RequestInfoTest, RateKeyIsTenantThenKeyThenAnonymous) {
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-gold"}}).rate_key, "team-a");
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_key, "sk-plain");
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-unmapped"}}).rate_key, "sk-unmapped");
+  EXPECT_EQ(MustParse(kChat).rate_key, "anonymous");
+  EXPECT_EQ(MustParse(kChat).api_key, "");
+}
+
+// ---- timeout ----
+
+TEST_F(RequestInfoTest, TimeoutHeaderIsParsed) {
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-timeout", "500ms"}}).timeout, milliseconds(500));
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-timeout", "2s"}}).timeout, seconds(2));
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-timeout", "1.5"}}).timeout, milliseconds(1500));
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-timeout", " 3s "}}).timeout, seconds(3));
+}
+
+TEST_F(RequestInfoTest, BadTimeoutIsRefused) {
+  for (std::string_view value : {"0", "0s", "-1s", "-2", "soon", "", "5 parsecs", "nan"}) {
+    std::string message = ErrorOf(kChat, {{"x-kinfer-timeout", std::string(value)}});
+    EXPECT_NE(message.find("x-kinfer-timeout"), std::string::npos) << value << ": " << message;
+  }
+}
+
+TEST_F(RequestInfoTest, TimeoutDefaultsToTheClassTimeout) {
+  EXPECT_EQ(MustParse(kChat).timeout, seconds(60));
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "critical"}}).timeout, seconds(30));
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-batch"}}).timeout, seconds(120));
+  EXPECT_EQ(
+      MustParse(kChat, {{"x-kinfer-priority", "batch"}, {"x-kinfer-timeout", "7s"}}).timeout,
+      seconds(7));
+}
+
+// ---- token estimate, cache-control ----
+
+TEST_F(RequestInfoTest, TokenEstimateIsPromptBytesOverFourPlusMaxTokens) {
+  std::string body = R"({"max_tokens":100,"pad":"x"})";  // 28 bytes -> 7
+  ASSERT_EQ(body.size(), 28u);
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 7 + 100);
+  body = R"({"max_tokens":100,"pad":"xy"})";  // 29 bytes -> rounded up to 8
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 8 + 100);
+}
+
+TEST_F(RequestInfoTest, TokenEstimateUsesTheDefaultWithoutMaxTokens) {
+  std::string body = R"({"pad":"abcdef"})";  // 16 bytes -> 4
+  ASSERT_EQ(body.size(), 16u);
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 4 + kDefaultMaxTokensEstimate);
+  body = R"({"max_completion_tokens":10})";  // 28 bytes -> 7
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 7 + 10);
+}
+
+TEST_F(RequestInfoTest, CacheControlIsKeptRaw) {
+  EXPECT_EQ(MustParse(kChat, {{"cache-control", "No-Cache, max-age=0"}}).cache_control,
+            "No-Cache, max-age=0");
+}
+
+// ---- RewriteBody ----
+
+TEST_F(RequestInfoTest, RewriteBodyReplacesModelAndMaxTokens) {
+  RequestInfo info = MustParse(
+      R"({"model":"big","max_completion_tokens":900,"messages":[{"role":"user","content":"hi"}]})");
+  json out = json::parse(RewriteBody(info, "small", 128));
+  EXPECT_EQ(out["model"], "small");
+  EXPECT_EQ(out["max_tokens"], 128);
+  EXPECT_FALSE(out.contains("max_completion_tokens"));
+  EXPECT_EQ(out["messages"], info.body["messages"]);
+}
+
+TEST_F(RequestInfoTest, RewriteBodyLeavesWhatItIsNotAskedToChange) {
+  RequestInfo info = MustParse(R"({"model":"big","max_completion_tokens":900,"stream":true})");
+  json model_only = json::parse(RewriteBody(info, "small", 0));
+  EXPECT_EQ(model_only["model"], "small");
+  EXPECT_EQ(model_only["max_completion_tokens"], 900);
+  EXPECT_FALSE(model_only.contains("max_tokens"));
+
+  json cap_only = json::parse(RewriteBody(info, "", 64));
+  EXPECT_EQ(cap_only["model"], "big");
+  EXPECT_EQ(cap_only["max_tokens"], 64);
+  EXPECT_FALSE(cap_only.contains("max_completion_tokens"));
+  EXPECT_EQ(cap_only["stream"], true);
+
+  EXPECT_EQ(json::parse(RewriteBody(info, "", 0)), info.body);
+}
+
+TEST_F(RequestInfoTest, RewriteBodyAddsModelWhenAbsent) {
+  RequestInfo info = MustParse(R"({"prompt":"x"})");
+  EXPECT_EQ(json::parse(RewriteBody(info, "small", 0))["model"], "small");
+}
+
+// ---- NormalizedRequestText ----
+
+TEST_F(RequestInfoTest, NormalizedTextIgnoresKeyOrderAndWhitespace) {
+  RequestInfo a = MustParse(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"hi"}]})");
+  RequestInfo b = MustParse(
+      "{ \"messages\" : [ { \"content\" : \"hi\", \"role\" : \"user\" } ],\n"
+      "  \"temperature\": 0,\t\"model\": \"m\" }");
+  EXPECT_EQ(NormalizedRequestText("/v1/chat/completions", a),
+            NormalizedRequestText("/v1/chat/completions", b));
+}
+
+TEST_F(RequestInfoTest, NormalizedTextDiffersByPathAndContent) {
+  RequestInfo a = MustParse(R"({"model":"m","prompt":"hi"})");
+  RequestInfo b = MustParse(R"({"model":"m","prompt":"ho"})");
+  EXPECT_NE(NormalizedRequestText("/v1/completions", a),
+            NormalizedRequestText("/v1/chat/completions", a));
+  EXPECT_NE(NormalizedRequestText("/v1/completions", a), NormalizedRequestText("/v1/completions", b));
+  // Array order is meaningful (messages are a conversation).
+  RequestInfo c = MustParse(R"({"messages":[1,2]})");
+  RequestInfo d = MustParse(R"({"messages":[2,1]})");
+  EXPECT_NE(NormalizedRequestText("/p", c), NormalizedRequestText("/p", d));
+}
+
+TEST_F(RequestInfoTest, NormalizedTextStartsWithThePath) {
+  RequestInfo a = MustParse(R"({"b":1,"a":2})");
+  EXPECT_EQ(NormalizedRequestText("/v1/completions", a), "/v1/completions\n{\"a\":2,\"b\":1}");
+}
+
+}  // namespace
+}  // namespace kinfer
