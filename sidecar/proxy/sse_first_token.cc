@@ -31,7 +31,9 @@ bool SseFirstTokenDetector::Feed(std::string_view bytes) {
   for (;;) {
     // An event ends at a blank line: "\n\n" (with optional "\r" before each "\n").
     size_t end = std::string::npos, skip = 0;
-    for (size_t i = 0; i + 1 < pending_.size(); ++i) {
+    // Resume where the last scan stopped (minus a "\n\r" that may start a blank line), so a
+    // stream fed in tiny pieces costs linear time, not quadratic.
+    for (size_t i = scanned_ > 2 ? scanned_ - 2 : 0; i + 1 < pending_.size(); ++i) {
       if (pending_[i] != '\n') continue;
       size_t j = i + 1;
       if (j < pending_.size() && pending_[j] == '\r') ++j;
@@ -41,7 +43,10 @@ bool SseFirstTokenDetector::Feed(std::string_view bytes) {
         break;
       }
     }
-    if (end == std::string::npos) break;
+    if (end == std::string::npos) {
+      scanned_ = pending_.size();
+      break;
+    }
     std::string_view event(pending_.data(), end);
     if (EventHasToken(event)) {
       found_ = true;
@@ -50,6 +55,7 @@ bool SseFirstTokenDetector::Feed(std::string_view bytes) {
       return true;
     }
     pending_.erase(0, end + skip);
+    scanned_ = 0;
   }
   if (pending_.size() > kMaxPending) {
     found_ = true;

@@ -32,6 +32,7 @@ class SseFirstTokenDetector {
   bool EventHasToken(std::string_view event) const;
 
   std::string pending_;
+  size_t scanned_ = 0;  // bytes of pending_ already searched for an event end
   bool found_ = false;
 };
 
