@@ -21,6 +21,8 @@ import tempfile
 import time
 import urllib.request
 
+from run_single_stream import cpu_model
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -81,16 +83,6 @@ def loadgen(bin_dir, url, rate, duration, warmup, stream, label):
          json.dumps(body), "--label", label] + (["--stream"] if stream else []),
         capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main():

@@ -8,13 +8,13 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "common/flags.h"
 #include "common/logging.h"
 #include "common/metrics/metrics.h"
 #include "runtime/server/http_server.h"
@@ -52,14 +52,6 @@ struct Flags {
   std::string log_level = "info";
 };
 
-bool ParseInt(std::string_view s, long long lo, long long hi, long long* out) {
-  long long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 [[noreturn]] void BadFlag(const std::string& message) {
   std::fprintf(stderr, "kinfer-runtime: %s\nRun 'kinfer-runtime --help' for usage.\n",
                message.c_str());
@@ -68,52 +60,30 @@ bool ParseInt(std::string_view s, long long lo, long long hi, long long* out) {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
+  kinfer::FlagReader flags(argc, argv, "kinfer-runtime");
+  while (flags.Next()) {
+    if (flags.Is("--help", "-h")) {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    } else if (flags.Is("--model")) {
+      f.model = flags.Value();
+    } else if (flags.Is("--host")) {
+      f.host = flags.Value();
+    } else if (flags.Is("--port")) {
+      f.port = static_cast<int>(flags.Int(1, 65535));
+    } else if (flags.Is("--threads")) {
+      f.threads = static_cast<int>(flags.Int(1, 1024));
+    } else if (flags.Is("--ctx-size")) {
+      f.ctx_size = static_cast<int>(flags.Int(0, 1 << 24));
+    } else if (flags.Is("--model-name")) {
+      f.model_name = flags.Value();
+    } else if (flags.Is("--max-body-bytes")) {
+      f.max_body_bytes = flags.Int(1, 1LL << 32);
+    } else if (flags.Is("--log-level")) {
+      f.log_level = flags.Value();
+    } else {
+      flags.Unknown();
     }
-    if (arg.rfind("--", 0) != 0) BadFlag("unexpected argument '" + arg + "'");
-    std::string name = arg, value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) BadFlag("flag " + name + " needs a value");
-      return argv[++i];
-    };
-    auto take_int = [&](long long lo, long long hi) -> long long {
-      std::string v = take();
-      long long out = 0;
-      if (!ParseInt(v, lo, hi, &out)) {
-        BadFlag("flag " + name + " wants an integer in [" + std::to_string(lo) + ", " +
-                std::to_string(hi) + "], got '" + v + "'");
-      }
-      return out;
-    };
-    if (name == "--model")
-      f.model = take();
-    else if (name == "--host")
-      f.host = take();
-    else if (name == "--port")
-      f.port = static_cast<int>(take_int(1, 65535));
-    else if (name == "--threads")
-      f.threads = static_cast<int>(take_int(1, 1024));
-    else if (name == "--ctx-size")
-      f.ctx_size = static_cast<int>(take_int(0, 1 << 24));
-    else if (name == "--model-name")
-      f.model_name = take();
-    else if (name == "--max-body-bytes")
-      f.max_body_bytes = take_int(1, 1LL << 32);
-    else if (name == "--log-level")
-      f.log_level = take();
-    else
-      BadFlag("unknown flag '" + name + "'");
   }
   if (f.model.empty()) BadFlag("--model PATH is required");
   if (f.host.empty()) BadFlag("--host must not be empty");

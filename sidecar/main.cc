@@ -12,6 +12,7 @@
 
 #include <boost/asio.hpp>
 
+#include "common/flags.h"
 #include "common/logging.h"
 #include "sidecar/config/sidecar_config.h"
 #include "sidecar/proxy/proxy_server.h"
@@ -50,38 +51,23 @@ struct Flags {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
+  kinfer::FlagReader flags(argc, argv, "kinfer-sidecar");
+  while (flags.Next()) {
+    if (flags.Is("--help", "-h")) {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    }
-    if (arg == "--check-config") {
+    } else if (flags.Is("--check-config")) {
       f.check_only = true;
-      continue;
-    }
-    std::string name = arg, value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) Fail(2, "flag " + name + " needs a value");
-      return argv[++i];
-    };
-    if (name == "--config") {
-      f.config_path = take();
-    } else if (name == "--listen") {
-      f.listen = take();
-    } else if (name == "--upstream") {
-      f.upstream = take();
-    } else if (name == "--log-level") {
-      f.log_level = take();
+    } else if (flags.Is("--config")) {
+      f.config_path = flags.Value();
+    } else if (flags.Is("--listen")) {
+      f.listen = flags.Value();
+    } else if (flags.Is("--upstream")) {
+      f.upstream = flags.Value();
+    } else if (flags.Is("--log-level")) {
+      f.log_level = flags.Value();
     } else {
-      Fail(2, "unknown argument '" + arg + "'; run 'kinfer-sidecar --help' for usage");
+      flags.Unknown();
     }
   }
   return f;

@@ -7,7 +7,6 @@ $KINFER_MODEL or models/smollm2-135m-instruct-q4_1.gguf. The server listens on a
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,17 +14,15 @@ import time
 import pytest
 import requests
 
+from sidecar_harness import FakeUpstream, binary, free_port
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL_NAME = "smollm2-135m-instruct-q4_1"
 CTX_SIZE = 2048
 
 
 def _binary() -> pathlib.Path:
-    bin_dir = os.environ.get("KINFER_BIN_DIR")
-    path = pathlib.Path(bin_dir) / "kinfer-runtime" if bin_dir else ROOT / "build" / "bin" / "kinfer-runtime"
-    if not path.exists():
-        pytest.fail(f"kinfer-runtime not found at {path}: build it (scripts/setup.sh) or set KINFER_BIN_DIR")
-    return path
+    return binary("kinfer-runtime")
 
 
 def _model() -> pathlib.Path:
@@ -33,12 +30,6 @@ def _model() -> pathlib.Path:
     if not path.exists():
         pytest.fail(f"model not found at {path}: run scripts/setup.sh or set KINFER_MODEL")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -58,7 +49,7 @@ class Server:
 @pytest.fixture(scope="session")
 def server():
     binary, model = _binary(), _model()
-    port = _free_port()
+    port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="kinfer-runtime-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
@@ -107,3 +98,17 @@ def metric_value(text: str, name: str, labels: str = "") -> float:
         if line.startswith(want + " "):
             return float(line.split(" ")[-1])
     return 0.0
+
+
+# The fake upstream of the sidecar tests: one per module, its knobs and counters reset per test.
+@pytest.fixture(scope="module")
+def upstream():
+    up = FakeUpstream(models=("primary", "small"))
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def fake(upstream):
+    upstream.reset()
+    return upstream

@@ -14,19 +14,6 @@ from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat
 
 
 @pytest.fixture(scope="module")
-def upstream():
-    up = FakeUpstream(models=("primary", "small"))
-    yield up
-    up.stop()
-
-
-@pytest.fixture
-def fake(upstream):
-    upstream.reset()
-    return upstream
-
-
-@pytest.fixture(scope="module")
 def sidecar(upstream):
     sc = Sidecar(upstream.url, {"cache": {"enabled": False}})
     yield sc
