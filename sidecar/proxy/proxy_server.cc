@@ -669,7 +669,8 @@ void Session::WatchClient() {
       return self->DoRead();
     }
     if (ec) {
-      if (self->exchange_) self->exchange_->OnClientGone();
+      // Hold the exchange: OnClientGone closes the session, which drops its reference.
+      if (auto exchange = self->exchange_) exchange->OnClientGone();
       self->Close();
       return;
     }
