@@ -1,0 +1,71 @@
+// Experiment: kinfer-sim's whole job for one trace: calibrate a replica, plan the oracle, run each
+// requested policy on the same trace and collect the results (main.cc only parses flags and
+// writes files).
+//
+// Per-replica targets come from the calibration (planning.h): `capacity` is the concurrency one
+// replica holds at the highest rate it serves within the SLO. HPA's utilisation is in-flight /
+// capacity (target 70%); KPA's target concurrency is 70% of capacity (Knative's default target
+// utilisation of containerConcurrency); kinfer's target load per replica is
+// kinfer_target_fraction x capacity. Every policy runs on the trace preceded by a replay of its
+// first warmup_s seconds and starts that warm-up with the oracle's count for the first window;
+// the policies first tick a window (60 s) into the warm-up, when the pods hold their share of
+// requests; results count from the end of the warm-up.
+//
+// Thread safety: RunExperiment() shares nothing between calls; policies run on worker threads
+// of their own (results do not depend on it).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/sim/planning.h"
+#include "bench/sim/report.h"
+#include "bench/sim/service_model.h"
+#include "bench/sim/simulator.h"
+#include "bench/sim/trace.h"
+#include "operator/autoscale/autoscaler.h"
+
+namespace kinfer::sim {
+
+// The policy names kinfer-sim knows, in report order.
+const std::vector<std::string>& KnownPolicies();
+
+struct ExperimentOptions {
+  std::vector<std::string> policies = KnownPolicies();
+  SimConfig sim;
+  PlanOptions plan;
+  // Seconds of the trace's start replayed before it (trace.h WithWarmup), so that every policy
+  // starts in steady state with its windows full; nothing in them is counted.
+  double warmup_s = 300;
+  std::optional<double> capacity;    // per-replica concurrency; default: calibrated
+  double kinfer_tick_s = 2;          // how often the core decides (the operator's scrape period)
+  double kinfer_target_fraction = 0.7;
+  // The core's settings apart from min/max replicas, the target load and the SLO, which the
+  // experiment fills in.
+  autoscale::AutoscalerConfig kinfer;
+  double hpa_target_utilization = 0.7;
+  double kpa_target_utilization = 0.7;
+  int threads = 2;  // policies simulated at once
+};
+
+struct ExperimentResult {
+  ReplicaCapacity calibration;
+  double capacity = 0;  // the value used (calibrated or given)
+  OraclePlan oracle;
+  double kinfer_target_load = 0;
+  std::vector<PolicyResult> results;  // in the order asked
+};
+
+// INVALID_ARGUMENT for an unknown policy name or a bad setting.
+StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel& model,
+                                         const ExperimentOptions& options);
+
+// The JSON document: settings, calibration, the oracle's plan and "policies": one object per
+// policy (report.h).
+nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
+                              const ExperimentOptions& options, const ExperimentResult& result);
+
+}  // namespace kinfer::sim

@@ -1,0 +1,47 @@
+// KinferPolicy: kinfer's real decision core (operator/autoscale/autoscaler.h) driven by the
+// simulated pods, as kinfer-operator drives it from the sidecars' metrics.
+//
+// Every decide_every_s seconds it builds one PodSample per pod of the Deployment (ready and
+// starting; a starting pod has no sidecar yet, so it reports has_metrics = false) with the queue
+// depth and in-flight count at that instant and the TTFT histogram delta since the previous
+// decision (the sidecar's bucket edges plus the SLO edge), and calls Autoscaler::Tick(now,
+// requested replicas, samples). The decision's count is the policy's answer.
+//
+// Thread safety: not thread-safe; one instance per simulation run.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/sim/policy.h"
+#include "operator/autoscale/autoscaler.h"
+
+namespace kinfer::sim {
+
+class KinferPolicy : public Policy {
+ public:
+  // INVALID_ARGUMENT when the config does not validate.
+  static StatusOr<std::unique_ptr<KinferPolicy>> Create(const autoscale::AutoscalerConfig& config,
+                                                        double decide_every_s,
+                                                        int initial_replicas);
+
+  std::string name() const override { return "kinfer"; }
+  int InitialReplicas() const override { return initial_replicas_; }
+  std::optional<int> Tick(const ClusterSnapshot& cluster) override;
+  // Decisions by reason ("reason.<name>") and ticks in panic ("panic_ticks").
+  std::map<std::string, double> Counters() const override { return counters_; }
+
+ private:
+  KinferPolicy(autoscale::Autoscaler autoscaler, double decide_every_s, int initial_replicas);
+
+  autoscale::Autoscaler autoscaler_;
+  double decide_every_s_;
+  int initial_replicas_;
+  double last_decision_s_ = -1;
+  std::map<int, std::vector<uint64_t>> pending_ttft_;  // per pod, since the last decision
+  std::map<std::string, double> counters_;
+};
+
+}  // namespace kinfer::sim

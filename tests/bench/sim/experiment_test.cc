@@ -1,0 +1,153 @@
+// End-to-end tests of kinfer-sim's experiment on the CI fixture (the first 10 minutes of the
+// Azure conversation trace, H100 llama2-70b TP4): every policy runs quickly, the bounds hold, the
+// output is identical under a seed, and the kinfer policy drives the real decision core.
+#include "bench/sim/experiment.h"
+
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+#include "bench/sim/kinfer_policy.h"
+
+namespace kinfer::sim {
+namespace {
+
+const std::string kFixtures = std::string(KINFER_SOURCE_DIR) + "/tests/fixtures/traces/";
+
+class ExperimentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = LoadTrace(kFixtures + "azure_conv_first10min.csv");
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    trace_ = std::move(t).value();
+    auto m = ServiceModel::LoadPerfCsv(kFixtures + "perf_model_llama2-70b_h100.csv", {});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_.emplace(std::move(m).value());
+    options_.sim.slo_ttft_s = 2;
+    options_.sim.cold_start_s = 60;
+    options_.sim.timeline_period_s = 10;
+  }
+
+  const PolicyResult& Get(const ExperimentResult& r, const std::string& name) {
+    for (const PolicyResult& p : r.results) {
+      if (p.summary.policy == name) return p;
+    }
+    ADD_FAILURE() << "no result for " << name;
+    return r.results.front();
+  }
+
+  Trace trace_;
+  std::optional<ServiceModel> model_;
+  ExperimentOptions options_;
+};
+
+TEST_F(ExperimentTest, RunsEveryPolicyOnTheFixtureInAFewSeconds) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunExperiment(trace_, *model_, options_);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_LT(seconds, 10);
+  ASSERT_EQ(r->results.size(), 5u);
+  for (const PolicyResult& p : r->results) {
+    EXPECT_EQ(p.summary.requests, trace_.requests.size()) << p.summary.policy;
+    EXPECT_EQ(p.summary.unserved, 0u) << p.summary.policy;
+    EXPECT_GT(p.summary.replica_hours, 0) << p.summary.policy;
+    EXPECT_FALSE(p.timeline.empty()) << p.summary.policy;
+  }
+  const PolicyResult& oracle = Get(*r, "oracle");
+  const PolicyResult& stat = Get(*r, "static");
+  EXPECT_DOUBLE_EQ(oracle.replica_hours_vs_oracle, 1.0);
+  // Static provisions every window for the hardest one: never worse than the oracle, never
+  // cheaper.
+  EXPECT_GE(stat.summary.slo_attainment, oracle.summary.slo_attainment);
+  EXPECT_GE(stat.summary.replica_hours, oracle.summary.replica_hours);
+  EXPECT_EQ(stat.summary.scale_events, 0);
+  EXPECT_GE(oracle.summary.slo_attainment, 0.98);
+  // The calibration found a replica that serves this mix at some rate.
+  EXPECT_GT(r->calibration.max_rps, 0.5);
+  EXPECT_GT(r->capacity, 1);
+}
+
+TEST_F(ExperimentTest, SameSeedGivesTheSameJson) {
+  options_.sim.seed = 7;
+  auto a = RunExperiment(trace_, *model_, options_);
+  auto b = RunExperiment(trace_, *model_, options_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(ExperimentJson(trace_, *model_, options_, *a).dump(),
+            ExperimentJson(trace_, *model_, options_, *b).dump());
+  std::ostringstream ta, tb;
+  WriteTimelineCsv(ta, a->results);
+  WriteTimelineCsv(tb, b->results);
+  EXPECT_EQ(ta.str(), tb.str());
+  // Threads change nothing either.
+  options_.threads = 1;
+  auto c = RunExperiment(trace_, *model_, options_);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(ExperimentJson(trace_, *model_, options_, *a).dump(),
+            ExperimentJson(trace_, *model_, options_, *c).dump());
+}
+
+TEST_F(ExperimentTest, JsonHasTheRequiredFieldsPerPolicy) {
+  options_.policies = {"static", "oracle"};
+  auto r = RunExperiment(trace_, *model_, options_);
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json j = ExperimentJson(trace_, *model_, options_, *r);
+  ASSERT_EQ(j["policies"].size(), 2u);
+  for (const auto& p : j["policies"]) {
+    for (const char* key : {"policy", "slo_attainment", "p99_ttft_s", "replica_hours",
+                            "scale_events", "shed_requests", "replica_hours_vs_oracle"}) {
+      EXPECT_TRUE(p.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(j["policies"][0]["policy"], "static");
+}
+
+TEST_F(ExperimentTest, BadSettingsAreInvalidArgument) {
+  options_.policies = {"kinfer", "vpa"};
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(),
+            StatusCode::kInvalidArgument);
+  options_.policies = {"static"};
+  options_.sim.min_replicas = 3;
+  options_.sim.max_replicas = 2;
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(),
+            StatusCode::kInvalidArgument);
+  options_.sim.min_replicas = 1;
+  options_.kinfer.tolerance = 2;  // the core rejects it
+  options_.policies = {"kinfer"};
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(KinferPolicyTest, AskTheCoreForMoreReplicasUnderADeepQueue) {
+  autoscale::AutoscalerConfig config;
+  config.max_replicas = 20;
+  config.target_load_per_replica = 10;
+  config.slo_ttft_p99_seconds = 2;
+  auto p = KinferPolicy::Create(config, 2, 2);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<double> edges = {0.5, 1, 2, 5};
+  int desired = 2;
+  for (int t = 0; t <= 10; ++t) {
+    ClusterSnapshot c;
+    c.now_s = t;
+    c.ready = 2;
+    c.requested = 2;
+    c.ttft_edges = &edges;
+    for (int i = 0; i < 2; ++i) {
+      PodSnapshot pod;
+      pod.id = i;
+      pod.ready = true;
+      pod.queue_depth = 40;
+      pod.in_flight = 10;
+      pod.ttft_counts = {0, 0, 0, 5, 5};  // half over 5 s
+      c.pods.push_back(pod);
+    }
+    if (auto d = (*p)->Tick(c)) desired = *d;
+  }
+  EXPECT_GT(desired, 2);
+  EXPECT_GT((*p)->Counters().size(), 0u);
+}
+
+}  // namespace
+}  // namespace kinfer::sim
