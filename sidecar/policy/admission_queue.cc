@@ -48,8 +48,14 @@ AdmissionQueue::Duration AdmissionQueue::mean_service_time() const {
 }
 
 int AdmissionQueue::SlotsFor(int priority) const {
-  return priority == 0 ? config_.max_concurrency
-                       : config_.max_concurrency - config_.reserved_for_top;
+  if (priority == 0) return config_.max_concurrency;
+  return config_.max_concurrency - std::max(0, config_.reserved_for_top - top_in_flight_);
+}
+
+void AdmissionQueue::StartInFlight(RequestId id, int priority) {
+  in_flight_.emplace(id, priority);
+  if (priority == 0) ++top_in_flight_;
+  ++stats_.admitted;
 }
 
 size_t AdmissionQueue::QueuedAheadOf(int priority) const {
@@ -67,7 +73,7 @@ AdmissionQueue::Duration AdmissionQueue::RetryAfter() const {
 
 AdmissionQueue::AdmitResult AdmissionQueue::Reject(Reason reason, Duration retry_after) {
   ++stats_.rejected[static_cast<size_t>(reason)];
-  return AdmitResult{Outcome::kRejected, reason, retry_after};
+  return AdmitResult{Outcome::kRejected, reason, retry_after, std::nullopt};
 }
 
 AdmissionQueue::AdmitResult AdmissionQueue::Admit(RequestId id, int priority,
@@ -83,16 +89,24 @@ AdmissionQueue::AdmitResult AdmissionQueue::Admit(RequestId id, int priority,
   const size_t ahead = QueuedAheadOf(priority);
   const int slots = SlotsFor(priority);
   if (ahead == 0 && in_flight() < slots) {
-    // Nothing of equal or higher class waits and a slot is free: start at once. Its sojourn is
-    // zero, which tells the CoDel detector the queue is not standing.
-    in_flight_.insert(id);
-    ++stats_.admitted;
-    SampleSojourn(Duration::zero(), now);
-    return AdmitResult{Outcome::kStartNow, Reason::kNone, Duration::zero()};
+    // Nothing of equal or higher class waits and a slot is free: start at once. Its zero
+    // sojourn tells the CoDel detector the queue is not standing -- unless less important
+    // requests are still waiting, whose queue may well be standing.
+    StartInFlight(id, priority);
+    if (queued() == 0) SampleSojourn(Duration::zero(), now);
+    return AdmitResult{Outcome::kStartNow, Reason::kNone, Duration::zero(), std::nullopt};
   }
 
   if (standing_ && priority != 0) return Reject(Reason::kStandingQueue, RetryAfter());
-  if (queued() >= config_.max_queue_total) return Reject(Reason::kQueueFull, RetryAfter());
+  // A full queue: make room by displacing the least important class's newest request, when it
+  // is less important than this arrival.
+  int victim = -1;
+  if (queued() >= config_.max_queue_total) {
+    for (int p = config_.num_priorities - 1; p > priority && victim < 0; --p) {
+      if (!queues_[p].empty()) victim = p;
+    }
+    if (victim < 0) return Reject(Reason::kQueueFull, RetryAfter());
+  }
   if (queues_[priority].size() >= config_.max_queue_per_class) {
     return Reject(Reason::kClassFull, RetryAfter());
   }
@@ -103,9 +117,16 @@ AdmissionQueue::AdmitResult AdmissionQueue::Admit(RequestId id, int priority,
     return Reject(Reason::kDeadlineUnreachable, RetryAfter());
   }
 
+  std::optional<RequestId> displaced;
+  if (victim >= 0) {
+    displaced = queues_[victim].back().id;
+    queued_index_.erase(*displaced);
+    queues_[victim].pop_back();
+    ++stats_.rejected[static_cast<size_t>(Reason::kDisplaced)];
+  }
   queues_[priority].push_back(Queued{id, deadline, now});
   queued_index_.emplace(id, Location{priority, std::prev(queues_[priority].end())});
-  return AdmitResult{Outcome::kQueued, Reason::kNone, Duration::zero()};
+  return AdmitResult{Outcome::kQueued, Reason::kNone, Duration::zero(), displaced};
 }
 
 void AdmissionQueue::SampleSojourn(Duration sojourn, Clock::time_point now) {
@@ -149,8 +170,7 @@ void AdmissionQueue::StartQueued(Clock::time_point now, Dispatch* out) {
       out->expired.push_back(q.id);
       continue;
     }
-    in_flight_.insert(q.id);
-    ++stats_.admitted;
+    StartInFlight(q.id, chosen);
     out->start.push_back(q.id);
     SampleSojourn(now - q.enqueued, now);
   }
@@ -159,7 +179,10 @@ void AdmissionQueue::StartQueued(Clock::time_point now, Dispatch* out) {
 AdmissionQueue::Dispatch AdmissionQueue::OnComplete(RequestId id, Duration service_time,
                                                     Clock::time_point now) {
   Dispatch out;
-  if (in_flight_.erase(id) == 0) return out;
+  auto it = in_flight_.find(id);
+  if (it == in_flight_.end()) return out;
+  if (it->second == 0) --top_in_flight_;
+  in_flight_.erase(it);
   if (service_time > Duration::zero()) {
     mean_service_ns_ = config_.ewma_alpha * static_cast<double>(service_time.count()) +
                        (1 - config_.ewma_alpha) * mean_service_ns_;

@@ -3,9 +3,15 @@
 // Contract:
 //  * Priority classes 0..num_priorities-1; 0 is the MOST important. FCFS within a class; when a
 //    slot frees, the oldest request of the most important non-empty class starts first.
-//  * At most max_concurrency requests are in flight. `reserved_for_top` of those slots only
-//    class 0 may use: other classes start only while in_flight < max_concurrency - reserved.
+//  * At most max_concurrency requests are in flight. `reserved_for_top` slots are held for class
+//    0: the reserved slots class 0 is not using stay free for it, so other classes start only
+//    while in_flight < max_concurrency - max(0, reserved_for_top - class-0 requests in flight).
+//    (Class 0 filling its reserved slots does not shrink what the other classes may use.)
 //  * The queue is bounded in total and per class; a full queue rejects (kQueueFull / kClassFull).
+//    When the total bound is reached, an arrival of a more important class than the least
+//    important queued request displaces the newest request of the least important non-empty
+//    class instead (reported in AdmitResult::displaced, counted as rejected kDisplaced; the proxy
+//    answers it 503), so a burst of low-priority work cannot lock the top class out of the queue.
 //  * Each request carries a deadline: the latest time it may START upstream (the proxy derives it
 //    from the client's timeout). A queued request whose deadline passes is dropped by Expire() or
 //    skipped at dispatch and reported, so the proxy answers 503 instead of serving late.
@@ -42,6 +48,7 @@
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -84,6 +91,7 @@ class AdmissionQueue {
     kDeadlineUnreachable,  // expected start is after the deadline (or the deadline has passed)
     kStandingQueue,        // standing queue: non-top classes are shed at arrival
     kDuplicateId,          // the id is already queued or in flight (a caller bug)
+    kDisplaced,            // a queued request pushed out by a more important arrival
     kCount
   };
   static constexpr size_t kNumReasons = static_cast<size_t>(Reason::kCount);
@@ -92,6 +100,9 @@ class AdmissionQueue {
     Outcome outcome = Outcome::kRejected;
     Reason reason = Reason::kNone;            // set when rejected
     Duration retry_after = Duration::zero();  // set when rejected
+    // Set when this arrival (kQueued) pushed a less important queued request out of a full
+    // queue: that request is no longer queued and must be answered 503.
+    std::optional<RequestId> displaced;
   };
 
   // What to do after a completion or a reconfiguration: requests to start now, in order, and
@@ -144,6 +155,7 @@ class AdmissionQueue {
   size_t depth(int priority) const { return queues_[priority].size(); }
   size_t queued() const { return queued_index_.size(); }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  int in_flight_top() const { return top_in_flight_; }
   bool standing() const { return standing_; }
   Duration mean_service_time() const;
   const Stats& stats() const { return stats_; }
@@ -162,6 +174,7 @@ class AdmissionQueue {
   };
 
   int SlotsFor(int priority) const;
+  void StartInFlight(RequestId id, int priority);  // counts a start (admitted, in flight)
   size_t QueuedAheadOf(int priority) const;  // queued in classes <= priority
   Duration RetryAfter() const;
   AdmitResult Reject(Reason reason, Duration retry_after);
@@ -174,7 +187,8 @@ class AdmissionQueue {
   AdmissionConfig config_;
   std::vector<ClassQueue> queues_;
   std::unordered_map<RequestId, Location> queued_index_;
-  std::unordered_set<RequestId> in_flight_;
+  std::unordered_map<RequestId, int> in_flight_;  // id -> its class
+  int top_in_flight_ = 0;                          // class-0 requests in flight
   double mean_service_ns_;
   // CoDel state: when sojourns first went above target in the current episode (none when below).
   bool above_target_ = false;

@@ -302,7 +302,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   void Begin();
   void StartUpstream();
-  void RejectExpired();
+  // A queued request leaves the queue without starting (deadline passed, or displaced by a more
+  // important arrival): 503 with the reason.
+  void RejectQueued(std::string_view reason, std::string_view message);
   void OnClientGone();
 
  private:
@@ -405,6 +407,15 @@ void Exchange::Begin() {
       cache_key_ = std::move(v.cache_key);
       state_ = State::kQueued;
       server_->waiting_[id_] = weak_from_this();
+      if (v.displaced) {
+        auto it = server_->waiting_.find(*v.displaced);
+        if (it != server_->waiting_.end()) {
+          if (auto ex = it->second.lock()) {
+            ex->RejectQueued("displaced", "overloaded: pushed out of the queue by more "
+                                          "important requests");
+          }
+        }
+      }
       session_->WatchClient();
       server_->ArmExpiry();
       return;
@@ -426,13 +437,12 @@ void Exchange::StartUpstream() {
   Attempt();
 }
 
-void Exchange::RejectExpired() {
+void Exchange::RejectQueued(std::string_view reason, std::string_view message) {
   if (state_ != State::kQueued) return;
   state_ = State::kDone;
   server_->waiting_.erase(id_);
-  metrics().CountRejected(info_.priority, "deadline_expired");
-  ReplyError(503, "overloaded: the request could not start before its deadline",
-             RetryAfterSeconds(core().config().admission.min_retry_after), "deadline_expired");
+  metrics().CountRejected(info_.priority, reason);
+  ReplyError(503, message, RetryAfterSeconds(core().config().admission.min_retry_after), reason);
 }
 
 void Exchange::OnClientGone() {
@@ -441,7 +451,10 @@ void Exchange::OnClientGone() {
   if (state_ == State::kQueued) {
     state_ = State::kDone;
     server_->waiting_.erase(id_);
-    core().Cancel(id_);
+    if (!core().Cancel(id_)) {
+      // Already dispatched to start (the start is posted): give its slot back.
+      server_->Run(core().OnFinished(id_, {}, SidecarCore::Result::kIgnored, {}, server_->Now()));
+    }
     session_->Close();
     return;
   }
@@ -812,7 +825,10 @@ void ProxyServer::Run(AdmissionQueue::Dispatch dispatch) {
     for (uint64_t id : d.expired) {
       auto it = waiting_.find(id);
       if (it == waiting_.end()) continue;
-      if (auto ex = it->second.lock()) ex->RejectExpired();
+      if (auto ex = it->second.lock()) {
+        ex->RejectQueued("deadline_expired",
+                         "overloaded: the request could not start before its deadline");
+      }
     }
     for (uint64_t id : d.start) {
       auto it = waiting_.find(id);

@@ -18,6 +18,7 @@ std::string_view AdmissionReasonName(AdmissionQueue::Reason reason) {
     case AdmissionQueue::Reason::kDeadlineUnreachable: return "deadline_unreachable";
     case AdmissionQueue::Reason::kStandingQueue: return "standing_queue";
     case AdmissionQueue::Reason::kDuplicateId: return "duplicate_id";
+    case AdmissionQueue::Reason::kDisplaced: return "displaced";
     default: return "overloaded";
   }
 }
@@ -162,6 +163,7 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
       return v;
     case AdmissionQueue::Outcome::kQueued:
       v.action = Action::kQueued;
+      v.displaced = a.displaced;
       return v;
     case AdmissionQueue::Outcome::kRejected:
       break;

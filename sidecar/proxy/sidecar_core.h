@@ -69,6 +69,9 @@ class SidecarCore {
     // kStart / kQueued:
     Route route;
     std::optional<CacheKey> cache_key;  // set when the response may be stored
+    // kQueued: a less important queued request this one pushed out of the full queue; the
+    // proxy answers it 503 ("displaced").
+    std::optional<RequestId> displaced;
   };
 
   // The outcome of a request that reached OnStart.

@@ -98,6 +98,53 @@ TEST_F(AdmissionQueueTest, ReservedSlotsAreUsedOnlyByTheTopClass) {
   EXPECT_EQ(q.OnComplete(1, 1ms, t0_).start, Ids({2}));
 }
 
+TEST_F(AdmissionQueueTest, TopClassInItsReservedSlotDoesNotIdleTheOtherSlots) {
+  AdmissionConfig c = Serial();
+  c.max_concurrency = 2;
+  c.reserved_for_top = 1;
+  AdmissionQueue q(c);
+  // Class 0 holds the reserved slot: the other slot is still open to the lower classes.
+  ASSERT_EQ(q.Admit(1, 0, Far(), t0_).outcome, Outcome::kStartNow);
+  EXPECT_EQ(q.in_flight_top(), 1);
+  EXPECT_EQ(q.Admit(2, 2, Far(), t0_).outcome, Outcome::kStartNow);
+  EXPECT_EQ(q.in_flight(), 2);
+  EXPECT_EQ(q.Admit(3, 1, Far(), t0_).outcome, Outcome::kQueued);
+  // The top request finishes: its slot is reserved again, so class 1 still waits...
+  EXPECT_TRUE(q.OnComplete(1, 1ms, t0_).start.empty());
+  EXPECT_EQ(q.in_flight_top(), 0);
+  // ...until the unreserved slot frees.
+  EXPECT_EQ(q.OnComplete(2, 1ms, t0_).start, Ids({3}));
+  ExpectBalanced(q);
+}
+
+TEST_F(AdmissionQueueTest, FullQueueDisplacesTheNewestLeastImportantForAMoreImportantArrival) {
+  AdmissionConfig c = Serial();
+  c.max_queue_total = 3;
+  c.max_queue_per_class = 3;
+  AdmissionQueue q(c);
+  ASSERT_EQ(q.Admit(1, 2, Far(), t0_).outcome, Outcome::kStartNow);
+  ASSERT_EQ(q.Admit(2, 1, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(3, 2, Far(), t0_).outcome, Outcome::kQueued);
+  ASSERT_EQ(q.Admit(4, 2, Far(), t0_).outcome, Outcome::kQueued);
+  // Full. A class-2 arrival has nobody less important to push out.
+  EXPECT_EQ(q.Admit(5, 2, Far(), t0_).reason, Reason::kQueueFull);
+  // A class-0 arrival pushes out the newest class-2 request (4), not the older 3.
+  const auto top = q.Admit(6, 0, Far(), t0_);
+  EXPECT_EQ(top.outcome, Outcome::kQueued);
+  ASSERT_TRUE(top.displaced.has_value());
+  EXPECT_EQ(*top.displaced, 4u);
+  EXPECT_EQ(Rejected(q, Reason::kDisplaced), 1u);
+  EXPECT_FALSE(q.Cancel(4));  // no longer queued
+  // A class-1 arrival displaces the remaining class-2 request (3).
+  const auto mid = q.Admit(7, 1, Far(), t0_);
+  ASSERT_TRUE(mid.displaced.has_value());
+  EXPECT_EQ(*mid.displaced, 3u);
+  // Nothing less important than class 1 is queued now: another class-1 arrival is refused.
+  EXPECT_EQ(q.Admit(8, 1, Far(), t0_).reason, Reason::kQueueFull);
+  EXPECT_EQ(q.OnComplete(1, 1ms, t0_).start, Ids({6}));
+  ExpectBalanced(q);
+}
+
 TEST_F(AdmissionQueueTest, FullQueueRejectsWithReasonAndRetryAfter) {
   AdmissionConfig c = Serial();
   c.max_queue_total = 4;
@@ -111,7 +158,7 @@ TEST_F(AdmissionQueueTest, FullQueueRejectsWithReasonAndRetryAfter) {
   EXPECT_EQ(class_full.reason, Reason::kClassFull);
   EXPECT_GE(class_full.retry_after, c.min_retry_after);
   ASSERT_EQ(q.Admit(6, 2, Far(), t0_).outcome, Outcome::kQueued);
-  const auto total_full = q.Admit(7, 0, Far(), t0_);
+  const auto total_full = q.Admit(7, 2, Far(), t0_);  // nothing less important to displace
   EXPECT_EQ(total_full.reason, Reason::kQueueFull);
   EXPECT_EQ(Rejected(q, Reason::kClassFull), 1u);
   EXPECT_EQ(Rejected(q, Reason::kQueueFull), 1u);
@@ -372,7 +419,7 @@ TEST_F(AdmissionQueueTest, ReconfigureSmallerBoundsKeepQueuedAndRejectNewArrival
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->start.empty());
   EXPECT_EQ(q.queued(), 4u);  // nothing queued is dropped
-  EXPECT_EQ(q.Admit(6, 0, Far(), t0_).reason, Reason::kQueueFull);
+  EXPECT_EQ(q.Admit(6, 1, Far(), t0_).reason, Reason::kQueueFull);
   EXPECT_EQ(q.OnComplete(1, 1ms, t0_).start, Ids({2}));
   EXPECT_EQ(q.OnComplete(2, 1ms, t0_).start, Ids({3}));
   // Two left: still at the new total bound.
