@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "bench/sim/baseline_policies.h"
-#include "bench/sim/kinfer_policy.h"
 
 namespace kinfer::sim {
 
@@ -47,7 +46,11 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   if (!(options.warmup_s >= 0)) return InvalidArgument("the warm-up must be >= 0 seconds");
 
   ExperimentResult result;
-  result.calibration = CalibrateReplica(trace, model, sim, options.plan);
+  if (options.calibration_requests < 10 || options.calibration_streams < 1) {
+    return InvalidArgument("calibration needs >= 10 requests and >= 1 stream");
+  }
+  result.calibration = CalibrateReplica(trace, model, sim, options.plan,
+                                        options.calibration_requests, options.calibration_streams);
   result.capacity = options.capacity.value_or(result.calibration.concurrency);
   if (!(result.capacity > 0)) {
     return InvalidArgument("a replica cannot serve this trace's requests within the SLO at any "
@@ -87,6 +90,7 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   for (const std::string& name : options.policies) {
     if (name == "kinfer") {
       KINFER_ASSIGN_OR_RETURN(auto p, KinferPolicy::Create(kc, options.kinfer_tick_s, initial));
+      if (options.record_kinfer_decisions) p->RecordDecisions();
       policies.push_back(std::move(p));
     } else if (name == "static") {
       policies.push_back(std::make_unique<SchedulePolicy>(
@@ -124,6 +128,16 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
+
+  for (const auto& p : policies) {
+    if (const auto* k = dynamic_cast<const KinferPolicy*>(p.get())) {
+      for (const KinferDecisionRow& row : k->decisions()) {
+        if (row.t_s < warmup) continue;
+        result.kinfer_decisions.push_back(row);
+        result.kinfer_decisions.back().t_s -= warmup;
+      }
+    }
+  }
 
   double oracle_hours = -1;
   for (const PolicyResult& r : result.results) {

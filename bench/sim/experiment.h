@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/sim/kinfer_policy.h"
 #include "bench/sim/planning.h"
 #include "bench/sim/report.h"
 #include "bench/sim/service_model.h"
@@ -37,18 +38,21 @@ struct ExperimentOptions {
   std::vector<std::string> policies = KnownPolicies();
   SimConfig sim;
   PlanOptions plan;
+  int calibration_requests = 20000;  // per draw (planning.h CalibrateReplica)
+  int calibration_streams = 5;
   // Seconds of the trace's start replayed before it (trace.h WithWarmup), so that every policy
   // starts in steady state with its windows full; nothing in them is counted.
-  double warmup_s = 300;
+  double warmup_s = 600;
   std::optional<double> capacity;    // per-replica concurrency; default: calibrated
-  double kinfer_tick_s = 2;          // how often the core decides (the operator's scrape period)
-  double kinfer_target_fraction = 0.7;
+  double kinfer_tick_s = 1;          // how often the core decides (the operator's scrape period)
+  double kinfer_target_fraction = 0.9;  // x (1 + the core's 10% tolerance) ~ capacity
   // The core's settings apart from min/max replicas, the target load and the SLO, which the
   // experiment fills in.
   autoscale::AutoscalerConfig kinfer;
   double hpa_target_utilization = 0.7;
   double kpa_target_utilization = 0.7;
   int threads = 2;  // policies simulated at once
+  bool record_kinfer_decisions = false;  // fill ExperimentResult::kinfer_decisions
 };
 
 struct ExperimentResult {
@@ -57,6 +61,8 @@ struct ExperimentResult {
   OraclePlan oracle;
   double kinfer_target_load = 0;
   std::vector<PolicyResult> results;  // in the order asked
+  // Every decision of the kinfer core, times from the warm-up's end (when asked).
+  std::vector<KinferDecisionRow> kinfer_decisions;
 };
 
 // INVALID_ARGUMENT for an unknown policy name or a bad setting.

@@ -20,6 +20,20 @@
 
 namespace kinfer::sim {
 
+// One decision of the core, for the decision log (kinfer-sim --kinfer-log).
+struct KinferDecisionRow {
+  double t_s = 0;
+  int current = 0;  // requested replicas passed in
+  int ready = 0;
+  int starting = 0;
+  int desired = 0;
+  std::string reason;
+  bool panic = false;
+  double observed_load = 0;
+  double p99_ttft_panic_s = -1;   // < 0: no data
+  double p99_ttft_stable_s = -1;
+};
+
 class KinferPolicy : public Policy {
  public:
   // INVALID_ARGUMENT when the config does not validate.
@@ -32,6 +46,9 @@ class KinferPolicy : public Policy {
   std::optional<int> Tick(const ClusterSnapshot& cluster) override;
   // Decisions by reason ("reason.<name>") and ticks in panic ("panic_ticks").
   std::map<std::string, double> Counters() const override { return counters_; }
+  // Keeps every decision from now on (off by default: a long run makes many).
+  void RecordDecisions() { record_ = true; }
+  const std::vector<KinferDecisionRow>& decisions() const { return decisions_; }
 
  private:
   KinferPolicy(autoscale::Autoscaler autoscaler, double decide_every_s, int initial_replicas);
@@ -42,6 +59,8 @@ class KinferPolicy : public Policy {
   double last_decision_s_ = -1;
   std::map<int, std::vector<uint64_t>> pending_ttft_;  // per pod, since the last decision
   std::map<std::string, double> counters_;
+  bool record_ = false;
+  std::vector<KinferDecisionRow> decisions_;
 };
 
 }  // namespace kinfer::sim

@@ -29,6 +29,7 @@ policy, and reports SLO attainment and replica-hours per policy.
   --json OUT                 write the results document here
   --timeline OUT.csv         write load, replicas and P99 per policy and period
   --timeline-period SECONDS  timeline row length (default 10)
+  --kinfer-log OUT.csv       write every decision of kinfer's core (time, inputs, reason)
   --policies LIST            comma-separated from kinfer,static,hpa,kpa,oracle (default: all)
   --cold-start SECONDS       pod creation to ready (default 60)
   --seed N                   load-balancer ties and calibration draws (default 1)
@@ -42,11 +43,12 @@ policy, and reports SLO attainment and replica-hours per policy.
   --queue-deadline SECONDS   shed requests queued longer in a sidecar (default 0: never)
   --min-replicas N, --max-replicas N   bounds for every policy (default 1, 64)
   --capacity C               per-replica concurrency for the load targets (default: calibrated)
-  --kinfer-tick SECONDS      how often kinfer's core decides (default 2)
-  --kinfer-target-fraction F kinfer target load = F x capacity (default 0.7)
+  --kinfer-tick SECONDS      how often kinfer's core decides (default 1)
+  --kinfer-target-fraction F kinfer target load = F x capacity (default 0.9)
   --kinfer-scale-down-delay SECONDS   the core's stabilization window (default: the core's)
   --hpa-target F             HPA utilisation target (default 0.7)
   --kpa-target F             KPA target utilisation of capacity (default 0.7)
+  --warmup SECONDS           replay the trace's start this long before it (default 600)
   --threads N                policies simulated at once (default 2)
 )";
 
@@ -90,7 +92,7 @@ void PrintTable(const kinfer::sim::ExperimentResult& r) {
 int main(int argc, char** argv) {
   using namespace kinfer::sim;
   kinfer::FlagReader flags(argc, argv, "kinfer-sim");
-  std::string trace_path, json_path, timeline_path, perf_path = KINFER_SIM_DEFAULT_PERF_MODEL;
+  std::string trace_path, json_path, timeline_path, kinfer_log_path, perf_path = KINFER_SIM_DEFAULT_PERF_MODEL;
   double time_scale = 1;
   ServiceModelSpec spec;
   ExperimentOptions opt;
@@ -109,6 +111,9 @@ int main(int argc, char** argv) {
       json_path = flags.Value();
     } else if (flags.Is("--timeline")) {
       timeline_path = flags.Value();
+    } else if (flags.Is("--kinfer-log")) {
+      kinfer_log_path = flags.Value();
+      opt.record_kinfer_decisions = true;
     } else if (flags.Is("--timeline-period")) {
       opt.sim.timeline_period_s = Double(flags, 1, 3600);
     } else if (flags.Is("--policies")) {
@@ -150,6 +155,8 @@ int main(int argc, char** argv) {
       opt.hpa_target_utilization = Double(flags, 0.01, 10);
     } else if (flags.Is("--kpa-target")) {
       opt.kpa_target_utilization = Double(flags, 0.01, 10);
+    } else if (flags.Is("--warmup")) {
+      opt.warmup_s = Double(flags, 0, 86400);
     } else if (flags.Is("--threads")) {
       opt.threads = static_cast<int>(flags.Int(1, 64));
     } else {
@@ -192,6 +199,19 @@ int main(int argc, char** argv) {
     std::ofstream out(timeline_path);
     WriteTimelineCsv(out, result->results);
     if (!out) return fail(kinfer::Internal("cannot write '" + timeline_path + "'"));
+  }
+  if (!kinfer_log_path.empty()) {
+    std::ofstream out(kinfer_log_path);
+    out << "t_s,current,ready,starting,desired,reason,panic,observed_load,p99_ttft_panic_s,"
+           "p99_ttft_stable_s\n";
+    char buf[256];
+    for (const KinferDecisionRow& d : result->kinfer_decisions) {
+      std::snprintf(buf, sizeof buf, "%.0f,%d,%d,%d,%d,%s,%d,%.1f,%.3f,%.3f\n", d.t_s, d.current,
+                    d.ready, d.starting, d.desired, d.reason.c_str(), d.panic ? 1 : 0,
+                    d.observed_load, d.p99_ttft_panic_s, d.p99_ttft_stable_s);
+      out << buf;
+    }
+    if (!out) return fail(kinfer::Internal("cannot write '" + kinfer_log_path + "'"));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                     wall_start).count();

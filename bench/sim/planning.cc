@@ -81,49 +81,57 @@ Trace PoissonTrace(const std::vector<double>& unit_gaps, const std::vector<Trace
 
 ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
                                  const SimConfig& config, const PlanOptions& options,
-                                 int requests) {
-  std::mt19937_64 rng(config.seed ^ 0x5eed5eedULL);
-  std::vector<double> gaps;
-  std::vector<TraceRequest> lengths;
-  for (int i = 0; i < requests; ++i) {
-    // Inverse-CDF exponential from 53 random bits: the same on every platform.
-    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-    gaps.push_back(-std::log1p(-u));
-    lengths.push_back(trace.requests[rng() % trace.requests.size()]);
-  }
+                                 int requests, int streams) {
   SimConfig c = config;
   c.timeline_period_s = 0;
+  c.warmup_s = 0;
+  c.first_tick_s = 0;
   c.min_replicas = c.max_replicas = 1;
-  auto serve = [&](double rps, double* concurrency) {
-    Trace t = PoissonTrace(gaps, lengths, rps);
-    c.horizon_s = t.span_s();
-    SchedulePolicy one = SchedulePolicy::Constant("one", 1);
-    const SimRun run = Simulate(t, model, c, one);
-    // The first 10% warm the replica up.
-    const double from = t.requests[t.requests.size() / 10].arrival_s;
-    const double attainment = Attainment(t, run, config.slo_ttft_s, from, 1e300);
-    if (concurrency) {
-      double in_system = 0;
-      for (size_t i = 0; i < t.requests.size(); ++i) {
-        if (run.outcomes[i].done_s >= 0) in_system += run.outcomes[i].done_s - t.requests[i].arrival_s;
-      }
-      *concurrency = in_system / std::max(1e-9, t.span_s());
+  ReplicaCapacity mean;
+  for (int stream = 0; stream < streams; ++stream) {
+    std::mt19937_64 rng(config.seed * 1000003ULL + 0x5eed5eedULL + static_cast<uint64_t>(stream));
+    std::vector<double> gaps;
+    std::vector<TraceRequest> lengths;
+    for (int i = 0; i < requests; ++i) {
+      // Inverse-CDF exponential from 53 random bits: the same on every platform.
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      gaps.push_back(-std::log1p(-u));
+      lengths.push_back(trace.requests[rng() % trace.requests.size()]);
     }
-    return attainment >= options.target_attainment;
-  };
-  double lo = 0, hi = 1;
-  while (serve(hi, nullptr) && hi < 1e6) {
-    lo = hi;
-    hi *= 2;
+    auto serve = [&](double rps, double* concurrency) {
+      Trace t = PoissonTrace(gaps, lengths, rps);
+      c.horizon_s = t.span_s();
+      SchedulePolicy one = SchedulePolicy::Constant("one", 1);
+      const SimRun run = Simulate(t, model, c, one);
+      // The first 10% warm the replica up.
+      const double from = t.requests[t.requests.size() / 10].arrival_s;
+      const double attainment = Attainment(t, run, config.slo_ttft_s, from, 1e300);
+      if (concurrency) {
+        double in_system = 0;
+        for (size_t i = 0; i < t.requests.size(); ++i) {
+          if (run.outcomes[i].done_s >= 0) {
+            in_system += run.outcomes[i].done_s - t.requests[i].arrival_s;
+          }
+        }
+        *concurrency = in_system / std::max(1e-9, t.span_s());
+      }
+      return attainment >= options.target_attainment;
+    };
+    double lo = 0, hi = 1;
+    while (serve(hi, nullptr) && hi < 1e6) {
+      lo = hi;
+      hi *= 2;
+    }
+    for (int i = 0; i < 16; ++i) {
+      const double mid = (lo + hi) / 2;
+      (serve(mid, nullptr) ? lo : hi) = mid;
+    }
+    double concurrency = 0;
+    if (lo > 0) serve(lo, &concurrency);
+    mean.max_rps += lo / streams;
+    mean.concurrency += concurrency / streams;
   }
-  for (int i = 0; i < 20; ++i) {
-    const double mid = (lo + hi) / 2;
-    (serve(mid, nullptr) ? lo : hi) = mid;
-  }
-  ReplicaCapacity cap;
-  cap.max_rps = lo;
-  if (lo > 0) serve(lo, &cap.concurrency);
-  return cap;
+  return mean;
 }
 
 }  // namespace kinfer::sim

@@ -26,6 +26,8 @@ class ExperimentTest : public ::testing::Test {
     options_.sim.slo_ttft_s = 2;
     options_.sim.cold_start_s = 60;
     options_.sim.timeline_period_s = 10;
+    options_.calibration_requests = 4000;  // the full calibration is 5 x 20000: slower, same code
+    options_.calibration_streams = 2;
   }
 
   const PolicyResult& Get(const ExperimentResult& r, const std::string& name) {

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Autoscaling simulation (issue 6): runs kinfer-sim on the Azure LLM conversation trace against
+the H100 llama2-70b TP4 service model for every policy (kinfer's decision core, static for the
+peak, HPA, Knative KPA, the oracle) and writes
+
+  bench/results/autoscaling.json            kinfer-sim's document (settings + one object a policy)
+  bench/results/autoscaling_timeline.csv    load, replicas and P99 TTFT per policy every 10 s
+  bench/results/autoscaling.md              the table, the goal check and the command
+  bench/results/autoscaling_<policy>.png    load, replicas and P99 TTFT over time, per policy
+
+  python3 bench/run_autoscaling.py [--sim build/bin/kinfer-sim] [--slo-ttft 2] [--cold-start 60]
+                                   [--seed 1] [-- extra kinfer-sim flags]
+
+Plots use matplotlib when it is importable, else a small built-in PNG writer (zlib + struct).
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import pathlib
+import platform
+import shlex
+import struct
+import subprocess
+import sys
+import zlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+GOAL = {"attainment": 0.99, "vs_oracle": 1.15}
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def find_sim(given):
+    if given:
+        return pathlib.Path(given)
+    for d in ("build", "build-sim", "build-main"):
+        p = ROOT / d / "bin" / "kinfer-sim"
+        if p.exists():
+            return p
+    sys.exit("kinfer-sim not found: build it (cmake --build build --target kinfer-sim) or pass --sim")
+
+
+# ---- the goal -----------------------------------------------------------------------------------
+
+def better(a, b):
+    """a strictly better than b: higher attainment at no more replica-hours, or fewer replica-hours
+    at no lower attainment."""
+    return ((a["slo_attainment"] > b["slo_attainment"] and a["replica_hours"] <= b["replica_hours"])
+            or (a["replica_hours"] < b["replica_hours"]
+                and a["slo_attainment"] >= b["slo_attainment"]))
+
+
+def goal_checks(by):
+    k = by.get("kinfer")
+    if not k:
+        return []
+    checks = [(f"attainment >= {GOAL['attainment']:.0%}", k["slo_attainment"] >= GOAL["attainment"]),
+              (f"replica-hours <= {GOAL['vs_oracle']}x oracle",
+               k.get("replica_hours_vs_oracle") is not None
+               and k["replica_hours_vs_oracle"] <= GOAL["vs_oracle"])]
+    for base in ("hpa", "kpa"):
+        if base in by:
+            checks.append((f"strictly better than {base.upper()}", better(k, by[base])))
+    return checks
+
+
+# ---- a small PNG writer -------------------------------------------------------------------------
+
+FONT = {  # 3x5 glyphs, rows top to bottom
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001010010010",
+    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "/": "001001010100100",
+    "-": "000000111000000", ":": "000010000010000", " ": "000000000000000", "%": "101001010100101",
+    "(": "010100100100010", ")": "010001001001010", "=": "000111000111000", "X": "101101010101101",
+    "A": "010101111101101", "B": "110101110101110", "C": "011100100100011", "D": "110101101101110",
+    "E": "111100110100111", "F": "111100110100100", "G": "011100101101011", "H": "101101111101101",
+    "I": "111010010010111", "K": "101101110101101", "L": "100100100100111", "M": "101111111101101",
+    "N": "110101101101101", "O": "010101101101010", "P": "110101110100100", "Q": "010101101110011",
+    "R": "110101110101101", "S": "011100010001110", "T": "111010010010010", "U": "101101101101111",
+    "V": "101101101101010", "W": "101101111111101", "Y": "101101010010010", "Z": "111001010100111",
+    "J": "001001001101010",
+}
+
+
+class Canvas:
+    def __init__(self, w, h):
+        self.w, self.h = w, h
+        self.px = bytearray(b"\xff" * (w * h * 3))
+
+    def dot(self, x, y, c):
+        if 0 <= x < self.w and 0 <= y < self.h:
+            i = (y * self.w + x) * 3
+            self.px[i:i + 3] = bytes(c)
+
+    def line(self, x0, y0, x1, y1, c, width=1):
+        dx, dy = abs(x1 - x0), -abs(y1 - y0)
+        sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
+        err = dx + dy
+        while True:
+            for o in range(width):
+                self.dot(x0, y0 + o, c)
+            if x0 == x1 and y0 == y1:
+                return
+            e2 = 2 * err
+            if e2 >= dy:
+                err += dy
+                x0 += sx
+            if e2 <= dx:
+                err += dx
+                y0 += sy
+
+    def text(self, x, y, s, c=(0, 0, 0), scale=2):
+        for ch in s.upper():
+            g = FONT.get(ch, FONT[" "])
+            for r in range(5):
+                for k in range(3):
+                    if g[r * 3 + k] == "1":
+                        for a in range(scale):
+                            for b in range(scale):
+                                self.dot(x + k * scale + a, y + r * scale + b, c)
+            x += 4 * scale
+
+    def png(self):
+        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3])
+                       for y in range(self.h))
+
+        def chunk(kind, data):
+            return (struct.pack(">I", len(data)) + kind + data
+                    + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def fmt(v):
+    return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+
+
+def plot_builtin(path, title, t, panels):
+    """panels: [(label, [(values, color)], hline or None)] stacked, sharing the time axis t (s)."""
+    W, H, left, right, top, gap = 900, 180 * len(panels) + 60, 70, 20, 40, 20
+    ph = (H - top - 30) // len(panels) - gap
+    cv = Canvas(W, H)
+    cv.text(left, 10, title, scale=3)
+    tmax = max(t) if t else 1
+    for i, (label, series, hline) in enumerate(panels):
+        y0 = top + i * (ph + gap)
+        vals = [v for s, _ in series for v in s if v is not None]
+        top_value = max(vals + ([hline] if hline else []) + [1e-9])
+        vmax = top_value * 1.1
+        for x in range(left, W - right):  # frame
+            cv.dot(x, y0, (160, 160, 160))
+            cv.dot(x, y0 + ph, (0, 0, 0))
+        for y in range(y0, y0 + ph + 1):
+            cv.dot(left, y, (0, 0, 0))
+        cv.text(left + 8, y0 + 6, label)
+        cv.text(4, xy_top := y0 + ph - int(ph * top_value / vmax) - 5, fmt(top_value))
+        cv.line(left - 4, xy_top + 5, left, xy_top + 5, (0, 0, 0))
+        cv.text(4, y0 + ph - 10, "0")
+
+        def xy(tt, v):
+            return (left + int((W - left - right - 1) * tt / tmax), y0 + ph - int(ph * v / vmax))
+        if hline:
+            for x in range(left, W - right, 6):
+                cv.line(x, xy(0, hline)[1], x + 2, xy(0, hline)[1], (200, 0, 0))
+        for values, color in series:
+            prev = None
+            for tt, v in zip(t, values):
+                if v is None:
+                    prev = None
+                    continue
+                p = xy(tt, v)
+                if prev:
+                    cv.line(prev[0], prev[1], p[0], p[1], color, width=2)
+                prev = p
+    cv.text(left, H - 22, f"0 - {fmt(tmax / 60)} MIN")
+    path.write_bytes(cv.png())
+
+
+def plot(path, policy, rows, slo):
+    t = [float(r["t_s"]) for r in rows]
+    load = [float(r["arrival_rps"]) for r in rows]
+    ready = [int(r["ready"]) for r in rows]
+    pods = [int(r["pods"]) for r in rows]
+    p99 = [float(r["p99_ttft_s"]) if r["p99_ttft_s"] else None for r in rows]
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
+        m = [x / 60 for x in t]
+        ax[0].plot(m, load)
+        ax[0].set_ylabel("arrivals req/s")
+        ax[1].step(m, pods, label="pods (incl. starting, draining)")
+        ax[1].step(m, ready, label="ready")
+        ax[1].set_ylabel("replicas")
+        ax[1].legend()
+        ax[2].plot(m, [v if v is not None else float("nan") for v in p99])
+        ax[2].axhline(slo, color="r", ls="--")
+        ax[2].set_ylabel("P99 TTFT s")
+        ax[2].set_yscale("log")
+        ax[2].set_xlabel("minutes")
+        fig.suptitle(f"{policy}: load, replicas, P99 TTFT (10 s periods)")
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+    except ImportError:
+        plot_builtin(path, f"{policy}: load, replicas, P99 TTFT", t, [
+            ("ARRIVALS REQ/S", [(load, (30, 90, 200))], None),
+            ("REPLICAS: PODS (GREY), READY", [(pods, (150, 150, 150)), (ready, (0, 140, 60))], None),
+            (f"P99 TTFT S (SLO {fmt(slo)})", [(p99, (200, 100, 0))], slo),
+        ])
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sim", help="kinfer-sim binary (default: build*/bin/kinfer-sim)")
+    ap.add_argument("--trace", default=str(DATA / "AzureLLMInferenceTrace_conv.csv"))
+    ap.add_argument("--perf-model", default=str(DATA / "perf_model.csv"))
+    ap.add_argument("--slo-ttft", default="2")
+    ap.add_argument("--cold-start", default="60")
+    ap.add_argument("--seed", default="1")
+    ap.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--name", default="autoscaling", help="output file stem")
+    ap.add_argument("extra", nargs="*", help="more kinfer-sim flags, after --")
+    args = ap.parse_args()
+
+    out = pathlib.Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sim = find_sim(args.sim)
+    js, tl = out / f"{args.name}.json", out / f"{args.name}_timeline.csv"
+    cmd = [str(sim), "--trace", args.trace, "--perf-model", args.perf_model, "--slo-ttft",
+           args.slo_ttft, "--cold-start", args.cold_start, "--seed", args.seed,
+           "--json", str(js), "--timeline", str(tl)] + args.extra
+    print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+    doc = json.loads(js.read_text())
+    by = {p["policy"]: p for p in doc["policies"]}
+    rows = list(csv.DictReader(tl.open()))
+    slo = float(doc["slo_ttft_s"])
+    pngs = []
+    for policy in by:
+        png = out / f"{args.name}_{policy}.png"
+        plot(png, policy, [r for r in rows if r["policy"] == policy], slo)
+        pngs.append(png.name)
+
+    shown = " ".join(shlex.quote(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c)
+                     for c in cmd)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"# Autoscaling simulation ({now})", "",
+             f"Machine: {cpu_model()}, {os.cpu_count()} CPUs. Command:", "", "```sh", shown, "```", "",
+             f"Trace `{pathlib.Path(doc['trace']).name}`: {doc['requests']} requests over "
+             f"{doc['span_s'] / 60:.1f} min; service model {doc['service_model']}; TTFT SLO "
+             f"{doc['slo_ttft_s']} s; cold start {doc['cold_start_s']} s; seed {doc['seed']}.",
+             f"Replica capacity (calibrated): {doc['calibration']['max_rps_per_replica']} req/s at "
+             f"{doc['calibration']['concurrency_at_max_rps']} concurrent; targets: kinfer "
+             f"{doc['targets']['kinfer_target_load_per_replica']} load/replica, HPA "
+             f"{doc['targets']['hpa_target_utilization']:.0%} of {doc['targets']['hpa_capacity_per_pod']} "
+             f"in flight, KPA {doc['targets']['kpa_target_concurrency']} concurrent. Oracle peak "
+             f"{doc['oracle_plan']['peak_count']} replicas.", "",
+             "| policy | SLO attainment | P99 TTFT (s) | replica-hours | vs oracle | mean replicas | "
+             "scale events | shed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in doc["policies"]:
+        vs = p["replica_hours_vs_oracle"]
+        lines.append(f"| {p['policy']} | {100 * p['slo_attainment']:.2f}% | {p['p99_ttft_s']:.3f} | "
+                     f"{p['replica_hours']:.3f} | {'' if vs is None else f'{vs:.3f}x'} | "
+                     f"{p['mean_replicas']:.2f} | {p['scale_events']} | {p['shed_requests']} |")
+    checks = goal_checks(by)
+    if checks:
+        lines += ["", "Goal (issue 6): " + "; ".join(f"{name}: {'yes' if ok else 'NO'}"
+                                                     for name, ok in checks) + "."]
+    lines += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ".", ""]
+    (out / f"{args.name}.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
