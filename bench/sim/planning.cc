@@ -9,6 +9,11 @@
 
 namespace kinfer::sim {
 
+// Fixed-count runs need no policy ticks (simulator.h SimConfig::tick_s).
+constexpr double kNoTicks = 1e12;
+// The lowest rate the calibration tries.
+constexpr double kMinRps = 1.0 / 1024;
+
 int FewestReplicasFor(const Trace& trace, const ServiceModel& model, const SimConfig& config,
                       const PlanOptions& options, double from_s, double to_s) {
   const double start = std::max(0.0, from_s - options.warmup_s);
@@ -28,6 +33,7 @@ int FewestReplicasFor(const Trace& trace, const ServiceModel& model, const SimCo
   }
   SimConfig c = config;
   c.timeline_period_s = 0;
+  c.tick_s = kNoTicks;
   c.horizon_s = to_s - start;
   for (int n = config.min_replicas; n < config.max_replicas; ++n) {
     SchedulePolicy fixed = SchedulePolicy::Constant("fixed", n);
@@ -87,6 +93,7 @@ ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
   c.warmup_s = 0;
   c.first_tick_s = 0;
   c.min_replicas = c.max_replicas = 1;
+  c.tick_s = kNoTicks;
   ReplicaCapacity mean;
   for (int stream = 0; stream < streams; ++stream) {
     std::mt19937_64 rng(config.seed * 1000003ULL + 0x5eed5eedULL + static_cast<uint64_t>(stream));
@@ -117,12 +124,22 @@ ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
       }
       return attainment >= options.target_attainment;
     };
+    // Bracket [lo, hi) by doubling or halving from 1 req/s (down to kMinRps: below that the
+    // replica is taken not to serve the mix at all), then bisect to 0.1%.
     double lo = 0, hi = 1;
-    while (serve(hi, nullptr) && hi < 1e6) {
-      lo = hi;
-      hi *= 2;
+    if (serve(1, nullptr)) {
+      lo = 1;
+      for (hi = 2; serve(hi, nullptr) && hi < 1e6; hi *= 2) lo = hi;
+    } else {
+      for (double r = 0.5; r >= kMinRps; r /= 2) {
+        if (serve(r, nullptr)) {
+          lo = r;
+          break;
+        }
+        hi = r;
+      }
     }
-    for (int i = 0; i < 16; ++i) {
+    while (lo > 0 && hi - lo > 1e-3 * lo) {
       const double mid = (lo + hi) / 2;
       (serve(mid, nullptr) ? lo : hi) = mid;
     }

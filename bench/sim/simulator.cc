@@ -281,7 +281,8 @@ SimRun Run::Go() {
   const int initial = std::clamp(policy_.InitialReplicas(), config_.min_replicas,
                                  config_.max_replicas);
   for (int i = 0; i < initial; ++i) CreatePod(0.0, /*ready_now=*/true);
-  Push(std::max(0.0, std::ceil(config_.first_tick_s)), 3, EventKind::kTick, -1);
+  Push(std::max(0.0, std::ceil(config_.first_tick_s / config_.tick_s) * config_.tick_s), 3,
+       EventKind::kTick, -1);
   const bool timeline = config_.timeline_period_s > 0;
   const long long timeline_every =
       timeline ? std::max<long long>(1, std::llround(config_.timeline_period_s)) : 0;
@@ -322,20 +323,20 @@ SimRun Run::Go() {
         break;
       }
       case EventKind::kTick: {
-        const long long k = std::llround(e.t);
+        const long long k = std::llround(e.t / config_.tick_s);
         if (!timeline_started_ && e.t >= config_.warmup_s) {
           timeline_started_ = true;
           period_arrivals_ = 0;
           period_ttfts_.clear();
           last_row_s_ = e.t;
         }
-        if (timeline && e.t > config_.warmup_s &&
+        if (timeline && config_.tick_s == 1.0 && e.t > config_.warmup_s &&
             std::llround(e.t - config_.warmup_s) % timeline_every == 0 &&
             e.t < out_.horizon_s + static_cast<double>(timeline_every)) {
           RecordTimeline(e.t);
         }
         OnTick(e.t);
-        const double next_tick = static_cast<double>(k + 1);
+        const double next_tick = static_cast<double>(k + 1) * config_.tick_s;
         if (next_tick <= out_.horizon_s ||
             (next_tick <= out_.horizon_s + kMaxDrainSeconds && (next < reqs.size() || Unfinished()))) {
           Push(next_tick, 3, EventKind::kTick, -1);

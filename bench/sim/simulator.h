@@ -11,7 +11,7 @@
 //   * A scale-down removes starting pods first (youngest first), then the ready pods with the
 //     fewest outstanding requests; a removed ready pod takes no new requests and finishes what it
 //     holds (its queue too) before it goes away, which is when its cost stops.
-//   * The policy ticks once a simulated second; its answer is clamped to [min, max] replicas.
+//   * The policy ticks once a simulated second (tick_s); its answer is clamped to [min, max].
 // Cost: replica_seconds adds up each pod's life from creation to going away, cut to the span
 // from the warm-up's end to the horizon (the last arrival), the same for every policy. Requests still running then finish but
 // cost nothing more.
@@ -54,6 +54,9 @@ struct SimConfig {
   // The policy's first tick: before it the pods keep their initial count and fill up with the
   // warm-up's requests, so that no policy decides on an empty cluster.
   double first_tick_s = 0;
+  // Seconds between policy ticks. Fixed-count runs (planning, calibration) use a huge value: one
+  // tick, so that a sparse trace does not cost a tick per simulated second.
+  double tick_s = 1.0;
 };
 
 struct PodRecord {
