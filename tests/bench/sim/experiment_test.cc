@@ -121,6 +121,16 @@ TEST_F(ExperimentTest, BadSettingsAreInvalidArgument) {
             StatusCode::kInvalidArgument);
 }
 
+TEST_F(ExperimentTest, AnSloNoReplicaCanMeetIsAClearErrorQuickly) {
+  options_.sim.slo_ttft_s = 0.01;  // below the fixed prefill cost (49 ms)
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunExperiment(trace_, *model_, options_);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--capacity"), std::string::npos);
+}
+
 TEST(KinferPolicyTest, AskTheCoreForMoreReplicasUnderADeepQueue) {
   autoscale::AutoscalerConfig config;
   config.max_replicas = 20;
