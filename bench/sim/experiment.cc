@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <thread>
@@ -81,7 +82,7 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   autoscale::AutoscalerConfig kc = options.kinfer;
   kc.min_replicas = sim.min_replicas;
   kc.max_replicas = sim.max_replicas;
-  kc.slo_ttft_p99_seconds = sim.slo_ttft_s;
+  kc.slo_ttft_p99_seconds = options.kinfer_slo_term ? sim.slo_ttft_s : 0;
   kc.target_load_per_replica = options.kinfer_target_fraction * result.capacity;
   result.kinfer_target_load = kc.target_load_per_replica;
 
@@ -174,6 +175,10 @@ nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
                       {"capacity_used", Round(result.capacity, 3)}};
   j["targets"] = {{"kinfer_target_load_per_replica", Round(result.kinfer_target_load, 3)},
                   {"kinfer_tick_s", options.kinfer_tick_s},
+                  {"kinfer_slo_term", options.kinfer_slo_term},
+                  {"kinfer_scale_down_delay_s",
+                   std::chrono::duration<double>(options.kinfer.scale_down_delay).count()},
+                  {"kinfer_max_scale_up_rate", options.kinfer.max_scale_up_rate},
                   {"hpa_target_utilization", options.hpa_target_utilization},
                   {"hpa_capacity_per_pod", Round(result.capacity, 3)},
                   {"kpa_target_concurrency",

@@ -49,6 +49,7 @@ struct ExperimentOptions {
   // The core's settings apart from min/max replicas, the target load and the SLO, which the
   // experiment fills in.
   autoscale::AutoscalerConfig kinfer;
+  bool kinfer_slo_term = true;  // false: the core runs without its SLO term (a diagnostic)
   double hpa_target_utilization = 0.7;
   double kpa_target_utilization = 0.7;
   int threads = 2;  // policies simulated at once

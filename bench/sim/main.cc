@@ -46,6 +46,8 @@ policy, and reports SLO attainment and replica-hours per policy.
   --kinfer-tick SECONDS      how often kinfer's core decides (default 1)
   --kinfer-target-fraction F kinfer target load = F x capacity (default 0.9)
   --kinfer-scale-down-delay SECONDS   the core's stabilization window (default: the core's)
+  --kinfer-max-scale-up-rate X        the core's scale-up factor per tick (default: the core's)
+  --kinfer-slo-term 0|1      0 runs the core without its SLO term (diagnostic; default 1)
   --hpa-target F             HPA utilisation target (default 0.7)
   --kpa-target F             KPA target utilisation of capacity (default 0.7)
   --warmup SECONDS           replay the trace's start this long before it (default 600)
@@ -151,6 +153,10 @@ int main(int argc, char** argv) {
     } else if (flags.Is("--kinfer-scale-down-delay")) {
       opt.kinfer.scale_down_delay = std::chrono::duration_cast<kinfer::autoscale::Duration>(
           std::chrono::duration<double>(Double(flags, 0, 86400)));
+    } else if (flags.Is("--kinfer-max-scale-up-rate")) {
+      opt.kinfer.max_scale_up_rate = Double(flags, 1, 1000);
+    } else if (flags.Is("--kinfer-slo-term")) {
+      opt.kinfer_slo_term = flags.Int(0, 1) == 1;
     } else if (flags.Is("--hpa-target")) {
       opt.hpa_target_utilization = Double(flags, 0.01, 10);
     } else if (flags.Is("--kpa-target")) {
