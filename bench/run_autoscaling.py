@@ -256,7 +256,7 @@ def main():
         plot(png, policy, [r for r in rows if r["policy"] == policy], slo)
         pngs.append(png.name)
 
-    shown = " ".join(shlex.quote(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c)
+    shown = " ".join(shlex.quote(os.path.relpath(c, ROOT) if c.startswith(str(ROOT.parent)) else c)
                      for c in cmd)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# Autoscaling simulation ({now})", "",
