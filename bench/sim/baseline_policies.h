@@ -43,8 +43,8 @@ class SchedulePolicy : public Policy {
 };
 
 struct HpaConfig {
-  double target_utilization = 0.7;   // of capacity_per_pod
-  double capacity_per_pod = 1;        // in-flight requests that make a pod 100% utilised, > 0
+  double target_utilization = 0.7;  // of capacity_per_pod
+  double capacity_per_pod = 1;      // in-flight requests that make a pod 100% utilised, > 0
   double sync_period_s = 15;
   double tolerance = 0.1;
   double scale_down_stabilization_s = 300;

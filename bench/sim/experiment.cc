@@ -30,7 +30,8 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   const auto& known = KnownPolicies();
   for (const std::string& p : options.policies) {
     if (std::find(known.begin(), known.end(), p) == known.end()) {
-      return InvalidArgument("unknown policy '" + p + "' (known: kinfer, static, hpa, kpa, oracle)");
+      return InvalidArgument("unknown policy '" + p +
+                             "' (known: kinfer, static, hpa, kpa, oracle)");
     }
   }
   if (trace.requests.empty()) return InvalidArgument("the trace has no request");
@@ -54,8 +55,9 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
                                         options.calibration_requests, options.calibration_streams);
   result.capacity = options.capacity.value_or(result.calibration.concurrency);
   if (!(result.capacity > 0)) {
-    return InvalidArgument("a replica cannot serve this trace's requests within the SLO at any "
-                           "rate (calibrated capacity 0); give --capacity");
+    return InvalidArgument(
+        "a replica cannot serve this trace's requests within the SLO at any "
+        "rate (calibrated capacity 0); give --capacity");
   }
   // Warm-up: a whole number of the oracle's windows, so that its windows stay aligned.
   const double window = options.plan.window_s;
@@ -97,8 +99,8 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
       policies.push_back(std::make_unique<SchedulePolicy>(
           SchedulePolicy::Constant("static", result.oracle.peak_count)));
     } else if (name == "oracle") {
-      policies.push_back(std::make_unique<SchedulePolicy>("oracle", full.window_counts, window,
-                                                          sim.cold_start_s));
+      policies.push_back(
+          std::make_unique<SchedulePolicy>("oracle", full.window_counts, window, sim.cold_start_s));
     } else if (name == "hpa") {
       HpaConfig c;
       c.target_utilization = options.hpa_target_utilization;
@@ -173,16 +175,16 @@ nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
   j["calibration"] = {{"max_rps_per_replica", Round(result.calibration.max_rps, 4)},
                       {"concurrency_at_max_rps", Round(result.calibration.concurrency, 3)},
                       {"capacity_used", Round(result.capacity, 3)}};
-  j["targets"] = {{"kinfer_target_load_per_replica", Round(result.kinfer_target_load, 3)},
-                  {"kinfer_tick_s", options.kinfer_tick_s},
-                  {"kinfer_slo_term", options.kinfer_slo_term},
-                  {"kinfer_scale_down_delay_s",
-                   std::chrono::duration<double>(options.kinfer.scale_down_delay).count()},
-                  {"kinfer_max_scale_up_rate", options.kinfer.max_scale_up_rate},
-                  {"hpa_target_utilization", options.hpa_target_utilization},
-                  {"hpa_capacity_per_pod", Round(result.capacity, 3)},
-                  {"kpa_target_concurrency",
-                   Round(options.kpa_target_utilization * result.capacity, 3)}};
+  j["targets"] = {
+      {"kinfer_target_load_per_replica", Round(result.kinfer_target_load, 3)},
+      {"kinfer_tick_s", options.kinfer_tick_s},
+      {"kinfer_slo_term", options.kinfer_slo_term},
+      {"kinfer_scale_down_delay_s",
+       std::chrono::duration<double>(options.kinfer.scale_down_delay).count()},
+      {"kinfer_max_scale_up_rate", options.kinfer.max_scale_up_rate},
+      {"hpa_target_utilization", options.hpa_target_utilization},
+      {"hpa_capacity_per_pod", Round(result.capacity, 3)},
+      {"kpa_target_concurrency", Round(options.kpa_target_utilization * result.capacity, 3)}};
   j["oracle_plan"] = {{"window_s", options.plan.window_s},
                       {"window_counts", result.oracle.window_counts},
                       {"peak_count", result.oracle.peak_count},

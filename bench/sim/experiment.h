@@ -43,8 +43,8 @@ struct ExperimentOptions {
   // Seconds of the trace's start replayed before it (trace.h WithWarmup), so that every policy
   // starts in steady state with its windows full; nothing in them is counted.
   double warmup_s = 600;
-  std::optional<double> capacity;    // per-replica concurrency; default: calibrated
-  double kinfer_tick_s = 1;          // how often the core decides (the operator's scrape period)
+  std::optional<double> capacity;       // per-replica concurrency; default: calibrated
+  double kinfer_tick_s = 1;             // how often the core decides (the operator's scrape period)
   double kinfer_target_fraction = 0.9;  // x (1 + the core's 10% tolerance) ~ capacity
   // The core's settings apart from min/max replicas, the target load and the SLO, which the
   // experiment fills in.
@@ -52,7 +52,7 @@ struct ExperimentOptions {
   bool kinfer_slo_term = true;  // false: the core runs without its SLO term (a diagnostic)
   double hpa_target_utilization = 0.7;
   double kpa_target_utilization = 0.7;
-  int threads = 2;  // policies simulated at once
+  int threads = 2;                       // policies simulated at once
   bool record_kinfer_decisions = false;  // fill ExperimentResult::kinfer_decisions
 };
 

@@ -61,10 +61,9 @@ std::optional<int> KinferPolicy::Tick(const ClusterSnapshot& cluster) {
   counters_["reason." + d.reason] += 1;
   if (d.panic) counters_["panic_ticks"] += 1;
   if (record_) {
-    decisions_.push_back(KinferDecisionRow{now, cluster.requested, cluster.ready, cluster.starting,
-                                           d.desired, d.reason, d.panic, d.observed_load,
-                                           d.p99_ttft_panic.value_or(-1),
-                                           d.p99_ttft_stable.value_or(-1)});
+    decisions_.push_back(KinferDecisionRow{
+        now, cluster.requested, cluster.ready, cluster.starting, d.desired, d.reason, d.panic,
+        d.observed_load, d.p99_ttft_panic.value_or(-1), d.p99_ttft_stable.value_or(-1)});
   }
   return d.desired;
 }

@@ -30,7 +30,7 @@ struct KinferDecisionRow {
   std::string reason;
   bool panic = false;
   double observed_load = 0;
-  double p99_ttft_panic_s = -1;   // < 0: no data
+  double p99_ttft_panic_s = -1;  // < 0: no data
   double p99_ttft_stable_s = -1;
 };
 

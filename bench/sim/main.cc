@@ -61,8 +61,8 @@ double Double(kinfer::FlagReader& flags, double lo, double hi) {
   if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(out) || out < lo ||
       out > hi) {
     std::ostringstream msg;
-    msg << "flag " << flags.name() << " wants a number in [" << lo << ", " << hi << "], got '"
-        << v << "'";
+    msg << "flag " << flags.name() << " wants a number in [" << lo << ", " << hi << "], got '" << v
+        << "'";
     flags.Fail(msg.str());
   }
   return out;
@@ -94,7 +94,8 @@ void PrintTable(const kinfer::sim::ExperimentResult& r) {
 int main(int argc, char** argv) {
   using namespace kinfer::sim;
   kinfer::FlagReader flags(argc, argv, "kinfer-sim");
-  std::string trace_path, json_path, timeline_path, kinfer_log_path, perf_path = KINFER_SIM_DEFAULT_PERF_MODEL;
+  std::string trace_path, json_path, timeline_path, kinfer_log_path,
+      perf_path = KINFER_SIM_DEFAULT_PERF_MODEL;
   double time_scale = 1;
   ServiceModelSpec spec;
   ExperimentOptions opt;
@@ -190,10 +191,11 @@ int main(int argc, char** argv) {
   std::printf("trace %s: %zu requests over %.0f s; %s; SLO TTFT %.3g s; cold start %.0f s\n",
               trace->source.c_str(), trace->requests.size(), trace->span_s(),
               model->description().c_str(), opt.sim.slo_ttft_s, opt.sim.cold_start_s);
-  std::printf("replica capacity: %.3f req/s within the SLO at %.2f concurrent; oracle peak %d "
-              "replicas (window %d)\n",
-              result->calibration.max_rps, result->calibration.concurrency,
-              result->oracle.peak_count, result->oracle.peak_window);
+  std::printf(
+      "replica capacity: %.3f req/s within the SLO at %.2f concurrent; oracle peak %d "
+      "replicas (window %d)\n",
+      result->calibration.max_rps, result->calibration.concurrency, result->oracle.peak_count,
+      result->oracle.peak_window);
   PrintTable(*result);
 
   if (!json_path.empty()) {
@@ -219,8 +221,8 @@ int main(int argc, char** argv) {
     }
     if (!out) return fail(kinfer::Internal("cannot write '" + kinfer_log_path + "'"));
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                    wall_start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   std::fprintf(stderr, "kinfer-sim: done in %.2f s\n", wall);
   return 0;
 }

@@ -26,8 +26,7 @@ int FewestReplicasFor(const Trace& trace, const ServiceModel& model, const SimCo
     Trace before = SliceTrace(window, from_s - start, from_s - start + missing);
     for (TraceRequest& r : window.requests) r.arrival_s += missing;
     for (TraceRequest& r : before.requests) r.arrival_s -= from_s - start;
-    window.requests.insert(window.requests.begin(), before.requests.begin(),
-                           before.requests.end());
+    window.requests.insert(window.requests.begin(), before.requests.begin(), before.requests.end());
     from_s += missing;
     to_s += missing;
   }
@@ -49,8 +48,8 @@ int FewestReplicasFor(const Trace& trace, const ServiceModel& model, const SimCo
 OraclePlan PlanOracle(const Trace& trace, const ServiceModel& model, const SimConfig& config,
                       const PlanOptions& options) {
   OraclePlan plan;
-  const int windows = std::max(1, static_cast<int>(std::ceil(trace.span_s() / options.window_s +
-                                                             1e-9)));
+  const int windows =
+      std::max(1, static_cast<int>(std::ceil(trace.span_s() / options.window_s + 1e-9)));
   for (int w = 0; w < windows; ++w) {
     const double from = w * options.window_s;
     // The last window includes the last arrival.
@@ -86,8 +85,8 @@ Trace PoissonTrace(const std::vector<double>& unit_gaps, const std::vector<Trace
 }  // namespace
 
 ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
-                                 const SimConfig& config, const PlanOptions& options,
-                                 int requests, int streams) {
+                                 const SimConfig& config, const PlanOptions& options, int requests,
+                                 int streams) {
   SimConfig c = config;
   c.timeline_period_s = 0;
   c.warmup_s = 0;

@@ -32,7 +32,7 @@ struct ClusterSnapshot {
   int requested = 0;  // the Deployment's replicas: ready + starting pods
   int ready = 0;
   int starting = 0;
-  int draining = 0;  // pods scaled away that still finish their requests
+  int draining = 0;               // pods scaled away that still finish their requests
   std::vector<PodSnapshot> pods;  // oldest first
   const std::vector<double>* ttft_edges = nullptr;
 };

@@ -53,9 +53,9 @@ class Replica {
 
   // `requests` and `outcomes` are the simulation's tables (not owned; they outlive the replica);
   // `ttft_edges` are the histogram's upper bounds in seconds, sorted, without +Inf.
-  Replica(int id, double created_s, double ready_s, const ServiceModel* model,
-          ReplicaLimits limits, const std::vector<TraceRequest>* requests,
-          std::vector<RequestOutcome>* outcomes, const std::vector<double>* ttft_edges);
+  Replica(int id, double created_s, double ready_s, const ServiceModel* model, ReplicaLimits limits,
+          const std::vector<TraceRequest>* requests, std::vector<RequestOutcome>* outcomes,
+          const std::vector<double>* ttft_edges);
 
   int id() const { return id_; }
   Phase phase() const { return phase_; }
@@ -63,7 +63,10 @@ class Replica {
   double created_s() const { return created_s_; }
   double ready_s() const { return ready_s_; }
   double gone_s() const { return gone_s_; }
-  void set_gone(double t) { phase_ = Phase::kGone; gone_s_ = t; }
+  void set_gone(double t) {
+    phase_ = Phase::kGone;
+    gone_s_ = t;
+  }
   // When a scale-down removed it (< 0: never).
   double removed_s() const { return removed_s_; }
   void set_removed(double t) { removed_s_ = t; }
@@ -104,7 +107,7 @@ class Replica {
     int request;
     double enqueued_s;
   };
-  std::deque<Queued> queue_;     // the sidecar's FCFS queue
+  std::deque<Queued> queue_;      // the sidecar's FCFS queue
   std::deque<int> prefill_wait_;  // admitted, waiting for prefill
   struct Decoding {
     int request;

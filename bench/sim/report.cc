@@ -23,9 +23,9 @@ nlohmann::json PolicyJson(const PolicyResult& result) {
   j["replica_hours"] = Round(s.replica_hours, 4);
   j["scale_events"] = s.scale_events;
   j["shed_requests"] = s.shed;
-  j["replica_hours_vs_oracle"] =
-      result.replica_hours_vs_oracle >= 0 ? nlohmann::json(Round(result.replica_hours_vs_oracle, 4))
-                                          : nlohmann::json(nullptr);
+  j["replica_hours_vs_oracle"] = result.replica_hours_vs_oracle >= 0
+                                     ? nlohmann::json(Round(result.replica_hours_vs_oracle, 4))
+                                     : nlohmann::json(nullptr);
   j["requests"] = s.requests;
   j["served_requests"] = s.served;
   j["unserved_requests"] = s.unserved;

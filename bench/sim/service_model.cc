@@ -27,7 +27,8 @@ bool ToDouble(const std::string& s, double* out) {
 }
 
 // Means per x, then drops points lower than a point before them.
-std::vector<std::pair<double, double>> MonotoneMeans(const std::map<double, std::pair<double, int>>& sums) {
+std::vector<std::pair<double, double>> MonotoneMeans(
+    const std::map<double, std::pair<double, int>>& sums) {
   std::vector<std::pair<double, double>> out;
   for (const auto& [x, sum_n] : sums) {
     const double y = sum_n.first / sum_n.second;
@@ -47,8 +48,9 @@ PiecewiseLinear::PiecewiseLinear(std::vector<std::pair<double, double>> points)
 double PiecewiseLinear::operator()(double x) const {
   const auto& p = points_;
   if (p.size() == 1 || x <= p.front().first) return p.front().second;
-  auto hi = std::lower_bound(p.begin(), p.end(), x,
-                             [](const std::pair<double, double>& a, double v) { return a.first < v; });
+  auto hi =
+      std::lower_bound(p.begin(), p.end(), x,
+                       [](const std::pair<double, double>& a, double v) { return a.first < v; });
   if (hi == p.end()) hi = p.end() - 1;  // beyond the last point: extend the last segment
   auto lo = hi - 1;
   const double t = (x - lo->first) / (hi->first - lo->first);
@@ -92,8 +94,8 @@ StatusOr<ServiceModel> ServiceModel::FromPerfCsv(std::istream& in, const Service
     }
     double prompt = 0, batch = 0, pt = 0, tt = 0, tp = 0;
     if (!ToDouble(cells[c_prompt], &prompt) || !ToDouble(cells[c_batch], &batch) ||
-        !ToDouble(cells[c_pt], &pt) || !ToDouble(cells[c_tt], &tt) ||
-        !ToDouble(cells[c_tp], &tp) || prompt <= 0 || batch <= 0 || pt <= 0 || tt <= 0) {
+        !ToDouble(cells[c_pt], &pt) || !ToDouble(cells[c_tt], &tt) || !ToDouble(cells[c_tp], &tp) ||
+        prompt <= 0 || batch <= 0 || pt <= 0 || tt <= 0) {
       return InvalidArgument("perf model line " + std::to_string(line_no) + ": bad number");
     }
     present.insert(cells[c_model] + "/" + cells[c_hw] + "/tp" +

@@ -90,8 +90,8 @@ class Run {
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   uint64_t seq_ = 0;
   std::vector<std::unique_ptr<Replica>> pods_;  // index = pod id
-  std::deque<int> pending_;  // requests that arrived while no pod was ready
-  int requested_ = 0;        // ready + starting
+  std::deque<int> pending_;                     // requests that arrived while no pod was ready
+  int requested_ = 0;                           // ready + starting
 
   // Timeline accumulators for the current period.
   int period_arrivals_ = 0;
@@ -278,8 +278,8 @@ void Run::OnTick(double now) {
 
 SimRun Run::Go() {
   const auto& reqs = trace_.requests;
-  const int initial = std::clamp(policy_.InitialReplicas(), config_.min_replicas,
-                                 config_.max_replicas);
+  const int initial =
+      std::clamp(policy_.InitialReplicas(), config_.min_replicas, config_.max_replicas);
   for (int i = 0; i < initial; ++i) CreatePod(0.0, /*ready_now=*/true);
   Push(std::max(0.0, std::ceil(config_.first_tick_s / config_.tick_s) * config_.tick_s), 3,
        EventKind::kTick, -1);
@@ -292,9 +292,9 @@ SimRun Run::Go() {
     const bool have_event = !events_.empty();
     const bool have_arrival = next < reqs.size();
     if (!have_event && !have_arrival) break;
-    if (have_arrival && (!have_event || reqs[next].arrival_s < events_.top().t ||
-                         (reqs[next].arrival_s == events_.top().t &&
-                          kArrivalOrder < events_.top().order))) {
+    if (have_arrival &&
+        (!have_event || reqs[next].arrival_s < events_.top().t ||
+         (reqs[next].arrival_s == events_.top().t && kArrivalOrder < events_.top().order))) {
       const double now = reqs[next].arrival_s;
       ++period_arrivals_;
       Dispatch(static_cast<int>(next), now);
@@ -337,8 +337,8 @@ SimRun Run::Go() {
         }
         OnTick(e.t);
         const double next_tick = static_cast<double>(k + 1) * config_.tick_s;
-        if (next_tick <= out_.horizon_s ||
-            (next_tick <= out_.horizon_s + kMaxDrainSeconds && (next < reqs.size() || Unfinished()))) {
+        if (next_tick <= out_.horizon_s || (next_tick <= out_.horizon_s + kMaxDrainSeconds &&
+                                            (next < reqs.size() || Unfinished()))) {
           Push(next_tick, 3, EventKind::kTick, -1);
         }
         break;

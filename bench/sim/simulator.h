@@ -13,8 +13,8 @@
 //     holds (its queue too) before it goes away, which is when its cost stops.
 //   * The policy ticks once a simulated second (tick_s); its answer is clamped to [min, max].
 // Cost: replica_seconds adds up each pod's life from creation to going away, cut to the span
-// from the warm-up's end to the horizon (the last arrival), the same for every policy. Requests still running then finish but
-// cost nothing more.
+// from the warm-up's end to the horizon (the last arrival), the same for every policy. Requests
+// still running then finish but cost nothing more.
 //
 // Deterministic: the same inputs and seed give the same result bit for bit. Events at the same
 // instant run in a fixed order: engine iterations, pods becoming ready, arrivals, ticks.
@@ -62,7 +62,7 @@ struct SimConfig {
 struct PodRecord {
   int id = 0;
   double created_s = 0;
-  double ready_s = 0;    // when it became (or would have become) ready
+  double ready_s = 0;     // when it became (or would have become) ready
   double removed_s = -1;  // when a scale-down removed it; < 0 if never
   double gone_s = -1;     // when it stopped costing; < 0 if alive at the end
 };

@@ -23,9 +23,9 @@ double Quantile(std::vector<double> values, double q);
 struct Summary {
   std::string policy;
   size_t requests = 0;
-  size_t served = 0;      // got a first token
-  size_t shed = 0;        // dropped by a sidecar queue deadline
-  size_t unserved = 0;    // neither (still waiting when the simulation stopped)
+  size_t served = 0;    // got a first token
+  size_t shed = 0;      // dropped by a sidecar queue deadline
+  size_t unserved = 0;  // neither (still waiting when the simulation stopped)
   double slo_attainment = 0;
   double p50_ttft_s = 0;
   double p90_ttft_s = 0;

@@ -30,8 +30,8 @@ std::vector<std::string_view> SplitCommas(std::string_view line) {
   size_t start = 0;
   for (;;) {
     size_t comma = line.find(',', start);
-    out.push_back(Trim(line.substr(start, comma == std::string_view::npos ? line.npos
-                                                                          : comma - start)));
+    out.push_back(
+        Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -74,12 +74,11 @@ std::optional<double> ParseTimestamp(std::string_view s) {
   auto y = ParseInt(s.substr(0, 4)), mo = ParseInt(s.substr(5, 2)), d = ParseInt(s.substr(8, 2));
   auto h = ParseInt(s.substr(11, 2)), mi = ParseInt(s.substr(14, 2));
   auto sec = ParseDouble(s.substr(17));
-  if (!y || !mo || !d || !h || !mi || !sec || *mo < 1 || *mo > 12 || *d < 1 || *d > 31 ||
-      *h < 0 || *h > 23 || *mi < 0 || *mi > 59 || *sec < 0 || *sec >= 61) {
+  if (!y || !mo || !d || !h || !mi || !sec || *mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h < 0 ||
+      *h > 23 || *mi < 0 || *mi > 59 || *sec < 0 || *sec >= 61) {
     return std::nullopt;
   }
-  const long long days =
-      DaysFromCivil(*y, static_cast<unsigned>(*mo), static_cast<unsigned>(*d));
+  const long long days = DaysFromCivil(*y, static_cast<unsigned>(*mo), static_cast<unsigned>(*d));
   return static_cast<double>(days) * 86400.0 + static_cast<double>(*h * 3600 + *mi * 60) + *sec;
 }
 
@@ -99,15 +98,15 @@ Status LineError(std::string_view source, size_t line, const std::string& what) 
 }
 
 // Checks the token counts and appends the request (arrival still absolute).
-Status Append(Trace& trace, std::string_view source, size_t line, double arrival,
-              long long input, long long output) {
+Status Append(Trace& trace, std::string_view source, size_t line, double arrival, long long input,
+              long long output) {
   if (input <= 0 || input > 100'000'000) {
-    return LineError(source, line, "input token count must be in [1, 1e8], got " +
-                                       std::to_string(input));
+    return LineError(source, line,
+                     "input token count must be in [1, 1e8], got " + std::to_string(input));
   }
   if (output < 0 || output > 100'000'000) {
-    return LineError(source, line, "output token count must be in [0, 1e8], got " +
-                                       std::to_string(output));
+    return LineError(source, line,
+                     "output token count must be in [0, 1e8], got " + std::to_string(output));
   }
   trace.requests.push_back(TraceRequest{arrival, static_cast<int>(input),
                                         static_cast<int>(std::max<long long>(output, 1))});
@@ -116,10 +115,9 @@ Status Append(Trace& trace, std::string_view source, size_t line, double arrival
 
 // Sorts by arrival and makes times relative to the first request.
 void Normalize(Trace& trace) {
-  std::stable_sort(trace.requests.begin(), trace.requests.end(),
-                   [](const TraceRequest& a, const TraceRequest& b) {
-                     return a.arrival_s < b.arrival_s;
-                   });
+  std::stable_sort(
+      trace.requests.begin(), trace.requests.end(),
+      [](const TraceRequest& a, const TraceRequest& b) { return a.arrival_s < b.arrival_s; });
   if (trace.requests.empty()) return;
   const double t0 = trace.requests.front().arrival_s;
   for (TraceRequest& r : trace.requests) r.arrival_s -= t0;
@@ -141,10 +139,10 @@ StatusOr<Trace> ParseCsvTrace(std::istream& in, std::string_view source) {
     std::vector<std::string_view> cells = SplitCommas(line);
     if (col_time < 0) {
       col_time = FindColumn(cells, {"timestamp", "arrival_time", "arrival_s", "time"});
-      col_in = FindColumn(cells, {"contexttokens", "input_length", "input_tokens",
-                                  "prompt_tokens"});
-      col_out = FindColumn(cells, {"generatedtokens", "output_length", "output_tokens",
-                                   "completion_tokens"});
+      col_in =
+          FindColumn(cells, {"contexttokens", "input_length", "input_tokens", "prompt_tokens"});
+      col_out = FindColumn(
+          cells, {"generatedtokens", "output_length", "output_tokens", "completion_tokens"});
       if (col_time < 0 || col_in < 0 || col_out < 0) {
         return LineError(source, line_no,
                          "the header needs an arrival column (TIMESTAMP), a prompt column "
@@ -155,9 +153,9 @@ StatusOr<Trace> ParseCsvTrace(std::istream& in, std::string_view source) {
       continue;
     }
     if (cells.size() != n_cols) {
-      return LineError(source, line_no, "expected " + std::to_string(n_cols) +
-                                            " comma-separated fields, got " +
-                                            std::to_string(cells.size()));
+      return LineError(source, line_no,
+                       "expected " + std::to_string(n_cols) + " comma-separated fields, got " +
+                           std::to_string(cells.size()));
     }
     std::optional<double> t = ParseTimestamp(cells[col_time]);
     if (!t) {
@@ -196,13 +194,12 @@ StatusOr<Trace> ParseJsonlTrace(std::istream& in, std::string_view source) {
     }
     if (in_len == j.end() || !in_len->is_number_integer() || out_len == j.end() ||
         !out_len->is_number_integer()) {
-      return LineError(source, line_no,
-                       "\"input_length\" and \"output_length\" must be integers");
+      return LineError(source, line_no, "\"input_length\" and \"output_length\" must be integers");
     }
     const double ms = ts->get<double>();
     if (!std::isfinite(ms)) return LineError(source, line_no, "timestamp is not finite");
-    KINFER_RETURN_IF_ERROR(Append(trace, source, line_no, ms / 1000.0,
-                                  in_len->get<long long>(), out_len->get<long long>()));
+    KINFER_RETURN_IF_ERROR(Append(trace, source, line_no, ms / 1000.0, in_len->get<long long>(),
+                                  out_len->get<long long>()));
   }
   Normalize(trace);
   return trace;

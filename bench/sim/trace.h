@@ -29,13 +29,13 @@
 namespace kinfer::sim {
 
 struct TraceRequest {
-  double arrival_s = 0;  // seconds since the trace's first request
-  int input_tokens = 0;  // > 0
+  double arrival_s = 0;   // seconds since the trace's first request
+  int input_tokens = 0;   // > 0
   int output_tokens = 1;  // >= 1
 };
 
 struct Trace {
-  std::string source;  // file name (for messages and reports)
+  std::string source;                  // file name (for messages and reports)
   std::vector<TraceRequest> requests;  // sorted by arrival_s
 
   // Arrival time of the last request (0 for an empty trace).

@@ -83,7 +83,7 @@ TEST(HpaPolicyTest, StartingPodsCountAsIdleOnAScaleUp) {
 
 TEST(HpaPolicyTest, ScaleUpIsLimitedToDoubleOrFourMore) {
   HpaPolicy p(Hpa());
-  EXPECT_EQ(p.Tick(Cluster(0, 1, 0, 70)), 5);    // wants 10: max(2 x 1, 1 + 4)
+  EXPECT_EQ(p.Tick(Cluster(0, 1, 0, 70)), 5);  // wants 10: max(2 x 1, 1 + 4)
   HpaPolicy q(Hpa());
   EXPECT_EQ(q.Tick(Cluster(0, 10, 0, 70)), 20);  // wants 100: 2 x 10
 }

@@ -107,18 +107,15 @@ TEST_F(ExperimentTest, JsonHasTheRequiredFieldsPerPolicy) {
 
 TEST_F(ExperimentTest, BadSettingsAreInvalidArgument) {
   options_.policies = {"kinfer", "vpa"};
-  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(), StatusCode::kInvalidArgument);
   options_.policies = {"static"};
   options_.sim.min_replicas = 3;
   options_.sim.max_replicas = 2;
-  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(), StatusCode::kInvalidArgument);
   options_.sim.min_replicas = 1;
   options_.kinfer.tolerance = 2;  // the core rejects it
   options_.policies = {"kinfer"};
-  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ExperimentTest, AnSloNoReplicaCanMeetIsAClearErrorQuickly) {

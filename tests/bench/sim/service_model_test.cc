@@ -31,8 +31,8 @@ std::vector<Row> Rows() {
     std::vector<std::string> c;
     std::stringstream ss(line);
     for (std::string cell; std::getline(ss, cell, ',');) c.push_back(cell);
-    rows.push_back(Row{std::stoi(c[10]), std::stoi(c[2]), std::stoi(c[3]), std::stod(c[7]),
-                       std::stod(c[8])});
+    rows.push_back(
+        Row{std::stoi(c[10]), std::stoi(c[2]), std::stoi(c[3]), std::stod(c[7]), std::stod(c[8])});
   }
   return rows;
 }

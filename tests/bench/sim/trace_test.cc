@@ -29,11 +29,11 @@ std::string Fixture(const char* name) {
 }
 
 TEST(TraceCsvTest, ReadsAzureDateTimesRelativeToTheFirstRequest) {
-  auto t = Csv(
-      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-      "2023-11-16 18:15:46.6805900,374,44\n"
-      "2023-11-16 18:15:50.9951690,396,109\n"
-      "2023-11-16 18:16:01.2500000,879,55\n");
+  auto t =
+      Csv("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+          "2023-11-16 18:15:46.6805900,374,44\n"
+          "2023-11-16 18:15:50.9951690,396,109\n"
+          "2023-11-16 18:16:01.2500000,879,55\n");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->requests.size(), 3u);
   EXPECT_DOUBLE_EQ(t->requests[0].arrival_s, 0);
@@ -45,20 +45,20 @@ TEST(TraceCsvTest, ReadsAzureDateTimesRelativeToTheFirstRequest) {
 }
 
 TEST(TraceCsvTest, ReadsAcrossMidnightAndMonthEnds) {
-  auto t = Csv(
-      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-      "2023-12-31 23:59:59.5,1,1\n"
-      "2024-01-01 00:00:00.5,1,1\n");
+  auto t =
+      Csv("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+          "2023-12-31 23:59:59.5,1,1\n"
+          "2024-01-01 00:00:00.5,1,1\n");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_NEAR(t->requests[1].arrival_s, 1.0, 1e-6);
 }
 
 TEST(TraceCsvTest, ReadsNumericSecondsAndOtherColumnNamesInAnyOrder) {
-  auto t = Csv(
-      "output_tokens,arrival_s,extra,Input_Length\r\n"
-      "10,5.5,x,100\r\n"
-      "\r\n"
-      "20,7.25,y,200\r\n");
+  auto t =
+      Csv("output_tokens,arrival_s,extra,Input_Length\r\n"
+          "10,5.5,x,100\r\n"
+          "\r\n"
+          "20,7.25,y,200\r\n");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->requests.size(), 2u);
   EXPECT_DOUBLE_EQ(t->requests[1].arrival_s, 1.75);
@@ -67,11 +67,11 @@ TEST(TraceCsvTest, ReadsNumericSecondsAndOtherColumnNamesInAnyOrder) {
 }
 
 TEST(TraceCsvTest, SortsArrivalsAndReadsZeroOutputAsOne) {
-  auto t = Csv(
-      "timestamp,input_tokens,output_tokens\n"
-      "3,30,0\n"
-      "1,10,1\n"
-      "2,20,2\n");
+  auto t =
+      Csv("timestamp,input_tokens,output_tokens\n"
+          "3,30,0\n"
+          "1,10,1\n"
+          "2,20,2\n");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->requests[0].input_tokens, 10);
   EXPECT_EQ(t->requests[1].input_tokens, 20);
