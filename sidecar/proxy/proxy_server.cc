@@ -398,28 +398,24 @@ void Exchange::Begin() {
       return;
     }
     case SidecarCore::Action::kStart:
-      route_ = std::move(v.route);
-      cache_key_ = std::move(v.cache_key);
-      StartUpstream();
-      return;
     case SidecarCore::Action::kQueued:
-      route_ = std::move(v.route);
-      cache_key_ = std::move(v.cache_key);
-      state_ = State::kQueued;
-      server_->waiting_[id_] = weak_from_this();
-      if (v.displaced) {
-        auto it = server_->waiting_.find(*v.displaced);
-        if (it != server_->waiting_.end()) {
-          if (auto ex = it->second.lock()) {
-            ex->RejectQueued("displaced", "overloaded: pushed out of the queue by more "
-                                          "important requests");
-          }
-        }
-      }
-      session_->WatchClient();
-      server_->ArmExpiry();
-      return;
+      break;
   }
+  route_ = std::move(v.route);
+  cache_key_ = std::move(v.cache_key);
+  if (v.action == SidecarCore::Action::kStart) {
+    StartUpstream();
+    return;
+  }
+  state_ = State::kQueued;
+  server_->waiting_[id_] = weak_from_this();
+  if (v.displaced) {
+    if (auto ex = server_->Waiting(*v.displaced)) {
+      ex->RejectQueued("displaced", "overloaded: pushed out of the queue by more important requests");
+    }
+  }
+  session_->WatchClient();
+  server_->ArmExpiry();
 }
 
 void Exchange::StartUpstream() {
@@ -823,26 +819,27 @@ void ProxyServer::Run(AdmissionQueue::Dispatch dispatch) {
   if (dispatch.start.empty() && dispatch.expired.empty()) return;
   net::post(ioc_, [this, d = std::move(dispatch)] {
     for (uint64_t id : d.expired) {
-      auto it = waiting_.find(id);
-      if (it == waiting_.end()) continue;
-      if (auto ex = it->second.lock()) {
+      if (auto ex = Waiting(id)) {
         ex->RejectQueued("deadline_expired",
                          "overloaded: the request could not start before its deadline");
       }
     }
     for (uint64_t id : d.start) {
-      auto it = waiting_.find(id);
-      if (it == waiting_.end()) continue;
-      auto ex = it->second.lock();
-      if (ex) {
+      if (!waiting_.count(id)) continue;  // its client left meanwhile (OnClientGone freed it)
+      if (auto ex = Waiting(id)) {
         ex->StartUpstream();
       } else {
         // The exchange vanished without telling the core (cannot happen by design): free it.
-        waiting_.erase(it);
+        waiting_.erase(id);
         Run(core_.OnFinished(id, {}, SidecarCore::Result::kIgnored, {}, Now()));
       }
     }
   });
+}
+
+std::shared_ptr<Exchange> ProxyServer::Waiting(uint64_t id) const {
+  auto it = waiting_.find(id);
+  return it == waiting_.end() ? nullptr : it->second.lock();
 }
 
 void ProxyServer::ArmExpiry() {

@@ -65,6 +65,8 @@ class ProxyServer {
   void Accept();
   // Starts the dispatched requests and answers the expired ones (posted: never re-entrant).
   void Run(AdmissionQueue::Dispatch dispatch);
+  // The queued exchange with this id, or null.
+  std::shared_ptr<Exchange> Waiting(uint64_t id) const;
   void ArmExpiry();
   void CheckDrained();
   TimePoint Now() const { return SidecarCore::Clock::now(); }
