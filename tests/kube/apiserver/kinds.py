@@ -88,6 +88,9 @@ def build_kinds(crd: dict | None) -> dict[str, Kind]:
         Kind("poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", "policy", "v1",
              True, status=True, generation="spec", short_names=["pdb"]),
         Kind("leases", "lease", "Lease", "coordination.k8s.io", "v1", True),
+        # The operator keeps each InferenceService's sidecar config in a ConfigMap.
+        Kind("configmaps", "configmap", "ConfigMap", "", "v1", True, short_names=["cm"],
+             return_deleted=True),
         Kind("customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition",
              "apiextensions.k8s.io", "v1", False, status=True, short_names=["crd", "crds"],
              read_only=True, generation="spec"),
