@@ -270,6 +270,11 @@ StatusOr<InferenceService> ParseInferenceService(const nlohmann::json& object);
 // Parses status alone (lenient: unreadable fields are left unset).
 InferenceServiceStatus ParseInferenceServiceStatus(const nlohmann::json& status);
 
+// The effective spec as CRD JSON (camelCase keys, every defaulted field written out; optional
+// fields left out when unset). ParseInferenceService of an object with this spec gives the same
+// values back.
+nlohmann::json ToJson(const InferenceServiceSpec& spec);
+
 // The status object as the API server stores it (unset optional fields and empty strings left
 // out; conditions in the order given).
 nlohmann::json ToJson(const InferenceServiceStatus& status);
