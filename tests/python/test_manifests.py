@@ -908,6 +908,7 @@ OPERATOR_RULES = {
     ("serving.kinfer.dev", "inferenceservices/finalizers"): {"update"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "update", "patch"},
     ("", "services"): {"get", "list", "watch", "create", "update", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "update", "patch"},
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "update", "patch",
                                          "delete"},
     ("", "pods"): {"list", "watch"},

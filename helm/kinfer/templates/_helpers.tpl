@@ -65,6 +65,10 @@ pods/exec or pods/proxy. tests/python/test_manifests.py pins this exact list.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]
+# The sidecar's configuration (rendered from spec.sidecar) lives in a ConfigMap per InferenceService.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
 # The PodDisruptionBudget exists only while more than one replica is wanted, so the operator also
 # deletes it (a PDB on one pod would block node drains).
 - apiGroups: ["policy"]
