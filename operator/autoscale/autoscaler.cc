@@ -74,6 +74,7 @@ struct WindowView {
   int ticks = 0;
   double load_mean = 0;        // in flight + queue as counted
   double load_mean_raw = 0;    // in flight + queue as reported
+  double load_max = 0;         // the highest tick's in flight + queue as counted
   TtftHistogram ttft_all;      // every TTFT observation (reported)
   TtftHistogram ttft_for_slo;  // without held ticks (the SLO term's input)
 };
@@ -96,6 +97,7 @@ struct Autoscaler::State {
     for (auto it = ticks.rbegin(); it != ticks.rend() && it->t > now - window; ++it) {
       ++v.ticks;
       load += it->in_flight + it->queue;
+      v.load_max = std::max(v.load_max, it->in_flight + it->queue);
       load_raw += it->in_flight + it->queue_raw;
       v.ttft_all.Add(it->ttft);
       if (!it->held) v.ttft_for_slo.Add(it->ttft);
@@ -165,6 +167,14 @@ Status AutoscalerConfig::Validate() const {
   if (cold_start_timeout < Duration::zero()) {
     return InvalidArgument("cold_start_timeout must be >= 0 (0 = no hold), got " +
                            Secs(cold_start_timeout));
+  }
+  if (!(scale_down_utilization > 0 && scale_down_utilization <= 1)) {
+    return InvalidArgument("scale_down_utilization must be in (0, 1], got " +
+                           Num(scale_down_utilization));
+  }
+  if (slo_max_step < 0) {
+    return InvalidArgument("slo_max_step must be >= 0 (0 = no cap), got " +
+                           std::to_string(slo_max_step));
   }
   return Status::Ok();
 }
@@ -314,7 +324,11 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
     }
     const std::optional<double> p99 = h.Quantile(0.99);
     if (!p99 || *p99 <= c.slo_ttft_p99_seconds) return 0;
-    return CeilCount(d.ready * *p99 / c.slo_ttft_p99_seconds);
+    const int proportional = CeilCount(d.ready * *p99 / c.slo_ttft_p99_seconds);
+    if (c.slo_max_step == 0) return proportional;
+    // Latency the load does not explain is answered a step at a time.
+    const int by_load = CeilCount(panic.load_mean_raw / c.target_load_per_replica);
+    return std::min(proportional, std::max(d.ready, by_load) + c.slo_max_step);
   };
   d.desired_by_load = load_term(stable.load_mean, panic.load_mean);
   d.desired_by_slo = slo_term(panic.ttft_for_slo);
@@ -365,8 +379,17 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
       reason = "within_tolerance";
     } else {
       const int floor = std::min(current - 1, CeilCount(current / c.max_scale_down_rate));
-      out = std::max(stabilized, floor);
-      reason = "scale_down";
+      // Headroom: the replicas left must carry the stable window's busiest tick at
+      // scale_down_utilization x target.
+      const int headroom = CeilCount(stable.load_max /
+                                     (c.scale_down_utilization * c.target_load_per_replica));
+      out = std::max({stabilized, floor, headroom});
+      if (out >= current) {
+        out = current;
+        reason = "scale_down_delayed";
+      } else {
+        reason = "scale_down";
+      }
     }
   }
   if (out <= current && s.cold.active && unheld_want > std::max(current, bound) &&

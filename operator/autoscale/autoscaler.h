@@ -16,15 +16,19 @@
 //    ticks) an Autoscaler does not scale up on the stable mean alone; panic and SLO still act.
 //  * SLO term: when slo_ttft_p99_seconds > 0, the P99 TTFT over the panic window (merged TTFT
 //    histogram deltas of all pods, quantile as Prometheus histogram_quantile; ttft_histogram.h)
-//    rests on at least min_ttft_observations (10) observations and is above the SLO, desire at
-//    least ceil(ready * p99 / slo), capped by the scale-up rate, so the overshoot is answered in
-//    proportion.
+//    rests on at least min_ttft_observations (10) observations and is above the SLO, desire
+//    ceil(ready * p99 / slo), so the overshoot is answered in proportion, but at most
+//    slo_max_step (1) above max(ready, ceil(panic-window load as reported / target)): latency
+//    that the load does not explain (a backlog still draining, long prompts) adds pods one
+//    step at a time; capped by the scale-up rate too.
 //  * Tolerance: changes within +-tolerance (10%) of the current count are ignored.
 //  * Scale-down only when the desire has stayed lower for scale_down_delay (the stabilization
 //    window: the highest desire seen over it wins; a new Autoscaler first needs that much history)
 //    AND, when an SLO is set and the stable window holds at least min_ttft_observations, the P99
-//    over the stable window is at most scale_down_p99_fraction (0.7) x the SLO. Never while
-//    panicking or during a cold-start episode (below).
+//    over the stable window is at most scale_down_p99_fraction (0.7) x the SLO, AND the
+//    replicas left keep headroom: a cut to m needs the highest tick load in the stable window
+//    <= scale_down_utilization (0.8) x target x m (the count goes no lower than that allows).
+//    Never while panicking or during a cold-start episode (below).
 //  * Rates: at most max_scale_up_rate x (and at least +1) up, max_scale_down_rate / down (and at
 //    least -1) per tick.
 //  * Starting pods count as capacity on the way: a desire that ready + starting already covers
@@ -92,6 +96,14 @@ struct AutoscalerConfig {
   // Longest a cold-start episode waits for the pods a scale-up asked for (pods stuck Pending or
   // crash-looping do not hold scale-ups back for longer). >= 0; 0 turns the hold off.
   Duration cold_start_timeout = std::chrono::seconds(300);
+  // Scale-down headroom: a cut to m replicas needs the highest total load of any tick in the
+  // stable window to fit m replicas at this share of target_load_per_replica (the count goes
+  // only as low as that allows). (0, 1]; 1 = the load as it is must fit the target.
+  double scale_down_utilization = 0.8;
+  // The SLO term asks at most this many replicas above the higher of the ready replicas and
+  // what the panic-window load (as reported) needs at the target. >= 0; 0 = no cap (the term
+  // is then ceil(ready * p99 / slo), bounded only by the rate).
+  int slo_max_step = 1;
 
   // OK, or INVALID_ARGUMENT naming the first bad field.
   Status Validate() const;

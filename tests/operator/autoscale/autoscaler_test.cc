@@ -208,6 +208,7 @@ TEST(AutoscalerTest, PanicDoesNotScaleDownUntilAStableWindowWithoutPanic) {
   AutoscalerConfig c = Defaults();
   c.scale_down_delay = Duration::zero();    // only the panic holds the count up
   c.cold_start_timeout = Duration::zero();  // no cold-start hold either
+  c.scale_down_utilization = 1.0;  // 4 pods at the target of 8 (0.8 would keep 5 for 32)
   Autoscaler as(c);
   FakeCluster cluster(4, 0);  // pods are ready at once
   RunTicks(as, cluster, -120, 0, Steady(32));
@@ -229,10 +230,11 @@ TEST(AutoscalerTest, PanicDoesNotScaleDownUntilAStableWindowWithoutPanic) {
     }
   }
   // The panic window last sees 2x the ready pods at t = 4 (10 pods are ready from then on); the
-  // panic ends a stable window (60 s) later, and only then does the count come down.
+  // panic ends a stable window (60 s) later, and only then does the count come down: at once, or
+  // (the headroom rule) when the burst's last tick (t = 8) has left the stable window, at t = 68.
   ASSERT_GT(last_panic, 60);
   ASSERT_GT(first_down, last_panic);
-  EXPECT_LE(first_down, last_panic + kTick);
+  EXPECT_LE(first_down, std::max(last_panic + kTick, 68.0));
   EXPECT_EQ(after.back().d.desired, 4);
 }
 
@@ -270,6 +272,7 @@ TEST(AutoscalerTest, NoisySteadyLoadDoesNotFlap) {
       loose.scale_down_delay = Duration::zero();
       loose.tolerance = 0;
       loose.stable_window = std::chrono::seconds(6);
+      loose.scale_down_utilization = 1.0;  // no headroom either (it alone stops the flapping)
       Autoscaler flappy(loose);
       FakeCluster c2(k.pods, 0);
       EXPECT_GT(CountChanges(RunTicks(flappy, c2, 0, 1800, noisy(42 + k.pods))).reversals, 10);
@@ -350,14 +353,21 @@ TEST(AutoscalerTest, ColdStartDoesNotDoubleScale) {
   EXPECT_FALSE(steps.back().d.cold_start_hold);
   EXPECT_NEAR(steps.back().d.observed_load, 72, 1e-9);
 
-  // Without the hold (cold_start_timeout 0) the same overload makes the ask grow tick after
-  // tick while the pods are cold: the test can tell.
+  // Without the hold (cold_start_timeout 0) and without the SLO term's step cap
+  // (slo_max_step 0) the same overload makes the ask grow tick after tick while the pods are
+  // cold: the test can tell.
   c.cold_start_timeout = Duration::zero();
+  c.slo_max_step = 0;
   const std::vector<Step> unheld = RunOverload(c);
-  const int at_58 = std::find_if(unheld.begin(), unheld.end(), [](const Step& s) {
-                      return s.t >= 58;
-                    })->d.desired;
-  EXPECT_GE(at_58, 2 * settled);
+  const auto at_58 = [](const std::vector<Step>& v) {
+    return std::find_if(v.begin(), v.end(), [](const Step& s) { return s.t >= 58; })->d.desired;
+  };
+  EXPECT_GE(at_58(unheld), 2 * settled);
+  // The step cap alone (no hold) keeps the SLO term near what the load needs: the backlog's
+  // TTFTs add at most one pod above the load's desire per decision, so the ask stays far below.
+  c.slo_max_step = 1;
+  const std::vector<Step> capped = RunOverload(c);
+  EXPECT_LT(at_58(capped), 2 * settled);
 }
 
 TEST(AutoscalerTest, StartingPodsCountAsCapacityOnTheWay) {
@@ -511,6 +521,7 @@ std::vector<PodSample> SlowPods(int n, const std::vector<double>& edges,
 TEST(AutoscalerTest, SloOvershootScalesUpInProportionCappedByTheRate) {
   AutoscalerConfig c = Defaults();
   c.slo_ttft_p99_seconds = 2.0;
+  c.slo_max_step = 0;  // the proportional rule alone (the step cap: SloTermStepIsCappedByTheLoad)
   // Edges 1, 2, 4, 8: 99 observations in (2, 4] and 1 in (4, 8] make the P99 exactly 4 s (the
   // rank, 99, is the top of (2, 4]): twice the SLO.
   const std::vector<double> edges = {1, 2, 4, 8};
@@ -571,6 +582,7 @@ TEST(AutoscalerTest, SloOvershootScalesUpInProportionCappedByTheRate) {
 TEST(AutoscalerTest, PodsWithDifferentEdgesMergeIntoOneP99) {
   AutoscalerConfig c = Defaults();
   c.slo_ttft_p99_seconds = 2.0;
+  c.slo_max_step = 0;
   Autoscaler as(c);
   std::vector<PodSample> pods = ReadyPods(2, 8);
   // Pod 0: edges 1, 2 with 4 / 4 / 2 above; pod 1: edges 1.5, 2, 3 with 3 / 3 / 3 / 1 above.
@@ -591,11 +603,82 @@ TEST(AutoscalerTest, PodsWithDifferentEdgesMergeIntoOneP99) {
   EXPECT_EQ(d.desired_by_slo, 5);  // ceil(3 ready x 3 / 2)
 }
 
+TEST(AutoscalerTest, SloTermStepIsCappedByTheLoad) {
+  AutoscalerConfig c = Defaults();
+  c.slo_ttft_p99_seconds = 2.0;
+  const std::vector<double> edges = {1, 2, 4, 8};  // P99 exactly 4 s: twice the SLO
+  {
+    // Little load (2 per pod: the load needs 1): latency the load does not explain adds one pod.
+    Autoscaler as(c);
+    const Decision d = as.Tick(At(0), 4, SlowPods(4, edges, {0, 0, 99, 1, 0}));
+    EXPECT_EQ(d.desired_by_load, 1);
+    EXPECT_EQ(d.desired_by_slo, 5);  // min(4 x 4 / 2 = 8, max(4 ready, 1) + 1)
+    EXPECT_EQ(d.desired, 5);
+    EXPECT_EQ(d.reason, "scale_up_slo");
+  }
+  {
+    // A step of 2 allows 6.
+    AutoscalerConfig two = c;
+    two.slo_max_step = 2;
+    Autoscaler as(two);
+    EXPECT_EQ(as.Tick(At(0), 4, SlowPods(4, edges, {0, 0, 99, 1, 0})).desired_by_slo, 6);
+  }
+  {
+    // Load that needs 7 (14 per pod: 56 / 8): the cap is 7 + 1, so the proportional 8 stands.
+    Autoscaler as(c);
+    std::vector<PodSample> pods = SlowPods(4, edges, {0, 0, 99, 1, 0});
+    for (PodSample& p : pods) p.in_flight = 14;
+    EXPECT_EQ(as.Tick(At(0), 4, pods).desired_by_slo, 8);
+  }
+}
+
 // ---- Scale-down --------------------------------------------------------------------------
+
+TEST(AutoscalerTest, ScaleDownKeepsHeadroomForTheBusiestTick) {
+  AutoscalerConfig c = Defaults();
+  c.scale_down_delay = std::chrono::seconds(60);
+  // 10 pods' worth, then from t = 0 a mean of 40 (5 pods at the target of 8).
+  const auto run = [](const AutoscalerConfig& cfg, double spike) {
+    Autoscaler as(cfg);
+    FakeCluster cluster(10, 30);
+    RunTicks(as, cluster, -400, 0, Steady(80));
+    // Every 20 s one tick of `spike`; the others share the rest so the mean stays 40.
+    const auto load = [spike](double t, const FakeCluster&) {
+      const bool spiking = std::fmod(t, 20.0) == 0;
+      return Load{.in_flight = spiking ? spike : (400.0 - spike) / 9.0};
+    };
+    return RunTicks(as, cluster, 0, 600, load);
+  };
+  // Flat 40: the pods left must carry 40 at 0.8 x 8 = 6.4 each: ceil(6.25) = 7, not 5.
+  std::vector<Step> steps = run(c, 40);
+  EXPECT_EQ(steps.back().d.desired, 7);
+  bool cut = false;
+  for (const Step& s : steps) {
+    ASSERT_GE(s.d.desired, 7) << "t=" << s.t;
+    if (s.d.desired < s.current) {
+      cut = true;
+      EXPECT_EQ(s.d.reason, "scale_down");
+    }
+  }
+  EXPECT_TRUE(cut);
+  // The same mean with one tick of 56 every 20 s: the busiest tick needs ceil(56 / 6.4) = 9.
+  steps = run(c, 56);
+  EXPECT_EQ(steps.back().d.desired, 9);
+  for (const Step& s : steps) ASSERT_GE(s.d.desired, 9) << "t=" << s.t;
+  // Spikes that leave no room for a cut at all: held, reason scale_down_delayed.
+  steps = run(c, 70);
+  EXPECT_EQ(steps.back().d.desired, 10);
+  EXPECT_EQ(steps.back().d.reason, "scale_down_delayed");
+  // At 1.0 the busiest tick must fit at the target itself: ceil(56 / 8) = 7 (the mean needs 5).
+  c.scale_down_utilization = 1.0;
+  EXPECT_EQ(run(c, 56).back().d.desired, 7);
+  EXPECT_EQ(run(c, 40).back().d.desired, 5);
+}
 
 TEST(AutoscalerTest, ScaleDownWaitsForTheDelayAndForP99UnderTheSlo) {
   AutoscalerConfig c = Defaults();
   c.slo_ttft_p99_seconds = 2.0;
+  c.scale_down_utilization = 1.0;  // the headroom rule: ScaleDownKeepsHeadroomForTheBusiestTick
   Autoscaler as(c);
   FakeCluster cluster(10, 30);
   // 10 pods' worth with fast TTFTs, then at t = 0 the load halves but 2% of TTFTs take 1.8 s,
@@ -749,6 +832,10 @@ TEST(AutoscalerConfigTest, ValidateRejectsBadConfigs) {
       {"missing_metrics_freeze_fraction", [](auto& c) { c.missing_metrics_freeze_fraction = 2; }},
       {"min_ttft_observations", [](auto& c) { c.min_ttft_observations = 0; }},
       {"cold_start_timeout", [](auto& c) { c.cold_start_timeout = std::chrono::seconds(-1); }},
+      {"scale_down_utilization", [](auto& c) { c.scale_down_utilization = 0; }},
+      {"scale_down_utilization", [](auto& c) { c.scale_down_utilization = 1.01; }},
+      {"scale_down_utilization", [&](auto& c) { c.scale_down_utilization = nan; }},
+      {"slo_max_step", [](auto& c) { c.slo_max_step = -1; }},
   };
   for (const Bad& b : bad) {
     AutoscalerConfig c;
