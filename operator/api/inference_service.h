@@ -68,7 +68,7 @@ struct ModelSpec {
   // Derived from uri by the parser:
   ModelSource source = ModelSource::kPvc;
   std::string pvc_claim;  // kPvc: the claim
-  std::string path;       // kPvc: the file inside the claim; kHostPath: the absolute path; kHttp: ""
+  std::string path;  // kPvc: the file inside the claim; kHostPath: the absolute path; kHttp: ""
 };
 
 struct SpeculativeSpec {

@@ -34,51 +34,53 @@ json Sidecar(const SidecarSpec& s) {
   for (const auto& [tenant, limit] : s.rate_limits.overrides) overrides[tenant] = Limit(limit);
   const AdmissionSpec& a = s.admission;
   const CircuitBreakerSpec& b = s.circuit_breaker;
-  json metrics = {{"statsWindow", s.metrics.stats_window.text}, {"statsBucket", s.metrics.stats_bucket.text}};
+  json metrics = {{"statsWindow", s.metrics.stats_window.text},
+                  {"statsBucket", s.metrics.stats_bucket.text}};
   if (s.metrics.ttft_buckets) metrics["ttftBuckets"] = *s.metrics.ttft_buckets;
   if (s.metrics.e2e_buckets) metrics["e2eBuckets"] = *s.metrics.e2e_buckets;
-  json out = {
-      {"maxBodyBytes", s.max_body_bytes.text},
-      {"timeouts",
-       {{"connect", s.timeouts.connect.text}, {"upstream", s.timeouts.upstream.text}, {"drain", s.timeouts.drain.text}}},
-      {"defaultClass", s.default_class},
-      {"classes", std::move(classes)},
-      {"admission",
-       {{"maxConcurrency", a.max_concurrency},
-        {"reservedForTop", a.reserved_for_top},
-        {"maxQueue", a.max_queue},
-        {"maxQueuePerClass", a.max_queue_per_class},
-        {"initialServiceTime", a.initial_service_time.text},
-        {"ewmaAlpha", a.ewma_alpha},
-        {"codelTarget", a.codel_target.text},
-        {"codelInterval", a.codel_interval.text},
-        {"minRetryAfter", a.min_retry_after.text}}},
-      {"rateLimits",
-       {{"default", Limit(s.rate_limits.default_limit)},
-        {"overrides", std::move(overrides)},
-        {"maxTrackedKeys", s.rate_limits.max_tracked_keys}}},
-      {"circuitBreaker",
-       {{"windowType", b.window_type},
-        {"windowSize", b.window_size},
-        {"minimumCalls", b.minimum_calls},
-        {"failureRateThreshold", b.failure_rate_threshold},
-        {"slowCallDuration", b.slow_call_duration.text},
-        {"slowCallRateThreshold", b.slow_call_rate_threshold},
-        {"openDuration", b.open_duration.text},
-        {"halfOpenPermittedCalls", b.half_open_permitted_calls}}},
-      {"degrade", {{"topClassOnlyWhenPrimaryDown", s.top_class_only_when_primary_down}}},
-      {"cache",
-       {{"enabled", s.cache.enabled},
-        {"maxBytes", s.cache.max_bytes.text},
-        {"ttl", s.cache.ttl.text},
-        {"maxEntryBytes", s.cache.max_entry_bytes.text}}},
-      {"retries",
-       {{"enabled", s.retries.enabled},
-        {"maxRetries", s.retries.max_retries},
-        {"budgetPercent", s.retries.budget_percent},
-        {"minRetriesPerSecond", s.retries.min_retries_per_second},
-        {"backoff", s.retries.backoff.text}}},
-      {"metrics", std::move(metrics)}};
+  json out = {{"maxBodyBytes", s.max_body_bytes.text},
+              {"timeouts",
+               {{"connect", s.timeouts.connect.text},
+                {"upstream", s.timeouts.upstream.text},
+                {"drain", s.timeouts.drain.text}}},
+              {"defaultClass", s.default_class},
+              {"classes", std::move(classes)},
+              {"admission",
+               {{"maxConcurrency", a.max_concurrency},
+                {"reservedForTop", a.reserved_for_top},
+                {"maxQueue", a.max_queue},
+                {"maxQueuePerClass", a.max_queue_per_class},
+                {"initialServiceTime", a.initial_service_time.text},
+                {"ewmaAlpha", a.ewma_alpha},
+                {"codelTarget", a.codel_target.text},
+                {"codelInterval", a.codel_interval.text},
+                {"minRetryAfter", a.min_retry_after.text}}},
+              {"rateLimits",
+               {{"default", Limit(s.rate_limits.default_limit)},
+                {"overrides", std::move(overrides)},
+                {"maxTrackedKeys", s.rate_limits.max_tracked_keys}}},
+              {"circuitBreaker",
+               {{"windowType", b.window_type},
+                {"windowSize", b.window_size},
+                {"minimumCalls", b.minimum_calls},
+                {"failureRateThreshold", b.failure_rate_threshold},
+                {"slowCallDuration", b.slow_call_duration.text},
+                {"slowCallRateThreshold", b.slow_call_rate_threshold},
+                {"openDuration", b.open_duration.text},
+                {"halfOpenPermittedCalls", b.half_open_permitted_calls}}},
+              {"degrade", {{"topClassOnlyWhenPrimaryDown", s.top_class_only_when_primary_down}}},
+              {"cache",
+               {{"enabled", s.cache.enabled},
+                {"maxBytes", s.cache.max_bytes.text},
+                {"ttl", s.cache.ttl.text},
+                {"maxEntryBytes", s.cache.max_entry_bytes.text}}},
+              {"retries",
+               {{"enabled", s.retries.enabled},
+                {"maxRetries", s.retries.max_retries},
+                {"budgetPercent", s.retries.budget_percent},
+                {"minRetriesPerSecond", s.retries.min_retries_per_second},
+                {"backoff", s.retries.backoff.text}}},
+              {"metrics", std::move(metrics)}};
   if (!s.image.empty()) out["image"] = s.image;
   if (!s.api_keys_secret_name.empty()) out["apiKeysSecretName"] = s.api_keys_secret_name;
   return out;
@@ -93,13 +95,15 @@ json ToJson(const InferenceServiceSpec& spec) {
                   {"contextSize", spec.runtime.context_size}};
   if (!spec.runtime.image.empty()) runtime["image"] = spec.runtime.image;
   if (const auto& sp = spec.runtime.speculative) {
-    runtime["speculative"] = {
-        {"enabled", sp->enabled}, {"method", sp->method}, {"numSpeculativeTokens", sp->num_speculative_tokens}};
+    runtime["speculative"] = {{"enabled", sp->enabled},
+                              {"method", sp->method},
+                              {"numSpeculativeTokens", sp->num_speculative_tokens}};
     if (sp->draft_model) runtime["speculative"]["draftModel"] = Model(*sp->draft_model);
   }
   if (!spec.runtime.extra_args.empty()) runtime["extraArgs"] = spec.runtime.extra_args;
 
-  json resources = {{"gpus", spec.resources.gpus}, {"gpuResourceName", spec.resources.gpu_resource_name}};
+  json resources = {{"gpus", spec.resources.gpus},
+                    {"gpuResourceName", spec.resources.gpu_resource_name}};
   if (!spec.resources.cpu.empty()) resources["cpu"] = spec.resources.cpu;
   if (!spec.resources.memory.empty()) resources["memory"] = spec.resources.memory;
 
@@ -107,9 +111,11 @@ json ToJson(const InferenceServiceSpec& spec) {
   json metrics_source = {{"type", a.metrics_source_type}};
   if (a.prometheus) {
     json queries = json::object();
-    if (!a.prometheus->queue_depth_query.empty()) queries["queueDepth"] = a.prometheus->queue_depth_query;
+    if (!a.prometheus->queue_depth_query.empty())
+      queries["queueDepth"] = a.prometheus->queue_depth_query;
     if (!a.prometheus->in_flight_query.empty()) queries["inFlight"] = a.prometheus->in_flight_query;
-    if (!a.prometheus->ttft_buckets_query.empty()) queries["ttftBuckets"] = a.prometheus->ttft_buckets_query;
+    if (!a.prometheus->ttft_buckets_query.empty())
+      queries["ttftBuckets"] = a.prometheus->ttft_buckets_query;
     metrics_source["prometheus"] = {{"url", a.prometheus->url}};
     if (!queries.empty()) metrics_source["prometheus"]["queries"] = std::move(queries);
   }

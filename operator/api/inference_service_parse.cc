@@ -65,9 +65,8 @@ bool IsClassName(std::string_view s) {
 }
 
 bool HasSpaceOrControl(std::string_view s) {
-  return std::any_of(s.begin(), s.end(), [](char c) {
-    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
-  });
+  return std::any_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; });
 }
 
 // A relative path of non-empty segments, none of them "." or "..".
@@ -88,7 +87,8 @@ bool IsCleanRelativePath(std::string_view p) {
 // form the operator cannot serve.
 Status ParseModelUri(ModelSpec* m) {
   const std::string& uri = m->uri;
-  if (HasSpaceOrControl(uri)) return InvalidArgument("must not contain spaces or control characters");
+  if (HasSpaceOrControl(uri))
+    return InvalidArgument("must not contain spaces or control characters");
   if (uri.starts_with("pvc://")) {
     const std::string_view rest = std::string_view(uri).substr(6);
     const size_t slash = rest.find('/');
@@ -100,7 +100,8 @@ Status ParseModelUri(ModelSpec* m) {
       return InvalidArgument("'" + uri + "': the claim name must be a DNS label");
     }
     if (!IsCleanRelativePath(path)) {
-      return InvalidArgument("'" + uri + "': the path in the claim must name a file, without '.' or '..' segments");
+      return InvalidArgument(
+          "'" + uri + "': the path in the claim must name a file, without '.' or '..' segments");
     }
     m->source = ModelSource::kPvc;
     m->pvc_claim = std::string(claim);
@@ -110,10 +111,13 @@ Status ParseModelUri(ModelSpec* m) {
   if (uri.starts_with("file://")) {
     const std::string_view path = std::string_view(uri).substr(7);
     if (!path.starts_with("/") || !IsCleanRelativePath(path.substr(1))) {
-      return InvalidArgument("'" + uri + "': expected file:///ABSOLUTE/PATH without '.' or '..' segments");
+      return InvalidArgument("'" + uri +
+                             "': expected file:///ABSOLUTE/PATH without '.' or '..' segments");
     }
     if (path.rfind('/') == 0) {
-      return InvalidArgument("'" + uri + "': the file must be in a directory other than / (that directory is mounted from the node)");
+      return InvalidArgument("'" + uri +
+                             "': the file must be in a directory other than / (that directory is "
+                             "mounted from the node)");
     }
     m->source = ModelSource::kHostPath;
     m->pvc_claim.clear();
@@ -135,8 +139,9 @@ Status ParseModelUri(ModelSpec* m) {
   }
   const size_t colon = uri.find(':');
   const std::string scheme = colon == std::string::npos ? uri : uri.substr(0, colon);
-  return InvalidArgument("scheme '" + scheme +
-                         "' is not supported (use pvc://CLAIM/PATH, file:///PATH or http(s)://...)");
+  return InvalidArgument(
+      "scheme '" + scheme +
+      "' is not supported (use pvc://CLAIM/PATH, file:///PATH or http(s)://...)");
 }
 
 void ReadModel(FieldReader r, ModelSpec* m) {
@@ -151,8 +156,8 @@ void ReadModel(FieldReader r, ModelSpec* m) {
   r.String("sha256", &m->sha256);
   if (r.ok() && !m->sha256.empty() &&
       (m->sha256.size() != 64 || !std::all_of(m->sha256.begin(), m->sha256.end(), [](char c) {
-        return IsDigit(c) || (c >= 'a' && c <= 'f');
-      }))) {
+         return IsDigit(c) || (c >= 'a' && c <= 'f');
+       }))) {
     r.Fail("sha256", "must be 64 lowercase hex digits");
   }
   if (!r.ok()) return;
@@ -160,8 +165,8 @@ void ReadModel(FieldReader r, ModelSpec* m) {
 }
 
 // Flags the operator sets itself: the pod layout (runtime on 127.0.0.1:8081) and the model.
-constexpr std::string_view kOperatorRuntimeFlags[] = {"--model", "--host", "--port",
-                                                      "--model-name", "--ctx-size"};
+constexpr std::string_view kOperatorRuntimeFlags[] = {"--model", "--host", "--port", "--model-name",
+                                                      "--ctx-size"};
 
 void ReadRuntime(FieldReader r, RuntimeSpec* rt) {
   r.String("image", &rt->image, 512);
@@ -255,8 +260,8 @@ void ReadClasses(FieldReader& r, SidecarSpec* sc) {
       } else {
         std::vector<std::string> triggers;
         for (const json& name : *t) {
-          const bool known = name.is_string() && (name == "breaker_open" || name == "deadline" ||
-                                                   name == "slo");
+          const bool known =
+              name.is_string() && (name == "breaker_open" || name == "deadline" || name == "slo");
           if (!known) {
             d.Fail("triggers", name.dump() + " is not one of breaker_open, deadline, slo");
             break;
@@ -285,8 +290,9 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   t.Duration("drain", &sc->timeouts.drain, false);
   r.String("defaultClass", &sc->default_class, 63);
   ReadClasses(r, sc);
-  if (r.ok() && std::none_of(sc->classes.begin(), sc->classes.end(),
-                             [&](const PriorityClassSpec& c) { return c.name == sc->default_class; })) {
+  if (r.ok() &&
+      std::none_of(sc->classes.begin(), sc->classes.end(),
+                   [&](const PriorityClassSpec& c) { return c.name == sc->default_class; })) {
     r.Fail("defaultClass", "'" + sc->default_class + "' must name one of the classes" +
                                (r.Has("classes") ? "" : " (critical, standard, batch)"));
   }
@@ -372,7 +378,8 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   if (mr.ok()) {
     const auto window = m.stats_window.value, bucket = m.stats_bucket.value;
     if (window % bucket != std::chrono::nanoseconds(0)) {
-      mr.Fail("statsWindow", "'" + m.stats_window.text + "' must be a whole multiple of statsBucket ('" +
+      mr.Fail("statsWindow", "'" + m.stats_window.text +
+                                 "' must be a whole multiple of statsBucket ('" +
                                  m.stats_bucket.text + "')");
     } else if (window / bucket > 3600) {
       mr.Fail("statsWindow", "at most 3600 statsBuckets");
@@ -387,8 +394,8 @@ void ReadResources(FieldReader r, ResourcesSpec* res) {
     // [prefix/]name: a DNS subdomain prefix and a name of [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?
     const std::string& n = res->gpu_resource_name;
     const size_t slash = n.find('/');
-    const std::string_view name = slash == std::string::npos ? std::string_view(n)
-                                                             : std::string_view(n).substr(slash + 1);
+    const std::string_view name =
+        slash == std::string::npos ? std::string_view(n) : std::string_view(n).substr(slash + 1);
     bool ok = !name.empty() && name.size() <= 63 && IsAlnum(name.front()) && IsAlnum(name.back()) &&
               std::all_of(name.begin(), name.end(), [](char ch) {
                 return IsAlnum(ch) || ch == '-' || ch == '_' || ch == '.';
@@ -443,8 +450,9 @@ void ReadStringMap(FieldReader& r, std::string_view key, std::map<std::string, s
   if (!v->is_object()) return r.Fail(key, "expected a map of strings");
   for (const auto& [k, value] : v->items()) {
     if (!value.is_string() || value.get_ref<const std::string&>().size() > max_value_length) {
-      return r.Fail(std::string(key) + "." + k, "expected a string of at most " +
-                                                    std::to_string(max_value_length) + " characters");
+      return r.Fail(
+          std::string(key) + "." + k,
+          "expected a string of at most " + std::to_string(max_value_length) + " characters");
     }
     (*out)[k] = value.get<std::string>();
   }
@@ -465,7 +473,8 @@ void ReadSpec(FieldReader r, InferenceServiceSpec* spec) {
   ReadResources(r.Object("resources"), &spec->resources);
   ReadStringMap(r, "nodeSelector", &spec->node_selector, 63);
   if (const json* t = r.Raw("tolerations")) {
-    if (!t->is_array() || !std::all_of(t->begin(), t->end(), [](const json& e) { return e.is_object(); })) {
+    if (!t->is_array() ||
+        !std::all_of(t->begin(), t->end(), [](const json& e) { return e.is_object(); })) {
       r.Fail("tolerations", "expected a list of objects (core/v1 Toleration)");
     } else {
       spec->tolerations = *t;

@@ -31,6 +31,7 @@ inline constexpr int kRuntimePort = 8081;
 inline constexpr int kFallbackRuntimePort = 8082;
 
 // The YAML text (a header comment naming `origin`, e.g. "llm/gemma3-chat", then the keys).
-std::string RenderSidecarConfigYaml(const InferenceServiceSpec& spec, const std::string& origin = "");
+std::string RenderSidecarConfigYaml(const InferenceServiceSpec& spec,
+                                    const std::string& origin = "");
 
 }  // namespace kinfer::api

@@ -14,8 +14,8 @@ struct Unit {
   long double factor;
 };
 
-constexpr Unit kDurationUnits[] = {{"", 1e9L},    {"ns", 1.0L},   {"us", 1e3L}, {"ms", 1e6L},
-                                   {"s", 1e9L},   {"m", 60e9L},   {"h", 3600e9L}};
+constexpr Unit kDurationUnits[] = {{"", 1e9L},  {"ns", 1.0L}, {"us", 1e3L},  {"ms", 1e6L},
+                                   {"s", 1e9L}, {"m", 60e9L}, {"h", 3600e9L}};
 constexpr Unit kByteUnits[] = {{"", 1.0L},
                                {"B", 1.0L},
                                {"KB", 1e3L},
@@ -27,11 +27,22 @@ constexpr Unit kByteUnits[] = {{"", 1.0L},
                                {"GiB", 1073741824.0L},
                                {"TiB", 1099511627776.0L}};
 // Kubernetes quantity suffixes (resource.Quantity): binary SI, decimal SI.
-constexpr Unit kQuantitySuffixes[] = {
-    {"", 1.0L},     {"n", 1e-9L},  {"u", 1e-6L},  {"m", 1e-3L},  {"k", 1e3L},
-    {"M", 1e6L},    {"G", 1e9L},   {"T", 1e12L},  {"P", 1e15L},  {"E", 1e18L},
-    {"Ki", 1024.0L}, {"Mi", 1048576.0L}, {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
-    {"Pi", 1125899906842624.0L}, {"Ei", 1152921504606846976.0L}};
+constexpr Unit kQuantitySuffixes[] = {{"", 1.0L},
+                                      {"n", 1e-9L},
+                                      {"u", 1e-6L},
+                                      {"m", 1e-3L},
+                                      {"k", 1e3L},
+                                      {"M", 1e6L},
+                                      {"G", 1e9L},
+                                      {"T", 1e12L},
+                                      {"P", 1e15L},
+                                      {"E", 1e18L},
+                                      {"Ki", 1024.0L},
+                                      {"Mi", 1048576.0L},
+                                      {"Gi", 1073741824.0L},
+                                      {"Ti", 1099511627776.0L},
+                                      {"Pi", 1125899906842624.0L},
+                                      {"Ei", 1152921504606846976.0L}};
 
 template <size_t N>
 const Unit* FindUnit(const Unit (&units)[N], std::string_view name) {

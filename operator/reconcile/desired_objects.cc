@@ -15,7 +15,9 @@ namespace {
 using nlohmann::json;
 
 json Metadata(const api::ObjectMeta& meta, const std::string& name) {
-  json m = {{"name", name}, {"labels", Labels(meta)}, {"ownerReferences", json::array({OwnerReference(meta)})}};
+  json m = {{"name", name},
+            {"labels", Labels(meta)},
+            {"ownerReferences", json::array({OwnerReference(meta)})}};
   if (!meta.namespace_name.empty()) m["namespace"] = meta.namespace_name;
   return m;
 }
@@ -38,15 +40,21 @@ json SelectorLabels(const api::ObjectMeta& meta) {
 }
 
 json OwnerReference(const api::ObjectMeta& meta) {
-  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},      {"name", meta.name},
-          {"uid", meta.uid},                {"controller", true},      {"blockOwnerDeletion", true}};
+  return {{"apiVersion", api::kApiVersion},
+          {"kind", api::kKind},
+          {"name", meta.name},
+          {"uid", meta.uid},
+          {"controller", true},
+          {"blockOwnerDeletion", true}};
 }
 
 int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
                                       const PlannerOptions& options) {
   std::chrono::nanoseconds longest = spec.sidecar.timeouts.drain.value;
-  for (const api::PriorityClassSpec& c : spec.sidecar.classes) longest = std::max(longest, c.timeout.value);
-  return options.sidecar_pre_stop_seconds + api::CeilSeconds(longest) + options.drain_margin_seconds;
+  for (const api::PriorityClassSpec& c : spec.sidecar.classes)
+    longest = std::max(longest, c.timeout.value);
+  return options.sidecar_pre_stop_seconds + api::CeilSeconds(longest) +
+         options.drain_margin_seconds;
 }
 
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
@@ -54,8 +62,9 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   // main.cc). maxBatchTokens, maxRunningRequests, kvCacheFraction and speculative have no flag in
   // it yet: they are not passed (docs/operator.md), so a change to them does not roll pods.
   const std::string model_path = ModelFilePath(spec.model, "/models/model");
-  std::vector<std::string> args = {"--model", model_path, "--model-name", spec.model.name,
-                                   "--host", "127.0.0.1", "--port", std::to_string(api::kRuntimePort)};
+  std::vector<std::string> args = {
+      "--model", model_path,  "--model-name", spec.model.name,
+      "--host",  "127.0.0.1", "--port",       std::to_string(api::kRuntimePort)};
   if (spec.runtime.context_size > 0) {
     args.insert(args.end(), {"--ctx-size", std::to_string(spec.runtime.context_size)});
   }
@@ -70,12 +79,14 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
 }
 
 bool WantsPodDisruptionBudget(const api::InferenceServiceSpec& spec) {
-  return spec.autoscaling.enabled ? spec.autoscaling.max_replicas > 1 : spec.replicas.value_or(0) > 1;
+  return spec.autoscaling.enabled ? spec.autoscaling.max_replicas > 1
+                                  : spec.replicas.value_or(0) > 1;
 }
 
 json BuildConfigMap(const api::InferenceService& isvc) {
-  const std::string origin = (isvc.metadata.namespace_name.empty() ? "" : isvc.metadata.namespace_name + "/") +
-                             isvc.metadata.name;
+  const std::string origin =
+      (isvc.metadata.namespace_name.empty() ? "" : isvc.metadata.namespace_name + "/") +
+      isvc.metadata.name;
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
           {"metadata", Metadata(isvc.metadata, ConfigMapName(isvc.metadata))},
@@ -91,19 +102,20 @@ json BuildDeployment(const api::InferenceService& isvc, int replicas,
   pod_template["metadata"]["annotations"][kTemplateHashAnnotation] = template_hash;
   json metadata = Metadata(isvc.metadata, isvc.metadata.name);
   metadata["annotations"] = {{kReplicasAnnotation, std::to_string(replicas)}};
-  return {{"apiVersion", "apps/v1"},
-          {"kind", "Deployment"},
-          {"metadata", std::move(metadata)},
-          {"spec",
-           {{"replicas", replicas},
-            {"selector", {{"matchLabels", SelectorLabels(isvc.metadata)}}},
-            // Keep serving capacity during a rollout: a new pod must be ready before an old one
-            // goes (needs room for one more pod's GPUs).
-            {"strategy",
-             {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxSurge", 1}, {"maxUnavailable", 0}}}}},
-            // Model downloads and loads are slow: report a stuck rollout after 30 min, not 10.
-            {"progressDeadlineSeconds", 1800},
-            {"template", std::move(pod_template)}}}};
+  return {
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata", std::move(metadata)},
+      {"spec",
+       {{"replicas", replicas},
+        {"selector", {{"matchLabels", SelectorLabels(isvc.metadata)}}},
+        // Keep serving capacity during a rollout: a new pod must be ready before an old one
+        // goes (needs room for one more pod's GPUs).
+        {"strategy",
+         {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxSurge", 1}, {"maxUnavailable", 0}}}}},
+        // Model downloads and loads are slow: report a stuck rollout after 30 min, not 10.
+        {"progressDeadlineSeconds", 1800},
+        {"template", std::move(pod_template)}}}};
 }
 
 json BuildService(const api::InferenceService& isvc) {
@@ -120,10 +132,12 @@ json BuildService(const api::InferenceService& isvc) {
 }
 
 json BuildPodDisruptionBudget(const api::InferenceService& isvc) {
-  return {{"apiVersion", "policy/v1"},
-          {"kind", "PodDisruptionBudget"},
-          {"metadata", Metadata(isvc.metadata, isvc.metadata.name)},
-          {"spec", {{"maxUnavailable", 1}, {"selector", {{"matchLabels", SelectorLabels(isvc.metadata)}}}}}};
+  return {
+      {"apiVersion", "policy/v1"},
+      {"kind", "PodDisruptionBudget"},
+      {"metadata", Metadata(isvc.metadata, isvc.metadata.name)},
+      {"spec",
+       {{"maxUnavailable", 1}, {"selector", {{"matchLabels", SelectorLabels(isvc.metadata)}}}}}};
 }
 
 }  // namespace kinfer::reconcile

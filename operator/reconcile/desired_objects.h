@@ -62,8 +62,8 @@ nlohmann::json BuildPodTemplate(const api::InferenceService& isvc, const Planner
 // Hash of the pod template (without the annotation) and the sidecar config: what must roll pods.
 std::string TemplateHash(const nlohmann::json& pod_template, const nlohmann::json& config_map);
 // The Deployment with the template-hash annotation on its pod template.
-nlohmann::json BuildDeployment(const api::InferenceService& isvc, int replicas, const std::string& template_hash,
-                               nlohmann::json pod_template);
+nlohmann::json BuildDeployment(const api::InferenceService& isvc, int replicas,
+                               const std::string& template_hash, nlohmann::json pod_template);
 nlohmann::json BuildService(const api::InferenceService& isvc);
 nlohmann::json BuildPodDisruptionBudget(const api::InferenceService& isvc);
 

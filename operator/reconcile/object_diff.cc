@@ -41,7 +41,7 @@ bool Derivative(const json& desired, const json& observed, Mode mode) {
         if (!IsEmpty(value)) return false;
         continue;
       }
-      const Mode child = mode == Mode::kQuantityMap                    ? Mode::kQuantity
+      const Mode child = mode == Mode::kQuantityMap               ? Mode::kQuantity
                          : (key == "limits" || key == "requests") ? Mode::kQuantityMap
                                                                   : Mode::kNormal;
       if (!Derivative(value, *it, child)) return false;

@@ -19,9 +19,9 @@ namespace kinfer::reconcile {
 
 // True when every field set in `desired` has the same value in `observed`: objects recursively
 // (keys only in `observed` are ignored; a key missing from `observed` matches only a zero value in
-// `desired`: null, {}, [], "", 0 or false, which the API server's JSON leaves out), arrays element by element with equal lengths, scalars equal
-// (numbers by value: 1 == 1.0). Strings under a "limits" or "requests" key are compared as
-// Kubernetes quantities ("0.5" == "500m").
+// `desired`: null, {}, [], "", 0 or false, which the API server's JSON leaves out), arrays element
+// by element with equal lengths, scalars equal (numbers by value: 1 == 1.0). Strings under a
+// "limits" or "requests" key are compared as Kubernetes quantities ("0.5" == "500m").
 bool DeepDerivative(const nlohmann::json& desired, const nlohmann::json& observed);
 
 // The RFC 7386 merge patch that turns `observed` into exactly `desired`: changed and new keys
@@ -30,10 +30,12 @@ bool DeepDerivative(const nlohmann::json& desired, const nlohmann::json& observe
 nlohmann::json ReplacePatch(const nlohmann::json& observed, const nlohmann::json& desired);
 
 // `object` at the path of keys, or a static null when a key is missing.
-const nlohmann::json& At(const nlohmann::json& object, std::initializer_list<std::string_view> path);
+const nlohmann::json& At(const nlohmann::json& object,
+                         std::initializer_list<std::string_view> path);
 
 // Sets `value` at the path of keys in `patch`, creating intermediate objects.
-void SetAt(nlohmann::json& patch, std::initializer_list<std::string_view> path, nlohmann::json value);
+void SetAt(nlohmann::json& patch, std::initializer_list<std::string_view> path,
+           nlohmann::json value);
 
 // 64-bit FNV-1a of `text`, as 16 lowercase hex digits. Stable across builds and machines (the
 // pod-template hash must not change when the operator restarts or is upgraded without a change).

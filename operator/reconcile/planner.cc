@@ -14,9 +14,15 @@ using nlohmann::json;
 
 // Pod-spec keys the operator owns in the Deployment's template. Others (dnsPolicy,
 // schedulerName, securityContext, anything a webhook adds) are left as they are.
-constexpr std::string_view kOwnedPodSpecKeys[] = {
-    "terminationGracePeriodSeconds", "enableServiceLinks", "initContainers",
-    "containers", "volumes", "nodeSelector", "tolerations", "affinity", "priorityClassName"};
+constexpr std::string_view kOwnedPodSpecKeys[] = {"terminationGracePeriodSeconds",
+                                                  "enableServiceLinks",
+                                                  "initContainers",
+                                                  "containers",
+                                                  "volumes",
+                                                  "nodeSelector",
+                                                  "tolerations",
+                                                  "affinity",
+                                                  "priorityClassName"};
 
 bool IsOurs(const json& ref, const api::ObjectMeta& owner) {
   if (!owner.uid.empty()) return ref.value("uid", "") == owner.uid;
@@ -99,9 +105,10 @@ void PlanObject(ObjectPlan& p, const std::optional<json>& observed, const api::O
     AddReason(&reasons, "labels");
   }
   const json& refs = At(obs, {"metadata", "ownerReferences"});
-  const bool has_ours = refs.is_array() && std::any_of(refs.begin(), refs.end(), [&](const json& r) {
-                          return r.is_object() && IsOurs(r, owner) && r.value("controller", false);
-                        });
+  const bool has_ours =
+      refs.is_array() && std::any_of(refs.begin(), refs.end(), [&](const json& r) {
+        return r.is_object() && IsOurs(r, owner) && r.value("controller", false);
+      });
   if (!has_ours) {
     json list = json::array();
     if (refs.is_array()) {
@@ -154,7 +161,8 @@ void DeploymentFields(const api::InferenceService& isvc, const ReconcilePlan& pl
       SetAt(patch, {"spec", "replicas"}, want);
       AddReason(reasons, "replicas " + std::to_string(have) + " -> " + want_text);
     }
-    if (last != want_text) SetAt(patch, {"metadata", "annotations", kReplicasAnnotation}, want_text);
+    if (last != want_text)
+      SetAt(patch, {"metadata", "annotations", kReplicasAnnotation}, want_text);
   }
   if (PatchIfDiffers(patch, {"spec", "strategy"}, obs, desired)) AddReason(reasons, "strategy");
   if (PatchIfDiffers(patch, {"spec", "progressDeadlineSeconds"}, obs, desired)) {
@@ -166,10 +174,12 @@ void DeploymentFields(const api::InferenceService& isvc, const ReconcilePlan& pl
   const json& have_hash = At(have_template, {"metadata", "annotations", kTemplateHashAnnotation});
   const bool hash_differs = have_hash != plan.template_hash;
   if (!hash_differs && DeepDerivative(want_template, have_template)) return;
-  PatchOwnedKeys(patch, {"spec", "template", "metadata", "labels"}, At(have_template, {"metadata", "labels"}),
+  PatchOwnedKeys(patch, {"spec", "template", "metadata", "labels"},
+                 At(have_template, {"metadata", "labels"}),
                  At(want_template, {"metadata", "labels"}));
   PatchOwnedKeys(patch, {"spec", "template", "metadata", "annotations"},
-                 At(have_template, {"metadata", "annotations"}), At(want_template, {"metadata", "annotations"}));
+                 At(have_template, {"metadata", "annotations"}),
+                 At(want_template, {"metadata", "annotations"}));
   const json& want_spec = At(want_template, {"spec"});
   const json& have_spec = At(have_template, {"spec"});
   for (std::string_view key : kOwnedPodSpecKeys) {
@@ -178,22 +188,29 @@ void DeploymentFields(const api::InferenceService& isvc, const ReconcilePlan& pl
     if (d.is_null()) {
       if (!o.is_null()) SetAt(patch, {"spec", "template", "spec", key}, nullptr);
     } else if (!DeepDerivative(d, o)) {
-      SetAt(patch, {"spec", "template", "spec", key}, o.is_object() && d.is_object() ? ReplacePatch(o, d) : d);
+      SetAt(patch, {"spec", "template", "spec", key},
+            o.is_object() && d.is_object() ? ReplacePatch(o, d) : d);
     }
   }
-  AddReason(reasons, hash_differs ? "template hash " + (have_hash.is_string() ? have_hash.get<std::string>() : "none") +
-                                        " -> " + plan.template_hash
-                                  : "template drift");
+  AddReason(reasons, hash_differs
+                         ? "template hash " +
+                               (have_hash.is_string() ? have_hash.get<std::string>() : "none") +
+                               " -> " + plan.template_hash
+                         : "template drift");
 }
 
 }  // namespace
 
 std::string_view ActionName(Action action) {
   switch (action) {
-    case Action::kNone: return "none";
-    case Action::kCreate: return "create";
-    case Action::kUpdate: return "update";
-    case Action::kDelete: return "delete";
+    case Action::kNone:
+      return "none";
+    case Action::kCreate:
+      return "create";
+    case Action::kUpdate:
+      return "update";
+    case Action::kDelete:
+      return "delete";
   }
   return "?";
 }
@@ -222,7 +239,8 @@ int DesiredReplicas(const api::InferenceService& isvc, const Observed& observed)
   return std::clamp(want, spec.autoscaling.min_replicas, spec.autoscaling.max_replicas);
 }
 
-ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed, const PlannerOptions& options) {
+ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed,
+                   const PlannerOptions& options) {
   ReconcilePlan plan;
   plan.desired_replicas = DesiredReplicas(isvc, observed);
   const json config_map = BuildConfigMap(isvc);
@@ -230,8 +248,8 @@ ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed, 
   plan.template_hash = TemplateHash(pod_template, config_map);
   plan.config_map = Start(config_map);
   plan.service = Start(BuildService(isvc));
-  plan.deployment =
-      Start(BuildDeployment(isvc, plan.desired_replicas, plan.template_hash, std::move(pod_template)));
+  plan.deployment = Start(
+      BuildDeployment(isvc, plan.desired_replicas, plan.template_hash, std::move(pod_template)));
   plan.pdb = Start(BuildPodDisruptionBudget(isvc));
 
   if (isvc.metadata.deleting) {
@@ -253,7 +271,8 @@ ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed, 
              [&](json& patch, const json& obs, std::string* reasons) {
                const json& want = plan.service.desired;
                if (PatchIfDiffers(patch, {"spec", "type"}, obs, want)) AddReason(reasons, "type");
-               if (PatchIfDiffers(patch, {"spec", "selector"}, obs, want, true)) AddReason(reasons, "selector");
+               if (PatchIfDiffers(patch, {"spec", "selector"}, obs, want, true))
+                 AddReason(reasons, "selector");
                if (PatchIfDiffers(patch, {"spec", "ports"}, obs, want)) AddReason(reasons, "ports");
              });
 
@@ -261,9 +280,11 @@ ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed, 
   const json* deployment_ref = observed.deployment ? ControllerRef(*observed.deployment) : nullptr;
   if (observed.deployment && !(deployment_ref && !IsOurs(*deployment_ref, owner)) &&
       At(*observed.deployment, {"metadata", "deletionTimestamp"}).is_null() &&
-      At(*observed.deployment, {"spec", "selector"}) != At(plan.deployment.desired, {"spec", "selector"})) {
+      At(*observed.deployment, {"spec", "selector"}) !=
+          At(plan.deployment.desired, {"spec", "selector"})) {
     plan.deployment.reason =
-        "its selector differs and is immutable; delete the Deployment to let the operator recreate it";
+        "its selector differs and is immutable; delete the Deployment to let the operator recreate "
+        "it";
     plan.conflicts.push_back(Describe(plan.deployment) + ": " + plan.deployment.reason);
   } else {
     PlanObject(plan.deployment, observed.deployment, owner, plan.conflicts,
@@ -283,12 +304,14 @@ ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed, 
                    SetAt(patch, {"spec", "minAvailable"}, nullptr);
                    AddReason(reasons, "minAvailable");
                  }
-                 if (PatchIfDiffers(patch, {"spec", "selector"}, obs, want, true)) AddReason(reasons, "selector");
+                 if (PatchIfDiffers(patch, {"spec", "selector"}, obs, want, true))
+                   AddReason(reasons, "selector");
                });
   } else {
     plan.pdb.desired = nullptr;
     const json* ref = observed.pdb ? ControllerRef(*observed.pdb) : nullptr;
-    if (ref && IsOurs(*ref, owner) && At(*observed.pdb, {"metadata", "deletionTimestamp"}).is_null()) {
+    if (ref && IsOurs(*ref, owner) &&
+        At(*observed.pdb, {"metadata", "deletionTimestamp"}).is_null()) {
       plan.pdb.action = Action::kDelete;
       plan.pdb.reason = "at most one pod: a budget is not needed";
     } else {

@@ -38,7 +38,8 @@ Problem ContainerProblem(const json& status, bool init, std::string* detail) {
                 : code == kExitModelDownloadFailed ? Problem::kDownload
                                                    : Problem::kNone;
     if (p != Problem::kNone) {
-      *detail = "container " + name + ": " + (message.empty() ? "exit " + std::to_string(code) : message);
+      *detail =
+          "container " + name + ": " + (message.empty() ? "exit " + std::to_string(code) : message);
       while (!detail->empty() && detail->back() == '\n') detail->pop_back();
       return p;
     }
@@ -76,8 +77,8 @@ void AddPod(const json& pod, PodSummary* s) {
   }
   Problem worst = Problem::kNone;
   std::string worst_detail;
-  for (const auto& [key, init] : {std::pair{"initContainerStatuses", true},
-                                  std::pair{"containerStatuses", false}}) {
+  for (const auto& [key, init] :
+       {std::pair{"initContainerStatuses", true}, std::pair{"containerStatuses", false}}) {
     const json& statuses = At(pod, {"status", key});
     if (!statuses.is_array()) continue;
     for (const json& cs : statuses) {
@@ -91,12 +92,23 @@ void AddPod(const json& pod, PodSummary* s) {
     }
   }
   switch (worst) {
-    case Problem::kNone: return;
-    case Problem::kChecksum: ++s->model_checksum_mismatch; break;
-    case Problem::kNotFound: ++s->model_not_found; break;
-    case Problem::kDownload: ++s->model_download_failed; break;
-    case Problem::kImagePull: ++s->image_pull_failing; break;
-    case Problem::kCrashLoop: ++s->crash_looping; break;
+    case Problem::kNone:
+      return;
+    case Problem::kChecksum:
+      ++s->model_checksum_mismatch;
+      break;
+    case Problem::kNotFound:
+      ++s->model_not_found;
+      break;
+    case Problem::kDownload:
+      ++s->model_download_failed;
+      break;
+    case Problem::kImagePull:
+      ++s->image_pull_failing;
+      break;
+    case Problem::kCrashLoop:
+      ++s->crash_looping;
+      break;
   }
   if (s->first_problem.empty()) {
     s->first_problem = "pod " + Str(At(pod, {"metadata", "name"})) + ": " + worst_detail;

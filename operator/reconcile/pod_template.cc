@@ -59,16 +59,21 @@ std::string Hex4(int port) {
 std::string RuntimePreStopScript(int runtime_port) {
   const std::string listen = " [0-9A-F]+:" + Hex4(api::kSidecarPort) + " [0-9A-F]+:[0-9A-F]+ 0A ";
   const std::string open = " [0-9A-F]+:" + Hex4(runtime_port) + " [0-9A-F]+:[0-9A-F]+ 01 ";
-  return "while grep -Eq '" + listen + "' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 1; done\n"
-         "while grep -Eq '" + open + "' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 1; done\n";
+  return "while grep -Eq '" + listen +
+         "' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 1; done\n"
+         "while grep -Eq '" +
+         open + "' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 1; done\n";
 }
 
-json Env(const std::string& name, const std::string& value) { return {{"name", name}, {"value", value}}; }
+json Env(const std::string& name, const std::string& value) {
+  return {{"name", name}, {"value", value}};
+}
 
 json ModelVolume(const api::ModelSpec& m, const std::string& volume) {
   switch (m.source) {
     case api::ModelSource::kPvc:
-      return {{"name", volume}, {"persistentVolumeClaim", {{"claimName", m.pvc_claim}, {"readOnly", true}}}};
+      return {{"name", volume},
+              {"persistentVolumeClaim", {{"claimName", m.pvc_claim}, {"readOnly", true}}}};
     case api::ModelSource::kHostPath:
       return {{"name", volume},
               {"hostPath", {{"path", m.path.substr(0, m.path.rfind('/'))}, {"type", "Directory"}}}};
@@ -79,25 +84,29 @@ json ModelVolume(const api::ModelSpec& m, const std::string& volume) {
 }
 
 // verify-VOLUME (pvc, file) or fetch-VOLUME (http).
-json ModelInitContainer(const api::ModelSpec& m, const std::string& volume, const std::string& mount_dir,
-                        const std::string& image) {
+json ModelInitContainer(const api::ModelSpec& m, const std::string& volume,
+                        const std::string& mount_dir, const std::string& image) {
   const bool fetch = m.source == api::ModelSource::kHttp;
   return {{"name", (fetch ? "fetch-" : "verify-") + volume},
           {"image", image},
           {"command", {"/bin/sh", "-c", fetch ? kFetchScript : kVerifyScript}},
-          {"env", {Env("MODEL_URI", m.uri), Env("MODEL_SHA256", m.sha256),
-                   Env("MODEL_FILE", ModelFilePath(m, mount_dir))}},
+          {"env",
+           {Env("MODEL_URI", m.uri), Env("MODEL_SHA256", m.sha256),
+            Env("MODEL_FILE", ModelFilePath(m, mount_dir))}},
           {"volumeMounts", {{{"name", volume}, {"mountPath", mount_dir}, {"readOnly", !fetch}}}}};
 }
 
-json RuntimeContainer(const std::string& name, const std::string& image, std::vector<std::string> args,
-                      json resources, const std::string& volume, const std::string& mount_dir, int port) {
-  json c = {{"name", name},
-            {"image", image},
-            {"command", {"kinfer-runtime"}},
-            {"args", std::move(args)},
-            {"volumeMounts", {{{"name", volume}, {"mountPath", mount_dir}, {"readOnly", true}}}},
-            {"lifecycle", {{"preStop", {{"exec", {{"command", {"/bin/sh", "-c", RuntimePreStopScript(port)}}}}}}}}};
+json RuntimeContainer(const std::string& name, const std::string& image,
+                      std::vector<std::string> args, json resources, const std::string& volume,
+                      const std::string& mount_dir, int port) {
+  json c = {
+      {"name", name},
+      {"image", image},
+      {"command", {"kinfer-runtime"}},
+      {"args", std::move(args)},
+      {"volumeMounts", {{{"name", volume}, {"mountPath", mount_dir}, {"readOnly", true}}}},
+      {"lifecycle",
+       {{"preStop", {{"exec", {{"command", {"/bin/sh", "-c", RuntimePreStopScript(port)}}}}}}}}};
   if (!resources.empty()) c["resources"] = std::move(resources);
   return c;
 }
@@ -115,9 +124,12 @@ json RuntimeResources(const api::ResourcesSpec& r) {
 
 std::string ModelFilePath(const api::ModelSpec& model, const std::string& mount_dir) {
   switch (model.source) {
-    case api::ModelSource::kPvc: return mount_dir + "/" + model.path;
-    case api::ModelSource::kHostPath: return mount_dir + model.path.substr(model.path.rfind('/'));
-    case api::ModelSource::kHttp: break;
+    case api::ModelSource::kPvc:
+      return mount_dir + "/" + model.path;
+    case api::ModelSource::kHostPath:
+      return mount_dir + model.path.substr(model.path.rfind('/'));
+    case api::ModelSource::kHttp:
+      break;
   }
   return mount_dir + "/model.gguf";
 }
@@ -153,23 +165,27 @@ json BuildPodTemplate(const api::InferenceService& isvc, const PlannerOptions& o
   json config_items = json::array();
   config_items.push_back({{"key", kSidecarConfigKey}, {"path", kSidecarConfigKey}});
   if (spec.sidecar.api_keys_secret_name.empty()) {
-    volumes.push_back({{"name", "sidecar-config"},
-                       {"configMap", {{"name", ConfigMapName(isvc.metadata)}, {"items", config_items}}}});
+    volumes.push_back(
+        {{"name", "sidecar-config"},
+         {"configMap", {{"name", ConfigMapName(isvc.metadata)}, {"items", config_items}}}});
   } else {
-    volumes.push_back({{"name", "sidecar-config-base"},
-                       {"configMap", {{"name", ConfigMapName(isvc.metadata)}, {"items", config_items}}}});
+    volumes.push_back(
+        {{"name", "sidecar-config-base"},
+         {"configMap", {{"name", ConfigMapName(isvc.metadata)}, {"items", config_items}}}});
     json secret_items = json::array();
     secret_items.push_back({{"key", kApiKeysSecretKey}, {"path", kApiKeysSecretKey}});
-    volumes.push_back({{"name", "api-keys"},
-                       {"secret", {{"secretName", spec.sidecar.api_keys_secret_name}, {"items", secret_items}}}});
+    volumes.push_back(
+        {{"name", "api-keys"},
+         {"secret", {{"secretName", spec.sidecar.api_keys_secret_name}, {"items", secret_items}}}});
     volumes.push_back({{"name", "sidecar-config"}, {"emptyDir", {{"medium", "Memory"}}}});
-    init.push_back({{"name", "sidecar-config"},
-                    {"image", sidecar_image},
-                    {"command", {"/bin/sh", "-c", kSidecarConfigScript}},
-                    {"volumeMounts",
-                     {{{"name", "sidecar-config-base"}, {"mountPath", "/etc/kinfer/base"}, {"readOnly", true}},
-                      {{"name", "api-keys"}, {"mountPath", "/etc/kinfer/api-keys"}, {"readOnly", true}},
-                      {{"name", "sidecar-config"}, {"mountPath", "/etc/kinfer/out"}}}}});
+    init.push_back(
+        {{"name", "sidecar-config"},
+         {"image", sidecar_image},
+         {"command", {"/bin/sh", "-c", kSidecarConfigScript}},
+         {"volumeMounts",
+          {{{"name", "sidecar-config-base"}, {"mountPath", "/etc/kinfer/base"}, {"readOnly", true}},
+           {{"name", "api-keys"}, {"mountPath", "/etc/kinfer/api-keys"}, {"readOnly", true}},
+           {{"name", "sidecar-config"}, {"mountPath", "/etc/kinfer/out"}}}}});
   }
 
   const json http_get_port = "http";
@@ -192,14 +208,17 @@ json BuildPodTemplate(const api::InferenceService& isvc, const PlannerOptions& o
          {"timeoutSeconds", 5},
          {"failureThreshold", 6}}},
        {"resources",
-        {{"requests", {{"cpu", options.sidecar_cpu_request}, {"memory", options.sidecar_memory_request}}}}},
-       {"volumeMounts", {{{"name", "sidecar-config"}, {"mountPath", "/etc/kinfer"}, {"readOnly", true}}}},
+        {{"requests",
+          {{"cpu", options.sidecar_cpu_request}, {"memory", options.sidecar_memory_request}}}}},
+       {"volumeMounts",
+        {{{"name", "sidecar-config"}, {"mountPath", "/etc/kinfer"}, {"readOnly", true}}}},
        // Endpoints drop the pod while the sidecar still serves; then SIGTERM starts its drain.
        {"lifecycle",
         {{"preStop",
           {{"exec",
             {{"command",
-              {"/bin/sh", "-c", "sleep " + std::to_string(options.sidecar_pre_stop_seconds)}}}}}}}}});
+              {"/bin/sh", "-c",
+               "sleep " + std::to_string(options.sidecar_pre_stop_seconds)}}}}}}}}});
 
   json pod_spec = {{"terminationGracePeriodSeconds", TerminationGracePeriodSeconds(spec, options)},
                    {"enableServiceLinks", false},
@@ -207,7 +226,8 @@ json BuildPodTemplate(const api::InferenceService& isvc, const PlannerOptions& o
                    {"containers", std::move(containers)},
                    {"volumes", std::move(volumes)}};
   if (!spec.node_selector.empty()) pod_spec["nodeSelector"] = spec.node_selector;
-  if (spec.tolerations.is_array() && !spec.tolerations.empty()) pod_spec["tolerations"] = spec.tolerations;
+  if (spec.tolerations.is_array() && !spec.tolerations.empty())
+    pod_spec["tolerations"] = spec.tolerations;
   if (spec.affinity.is_object() && !spec.affinity.empty()) pod_spec["affinity"] = spec.affinity;
   if (!spec.priority_class_name.empty()) pod_spec["priorityClassName"] = spec.priority_class_name;
 

@@ -8,7 +8,8 @@ namespace kinfer::reconcile {
 
 ReconcileResult ReconcileStep(const nlohmann::json& object, const Observed& observed,
                               const PlannerOptions& options,
-                              const std::optional<autoscale::Decision>& decision, std::string_view now) {
+                              const std::optional<autoscale::Decision>& decision,
+                              std::string_view now) {
   ReconcileResult result;
   StatusOr<api::InferenceService> isvc = api::ParseInferenceService(object);
   if (!isvc.ok()) {

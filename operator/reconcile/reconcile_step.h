@@ -31,6 +31,7 @@ struct ReconcileResult {
 
 ReconcileResult ReconcileStep(const nlohmann::json& object, const Observed& observed,
                               const PlannerOptions& options,
-                              const std::optional<autoscale::Decision>& decision, std::string_view now);
+                              const std::optional<autoscale::Decision>& decision,
+                              std::string_view now);
 
 }  // namespace kinfer::reconcile

@@ -30,30 +30,35 @@ bool ProgressDeadlineExceeded(const Observed& observed) {
   const json& conditions = At(*observed.deployment, {"status", "conditions"});
   if (!conditions.is_array()) return false;
   for (const json& c : conditions) {
-    if (c.is_object() && c.value("type", "") == "Progressing" && c.value("reason", "") == "ProgressDeadlineExceeded") {
+    if (c.is_object() && c.value("type", "") == "Progressing" &&
+        c.value("reason", "") == "ProgressDeadlineExceeded") {
       return true;
     }
   }
   return false;
 }
 
-api::Condition Degraded(const api::InferenceService& isvc, const Observed& observed, const ReconcilePlan& plan) {
+api::Condition Degraded(const api::InferenceService& isvc, const Observed& observed,
+                        const ReconcilePlan& plan) {
   const int64_t gen = isvc.metadata.generation;
   if (!plan.conflicts.empty()) {
     std::string message;
-    for (const std::string& c : plan.conflicts) message.append(message.empty() ? "" : "; ").append(c);
+    for (const std::string& c : plan.conflicts)
+      message.append(message.empty() ? "" : "; ").append(c);
     return Make(kConditionDegraded, "True", "ReconcileError", message, gen);
   }
   if (observed.pods) {
     const PodSummary& p = *observed.pods;
-    const std::pair<int, const char*> problems[] = {{p.model_checksum_mismatch, "ModelChecksumMismatch"},
-                                                    {p.model_not_found, "ModelNotFound"},
-                                                    {p.model_download_failed, "ModelDownloadFailed"},
-                                                    {p.image_pull_failing, "ImagePullFailed"},
-                                                    {p.crash_looping, "PodsCrashLooping"}};
+    const std::pair<int, const char*> problems[] = {
+        {p.model_checksum_mismatch, "ModelChecksumMismatch"},
+        {p.model_not_found, "ModelNotFound"},
+        {p.model_download_failed, "ModelDownloadFailed"},
+        {p.image_pull_failing, "ImagePullFailed"},
+        {p.crash_looping, "PodsCrashLooping"}};
     for (const auto& [count, reason] : problems) {
       if (count > 0) {
-        return Make(kConditionDegraded, "True", reason, Plural(count, "pod") + " failing; " + p.first_problem, gen);
+        return Make(kConditionDegraded, "True", reason,
+                    Plural(count, "pod") + " failing; " + p.first_problem, gen);
       }
     }
   }
@@ -67,23 +72,29 @@ api::Condition Degraded(const api::InferenceService& isvc, const Observed& obser
 api::Condition Ready(const api::InferenceService& isvc, int ready) {
   const int64_t gen = isvc.metadata.generation;
   const api::InferenceServiceSpec& spec = isvc.spec;
-  const int required = spec.autoscaling.enabled ? spec.autoscaling.min_replicas : spec.replicas.value_or(0);
-  const std::string counts = std::to_string(ready) + " of " + std::to_string(required) + " required pods ready";
-  if (required == 0) return Make(kConditionReady, "False", "ScaledToZero", "spec.replicas is 0", gen);
-  if (ready >= required) return Make(kConditionReady, "True", "MinimumReplicasAvailable", counts, gen);
+  const int required =
+      spec.autoscaling.enabled ? spec.autoscaling.min_replicas : spec.replicas.value_or(0);
+  const std::string counts =
+      std::to_string(ready) + " of " + std::to_string(required) + " required pods ready";
+  if (required == 0)
+    return Make(kConditionReady, "False", "ScaledToZero", "spec.replicas is 0", gen);
+  if (ready >= required)
+    return Make(kConditionReady, "True", "MinimumReplicasAvailable", counts, gen);
   if (ready == 0) return Make(kConditionReady, "False", "NoReadyReplicas", counts, gen);
   return Make(kConditionReady, "False", "MinimumReplicasUnavailable", counts, gen);
 }
 
-api::Condition Progressing(const api::InferenceService& isvc, const Observed& observed, const ReconcilePlan& plan,
-                           int total, int ready) {
+api::Condition Progressing(const api::InferenceService& isvc, const Observed& observed,
+                           const ReconcilePlan& plan, int total, int ready) {
   const int64_t gen = isvc.metadata.generation;
   const int want = plan.desired_replicas;
   if (plan.deployment.action == Action::kCreate) {
     return Make(kConditionProgressing, "True", "RolloutInProgress", "creating the Deployment", gen);
   }
-  if (plan.deployment.action == Action::kUpdate && At(plan.deployment.patch, {"spec", "template"}).is_object()) {
-    return Make(kConditionProgressing, "True", "RolloutInProgress", "rolling out a new pod template", gen);
+  if (plan.deployment.action == Action::kUpdate &&
+      At(plan.deployment.patch, {"spec", "template"}).is_object()) {
+    return Make(kConditionProgressing, "True", "RolloutInProgress",
+                "rolling out a new pod template", gen);
   }
   if (observed.deployment) {
     const json& d = *observed.deployment;
@@ -93,8 +104,9 @@ api::Condition Progressing(const api::InferenceService& isvc, const Observed& ob
     const bool generation_seen =
         IntAt(d, {"status", "observedGeneration"}) >= IntAt(d, {"metadata", "generation"});
     if (!generation_seen || updated < spec_replicas || existing > updated) {
-      return Make(kConditionProgressing, "True", "RolloutInProgress",
-                  std::to_string(updated) + " of " + std::to_string(spec_replicas) + " pods updated", gen);
+      return Make(
+          kConditionProgressing, "True", "RolloutInProgress",
+          std::to_string(updated) + " of " + std::to_string(spec_replicas) + " pods updated", gen);
     }
   }
   if (want > ready) {
@@ -114,7 +126,8 @@ std::optional<api::Condition> ScalingActive(const api::InferenceService& isvc,
   const int64_t gen = isvc.metadata.generation;
   if (!isvc.spec.autoscaling.enabled) {
     return Make(kConditionScalingActive, "False", "ManualScaling",
-                "spec.replicas sizes the service (kubectl scale, an HPA or KEDA may change it)", gen);
+                "spec.replicas sizes the service (kubectl scale, an HPA or KEDA may change it)",
+                gen);
   }
   if (decision) {
     if (decision->reason == "metrics_missing") {
@@ -122,7 +135,8 @@ std::optional<api::Condition> ScalingActive(const api::InferenceService& isvc,
                   "too few pods reported metrics; the replica count is frozen", gen);
     }
     return Make(kConditionScalingActive, "True", "AutoscalerActive",
-                "desired " + std::to_string(decision->desired) + " (" + decision->reason + ")", gen);
+                "desired " + std::to_string(decision->desired) + " (" + decision->reason + ")",
+                gen);
   }
   const api::Condition* prev = isvc.status.FindCondition(kConditionScalingActive);
   if (prev && prev->reason != "ManualScaling" && prev->reason != "InvalidSpec") {
@@ -147,7 +161,8 @@ std::string ScaleReason(const api::InferenceService& isvc, const ReconcilePlan& 
 // Conditions in the canonical order, then any others the old status had.
 std::vector<api::Condition> Ordered(std::vector<api::Condition> conditions) {
   std::vector<api::Condition> out;
-  for (const char* type : {kConditionReady, kConditionProgressing, kConditionDegraded, kConditionScalingActive}) {
+  for (const char* type :
+       {kConditionReady, kConditionProgressing, kConditionDegraded, kConditionScalingActive}) {
     for (const api::Condition& c : conditions) {
       if (c.type == type) out.push_back(c);
     }
@@ -165,8 +180,9 @@ std::vector<api::Condition> Ordered(std::vector<api::Condition> conditions) {
 void SetCondition(std::vector<api::Condition>* conditions, api::Condition c, std::string_view now) {
   for (api::Condition& old : *conditions) {
     if (old.type != c.type) continue;
-    c.last_transition_time =
-        old.status == c.status && !old.last_transition_time.empty() ? old.last_transition_time : std::string(now);
+    c.last_transition_time = old.status == c.status && !old.last_transition_time.empty()
+                                 ? old.last_transition_time
+                                 : std::string(now);
     old = std::move(c);
     return;
   }
@@ -174,8 +190,9 @@ void SetCondition(std::vector<api::Condition>* conditions, api::Condition c, std
   conditions->push_back(std::move(c));
 }
 
-json ComputeStatus(const api::InferenceService& isvc, const Observed& observed, const ReconcilePlan& plan,
-                   const std::optional<autoscale::Decision>& decision, std::string_view now) {
+json ComputeStatus(const api::InferenceService& isvc, const Observed& observed,
+                   const ReconcilePlan& plan, const std::optional<autoscale::Decision>& decision,
+                   std::string_view now) {
   const api::InferenceServiceStatus& prev = isvc.status;
   api::InferenceServiceStatus s;
   s.observed_generation = isvc.metadata.generation;
@@ -200,7 +217,8 @@ json ComputeStatus(const api::InferenceService& isvc, const Observed& observed, 
     s.observed_queue_depth = prev.observed_queue_depth;
     s.observed_p99_ttft_seconds = prev.observed_p99_ttft_seconds;
   }
-  if (!prev.desired_replicas || *prev.desired_replicas != plan.desired_replicas || prev.last_scale_time.empty()) {
+  if (!prev.desired_replicas || *prev.desired_replicas != plan.desired_replicas ||
+      prev.last_scale_time.empty()) {
     s.last_scale_time = std::string(now);
     s.last_scale_reason = ScaleReason(isvc, plan, decision);
   } else {
@@ -223,7 +241,8 @@ json ComputeInvalidSpecStatus(const json& object, const Status& error, std::stri
   const int64_t gen = generation.is_number_integer() ? generation.get<int64_t>() : 0;
   s.observed_generation = gen;
   const json& name = At(object, {"metadata", "name"});
-  if (name.is_string() && s.selector.empty()) s.selector = api::SelectorString(name.get<std::string>());
+  if (name.is_string() && s.selector.empty())
+    s.selector = api::SelectorString(name.get<std::string>());
   const std::string message = error.message();
   SetCondition(&s.conditions, Make(kConditionReady, "False", "InvalidSpec", message, gen), now);
   SetCondition(&s.conditions,
@@ -231,8 +250,9 @@ json ComputeInvalidSpecStatus(const json& object, const Status& error, std::stri
                     "the operator changes nothing until the spec is fixed", gen),
                now);
   SetCondition(&s.conditions, Make(kConditionDegraded, "True", "InvalidSpec", message, gen), now);
-  SetCondition(&s.conditions,
-               Make(kConditionScalingActive, "False", "InvalidSpec", "the spec cannot be served", gen), now);
+  SetCondition(
+      &s.conditions,
+      Make(kConditionScalingActive, "False", "InvalidSpec", "the spec cannot be served", gen), now);
   s.conditions = Ordered(std::move(s.conditions));
   return api::ToJson(s);
 }

@@ -38,7 +38,8 @@ void SetCondition(std::vector<api::Condition>* conditions, api::Condition c, std
 // and the ScalingActive condition carry over).
 nlohmann::json ComputeStatus(const api::InferenceService& isvc, const Observed& observed,
                              const ReconcilePlan& plan,
-                             const std::optional<autoscale::Decision>& decision, std::string_view now);
+                             const std::optional<autoscale::Decision>& decision,
+                             std::string_view now);
 
 // The status of an InferenceService whose spec the operator cannot serve (`error` from
 // ParseInferenceService): Ready False and Degraded True with reason InvalidSpec and the error as

@@ -86,7 +86,8 @@ TEST(InferenceServiceTest, FullSampleReadsEveryGivenField) {
   EXPECT_EQ(s.sidecar.max_body_bytes.bytes, 2u << 20);
   EXPECT_EQ(s.sidecar.timeouts.drain.value, std::chrono::seconds(60));
   ASSERT_EQ(s.sidecar.classes.size(), 3u);
-  EXPECT_EQ(s.sidecar.classes[0].degrade.triggers, (std::vector<std::string>{"breaker_open", "deadline"}));
+  EXPECT_EQ(s.sidecar.classes[0].degrade.triggers,
+            (std::vector<std::string>{"breaker_open", "deadline"}));
   EXPECT_EQ(s.sidecar.classes[2].timeout.value, std::chrono::seconds(300));
   EXPECT_EQ(s.sidecar.classes[1].timeout.text, "60s");
   EXPECT_EQ(s.sidecar.api_keys_secret_name, "gemma3-chat-api-keys");
@@ -114,12 +115,16 @@ TEST(InferenceServiceTest, ManualReplicasSample) {
 
 // Walks the CRD schema: every property with a scalar or list default, found at the same path in
 // ToJson(spec) of an object that leaves it out, has the CRD's default value.
-void CollectDefaults(const json& schema, const std::string& path, std::vector<std::pair<std::string, json>>* out) {
-  if (schema.contains("default") && !schema["default"].is_object()) out->emplace_back(path, schema["default"]);
+void CollectDefaults(const json& schema, const std::string& path,
+                     std::vector<std::pair<std::string, json>>* out) {
+  if (schema.contains("default") && !schema["default"].is_object())
+    out->emplace_back(path, schema["default"]);
   if (schema.contains("properties")) {
-    for (const auto& [key, sub] : schema["properties"].items()) CollectDefaults(sub, path + "/" + key, out);
+    for (const auto& [key, sub] : schema["properties"].items())
+      CollectDefaults(sub, path + "/" + key, out);
   }
-  if (schema.contains("items") && schema["items"].contains("properties")) CollectDefaults(schema["items"], path + "/0", out);
+  if (schema.contains("items") && schema["items"].contains("properties"))
+    CollectDefaults(schema["items"], path + "/0", out);
   if (schema.contains("additionalProperties") && schema["additionalProperties"].is_object()) {
     CollectDefaults(schema["additionalProperties"], path + "/team-a", out);
   }
@@ -130,9 +135,13 @@ json Skeleton() {
   json object = Sample("minimal.yaml");
   json& spec = object["spec"];
   spec["fallbackModel"] = {{"name", "small"}, {"uri", "pvc://models/small.gguf"}};
-  spec["runtime"]["speculative"] = {{"draftModel", {{"name", "draft"}, {"uri", "file:///models/draft.gguf"}}}};
-  spec["sidecar"] = {{"classes", {{{"name", "standard"}}}}, {"rateLimits", {{"overrides", {{"team-a", json::object()}}}}}};
-  spec["autoscaling"] = {{"metricsSource", {{"prometheus", {{"url", "http://prom:9090"}, {"queries", json::object()}}}}}};
+  spec["runtime"]["speculative"] = {
+      {"draftModel", {{"name", "draft"}, {"uri", "file:///models/draft.gguf"}}}};
+  spec["sidecar"] = {{"classes", {{{"name", "standard"}}}},
+                     {"rateLimits", {{"overrides", {{"team-a", json::object()}}}}}};
+  spec["autoscaling"] = {
+      {"metricsSource",
+       {{"prometheus", {{"url", "http://prom:9090"}, {"queries", json::object()}}}}}};
   return object;
 }
 
@@ -180,14 +189,16 @@ TEST(InferenceServiceTest, EveryCrdFieldIsReadAndNamedInErrors) {
   CollectLeaves(CrdSpecSchema(), "", "spec", &leaves);
   ASSERT_GE(leaves.size(), 100u);
   json base = Sample("full.yaml");
-  base["spec"]["runtime"]["speculative"]["draftModel"] = {{"name", "draft"}, {"uri", "pvc://models/d.gguf"}};
+  base["spec"]["runtime"]["speculative"]["draftModel"] = {{"name", "draft"},
+                                                          {"uri", "pvc://models/d.gguf"}};
   base["spec"]["autoscaling"]["metricsSource"]["prometheus"]["queries"] = json::object();
   ASSERT_TRUE(ParseInferenceService(base).ok());
   int checked = 0;
   for (const auto& [pointer, path, is_list] : leaves) {
     json object = base;
     // A value of the wrong type for every kind of field: an object for a list, a list otherwise.
-    object["spec"][json::json_pointer(pointer)] = is_list ? json{{"wrong", "type"}} : json::array({1});
+    object["spec"][json::json_pointer(pointer)] =
+        is_list ? json{{"wrong", "type"}} : json::array({1});
     auto parsed = ParseInferenceService(object);
     ASSERT_FALSE(parsed.ok()) << path << " accepted a value of the wrong type";
     EXPECT_EQ(parsed.status().message().rfind(path + ":", 0), 0u)
@@ -221,47 +232,106 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
   const std::vector<BadSpec> cases = {
       {"unsupported scheme", [](json& s) { s["model"]["uri"] = "s3://bucket/model.gguf"; },
        "spec.model.uri: scheme 's3' is not supported"},
-      {"pvc path escaping the claim", [](json& s) { s["model"]["uri"] = "pvc://models/../etc/passwd"; },
+      {"pvc path escaping the claim",
+       [](json& s) { s["model"]["uri"] = "pvc://models/../etc/passwd"; }, "spec.model.uri:"},
+      {"pvc without a path", [](json& s) { s["model"]["uri"] = "pvc://models"; },
        "spec.model.uri:"},
-      {"pvc without a path", [](json& s) { s["model"]["uri"] = "pvc://models"; }, "spec.model.uri:"},
-      {"host file in /", [](json& s) { s["model"]["uri"] = "file:///model.gguf"; }, "spec.model.uri:"},
+      {"host file in /", [](json& s) { s["model"]["uri"] = "file:///model.gguf"; },
+       "spec.model.uri:"},
       {"http without sha256", [](json& s) { s["model"]["uri"] = "https://x.example/m.gguf"; },
        "spec.model.uri: a model downloaded over http(s) must be pinned"},
       {"bad sha256", [](json& s) { s["model"]["sha256"] = "ABC"; }, "spec.model.sha256:"},
       {"missing model", [](json& s) { s.erase("model"); }, "spec.model: is required"},
-      {"fallback named like the model", [](json& s) { s["fallbackModel"] = {{"name", "smollm2-135m-instruct"}, {"uri", "pvc://m/x.gguf"}}; },
+      {"fallback named like the model",
+       [](json& s) {
+         s["fallbackModel"] = {{"name", "smollm2-135m-instruct"}, {"uri", "pvc://m/x.gguf"}};
+       },
        "spec.fallbackModel.name:"},
-      {"cache entry larger than the cache", [](json& s) { s["sidecar"] = {{"cache", {{"maxBytes", "1MiB"}, {"maxEntryBytes", "2MiB"}}}}; },
+      {"cache entry larger than the cache",
+       [](json& s) {
+         s["sidecar"] = {{"cache", {{"maxBytes", "1MiB"}, {"maxEntryBytes", "2MiB"}}}};
+       },
        "spec.sidecar.cache.maxEntryBytes:"},
-      {"stats window not a multiple", [](json& s) { s["sidecar"] = {{"metrics", {{"statsWindow", "10s"}, {"statsBucket", "3s"}}}}; },
+      {"stats window not a multiple",
+       [](json& s) {
+         s["sidecar"] = {{"metrics", {{"statsWindow", "10s"}, {"statsBucket", "3s"}}}};
+       },
        "spec.sidecar.metrics.statsWindow:"},
-      {"buckets not increasing", [](json& s) { s["sidecar"] = {{"metrics", {{"ttftBuckets", {0.5, 0.1}}}}}; },
+      {"buckets not increasing",
+       [](json& s) {
+         s["sidecar"] = {{"metrics", {{"ttftBuckets", {0.5, 0.1}}}}};
+       },
        "spec.sidecar.metrics.ttftBuckets:"},
-      {"zero class timeout", [](json& s) { s["sidecar"] = {{"classes", {{{"name", "standard"}, {"timeout", "0s"}}}}}; },
+      {"zero class timeout",
+       [](json& s) {
+         s["sidecar"] = {{"classes", {{{"name", "standard"}, {"timeout", "0s"}}}}};
+       },
        "spec.sidecar.classes[0].timeout: must be > 0"},
-      {"duplicate class", [](json& s) { s["sidecar"] = {{"classes", {{{"name", "standard"}}, {{"name", "standard"}}}}}; },
+      {"duplicate class",
+       [](json& s) {
+         s["sidecar"] = {{"classes", {{{"name", "standard"}}, {{"name", "standard"}}}}};
+       },
        "spec.sidecar.classes[1].name:"},
-      {"default class not a class", [](json& s) { s["sidecar"] = {{"defaultClass", "gold"}}; },
+      {"default class not a class",
+       [](json& s) {
+         s["sidecar"] = {{"defaultClass", "gold"}};
+       },
        "spec.sidecar.defaultClass:"},
-      {"reserved slots", [](json& s) { s["sidecar"] = {{"admission", {{"maxConcurrency", 2}, {"reservedForTop", 2}}}}; },
+      {"reserved slots",
+       [](json& s) {
+         s["sidecar"] = {{"admission", {{"maxConcurrency", 2}, {"reservedForTop", 2}}}};
+       },
        "spec.sidecar.admission.reservedForTop:"},
-      {"per-class queue", [](json& s) { s["sidecar"] = {{"admission", {{"maxQueue", 4}, {"maxQueuePerClass", 5}}}}; },
+      {"per-class queue",
+       [](json& s) {
+         s["sidecar"] = {{"admission", {{"maxQueue", 4}, {"maxQueuePerClass", 5}}}};
+       },
        "spec.sidecar.admission.maxQueuePerClass:"},
-      {"bad duration", [](json& s) { s["sidecar"] = {{"timeouts", {{"drain", "30 seconds"}}}}; },
+      {"bad duration",
+       [](json& s) {
+         s["sidecar"] = {{"timeouts", {{"drain", "30 seconds"}}}};
+       },
        "spec.sidecar.timeouts.drain: bad duration"},
-      {"extraArgs moving the runtime", [](json& s) { s["runtime"] = {{"extraArgs", {"--threads", "4", "--port=9000"}}}; },
+      {"extraArgs moving the runtime",
+       [](json& s) {
+         s["runtime"] = {{"extraArgs", {"--threads", "4", "--port=9000"}}};
+       },
        "spec.runtime.extraArgs[2]: --port is set by the operator"},
       {"replicas with the autoscaler on", [](json& s) { s["replicas"] = 3; }, "spec.replicas:"},
-      {"no replicas with it off", [](json& s) { s["autoscaling"] = {{"enabled", false}}; }, "spec.replicas:"},
-      {"min above max", [](json& s) { s["autoscaling"] = {{"minReplicas", 5}, {"maxReplicas", 2}}; },
+      {"no replicas with it off",
+       [](json& s) {
+         s["autoscaling"] = {{"enabled", false}};
+       },
+       "spec.replicas:"},
+      {"min above max",
+       [](json& s) {
+         s["autoscaling"] = {{"minReplicas", 5}, {"maxReplicas", 2}};
+       },
        "spec.autoscaling.minReplicas:"},
-      {"prometheus without its url", [](json& s) { s["autoscaling"] = {{"metricsSource", {{"type", "prometheus"}}}}; },
+      {"prometheus without its url",
+       [](json& s) {
+         s["autoscaling"] = {{"metricsSource", {{"type", "prometheus"}}}};
+       },
        "spec.autoscaling.metricsSource.prometheus:"},
-      {"draft without a model", [](json& s) { s["runtime"] = {{"speculative", {{"enabled", true}}}}; },
+      {"draft without a model",
+       [](json& s) {
+         s["runtime"] = {{"speculative", {{"enabled", true}}}};
+       },
        "spec.runtime.speculative:"},
-      {"out of range", [](json& s) { s["resources"] = {{"gpus", 17}}; }, "spec.resources.gpus: must be in [0, 16]"},
-      {"bad quantity", [](json& s) { s["resources"] = {{"memory", "lots"}}; }, "spec.resources.memory:"},
-      {"bad gpu resource", [](json& s) { s["resources"] = {{"gpuResourceName", "nvidia.com/"}}; },
+      {"out of range",
+       [](json& s) {
+         s["resources"] = {{"gpus", 17}};
+       },
+       "spec.resources.gpus: must be in [0, 16]"},
+      {"bad quantity",
+       [](json& s) {
+         s["resources"] = {{"memory", "lots"}};
+       },
+       "spec.resources.memory:"},
+      {"bad gpu resource",
+       [](json& s) {
+         s["resources"] = {{"gpuResourceName", "nvidia.com/"}};
+       },
        "spec.resources.gpuResourceName:"},
   };
   for (const BadSpec& c : cases) {
@@ -283,7 +353,8 @@ TEST(InferenceServiceTest, MetadataNameMustFitTheObjectsItNames) {
 
 TEST(InferenceServiceTest, DurationsAndByteSizesInEveryForm) {
   json object = Sample("minimal.yaml");
-  object["spec"]["sidecar"] = {{"maxBodyBytes", 4096}, {"timeouts", {{"drain", 1.5}, {"upstream", "2m"}}}};
+  object["spec"]["sidecar"] = {{"maxBodyBytes", 4096},
+                               {"timeouts", {{"drain", 1.5}, {"upstream", "2m"}}}};
   auto isvc = ParseInferenceService(object);
   ASSERT_TRUE(isvc.ok()) << isvc.status().ToString();
   EXPECT_EQ(isvc->spec.sidecar.max_body_bytes.bytes, 4096u);
@@ -294,7 +365,8 @@ TEST(InferenceServiceTest, DurationsAndByteSizesInEveryForm) {
 
 TEST(InferenceServiceTest, BadStatusIsNotAnError) {
   json object = Sample("minimal.yaml");
-  object["status"] = {{"replicas", "many"}, {"conditions", {1, {{"type", "Ready"}, {"status", "True"}}}}};
+  object["status"] = {{"replicas", "many"},
+                      {"conditions", {1, {{"type", "Ready"}, {"status", "True"}}}}};
   auto isvc = ParseInferenceService(object);
   ASSERT_TRUE(isvc.ok());
   EXPECT_FALSE(isvc->status.replicas);
@@ -303,15 +375,23 @@ TEST(InferenceServiceTest, BadStatusIsNotAnError) {
 }
 
 TEST(InferenceServiceTest, StatusRoundTrips) {
-  const json status = {
-      {"observedGeneration", 3},
-      {"conditions",
-       {{{"type", "Ready"}, {"status", "True"}, {"reason", "MinimumReplicasAvailable"}, {"message", "2 of 2"},
-         {"observedGeneration", 3}, {"lastTransitionTime", "2025-01-01T00:00:00Z"}}}},
-      {"replicas", 2}, {"readyReplicas", 2}, {"desiredReplicas", 2},
-      {"selector", "serving.kinfer.dev/inferenceservice=x"}, {"url", "http://x.ns.svc.cluster.local:8080"},
-      {"observedQueueDepth", 3.5}, {"observedP99TtftSeconds", 0.25},
-      {"lastScaleTime", "2025-01-01T00:00:00Z"}, {"lastScaleReason", "scale_up_load"}};
+  const json status = {{"observedGeneration", 3},
+                       {"conditions",
+                        {{{"type", "Ready"},
+                          {"status", "True"},
+                          {"reason", "MinimumReplicasAvailable"},
+                          {"message", "2 of 2"},
+                          {"observedGeneration", 3},
+                          {"lastTransitionTime", "2025-01-01T00:00:00Z"}}}},
+                       {"replicas", 2},
+                       {"readyReplicas", 2},
+                       {"desiredReplicas", 2},
+                       {"selector", "serving.kinfer.dev/inferenceservice=x"},
+                       {"url", "http://x.ns.svc.cluster.local:8080"},
+                       {"observedQueueDepth", 3.5},
+                       {"observedP99TtftSeconds", 0.25},
+                       {"lastScaleTime", "2025-01-01T00:00:00Z"},
+                       {"lastScaleReason", "scale_up_load"}};
   EXPECT_EQ(ToJson(ParseInferenceServiceStatus(status)), status);
 }
 

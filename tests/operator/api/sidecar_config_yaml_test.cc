@@ -27,7 +27,9 @@ InferenceService Parse(const json& object) {
   return isvc.ok() ? *isvc : InferenceService{};
 }
 
-json Sample(const std::string& name) { return testing::LoadYamlFile(kRoot + "/crds/samples/" + name); }
+json Sample(const std::string& name) {
+  return testing::LoadYamlFile(kRoot + "/crds/samples/" + name);
+}
 
 SidecarConfig Load(const InferenceServiceSpec& spec) {
   const std::string yaml = RenderSidecarConfigYaml(spec, "test/x");
@@ -62,9 +64,12 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
     EXPECT_EQ(c.classes[i].timeout, d.classes[i].timeout);
     EXPECT_EQ(c.classes[i].degrade.allow_fallback_model, d.classes[i].degrade.allow_fallback_model);
     EXPECT_EQ(c.classes[i].degrade.max_tokens_cap, d.classes[i].degrade.max_tokens_cap);
-    EXPECT_EQ(c.classes[i].degrade.degrade_on.breaker_open, d.classes[i].degrade.degrade_on.breaker_open);
-    EXPECT_EQ(c.classes[i].degrade.degrade_on.deadline_at_risk, d.classes[i].degrade.degrade_on.deadline_at_risk);
-    EXPECT_EQ(c.classes[i].degrade.degrade_on.slo_breach, d.classes[i].degrade.degrade_on.slo_breach);
+    EXPECT_EQ(c.classes[i].degrade.degrade_on.breaker_open,
+              d.classes[i].degrade.degrade_on.breaker_open);
+    EXPECT_EQ(c.classes[i].degrade.degrade_on.deadline_at_risk,
+              d.classes[i].degrade.degrade_on.deadline_at_risk);
+    EXPECT_EQ(c.classes[i].degrade.degrade_on.slo_breach,
+              d.classes[i].degrade.degrade_on.slo_breach);
   }
   EXPECT_EQ(c.admission.max_concurrency, d.admission.max_concurrency);
   EXPECT_EQ(c.admission.reserved_for_top, d.admission.reserved_for_top);
@@ -75,7 +80,8 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
   EXPECT_EQ(c.admission.codel_target, d.admission.codel_target);
   EXPECT_EQ(c.admission.codel_interval, d.admission.codel_interval);
   EXPECT_EQ(c.admission.min_retry_after, d.admission.min_retry_after);
-  EXPECT_EQ(c.rate_limits.default_limit.requests_per_second, d.rate_limits.default_limit.requests_per_second);
+  EXPECT_EQ(c.rate_limits.default_limit.requests_per_second,
+            d.rate_limits.default_limit.requests_per_second);
   EXPECT_EQ(c.rate_limits.max_tracked_keys, d.rate_limits.max_tracked_keys);
   EXPECT_TRUE(c.rate_limits.overrides.empty());
   EXPECT_EQ(c.breaker.window_type, d.breaker.window_type);
@@ -147,16 +153,23 @@ TEST(SidecarConfigYamlTest, EveryValueFormLoads) {
       {"maxBodyBytes", 123456},
       {"timeouts", {{"connect", 1.5}, {"upstream", "90"}, {"drain", "0"}}},
       {"defaultClass", "b_2"},
-      {"classes", {{{"name", "a-1"}, {"timeout", "250ms"}, {"degrade", {{"triggers", json::array()}}}},
-                   {{"name", "b_2"}, {"degrade", {{"fallbackModel", false}, {"maxTokensCap", 64}}}}}},
+      {"classes",
+       {{{"name", "a-1"}, {"timeout", "250ms"}, {"degrade", {{"triggers", json::array()}}}},
+        {{"name", "b_2"}, {"degrade", {{"fallbackModel", false}, {"maxTokensCap", 64}}}}}},
       {"rateLimits",
        {{"default", {{"requestsPerSecond", 0.25}, {"tokenBurst", 1e9}}},
-        {"overrides", {{"tenant: \"quoted\" # not a comment", {{"requestsPerSecond", 1}}},
-                       {"on", {{"tokensPerSecond", 2}}},
-                       {"véronique", json::object()}}}}},
-      {"circuitBreaker", {{"windowType", "count"}, {"windowSize", 100}, {"failureRateThreshold", 12.5}}},
+        {"overrides",
+         {{"tenant: \"quoted\" # not a comment", {{"requestsPerSecond", 1}}},
+          {"on", {{"tokensPerSecond", 2}}},
+          {"véronique", json::object()}}}}},
+      {"circuitBreaker",
+       {{"windowType", "count"}, {"windowSize", 100}, {"failureRateThreshold", 12.5}}},
       {"cache", {{"enabled", false}, {"maxBytes", "1GB"}, {"maxEntryBytes", 1000}}},
-      {"metrics", {{"ttftBuckets", {0.05, 0.2, 1}}, {"e2eBuckets", {1, 10}}, {"statsWindow", "2m"}, {"statsBucket", "5s"}}}};
+      {"metrics",
+       {{"ttftBuckets", {0.05, 0.2, 1}},
+        {"e2eBuckets", {1, 10}},
+        {"statsWindow", "2m"},
+        {"statsBucket", "5s"}}}};
   const SidecarConfig c = Load(Parse(object).spec);
   EXPECT_EQ(c.max_body_bytes, 123456u);
   EXPECT_EQ(c.connect_timeout, milliseconds(1500));
@@ -171,7 +184,8 @@ TEST(SidecarConfigYamlTest, EveryValueFormLoads) {
   EXPECT_EQ(c.rate_limits.default_limit.requests_per_second, 0.25);
   EXPECT_EQ(c.rate_limits.default_limit.token_burst, 1e9);
   EXPECT_EQ(c.rate_limits.overrides.size(), 3u);
-  EXPECT_EQ(c.rate_limits.overrides.at("tenant: \"quoted\" # not a comment").requests_per_second, 1);
+  EXPECT_EQ(c.rate_limits.overrides.at("tenant: \"quoted\" # not a comment").requests_per_second,
+            1);
   EXPECT_EQ(c.rate_limits.overrides.at("on").tokens_per_second, 2);
   EXPECT_EQ(c.rate_limits.overrides.count("véronique"), 1u);
   EXPECT_EQ(c.breaker.window_type, CircuitBreakerWindowType::kCountBased);
@@ -188,8 +202,9 @@ TEST(SidecarConfigYamlTest, EveryValueFormLoads) {
 
 // The operator's duration and byte-size grammars are the sidecar's.
 TEST(SidecarConfigYamlTest, UnitGrammarsAgreeWithTheSidecar) {
-  for (const char* text : {"250ms", "30s", "2m", "1h", "500us", "100ns", "1.5", "0", ".5s", "1e3ms", "",
-                           "s", "-1s", "1d", "1m30s", "abc", " 1s", "1s ", "+1s", "inf", "nan", "0x10"}) {
+  for (const char* text :
+       {"250ms", "30s", "2m", "1h",    "500us", "100ns", "1.5", "0",   ".5s", "1e3ms", "",
+        "s",     "-1s", "1d", "1m30s", "abc",   " 1s",   "1s ", "+1s", "inf", "nan",   "0x10"}) {
     auto mine = ParseDurationText(text);
     auto theirs = ParseDuration(text);
     EXPECT_EQ(mine.ok(), theirs.ok()) << "'" << text << "'";
@@ -197,8 +212,9 @@ TEST(SidecarConfigYamlTest, UnitGrammarsAgreeWithTheSidecar) {
       EXPECT_EQ(*mine, *theirs) << text;
     }
   }
-  for (const char* text : {"1048576", "64MiB", "512KiB", "1GiB", "1MB", "10KB", "100B", "1TB", "1TiB", "0",
-                           "", "MiB", "1.5MiB", "-1", "1mb", "18446744073709551616", "17179869184GiB"}) {
+  for (const char* text :
+       {"1048576", "64MiB", "512KiB", "1GiB", "1MB", "10KB", "100B", "1TB", "1TiB", "0", "", "MiB",
+        "1.5MiB", "-1", "1mb", "18446744073709551616", "17179869184GiB"}) {
     auto mine = ParseByteSizeText(text);
     auto theirs = ParseByteSize(text);
     EXPECT_EQ(mine.ok(), theirs.ok()) << "'" << text << "'";

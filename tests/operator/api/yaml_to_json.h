@@ -28,7 +28,8 @@ inline nlohmann::json YamlNodeToJson(const YAML::Node& node) {
     }
     case YAML::NodeType::Map: {
       nlohmann::json out = nlohmann::json::object();
-      for (const auto& entry : node) out[entry.first.as<std::string>()] = YamlNodeToJson(entry.second);
+      for (const auto& entry : node)
+        out[entry.first.as<std::string>()] = YamlNodeToJson(entry.second);
       return out;
     }
     case YAML::NodeType::Scalar:
@@ -51,7 +52,9 @@ inline nlohmann::json YamlNodeToJson(const YAML::Node& node) {
   return text;
 }
 
-inline nlohmann::json YamlToJson(const std::string& text) { return YamlNodeToJson(YAML::Load(text)); }
+inline nlohmann::json YamlToJson(const std::string& text) {
+  return YamlNodeToJson(YAML::Load(text));
+}
 
 inline std::string ReadTextFile(const std::string& path) {
   std::ifstream in(path);
@@ -60,6 +63,8 @@ inline std::string ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-inline nlohmann::json LoadYamlFile(const std::string& path) { return YamlToJson(ReadTextFile(path)); }
+inline nlohmann::json LoadYamlFile(const std::string& path) {
+  return YamlToJson(ReadTextFile(path));
+}
 
 }  // namespace kinfer::testing

@@ -78,8 +78,11 @@ inline json ServerCreate(json object, int serial) {
       if (v.contains("secret")) v["secret"]["defaultMode"] = 420;
     }
     const int replicas = spec["replicas"];
-    object["status"] = {{"observedGeneration", 1}, {"replicas", replicas}, {"updatedReplicas", replicas},
-                        {"readyReplicas", replicas}, {"availableReplicas", replicas}};
+    object["status"] = {{"observedGeneration", 1},
+                        {"replicas", replicas},
+                        {"updatedReplicas", replicas},
+                        {"readyReplicas", replicas},
+                        {"availableReplicas", replicas}};
   } else if (kind == "Service") {
     object["spec"]["clusterIP"] = "10.96.0.10";
     object["spec"]["clusterIPs"] = {"10.96.0.10"};
@@ -103,8 +106,10 @@ inline json ServerPatch(json object, const json& patch) {
     meta["generation"] = meta.value("generation", 1) + 1;
     if (object["kind"] == "Deployment") {
       const int replicas = object["spec"].value("replicas", 1);
-      object["status"] = {{"observedGeneration", meta["generation"]}, {"replicas", replicas},
-                          {"updatedReplicas", replicas}, {"readyReplicas", replicas},
+      object["status"] = {{"observedGeneration", meta["generation"]},
+                          {"replicas", replicas},
+                          {"updatedReplicas", replicas},
+                          {"readyReplicas", replicas},
                           {"availableReplicas", replicas}};
     }
   }
@@ -128,10 +133,20 @@ struct FakeCluster {
     for (const reconcile::ObjectPlan* p : plan.Objects()) {
       std::optional<json>& slot = Slot(*p);
       switch (p->action) {
-        case reconcile::Action::kNone: break;
-        case reconcile::Action::kCreate: slot = ServerCreate(p->desired, ++serial); ++writes; break;
-        case reconcile::Action::kUpdate: slot = ServerPatch(*slot, p->patch); ++writes; break;
-        case reconcile::Action::kDelete: slot.reset(); ++writes; break;
+        case reconcile::Action::kNone:
+          break;
+        case reconcile::Action::kCreate:
+          slot = ServerCreate(p->desired, ++serial);
+          ++writes;
+          break;
+        case reconcile::Action::kUpdate:
+          slot = ServerPatch(*slot, p->patch);
+          ++writes;
+          break;
+        case reconcile::Action::kDelete:
+          slot.reset();
+          ++writes;
+          break;
       }
     }
   }

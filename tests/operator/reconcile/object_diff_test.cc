@@ -25,7 +25,8 @@ TEST(ObjectDiffTest, DerivativeIgnoresWhatTheServerAdds) {
 }
 
 TEST(ObjectDiffTest, OmittedZeroValuesMatch) {
-  EXPECT_TRUE(DeepDerivative(json{{"readOnly", false}, {"value", ""}, {"m", json::object()}}, json::object()));
+  EXPECT_TRUE(DeepDerivative(json{{"readOnly", false}, {"value", ""}, {"m", json::object()}},
+                             json::object()));
   EXPECT_FALSE(DeepDerivative(json{{"readOnly", true}}, json::object()));
   EXPECT_FALSE(DeepDerivative(json{{"readOnly", false}}, json{{"readOnly", true}}));
 }
@@ -35,14 +36,19 @@ TEST(ObjectDiffTest, QuantitiesCompareByValueOnlyUnderLimitsAndRequests) {
   const json observed = {{"resources", {{"limits", {{"cpu", "500m"}, {"memory", "1073741824"}}}}}};
   EXPECT_TRUE(DeepDerivative(desired, observed));
   EXPECT_FALSE(DeepDerivative(json{{"x", "0.5"}}, json{{"x", "500m"}}));
-  EXPECT_FALSE(DeepDerivative(json{{"limits", {{"cpu", "1"}}}}, json{{"limits", {{"cpu", "999m"}}}}));
+  EXPECT_FALSE(
+      DeepDerivative(json{{"limits", {{"cpu", "1"}}}}, json{{"limits", {{"cpu", "999m"}}}}));
 }
 
 TEST(ObjectDiffTest, ReplacePatchTurnsObservedIntoDesired) {
-  const json observed = {{"keep", 1}, {"change", {{"a", 1}, {"gone", 2}}}, {"drop", "x"}, {"list", {1, 2}}};
+  const json observed = {
+      {"keep", 1}, {"change", {{"a", 1}, {"gone", 2}}}, {"drop", "x"}, {"list", {1, 2}}};
   const json desired = {{"keep", 1}, {"change", {{"a", 2}}}, {"list", {3}}, {"new", true}};
   const json patch = ReplacePatch(observed, desired);
-  EXPECT_EQ(patch, (json{{"change", {{"a", 2}, {"gone", nullptr}}}, {"drop", nullptr}, {"list", {3}}, {"new", true}}));
+  EXPECT_EQ(patch, (json{{"change", {{"a", 2}, {"gone", nullptr}}},
+                         {"drop", nullptr},
+                         {"list", {3}},
+                         {"new", true}}));
   json applied = observed;
   applied.merge_patch(patch);
   EXPECT_EQ(applied, desired);
@@ -60,8 +66,9 @@ TEST(ObjectDiffTest, PathHelpersAndHash) {
 }
 
 json Pod(const std::string& name, bool ready, json status_extra = json::object()) {
-  json pod = {{"metadata", {{"name", name}}},
-              {"status", {{"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}}}}};
+  json pod = {
+      {"metadata", {{"name", name}}},
+      {"status", {{"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}}}}};
   pod["status"].update(status_extra);
   return pod;
 }
@@ -69,19 +76,27 @@ json Pod(const std::string& name, bool ready, json status_extra = json::object()
 TEST(PodSummaryTest, CountsReadinessAndProblems) {
   std::vector<json> pods;
   pods.push_back(Pod("a", true));
-  pods.push_back(Pod("b", false, {{"initContainerStatuses",
-                                   {{{"name", "fetch-model"},
-                                     {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}},
-                                     {"lastState", {{"terminated", {{"exitCode", kExitModelChecksumMismatch},
-                                                                    {"message", "ModelChecksumMismatch: x\n"}}}}}}}}}));
-  pods.push_back(Pod("c", false, {{"containerStatuses",
-                                   {{{"name", "runtime"}, {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}},
-                                     {"lastState", {{"terminated", {{"exitCode", 1}}}}}}}}}));
-  pods.push_back(Pod("d", false, {{"containerStatuses",
-                                   {{{"name", "sidecar"}, {"state", {{"waiting", {{"reason", "ImagePullBackOff"}}}}}}}}}));
-  pods.push_back(Pod("e", false, {{"initContainerStatuses",
-                                   {{{"name", "verify-model"},
-                                     {"state", {{"terminated", {{"exitCode", kExitModelNotFound}}}}}}}}}));
+  pods.push_back(Pod("b", false,
+                     {{"initContainerStatuses",
+                       {{{"name", "fetch-model"},
+                         {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}},
+                         {"lastState",
+                          {{"terminated",
+                            {{"exitCode", kExitModelChecksumMismatch},
+                             {"message", "ModelChecksumMismatch: x\n"}}}}}}}}}));
+  pods.push_back(Pod("c", false,
+                     {{"containerStatuses",
+                       {{{"name", "runtime"},
+                         {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}},
+                         {"lastState", {{"terminated", {{"exitCode", 1}}}}}}}}}));
+  pods.push_back(
+      Pod("d", false,
+          {{"containerStatuses",
+            {{{"name", "sidecar"}, {"state", {{"waiting", {{"reason", "ImagePullBackOff"}}}}}}}}}));
+  pods.push_back(Pod("e", false,
+                     {{"initContainerStatuses",
+                       {{{"name", "verify-model"},
+                         {"state", {{"terminated", {{"exitCode", kExitModelNotFound}}}}}}}}}));
   json going = Pod("f", true);
   going["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z";
   pods.push_back(going);

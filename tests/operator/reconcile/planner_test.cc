@@ -46,7 +46,8 @@ std::string Actions(const ReconcilePlan& plan) {
 }
 
 // Plans and applies until nothing is left to do; returns the last plan (all kNone).
-ReconcilePlan Converge(const api::InferenceService& isvc, FakeCluster& cluster, const PlannerOptions& options = {}) {
+ReconcilePlan Converge(const api::InferenceService& isvc, FakeCluster& cluster,
+                       const PlannerOptions& options = {}) {
   for (int round = 0; round < 5; ++round) {
     ReconcilePlan plan = Plan(isvc, cluster.observed, options);
     if (plan.Writes() == 0) return plan;
@@ -74,7 +75,8 @@ TEST_F(PlannerTest, EverySampleCreatesItsObjectsThenMakesZeroWrites) {
     EXPECT_EQ(first.config_map.action, Action::kCreate);
     EXPECT_EQ(first.service.action, Action::kCreate);
     EXPECT_EQ(first.deployment.action, Action::kCreate);
-    EXPECT_EQ(first.pdb.action, WantsPodDisruptionBudget(isvc.spec) ? Action::kCreate : Action::kNone);
+    EXPECT_EQ(first.pdb.action,
+              WantsPodDisruptionBudget(isvc.spec) ? Action::kCreate : Action::kNone);
     EXPECT_TRUE(first.conflicts.empty());
     cluster.Apply(first);
     // Applying what was created (with the API server's defaults) and planning again: no writes.
@@ -102,7 +104,8 @@ TEST_F(PlannerTest, SteadyStateIgnoresWhatOthersAdd) {
   d["metadata"]["labels"]["team"] = "search";
   d["metadata"]["ownerReferences"].push_back(
       {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "audit"}, {"uid", "other"}});
-  d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "2025-01-02T00:00:00Z";
+  d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] =
+      "2025-01-02T00:00:00Z";
   d["spec"]["template"]["spec"]["containers"][0]["env"] = {{{"name", "INJECTED"}, {"value", "1"}}};
   (*cluster.observed.service)["metadata"]["annotations"] = {{"cloud.example.com/lb", "internal"}};
   (*cluster.observed.config_map)["data"]["notes.txt"] = "kept";
@@ -118,7 +121,8 @@ TEST_F(PlannerTest, NormalizedQuantitiesAreNotADifference) {
   FakeCluster cluster;
   cluster.Apply(Plan(isvc, cluster.observed, options_));
   EXPECT_EQ(At(*cluster.observed.deployment,
-               {"spec", "template", "spec", "containers"})[0]["resources"]["limits"]["cpu"], "500m");
+               {"spec", "template", "spec", "containers"})[0]["resources"]["limits"]["cpu"],
+            "500m");
   EXPECT_EQ(Plan(isvc, cluster.observed, options_).Writes(), 0);
 }
 
@@ -131,7 +135,8 @@ TEST_F(PlannerTest, SpecChangeRollsTheDeploymentWithANewTemplateHash) {
   const ReconcilePlan plan = Plan(Parse(object), cluster.observed, options_);
   EXPECT_NE(plan.template_hash, before.template_hash);
   ASSERT_EQ(plan.deployment.action, Action::kUpdate) << Actions(plan);
-  EXPECT_EQ(At(plan.deployment.patch, {"spec", "template", "metadata", "annotations", kTemplateHashAnnotation}),
+  EXPECT_EQ(At(plan.deployment.patch,
+               {"spec", "template", "metadata", "annotations", kTemplateHashAnnotation}),
             plan.template_hash);
   EXPECT_EQ(At(plan.deployment.patch, {"spec", "template", "spec", "containers"})[0]["image"],
             "registry.example.com/kinfer/kinfer-runtime:0.2.0");
@@ -151,7 +156,9 @@ TEST_F(PlannerTest, SidecarPolicyChangeUpdatesTheConfigAndRollsThePods) {
   object["spec"]["sidecar"] = {{"admission", {{"maxConcurrency", 32}}}};
   const ReconcilePlan plan = Plan(Parse(object), cluster.observed, options_);
   ASSERT_EQ(plan.config_map.action, Action::kUpdate);
-  EXPECT_NE(At(plan.config_map.patch, {"data", kSidecarConfigKey}).get<std::string>().find("max_concurrency: 32"),
+  EXPECT_NE(At(plan.config_map.patch, {"data", kSidecarConfigKey})
+                .get<std::string>()
+                .find("max_concurrency: 32"),
             std::string::npos);
   ASSERT_EQ(plan.deployment.action, Action::kUpdate);
   EXPECT_NE(plan.template_hash, before.template_hash);
@@ -166,9 +173,14 @@ TEST_F(PlannerTest, StatusOnlyChangeDoesNothing) {
   json object = SampleObject("full.yaml");
   FakeCluster cluster;
   const ReconcilePlan before = Converge(Parse(object), cluster, options_);
-  object["status"] = {{"observedQueueDepth", 42.0}, {"observedP99TtftSeconds", 0.9},
-                      {"conditions", {{{"type", "Ready"}, {"status", "True"}, {"reason", "MinimumReplicasAvailable"},
-                                       {"message", ""}, {"lastTransitionTime", "2025-01-01T00:00:00Z"}}}}};
+  object["status"] = {{"observedQueueDepth", 42.0},
+                      {"observedP99TtftSeconds", 0.9},
+                      {"conditions",
+                       {{{"type", "Ready"},
+                         {"status", "True"},
+                         {"reason", "MinimumReplicasAvailable"},
+                         {"message", ""},
+                         {"lastTransitionTime", "2025-01-01T00:00:00Z"}}}}};
   const ReconcilePlan plan = Plan(Parse(object), cluster.observed, options_);
   EXPECT_EQ(plan.Writes(), 0) << Actions(plan);
   EXPECT_EQ(plan.template_hash, before.template_hash);
@@ -197,10 +209,14 @@ TEST_F(PlannerTest, PatchesKeepWhatOthersAdded) {
   cluster.Apply(Plan(Parse(object), cluster.observed, options_));
   const json& after = *cluster.observed.deployment;
   EXPECT_EQ(At(after, {"metadata", "annotations", "deployment.kubernetes.io/revision"}), "1");
-  EXPECT_EQ(At(after, {"spec", "template", "metadata", "annotations", "kubectl.kubernetes.io/restartedAt"}), "t");
-  EXPECT_EQ(At(after, {"spec", "template", "metadata", "labels", "sidecar.istio.io/inject"}), "false");
+  EXPECT_EQ(At(after, {"spec", "template", "metadata", "annotations",
+                       "kubectl.kubernetes.io/restartedAt"}),
+            "t");
+  EXPECT_EQ(At(after, {"spec", "template", "metadata", "labels", "sidecar.istio.io/inject"}),
+            "false");
   EXPECT_EQ(At(after, {"spec", "template", "spec", "nodeSelector"}), (json{{"pool", "l4"}}));
-  EXPECT_EQ(At(after, {"spec", "template", "spec", "dnsPolicy"}), "ClusterFirst");  // server default kept
+  EXPECT_EQ(At(after, {"spec", "template", "spec", "dnsPolicy"}),
+            "ClusterFirst");  // server default kept
 }
 
 TEST_F(PlannerTest, RemovedPassthroughFieldsAreRemoved) {
@@ -209,8 +225,9 @@ TEST_F(PlannerTest, RemovedPassthroughFieldsAreRemoved) {
   Converge(Parse(object), cluster, options_);
   object["spec"].erase("nodeSelector");
   object["spec"].erase("tolerations");
-  object["spec"]["affinity"] = {{"nodeAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution",
-                                                  {{"nodeSelectorTerms", json::array()}}}}}};
+  object["spec"]["affinity"] = {{"nodeAffinity",
+                                 {{"requiredDuringSchedulingIgnoredDuringExecution",
+                                   {{"nodeSelectorTerms", json::array()}}}}}};
   Converge(Parse(object), cluster, options_);
   const json& pod = At(*cluster.observed.deployment, {"spec", "template", "spec"});
   EXPECT_FALSE(pod.contains("nodeSelector"));
@@ -223,13 +240,15 @@ TEST_F(PlannerTest, TemplateDriftIsRepaired) {
   const api::InferenceService isvc = Parse(SampleObject("minimal.yaml"));
   FakeCluster cluster;
   Converge(isvc, cluster, options_);
-  (*cluster.observed.deployment)["spec"]["template"]["spec"]["containers"][0]["image"] = "evil:latest";
+  (*cluster.observed.deployment)["spec"]["template"]["spec"]["containers"][0]["image"] =
+      "evil:latest";
   const ReconcilePlan plan = Plan(isvc, cluster.observed, options_);
   ASSERT_EQ(plan.deployment.action, Action::kUpdate);
   EXPECT_EQ(plan.deployment.reason, "template drift");
   cluster.Apply(plan);
-  EXPECT_EQ(At(*cluster.observed.deployment, {"spec", "template", "spec", "containers"})[0]["image"],
-            options_.default_runtime_image);
+  EXPECT_EQ(
+      At(*cluster.observed.deployment, {"spec", "template", "spec", "containers"})[0]["image"],
+      options_.default_runtime_image);
 }
 
 TEST_F(PlannerTest, EveryObjectHasTheControllerOwnerReference) {
@@ -254,20 +273,25 @@ TEST_F(PlannerTest, AdoptsAnOrphanAndLeavesOthersObjectsAlone) {
   FakeCluster cluster;
   Converge(isvc, cluster, options_);
   json& svc = *cluster.observed.service;
-  svc["metadata"]["ownerReferences"] = {{{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "n"}, {"uid", "x"}}};
+  svc["metadata"]["ownerReferences"] = {
+      {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "n"}, {"uid", "x"}}};
   ReconcilePlan plan = Plan(isvc, cluster.observed, options_);
   ASSERT_EQ(plan.service.action, Action::kUpdate);
   const json& refs = At(plan.service.patch, {"metadata", "ownerReferences"});
   ASSERT_EQ(refs.size(), 2u);  // the other reference is kept
   EXPECT_EQ(refs[1]["uid"], "isvc-uid-1");
 
-  svc["metadata"]["ownerReferences"] = {{{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", "other"},
-                                         {"uid", "y"}, {"controller", true}}};
+  svc["metadata"]["ownerReferences"] = {{{"apiVersion", "apps/v1"},
+                                         {"kind", "Deployment"},
+                                         {"name", "other"},
+                                         {"uid", "y"},
+                                         {"controller", true}}};
   svc["spec"]["ports"][0]["port"] = 9999;
   plan = Plan(isvc, cluster.observed, options_);
   EXPECT_EQ(plan.service.action, Action::kNone);
   ASSERT_EQ(plan.conflicts.size(), 1u);
-  EXPECT_NE(plan.conflicts[0].find("Service default/smollm2"), std::string::npos) << plan.conflicts[0];
+  EXPECT_NE(plan.conflicts[0].find("Service default/smollm2"), std::string::npos)
+      << plan.conflicts[0];
 }
 
 TEST_F(PlannerTest, ManualReplicasFollowSpecAndLeaveOthersScaleAlone) {
@@ -338,7 +362,8 @@ TEST_F(PlannerTest, BudgetOnlyWhileMoreThanOnePodMayRun) {
   EXPECT_FALSE(cluster.observed.pdb);
   EXPECT_EQ(Plan(Parse(object), cluster.observed, options_).Writes(), 0);
   // A budget of that name that is not ours is left alone.
-  cluster.observed.pdb = json{{"apiVersion", "policy/v1"}, {"kind", "PodDisruptionBudget"},
+  cluster.observed.pdb = json{{"apiVersion", "policy/v1"},
+                              {"kind", "PodDisruptionBudget"},
                               {"metadata", {{"name", "smollm2-manual"}}}};
   EXPECT_EQ(Plan(Parse(object), cluster.observed, options_).pdb.action, Action::kNone);
   // Autoscaled with maxReplicas > 1: a budget, whatever the current count.

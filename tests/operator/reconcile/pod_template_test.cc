@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 const std::string kRoot = KINFER_SOURCE_DIR;
 
-api::InferenceService Parse(const std::string& sample, const std::function<void(json&)>& edit = nullptr) {
+api::InferenceService Parse(const std::string& sample,
+                            const std::function<void(json&)>& edit = nullptr) {
   json object = testing::LoadYamlFile(kRoot + "/crds/samples/" + sample);
   object["metadata"]["uid"] = "u1";
   if (edit) edit(object["spec"]);
@@ -48,9 +49,12 @@ bool HasNamed(const json& list, const std::string& name) {
   return false;
 }
 
-std::vector<std::string> Args(const json& container) { return container["args"].get<std::vector<std::string>>(); }
+std::vector<std::string> Args(const json& container) {
+  return container["args"].get<std::vector<std::string>>();
+}
 
-bool Contains(const std::vector<std::string>& args, const std::string& flag, const std::string& value) {
+bool Contains(const std::vector<std::string>& args, const std::string& flag,
+              const std::string& value) {
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == flag && args[i + 1] == value) return true;
   }
@@ -74,7 +78,8 @@ TEST(PodTemplateTest, MinimalPodLayout) {
   EXPECT_FALSE(runtime.contains("ports"));
   EXPECT_EQ(runtime["resources"]["limits"]["nvidia.com/gpu"], "1");
   EXPECT_EQ(runtime["resources"]["requests"]["nvidia.com/gpu"], "1");
-  EXPECT_EQ(sidecar["ports"], (json{{{"name", "http"}, {"containerPort", 8080}, {"protocol", "TCP"}}}));
+  EXPECT_EQ(sidecar["ports"],
+            (json{{{"name", "http"}, {"containerPort", 8080}, {"protocol", "TCP"}}}));
   EXPECT_EQ(Args(sidecar), (std::vector<std::string>{"--config", "/etc/kinfer/sidecar.yaml"}));
   EXPECT_EQ(sidecar["readinessProbe"]["httpGet"]["path"], "/ready");
   EXPECT_EQ(sidecar["livenessProbe"]["httpGet"]["path"], "/health");
@@ -99,13 +104,15 @@ TEST(PodTemplateTest, FullPodLayout) {
   const json pod = BuildPodTemplate(isvc, options)["spec"];
   const json& runtime = Named(pod["containers"], "runtime");
   EXPECT_EQ(runtime["image"], "registry.example.com/kinfer/kinfer-runtime:0.1.0");
-  EXPECT_EQ(Named(pod["containers"], "sidecar")["image"], "registry.example.com/kinfer/kinfer-sidecar:0.1.0");
+  EXPECT_EQ(Named(pod["containers"], "sidecar")["image"],
+            "registry.example.com/kinfer/kinfer-sidecar:0.1.0");
   const auto args = Args(runtime);
   EXPECT_TRUE(Contains(args, "--model", "/models/model/model.gguf"));
   EXPECT_TRUE(Contains(args, "--ctx-size", "8192"));
   EXPECT_TRUE(Contains(args, "--threads", "4"));
   EXPECT_EQ(args[args.size() - 2], "--log-level");  // extraArgs last
-  EXPECT_EQ(runtime["resources"]["limits"], (json{{"nvidia.com/gpu", "1"}, {"cpu", "4"}, {"memory", "16Gi"}}));
+  EXPECT_EQ(runtime["resources"]["limits"],
+            (json{{"nvidia.com/gpu", "1"}, {"cpu", "4"}, {"memory", "16Gi"}}));
   // The model over https: an emptyDir filled and checked by an init container.
   EXPECT_EQ(Named(pod["volumes"], "model")["emptyDir"], json::object());
   const json& fetch = Named(pod["initContainers"], "fetch-model");
@@ -115,10 +122,12 @@ TEST(PodTemplateTest, FullPodLayout) {
   // The fallback model: its own runtime on 127.0.0.1:8082, its PVC checked first.
   const json& fallback = Named(pod["containers"], "runtime-fallback");
   EXPECT_TRUE(Contains(Args(fallback), "--port", "8082"));
-  EXPECT_TRUE(Contains(Args(fallback), "--model", "/models/fallback/smollm2-135m-instruct-q4_1.gguf"));
+  EXPECT_TRUE(
+      Contains(Args(fallback), "--model", "/models/fallback/smollm2-135m-instruct-q4_1.gguf"));
   EXPECT_TRUE(HasNamed(pod["initContainers"], "verify-fallback-model"));
-  EXPECT_NE(fallback["lifecycle"]["preStop"]["exec"]["command"][2].get<std::string>().find(":1F92 "),
-            std::string::npos);
+  EXPECT_NE(
+      fallback["lifecycle"]["preStop"]["exec"]["command"][2].get<std::string>().find(":1F92 "),
+      std::string::npos);
   // API keys from the Secret, merged by an init container.
   EXPECT_EQ(Named(pod["volumes"], "api-keys")["secret"]["secretName"], "gemma3-chat-api-keys");
   EXPECT_TRUE(HasNamed(pod["initContainers"], "sidecar-config"));
@@ -133,11 +142,13 @@ TEST(PodTemplateTest, FullPodLayout) {
 
 TEST(PodTemplateTest, GraceCoversTheDrainTimeoutToo) {
   const api::InferenceService isvc = Parse("minimal.yaml", [](json& s) {
-    s["sidecar"] = {{"timeouts", {{"drain", "10m"}}}, {"classes", {{{"name", "standard"}, {"timeout", "1.2s"}}}}};
+    s["sidecar"] = {{"timeouts", {{"drain", "10m"}}},
+                    {"classes", {{{"name", "standard"}, {"timeout", "1.2s"}}}}};
   });
   EXPECT_EQ(TerminationGracePeriodSeconds(isvc.spec, {}), 5 + 600 + 10);
   const api::InferenceService short_one = Parse("minimal.yaml", [](json& s) {
-    s["sidecar"] = {{"timeouts", {{"drain", "0s"}}}, {"classes", {{{"name", "standard"}, {"timeout", "1.2s"}}}}};
+    s["sidecar"] = {{"timeouts", {{"drain", "0s"}}},
+                    {"classes", {{{"name", "standard"}, {"timeout", "1.2s"}}}}};
   });
   PlannerOptions options;
   options.sidecar_pre_stop_seconds = 3;
@@ -150,20 +161,24 @@ TEST(PodTemplateTest, CpuOnlyAndOtherAccelerators) {
   const json& runtime = Named(cpu_pod["containers"], "runtime");
   EXPECT_EQ(runtime["resources"]["limits"], (json{{"cpu", "4"}, {"memory", "2Gi"}}));
   EXPECT_TRUE(Contains(Args(runtime), "--threads", "4"));
-  const json amd = BuildPodTemplate(Parse("minimal.yaml", [](json& s) {
-                                      s["resources"] = {{"gpus", 2}, {"gpuResourceName", "amd.com/gpu"}};
-                                    }),
-                                    {})["spec"];
-  EXPECT_EQ(Named(amd["containers"], "runtime")["resources"]["limits"], (json{{"amd.com/gpu", "2"}}));
+  const json amd =
+      BuildPodTemplate(Parse("minimal.yaml",
+                             [](json& s) {
+                               s["resources"] = {{"gpus", 2}, {"gpuResourceName", "amd.com/gpu"}};
+                             }),
+                       {})["spec"];
+  EXPECT_EQ(Named(amd["containers"], "runtime")["resources"]["limits"],
+            (json{{"amd.com/gpu", "2"}}));
 }
 
 TEST(PodTemplateTest, HostPathModelMountsItsDirectory) {
-  const json pod = BuildPodTemplate(Parse("minimal.yaml", [](json& s) {
-                                      s["model"]["uri"] = "file:///data/models/m.gguf";
-                                    }),
-                                    {})["spec"];
-  EXPECT_EQ(Named(pod["volumes"], "model")["hostPath"], (json{{"path", "/data/models"}, {"type", "Directory"}}));
-  EXPECT_TRUE(Contains(Args(Named(pod["containers"], "runtime")), "--model", "/models/model/m.gguf"));
+  const json pod = BuildPodTemplate(
+      Parse("minimal.yaml", [](json& s) { s["model"]["uri"] = "file:///data/models/m.gguf"; }),
+      {})["spec"];
+  EXPECT_EQ(Named(pod["volumes"], "model")["hostPath"],
+            (json{{"path", "/data/models"}, {"type", "Directory"}}));
+  EXPECT_TRUE(
+      Contains(Args(Named(pod["containers"], "runtime")), "--model", "/models/model/m.gguf"));
 }
 
 TEST(PodTemplateTest, ServiceAndDeploymentShape) {
@@ -175,7 +190,8 @@ TEST(PodTemplateTest, ServiceAndDeploymentShape) {
   const json d = BuildDeployment(isvc, 3, "abc", BuildPodTemplate(isvc, {}));
   EXPECT_EQ(d["spec"]["replicas"], 3);
   EXPECT_EQ(d["spec"]["selector"]["matchLabels"], svc["spec"]["selector"]);
-  EXPECT_EQ(d["spec"]["template"]["metadata"]["labels"]["serving.kinfer.dev/inferenceservice"], "smollm2");
+  EXPECT_EQ(d["spec"]["template"]["metadata"]["labels"]["serving.kinfer.dev/inferenceservice"],
+            "smollm2");
   EXPECT_EQ(d["spec"]["template"]["metadata"]["annotations"][kTemplateHashAnnotation], "abc");
   EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
   const json pdb = BuildPodDisruptionBudget(isvc);
@@ -187,8 +203,9 @@ TEST(PodTemplateTest, ServiceAndDeploymentShape) {
 class ScriptTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kinfer-pod-scripts-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kinfer-pod-scripts-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -204,7 +221,8 @@ class ScriptTest : public ::testing::Test {
   // returns the exit status.
   int Run(std::string script, const std::map<std::string, std::string>& env, int timeout_s = 20) {
     auto replace = [&](const std::string& from, const std::string& to) {
-      for (size_t at = script.find(from); at != std::string::npos; at = script.find(from, at + to.size())) {
+      for (size_t at = script.find(from); at != std::string::npos;
+           at = script.find(from, at + to.size())) {
         script.replace(at, from.size(), to);
       }
     };
@@ -240,13 +258,21 @@ TEST_F(ScriptTest, VerifyModelChecksTheFileAndItsHash) {
   const fs::path model = dir_ / "models/m.gguf";
   Write(model, "GGUF weights");
   const std::string sha = Sha256(model);
-  EXPECT_EQ(Run(script, {{"MODEL_URI", "pvc://models/m.gguf"}, {"MODEL_FILE", model}, {"MODEL_SHA256", sha}}), 0);
-  EXPECT_EQ(Run(script, {{"MODEL_URI", "pvc://models/m.gguf"}, {"MODEL_FILE", model}, {"MODEL_SHA256", ""}}), 0);
-  EXPECT_EQ(Run(script, {{"MODEL_URI", "pvc://models/m.gguf"}, {"MODEL_FILE", model},
+  EXPECT_EQ(
+      Run(script,
+          {{"MODEL_URI", "pvc://models/m.gguf"}, {"MODEL_FILE", model}, {"MODEL_SHA256", sha}}),
+      0);
+  EXPECT_EQ(
+      Run(script,
+          {{"MODEL_URI", "pvc://models/m.gguf"}, {"MODEL_FILE", model}, {"MODEL_SHA256", ""}}),
+      0);
+  EXPECT_EQ(Run(script, {{"MODEL_URI", "pvc://models/m.gguf"},
+                         {"MODEL_FILE", model},
                          {"MODEL_SHA256", std::string(64, '0')}}),
             kExitModelChecksumMismatch);
   EXPECT_EQ(Read(dir_ / "termination-log").rfind("ModelChecksumMismatch:", 0), 0u);
-  EXPECT_EQ(Run(script, {{"MODEL_URI", "pvc://models/x.gguf"}, {"MODEL_FILE", dir_ / "models/x.gguf"},
+  EXPECT_EQ(Run(script, {{"MODEL_URI", "pvc://models/x.gguf"},
+                         {"MODEL_FILE", dir_ / "models/x.gguf"},
                          {"MODEL_SHA256", sha}}),
             kExitModelNotFound);
   EXPECT_EQ(Read(dir_ / "termination-log").rfind("ModelNotFound:", 0), 0u);
@@ -259,7 +285,8 @@ TEST_F(ScriptTest, FetchModelDownloadsChecksAndSkipsAGoodCopy) {
   fs::create_directories(dest.parent_path());
   const std::string sha = Sha256(source);
   const std::string uri = "file://" + source.string();  // curl and wget read it like an http URL
-  EXPECT_EQ(Run(script, {{"MODEL_URI", uri}, {"MODEL_FILE", dest}, {"MODEL_SHA256", std::string(64, 'a')}}),
+  EXPECT_EQ(Run(script,
+                {{"MODEL_URI", uri}, {"MODEL_FILE", dest}, {"MODEL_SHA256", std::string(64, 'a')}}),
             kExitModelChecksumMismatch);
   EXPECT_FALSE(fs::exists(dest));
   EXPECT_FALSE(fs::exists(dest.string() + ".part"));
@@ -277,8 +304,10 @@ TEST_F(ScriptTest, SidecarConfigWithApiKeysLoadsInTheSidecar) {
   const api::InferenceService isvc = Parse("full.yaml");
   const std::string yaml = At(BuildConfigMap(isvc), {"data", kSidecarConfigKey});
   Write(dir_ / "etc/base/sidecar.yaml", yaml);
-  Write(dir_ / "etc/api-keys/api_keys.yaml",
-        "sk-team-a-0123: {class: critical, tenant: team-a}\n\"sk-b\":\n  class: batch");  // no final newline
+  Write(
+      dir_ / "etc/api-keys/api_keys.yaml",
+      "sk-team-a-0123: {class: critical, tenant: team-a}\n\"sk-b\":\n  class: batch");  // no final
+                                                                                        // newline
   fs::create_directories(dir_ / "etc/out");
   ASSERT_EQ(Run(InitScript(isvc, "sidecar-config"), {}), 0);
   auto config = LoadSidecarConfigYaml(Read(dir_ / "etc/out/sidecar.yaml"));
@@ -290,12 +319,15 @@ TEST_F(ScriptTest, SidecarConfigWithApiKeysLoadsInTheSidecar) {
 
 TEST_F(ScriptTest, RuntimePreStopWaitsForTheSidecarToDrain) {
   const json pod = BuildPodTemplate(Parse("minimal.yaml"), {})["spec"];
-  const std::string script = Named(pod["containers"], "runtime")["lifecycle"]["preStop"]["exec"]["command"][2];
+  const std::string script =
+      Named(pod["containers"], "runtime")["lifecycle"]["preStop"]["exec"]["command"][2];
   const std::string header = "  sl  local_address rem_address   st tx_queue rx_queue\n";
-  const std::string listening = "   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000\n";
+  const std::string listening =
+      "   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000\n";
   const std::string stream = "   1: 0100007F:1F91 0100007F:D2F0 01 00000000:00000000 00:00000000\n";
-  const std::string other = "   2: 0100007F:1F900 0100007F:1F91 01 00000000:00000000 00:00000000\n"
-                            "   3: 0100007F:1F91 0100007F:D2F1 06 00000000:00000000 00:00000000\n";
+  const std::string other =
+      "   2: 0100007F:1F900 0100007F:1F91 01 00000000:00000000 00:00000000\n"
+      "   3: 0100007F:1F91 0100007F:D2F1 06 00000000:00000000 00:00000000\n";
   Write(dir_ / "tcp6", header);
   // Sidecar gone, no stream open (an idle pod): returns at once.
   Write(dir_ / "tcp", header + other);

@@ -68,7 +68,8 @@ TEST(StatusTest, FreshObjectReportsEveryCondition) {
   for (size_t i = 0; i < order.size(); ++i) {
     const json& c = s["conditions"][i];
     EXPECT_EQ(c["type"], order[i]);
-    for (const char* key : {"status", "reason", "message", "observedGeneration", "lastTransitionTime"}) {
+    for (const char* key :
+         {"status", "reason", "message", "observedGeneration", "lastTransitionTime"}) {
       EXPECT_TRUE(c.contains(key)) << order[i] << " lacks " << key;
     }
     EXPECT_EQ(c["observedGeneration"], 4);
@@ -157,7 +158,8 @@ TEST(StatusTest, AConflictIsAReconcileError) {
   const ReconcileResult r = ReconcileStep(object, observed, {}, std::nullopt, kT1);
   EXPECT_EQ(r.plan.service.action, Action::kNone);
   EXPECT_EQ(Condition(r.status, "Degraded")["reason"], "ReconcileError");
-  EXPECT_NE(Condition(r.status, "Degraded")["message"].get<std::string>().find("Foo bar"), std::string::npos);
+  EXPECT_NE(Condition(r.status, "Degraded")["message"].get<std::string>().find("Foo bar"),
+            std::string::npos);
 }
 
 TEST(StatusTest, AutoscalerDecisionIsReported) {
@@ -177,7 +179,8 @@ TEST(StatusTest, AutoscalerDecisionIsReported) {
   EXPECT_EQ(r.status["lastScaleReason"], "scale_up_load");
   EXPECT_EQ(r.status["lastScaleTime"], kT1);
   EXPECT_EQ(Condition(r.status, "ScalingActive")["reason"], "AutoscalerActive");
-  EXPECT_EQ(Condition(r.status, "Progressing")["reason"], "RolloutInProgress");  // Deployment created
+  EXPECT_EQ(Condition(r.status, "Progressing")["reason"],
+            "RolloutInProgress");  // Deployment created
   object["status"] = r.status;
   // No tick this reconcile: the observations, the count and the condition carry over.
   observed.autoscaler_desired_replicas.reset();
@@ -229,7 +232,9 @@ TEST(StatusTest, ASpecTheOperatorCannotServeIsAConditionNotAWrite) {
   const json& ready = Condition(r.status, "Ready");
   EXPECT_EQ(ready["status"], "False");
   EXPECT_EQ(ready["reason"], "InvalidSpec");
-  EXPECT_EQ(ready["message"].get<std::string>().rfind("spec.model.uri: scheme 's3' is not supported", 0), 0u);
+  EXPECT_EQ(
+      ready["message"].get<std::string>().rfind("spec.model.uri: scheme 's3' is not supported", 0),
+      0u);
   EXPECT_EQ(Condition(r.status, "Degraded")["status"], "True");
   EXPECT_EQ(Condition(r.status, "Degraded")["reason"], "InvalidSpec");
   EXPECT_EQ(r.status["observedGeneration"], 5);
@@ -254,7 +259,8 @@ TEST(StatusTest, ASpecTheOperatorCannotServeIsAConditionNotAWrite) {
 TEST(StatusTest, StatusValidatesAgainstTheCrdShape) {
   // Every condition reason matches the CRD's pattern; every field is one the schema defines.
   const json crd = testing::LoadYamlFile(kRoot + "/crds/serving.kinfer.dev_inferenceservices.yaml");
-  const json& schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+  const json& schema =
+      crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
   Observed observed;
   observed.pods = Pods(1, 1);
   autoscale::Decision d;
@@ -265,7 +271,9 @@ TEST(StatusTest, StatusValidatesAgainstTheCrdShape) {
   for (const auto& [key, value] : status.items()) {
     EXPECT_TRUE(schema["properties"].contains(key)) << key;
   }
-  const std::regex reason(schema["properties"]["conditions"]["items"]["properties"]["reason"]["pattern"].get<std::string>());
+  const std::regex reason(
+      schema["properties"]["conditions"]["items"]["properties"]["reason"]["pattern"]
+          .get<std::string>());
   for (const json& c : status["conditions"]) {
     EXPECT_TRUE(std::regex_match(c["reason"].get<std::string>(), reason)) << c["reason"];
     for (const auto& [key, value] : c.items()) {
@@ -276,7 +284,8 @@ TEST(StatusTest, StatusValidatesAgainstTheCrdShape) {
 
 TEST(StatusTest, Rfc3339) {
   EXPECT_EQ(FormatRfc3339(std::chrono::system_clock::from_time_t(0)), "1970-01-01T00:00:00Z");
-  EXPECT_EQ(FormatRfc3339(std::chrono::system_clock::from_time_t(1740823200)), "2025-03-01T10:00:00Z");
+  EXPECT_EQ(FormatRfc3339(std::chrono::system_clock::from_time_t(1740823200)),
+            "2025-03-01T10:00:00Z");
 }
 
 }  // namespace
