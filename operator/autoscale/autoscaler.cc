@@ -381,8 +381,8 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
       const int floor = std::min(current - 1, CeilCount(current / c.max_scale_down_rate));
       // Headroom: the replicas left must carry the stable window's busiest tick at
       // scale_down_utilization x target.
-      const int headroom = CeilCount(stable.load_max /
-                                     (c.scale_down_utilization * c.target_load_per_replica));
+      const int headroom =
+          CeilCount(stable.load_max / (c.scale_down_utilization * c.target_load_per_replica));
       out = std::max({stabilized, floor, headroom});
       if (out >= current) {
         out = current;

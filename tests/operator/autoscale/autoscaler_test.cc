@@ -208,7 +208,7 @@ TEST(AutoscalerTest, PanicDoesNotScaleDownUntilAStableWindowWithoutPanic) {
   AutoscalerConfig c = Defaults();
   c.scale_down_delay = Duration::zero();    // only the panic holds the count up
   c.cold_start_timeout = Duration::zero();  // no cold-start hold either
-  c.scale_down_utilization = 1.0;  // 4 pods at the target of 8 (0.8 would keep 5 for 32)
+  c.scale_down_utilization = 1.0;           // 4 pods at the target of 8 (0.8 would keep 5 for 32)
   Autoscaler as(c);
   FakeCluster cluster(4, 0);  // pods are ready at once
   RunTicks(as, cluster, -120, 0, Steady(32));
