@@ -69,7 +69,7 @@ pods/exec or pods/proxy. tests/python/test_manifests.py pins this exact list.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]
-# The PodDisruptionBudget exists only while more than one replica is wanted, so the operator also
+# The PodDisruptionBudget exists only while the service may run more than one pod, so the operator also
 # deletes it (a PDB on one pod would block node drains).
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
