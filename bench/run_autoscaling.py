@@ -19,26 +19,17 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import shlex
 import struct
 import subprocess
 import sys
 import zlib
 
+from run_single_stream import cpu_model  # noqa: E402 (bench/ is the script's folder)
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 GOAL = {"attainment": 0.99, "vs_oracle": 1.15}
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def find_sim(given):

@@ -161,3 +161,13 @@ def post_chat(url: str, body: dict | None = None, headers: dict | None = None, t
     return (session or requests).post(
         url + "/v1/chat/completions", data=json.dumps(body or chat_body()),
         headers={"Content-Type": "application/json", **(headers or {})}, timeout=timeout, **kw)
+
+
+def wait_for(predicate, timeout=5.0):
+    """Polls predicate() every 20 ms until it is true or `timeout` seconds pass; its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat
+from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat, wait_for
 
 
 @pytest.fixture
@@ -26,15 +26,6 @@ def make_sidecar(upstream):
     yield make
     for sc in started:
         sc.stop()
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def assert_overload_reply(r, status):

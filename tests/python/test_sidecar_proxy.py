@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat
+from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -111,22 +111,13 @@ def _raw_request(port, body: dict, headers=""):
     return s
 
 
-def _wait_for(predicate, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_client_disconnect_cancels_upstream_request(fake, sidecar):
     fake.control(hang=True)
     s = _raw_request(sidecar.port, chat_body())
-    assert _wait_for(lambda: fake.stats()["in_flight"] == 1)
+    assert wait_for(lambda: fake.stats()["in_flight"] == 1)
     s.close()
-    assert _wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
-    assert _wait_for(lambda: sidecar.stats()["in_flight"] == 0)
+    assert wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
+    assert wait_for(lambda: sidecar.stats()["in_flight"] == 0)
 
 
 def test_client_disconnect_mid_stream_cancels_upstream(fake, sidecar):
@@ -134,7 +125,7 @@ def test_client_disconnect_mid_stream_cancels_upstream(fake, sidecar):
     s = _raw_request(sidecar.port, chat_body(stream=True))
     assert s.recv(4096)  # headers and the first chunks
     s.close()
-    assert _wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
+    assert wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
 
 
 def test_upstream_killed_mid_stream_ends_with_error_event(fake, sidecar):
@@ -191,7 +182,7 @@ def test_sigterm_drains_in_flight_requests_then_exits(upstream):
 
     t = threading.Thread(target=slow)
     t.start()
-    assert _wait_for(lambda: upstream.stats()["in_flight"] == 1)
+    assert wait_for(lambda: upstream.stats()["in_flight"] == 1)
     sc.signal(signal.SIGTERM)
     time.sleep(0.2)
     # Draining: not ready, and new connections are refused (the listener is closed).
@@ -213,14 +204,14 @@ def test_sighup_reloads_config_without_dropping_connections(upstream):
         cfg["rate_limits"] = {"default": {"requests_per_second": 0.5, "request_burst": 1}}
         sc.write_config(cfg)
         sc.signal(signal.SIGHUP)
-        assert _wait_for(lambda: sc.metric("kinfer_sidecar_config_reloads_total", result="ok") == 1)
+        assert wait_for(lambda: sc.metric("kinfer_sidecar_config_reloads_total", result="ok") == 1)
         codes = [post_chat(sc.url, session=session).status_code for _ in range(3)]
         assert codes[0] == 200 and 429 in codes[1:]
         # A bad file is refused and the running config stays.
         with open(sc.config_file.name, "w") as f:
             f.write("admission: {max_concurrency: -1}\n")
         sc.signal(signal.SIGHUP)
-        assert _wait_for(lambda: sc.metric("kinfer_sidecar_config_reloads_total", result="failed") == 1)
+        assert wait_for(lambda: sc.metric("kinfer_sidecar_config_reloads_total", result="failed") == 1)
         assert sc.proc.poll() is None
         session.close()
     finally:

@@ -1,10 +1,10 @@
 """OpenAPI v3 structural schema handling for custom resources: defaulting, pruning and validation.
 
-This is the one place in the test API server that knows the CRD schema rules. The CEL subset
-(cel_parse, cel_eval) is copied from tests/python/test_manifests.py, which checks the CRD and its
-samples without a server; the validator is the same walk, but it reports Kubernetes-style field
-causes (field, reason, message) the way the real API server words them, and unknown fields are
-pruned (with a warning) rather than rejected, as the API server does by default.
+This is the one place that knows the CRD schema rules: the CEL subset (cel_parse, cel_eval),
+defaulting and type checks are also used by tests/python/test_manifests.py, which checks the CRD
+and its samples without a server. Its validator walks the same way but reports Kubernetes-style
+field causes (field, reason, message) the way the real API server words them, and unknown fields
+are pruned (with a warning) rather than rejected, as the API server does by default.
 """
 from __future__ import annotations
 
