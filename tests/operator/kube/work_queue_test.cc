@@ -1,0 +1,104 @@
+#include "operator/kube/work_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace kinfer::kube {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class WorkQueueCoreTest : public ::testing::Test {
+ protected:
+  Clock::time_point now_ = Clock::time_point() + seconds(100);
+  WorkQueueCore q_;
+};
+
+TEST_F(WorkQueueCoreTest, DedupsWhilePending) {
+  q_.Add("a");
+  q_.Add("a");
+  q_.Add("b");
+  EXPECT_EQ(q_.Len(), 2u);
+  EXPECT_EQ(q_.TryGet(now_), "a");
+  EXPECT_EQ(q_.TryGet(now_), "b");
+  EXPECT_EQ(q_.TryGet(now_), std::nullopt);
+}
+
+TEST_F(WorkQueueCoreTest, ReAddWhileProcessingRequeuesAfterDone) {
+  q_.Add("a");
+  ASSERT_EQ(q_.TryGet(now_), "a");
+  q_.Add("a");
+  q_.Add("a");
+  EXPECT_EQ(q_.TryGet(now_), std::nullopt) << "never handed to two workers at once";
+  q_.Done("a");
+  EXPECT_EQ(q_.TryGet(now_), "a");
+  q_.Done("a");
+  EXPECT_EQ(q_.TryGet(now_), std::nullopt);
+}
+
+TEST_F(WorkQueueCoreTest, AddAfterWaitsUntilDue) {
+  q_.AddAfter("a", milliseconds(50), now_);
+  EXPECT_EQ(q_.TryGet(now_ + milliseconds(49)), std::nullopt);
+  EXPECT_EQ(q_.NextDue(), now_ + milliseconds(50));
+  EXPECT_EQ(q_.TryGet(now_ + milliseconds(50)), "a");
+}
+
+TEST_F(WorkQueueCoreTest, EarlierDelayWins) {
+  q_.AddAfter("a", seconds(10), now_);
+  q_.AddAfter("a", seconds(1), now_);
+  q_.AddAfter("a", seconds(5), now_);
+  EXPECT_EQ(q_.Delayed(), 1u);
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), "a");
+}
+
+TEST_F(WorkQueueCoreTest, RateLimitedBackoffDoublesFromFiveMsToCap) {
+  EXPECT_EQ(q_.AddRateLimited("a", now_), milliseconds(5));
+  EXPECT_EQ(q_.AddRateLimited("a", now_), milliseconds(10));
+  EXPECT_EQ(q_.AddRateLimited("a", now_), milliseconds(20));
+  EXPECT_EQ(q_.NumRequeues("a"), 3);
+  for (int i = 0; i < 100; ++i) (void)q_.AddRateLimited("a", now_);
+  EXPECT_EQ(q_.AddRateLimited("a", now_), seconds(1000));
+  q_.Forget("a");
+  EXPECT_EQ(q_.NumRequeues("a"), 0);
+  EXPECT_EQ(q_.AddRateLimited("a", now_), milliseconds(5));
+}
+
+TEST_F(WorkQueueCoreTest, BackoffIsPerItem) {
+  (void)q_.AddRateLimited("a", now_);
+  (void)q_.AddRateLimited("a", now_);
+  EXPECT_EQ(q_.AddRateLimited("b", now_), milliseconds(5));
+}
+
+TEST_F(WorkQueueCoreTest, DelayedItemDueWhileQueuedIsNotDuplicated) {
+  q_.AddAfter("a", milliseconds(5), now_);
+  q_.Add("a");
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), "a");
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), std::nullopt);
+}
+
+TEST(WorkQueueTest, BlockingGetAndShutDown) {
+  WorkQueue q;
+  std::thread worker([&] {
+    std::optional<std::string> k = q.Get();
+    ASSERT_EQ(k, "x");
+    q.Done(*k);
+    EXPECT_EQ(q.Get(), std::nullopt);
+  });
+  q.Add("x");
+  std::this_thread::sleep_for(milliseconds(20));
+  q.ShutDown();
+  worker.join();
+}
+
+TEST(WorkQueueTest, GetWakesForDelayedItem) {
+  WorkQueue q;
+  auto start = Clock::now();
+  q.AddAfter("x", milliseconds(30));
+  EXPECT_EQ(q.Get(), "x");
+  EXPECT_GE(Clock::now() - start, milliseconds(30));
+}
+
+}  // namespace
+}  // namespace kinfer::kube
