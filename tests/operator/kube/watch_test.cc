@@ -1,0 +1,237 @@
+// Store (pure) and the Informer's list+watch against the real test API server: events, bookmarks,
+// backoff, and convergence after a compaction with dropped watches.
+#include "operator/kube/watch.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/operator/kube/test_apiserver.h"
+
+namespace kinfer::kube {
+namespace {
+
+namespace rs = resources;
+using std::chrono::milliseconds;
+
+json Obj(const std::string& ns, const std::string& name, const std::string& rv) {
+  return {{"metadata", {{"namespace", ns}, {"name", name}, {"resourceVersion", rv}}}};
+}
+
+TEST(StoreTest, ApplyAndReplaceReportDifferences) {
+  Store s;
+  s.Apply({EventType::kAdded, Obj("a", "x", "1")});
+  s.Apply({EventType::kAdded, Obj("a", "y", "2")});
+  s.Apply({EventType::kAdded, Obj("b", "z", "3")});
+  s.Apply({EventType::kDeleted, Obj("b", "z", "4")});
+  EXPECT_EQ(s.Size(), 2u);
+  ASSERT_TRUE(s.Get("a", "x").has_value());
+  EXPECT_EQ(s.List("a").size(), 2u);
+  EXPECT_EQ(s.List("b").size(), 0u);
+
+  std::vector<WatchEvent> diff = s.Replace({Obj("a", "x", "1"), Obj("a", "y", "5"), Obj("c", "w", "6")});
+  ASSERT_EQ(diff.size(), 2u);
+  EXPECT_EQ(diff[0].type, EventType::kModified);
+  EXPECT_EQ(Store::KeyOf(diff[0].object), "a/y");
+  EXPECT_EQ(diff[1].type, EventType::kAdded);
+  diff = s.Replace({});
+  EXPECT_EQ(diff.size(), 3u);
+  for (const WatchEvent& e : diff) EXPECT_EQ(e.type, EventType::kDeleted);
+  EXPECT_EQ(s.Size(), 0u);
+}
+
+class Recorder {
+ public:
+  void operator()(const WatchEvent& e) {
+    std::lock_guard<std::mutex> l(mu_);
+    seen_.push_back(std::string(EventTypeName(e.type)) + " " + Store::KeyOf(e.object));
+    cv_.notify_all();
+  }
+  // Waits until `entry` has been seen.
+  bool WaitFor(const std::string& entry, milliseconds timeout = milliseconds(5000)) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, timeout, [&] {
+      return std::find(seen_.begin(), seen_.end(), entry) != seen_.end();
+    });
+  }
+  std::vector<std::string> seen() {
+    std::lock_guard<std::mutex> l(mu_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> seen_;
+};
+
+template <typename F>
+bool Eventually(F f, milliseconds timeout = milliseconds(5000)) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return f();
+}
+
+class InformerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new testing::TestApiServer({"--bookmark-interval", "0.2"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_->ok()) << "the test API server did not start";
+    server_->Post("/_test/reset");
+    KubeConfig cfg;
+    cfg.server = server_->url();
+    auto c = Client::Create(cfg);
+    ASSERT_TRUE(c.ok());
+    client_ = std::move(c).value();
+  }
+  static json ConfigMap(const std::string& name, const std::string& v) {
+    return {{"apiVersion", "v1"},
+            {"kind", "ConfigMap"},
+            {"metadata", {{"name", name}}},
+            {"data", {{"k", v}}}};
+  }
+  WatchOptions Options() {
+    WatchOptions o;
+    o.ns = "default";
+    o.initial_backoff = milliseconds(20);
+    o.max_backoff = milliseconds(200);
+    return o;
+  }
+
+  static testing::TestApiServer* server_;
+  std::unique_ptr<Client> client_;
+};
+testing::TestApiServer* InformerTest::server_ = nullptr;
+
+TEST_F(InformerTest, ListsThenWatchesAddedModifiedDeleted) {
+  ASSERT_TRUE(client_->Create(rs::kConfigMaps, "default", ConfigMap("before", "1")).ok());
+  Recorder rec;
+  Informer inf(client_.get(), rs::kConfigMaps, Options(), std::ref(rec));
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
+  EXPECT_TRUE(rec.WaitFor("ADDED default/before"));
+
+  StatusOr<json> a = client_->Create(rs::kConfigMaps, "default", ConfigMap("a", "1"));
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(rec.WaitFor("ADDED default/a"));
+  json upd = *a;
+  upd["data"]["k"] = "2";
+  ASSERT_TRUE(client_->Update(rs::kConfigMaps, "default", upd).ok());
+  EXPECT_TRUE(rec.WaitFor("MODIFIED default/a"));
+  ASSERT_TRUE(client_->Delete(rs::kConfigMaps, "default", "before").ok());
+  EXPECT_TRUE(rec.WaitFor("DELETED default/before"));
+
+  EXPECT_TRUE(Eventually([&] {
+    std::optional<json> cached = inf.store().Get("default", "a");
+    return cached.has_value() && (*cached)["data"]["k"] == "2" && inf.store().Size() == 1;
+  }));
+  // Objects in another namespace stay out.
+  ASSERT_TRUE(client_->Create(rs::kConfigMaps, "kube-system", ConfigMap("other", "1")).ok());
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(inf.store().Get("kube-system", "other").has_value());
+  inf.Stop();
+  EXPECT_EQ(inf.stats().lists, 1);
+  EXPECT_EQ(inf.stats().relists, 0);
+}
+
+TEST_F(InformerTest, BookmarksAdvanceTheResourceVersion) {
+  Informer inf(client_.get(), rs::kConfigMaps, Options(), nullptr);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
+  // A write elsewhere moves the global resourceVersion; a bookmark brings the watcher up to it.
+  json svc = {{"apiVersion", "v1"},
+              {"kind", "Service"},
+              {"metadata", {{"name", "s"}}},
+              {"spec", {{"ports", {{{"port", 80}}}}}}};
+  StatusOr<json> created = client_->Create(rs::kServices, "default", svc);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  int64_t want = std::stoll((*created)["metadata"]["resourceVersion"].get<std::string>());
+  EXPECT_TRUE(Eventually([&] {
+    std::string rv = inf.resource_version();
+    return !rv.empty() && std::stoll(rv) >= want;
+  })) << inf.resource_version();
+  EXPECT_GT(inf.stats().bookmarks, 0);
+}
+
+TEST_F(InformerTest, RelistsAfterCompactionWithDroppedWatchAndConverges) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        client_->Create(rs::kConfigMaps, "default", ConfigMap("cm" + std::to_string(i), "v")).ok());
+  }
+  Recorder rec;
+  Informer inf(client_.get(), rs::kConfigMaps, Options(), std::ref(rec));
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
+  ASSERT_TRUE(Eventually([&] { return inf.stats().watches >= 1; }));
+
+  // Reconnects fail while the cluster changes and the history is compacted.
+  server_->Post("/_test/faults", {{"errorRate", 1.0}, {"errorCode", 500}, {"verbs", {"watch"}}});
+  server_->Post("/_test/faults", {{"dropWatches", true}});
+  ASSERT_TRUE(client_->Delete(rs::kConfigMaps, "default", "cm0").ok());
+  ASSERT_TRUE(client_->Create(rs::kConfigMaps, "default", ConfigMap("new", "v")).ok());
+  ASSERT_TRUE(client_->MergePatch(rs::kConfigMaps, "default", "cm1", {{"data", {{"k", "w"}}}}).ok());
+  server_->Post("/_test/compact");
+  ASSERT_TRUE(Eventually([&] { return inf.stats().stream_errors >= 1; }));
+  server_->Post("/_test/faults", {{"clear", true}});
+
+  EXPECT_TRUE(rec.WaitFor("DELETED default/cm0"));
+  EXPECT_TRUE(rec.WaitFor("ADDED default/new"));
+  EXPECT_TRUE(rec.WaitFor("MODIFIED default/cm1"));
+  EXPECT_GE(inf.stats().relists, 1);
+  // Converged: the cache equals a fresh list, and later events still arrive.
+  StatusOr<json> list = client_->List(rs::kConfigMaps, "default");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(inf.store().Size(), (*list)["items"].size());
+  ASSERT_TRUE(client_->Create(rs::kConfigMaps, "default", ConfigMap("after", "v")).ok());
+  EXPECT_TRUE(rec.WaitFor("ADDED default/after"));
+}
+
+TEST_F(InformerTest, FailedWatchesBackOffExponentially) {
+  std::mutex mu;
+  std::vector<milliseconds> sleeps;
+  WatchOptions o = Options();
+  o.initial_backoff = milliseconds(10);
+  o.max_backoff = milliseconds(40);
+  o.sleeper = [&](milliseconds d) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      sleeps.push_back(d);
+    }
+    std::this_thread::sleep_for(d);
+  };
+  server_->Post("/_test/faults", {{"nextErrors", 4}, {"nextErrorCode", 503}, {"verbs", {"watch"}}});
+  Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
+  ASSERT_TRUE(Eventually([&] { return inf.stats().watches >= 1; }));
+  inf.Stop();
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_GE(sleeps.size(), 4u);
+  EXPECT_EQ(sleeps[0], milliseconds(10));
+  EXPECT_EQ(sleeps[1], milliseconds(20));
+  EXPECT_EQ(sleeps[2], milliseconds(40));
+  EXPECT_EQ(sleeps[3], milliseconds(40));
+  EXPECT_EQ(inf.stats().stream_errors, 4);
+}
+
+TEST_F(InformerTest, StopsPromptly) {
+  Informer inf(client_.get(), rs::kConfigMaps, Options(), nullptr);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
+  ASSERT_TRUE(Eventually([&] { return inf.stats().watches >= 1; }));
+  auto t0 = std::chrono::steady_clock::now();
+  inf.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
+}
+
+}  // namespace
+}  // namespace kinfer::kube
