@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <exception>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 namespace kinfer::autoscale {
@@ -36,27 +36,27 @@ std::vector<PodScrape> ScrapeAll(const std::vector<PodEndpoint>& endpoints,
     const auto timeout = options.timeout;
     try {
       clients[i].emplace("http://" + address, config);
-      tasks[i] =
-          clients[i]
-              ->request(http::methods::GET, options.path)
-              .then([](http::http_response response) {
-                if (response.status_code() != http::status_codes::OK) {
-                  throw std::runtime_error("HTTP " + std::to_string(response.status_code()));
-                }
-                return response.extract_string(/*ignore_content_type=*/true);
-              })
-              .then([start, timeout, address](pplx::task<std::string> done) -> Outcome {
-                try {
-                  return {Status(), done.get()};
-                } catch (const std::exception& e) {
-                  std::string message = "scrape of " + address + " failed: " + e.what();
-                  // cpprestsdk reports its timeout as a failed read: tell it by the time taken.
-                  bool timed_out = std::chrono::steady_clock::now() - start >= timeout;
-                  return {timed_out ? DeadlineExceeded(std::move(message))
-                                    : Unavailable(std::move(message)),
-                          std::string()};
-                }
-              });
+      tasks[i] = clients[i]
+                     ->request(http::methods::GET, options.path)
+                     .then([](http::http_response response) {
+                       if (response.status_code() != http::status_codes::OK) {
+                         throw std::runtime_error("HTTP " + std::to_string(response.status_code()));
+                       }
+                       return response.extract_string(/*ignore_content_type=*/true);
+                     })
+                     .then([start, timeout, address](pplx::task<std::string> done) -> Outcome {
+                       try {
+                         return {Status(), done.get()};
+                       } catch (const std::exception& e) {
+                         std::string message = "scrape of " + address + " failed: " + e.what();
+                         // cpprestsdk reports its timeout as a failed read: tell it by the time
+                         // taken.
+                         bool timed_out = std::chrono::steady_clock::now() - start >= timeout;
+                         return {timed_out ? DeadlineExceeded(std::move(message))
+                                           : Unavailable(std::move(message)),
+                                 std::string()};
+                       }
+                     });
     } catch (const std::exception& e) {  // a bad address: cpprestsdk throws on the URI
       out[i].status = InvalidArgument("bad address " + address + ": " + e.what());
     }

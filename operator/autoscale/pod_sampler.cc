@@ -88,7 +88,8 @@ PodSample PodSampler::SamplePage(const std::string& pod, bool ready, const PromP
   if (in_flight.empty()) return sample;
   sample.has_metrics = true;
   for (const PromSample* s : in_flight) sample.in_flight += s->value;
-  for (const PromSample* s : page->Find(options_.queue_depth_metric)) sample.queue_depth += s->value;
+  for (const PromSample* s : page->Find(options_.queue_depth_metric))
+    sample.queue_depth += s->value;
 
   StatusOr<CumulativeHistogram> current = ExtractHistogram(*page, options_.ttft_metric);
   if (!current.ok()) {
@@ -110,7 +111,8 @@ PodSample PodSampler::SamplePage(const std::string& pod, bool ready, const PromP
   sample.ttft_upper_bounds = current->upper_bounds;
   sample.ttft_counts = current->counts;
   if (!reset) {
-    for (size_t i = 0; i < sample.ttft_counts.size(); ++i) sample.ttft_counts[i] -= before.counts[i];
+    for (size_t i = 0; i < sample.ttft_counts.size(); ++i)
+      sample.ttft_counts[i] -= before.counts[i];
   }
   bool any = std::any_of(sample.ttft_counts.begin(), sample.ttft_counts.end(),
                          [](uint64_t c) { return c > 0; });

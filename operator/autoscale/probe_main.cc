@@ -40,13 +40,15 @@ int main(int argc, char** argv) {
     }
     size_t eq = arg.find('=');
     if (arg.rfind("--", 0) == 0 || eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
-      std::fprintf(stderr, "usage: kinfer-metrics-probe [--timeout-ms MS] [--path P] NAME=HOST:PORT...\n");
+      std::fprintf(stderr,
+                   "usage: kinfer-metrics-probe [--timeout-ms MS] [--path P] NAME=HOST:PORT...\n");
       return 2;
     }
     pods.push_back(PodEndpoint{arg.substr(0, eq), arg.substr(eq + 1), true});
   }
   if (pods.empty()) {
-    std::fprintf(stderr, "usage: kinfer-metrics-probe [--timeout-ms MS] [--path P] NAME=HOST:PORT...\n");
+    std::fprintf(stderr,
+                 "usage: kinfer-metrics-probe [--timeout-ms MS] [--path P] NAME=HOST:PORT...\n");
     return 2;
   }
   kinfer::autoscale::MetricsCollector collector(options);

@@ -5,10 +5,14 @@
 //
 // The queries (the selector narrows them to one service's pods, e.g. namespace="ml",
 // kinfer_service="chat"; empty selects every sidecar):
-//   queue depth per pod   sum by (pod) (kinfer_sidecar_queue_depth{SEL})
-//   in flight per pod     sum by (pod) (kinfer_sidecar_in_flight{SEL})
-//   TTFT buckets per pod  sum by (pod, le) (increase(kinfer_sidecar_time_to_first_token_seconds_bucket{SEL}[W]))
-//   P99 TTFT (status)     histogram_quantile(0.99, sum by (le) (rate(kinfer_sidecar_time_to_first_token_seconds_bucket{SEL}[W])))
+//   queue depth per pod:
+//     sum by (pod) (kinfer_sidecar_queue_depth{SEL})
+//   in flight per pod:
+//     sum by (pod) (kinfer_sidecar_in_flight{SEL})
+//   TTFT buckets per pod (TTFT_BUCKET = kinfer_sidecar_time_to_first_token_seconds_bucket):
+//     sum by (pod, le) (increase(TTFT_BUCKET{SEL}[W]))
+//   P99 TTFT of the fleet (status, logs):
+//     histogram_quantile(0.99, sum by (le) (rate(TTFT_BUCKET{SEL}[W])))
 // increase() handles counter resets the way PodSampler does; its result is fractional
 // (extrapolated to the window's edges) and is rounded to whole counts per bucket.
 //

@@ -153,7 +153,8 @@ Status ParseSample(Line& line, size_t n, PromPage* page) {
       line.skip_blanks();
       if (!line.consume('=')) return LineError(n, "expected '=' after label " + std::string(label));
       line.skip_blanks();
-      if (!line.consume('"')) return LineError(n, "expected '\"' after " + std::string(label) + "=");
+      if (!line.consume('"'))
+        return LineError(n, "expected '\"' after " + std::string(label) + "=");
       std::string value, error;
       if (!line.quoted(&value, &error)) return LineError(n, error);
       for (const auto& [existing, unused] : sample.labels) {

@@ -43,7 +43,7 @@ struct PromSample {
 };
 
 struct PromPage {
-  std::vector<PromSample> samples;  // in the order of the page
+  std::vector<PromSample> samples;                        // in the order of the page
   std::map<std::string, std::string, std::less<>> types;  // metric family -> "counter", ...
   std::map<std::string, std::string, std::less<>> help;   // metric family -> unescaped HELP text
 

@@ -59,7 +59,8 @@ TEST(MetricsCollectorTest, FailedScrapesGiveNoMetrics) {
   auto took = std::chrono::steady_clock::now() - start;
   ASSERT_EQ(scrapes.size(), 3u);
   EXPECT_EQ(scrapes[0].status.code(), StatusCode::kUnavailable) << scrapes[0].status.ToString();
-  EXPECT_EQ(scrapes[1].status.code(), StatusCode::kDeadlineExceeded) << scrapes[1].status.ToString();
+  EXPECT_EQ(scrapes[1].status.code(), StatusCode::kDeadlineExceeded)
+      << scrapes[1].status.ToString();
   EXPECT_EQ(scrapes[2].status.code(), StatusCode::kFailedPrecondition);
   EXPECT_LT(took, std::chrono::seconds(5));
 

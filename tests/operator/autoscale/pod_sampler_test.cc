@@ -132,7 +132,8 @@ TEST(PodSamplerTest, PodsComeAndGo) {
   EXPECT_TRUE(s[0].ttft_counts.empty());
   EXPECT_TRUE(s[1].ttft_counts.empty());
   EXPECT_TRUE(s[2].ttft_counts.empty());
-  s = sampler.Sample({Ok("a", one), Ok("b", one), Ok("c", Page(0, 0, 0, {1, 1, 1, 3}, {0, 0, 0, 0}))});
+  s = sampler.Sample(
+      {Ok("a", one), Ok("b", one), Ok("c", Page(0, 0, 0, {1, 1, 1, 3}, {0, 0, 0, 0}))});
   EXPECT_TRUE(s[1].ttft_counts.empty());
   EXPECT_EQ(s[2].ttft_counts, (Counts{0, 0, 0, 2}));
 }
@@ -159,7 +160,8 @@ TEST(ExtractHistogramTest, RefusesMalformedSeries) {
   EXPECT_EQ(parse("h_bucket{a=\"1\",le=\"1\"} 1\nh_bucket{a=\"1\",le=\"+Inf\"} 1\n"
                   "h_bucket{a=\"2\",le=\"2\"} 1\nh_bucket{a=\"2\",le=\"+Inf\"} 1\n"),
             StatusCode::kInvalidArgument);
-  StatusOr<PromPage> page = ParsePrometheusText("h_bucket{le=\"1.0\"} 2\nh_bucket{le=\"+Inf\"} 5\n");
+  StatusOr<PromPage> page =
+      ParsePrometheusText("h_bucket{le=\"1.0\"} 2\nh_bucket{le=\"+Inf\"} 5\n");
   StatusOr<CumulativeHistogram> h = ExtractHistogram(*page, "h");
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(h->upper_bounds, (std::vector<double>{1.0}));

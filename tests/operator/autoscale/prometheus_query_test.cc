@@ -55,17 +55,22 @@ TEST(PrometheusQueryTest, RefusesErrorsAndMalformedAnswers) {
   ASSERT_FALSE(error.ok());
   EXPECT_EQ(error.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(error.status().message().find("bad_data"), std::string::npos);
-  for (const char* bad : {
-           "", "nope", "[]", R"({"status":1})", R"({"status":"success"})",
-           R"({"status":"success","data":{"resultType":"matrix","result":[]}})",
-           R"({"status":"success","data":{"resultType":"vector","result":{}}})",
-           R"({"status":"success","data":{"resultType":"vector","result":[1]}})",
-           R"({"status":"success","data":{"resultType":"vector","result":[{"metric":{}}]}})",
-           R"({"status":"success","data":{"resultType":"vector","result":[{"value":[1,2]}]}})",
-           R"({"status":"success","data":{"resultType":"vector","result":[{"value":[1,"x"]}]}})",
-           R"({"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":1},"value":[1,"1"]}]}})",
-           R"({"status":"success","data":{"resultType":"scalar","result":"1"}})",
-       }) {
+  for (
+      const char* bad : {
+          "",
+          "nope",
+          "[]",
+          R"({"status":1})",
+          R"({"status":"success"})",
+          R"({"status":"success","data":{"resultType":"matrix","result":[]}})",
+          R"({"status":"success","data":{"resultType":"vector","result":{}}})",
+          R"({"status":"success","data":{"resultType":"vector","result":[1]}})",
+          R"({"status":"success","data":{"resultType":"vector","result":[{"metric":{}}]}})",
+          R"({"status":"success","data":{"resultType":"vector","result":[{"value":[1,2]}]}})",
+          R"({"status":"success","data":{"resultType":"vector","result":[{"value":[1,"x"]}]}})",
+          R"({"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":1},"value":[1,"1"]}]}})",
+          R"({"status":"success","data":{"resultType":"scalar","result":"1"}})",
+      }) {
     auto r = ParsePrometheusQueryResponse(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -79,11 +84,11 @@ PromQueryValue V(std::map<std::string, std::string> labels, double value) {
 TEST(PrometheusQueryTest, BuildsPodSamplesFromTheAnswers) {
   std::vector<PromQueryValue> depth = {V({{"pod", "a"}}, 3), V({{"pod", "c"}}, 9)};
   std::vector<PromQueryValue> flight = {V({{"pod", "a"}}, 2), V({{"pod", "b"}}, 1)};
-  std::vector<PromQueryValue> buckets = {
-      V({{"pod", "a"}, {"le", "0.5"}}, 1.9), V({{"pod", "a"}, {"le", "0.1"}}, 1.1),
-      V({{"pod", "a"}, {"le", "+Inf"}}, 4.2),
-      V({{"pod", "b"}, {"le", "0.1"}}, 1),  // no +Inf: malformed
-      V({{"pod", "b"}, {"le", "+Inf"}}, NAN)};
+  std::vector<PromQueryValue> buckets = {V({{"pod", "a"}, {"le", "0.5"}}, 1.9),
+                                         V({{"pod", "a"}, {"le", "0.1"}}, 1.1),
+                                         V({{"pod", "a"}, {"le", "+Inf"}}, 4.2),
+                                         V({{"pod", "b"}, {"le", "0.1"}}, 1),  // no +Inf: malformed
+                                         V({{"pod", "b"}, {"le", "+Inf"}}, NAN)};
   auto s = PodSamplesFromPrometheus({{"a", true}, {"b", true}, {"c", true}, {"d", false}}, depth,
                                     flight, buckets);
   ASSERT_EQ(s.size(), 4u);

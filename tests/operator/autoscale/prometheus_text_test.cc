@@ -144,10 +144,18 @@ TEST(PrometheusTextTest, RandomInputNeverCrashes) {
       for (int e = 0; e < edits && !text.empty(); ++e) {
         size_t pos = rng() % text.size();
         switch (rng() % 4) {
-          case 0: text[pos] = alphabet[rng() % alphabet.size()]; break;
-          case 1: text.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
-          case 2: text.erase(pos, 1 + rng() % 5); break;
-          default: text.resize(pos); break;
+          case 0:
+            text[pos] = alphabet[rng() % alphabet.size()];
+            break;
+          case 1:
+            text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+            break;
+          case 2:
+            text.erase(pos, 1 + rng() % 5);
+            break;
+          default:
+            text.resize(pos);
+            break;
         }
       }
     }
