@@ -155,6 +155,9 @@ def test_upstream_killed_mid_stream_then_restarted(make_sidecar):
             assert next(it).startswith(b"data: ")
             primary.proc.send_signal(signal.SIGKILL)
             lines = [line for line in it if line.startswith(b"data: ")]
+        # Until the killed process is reaped its listening socket may still complete a handshake
+        # (then reset: 502); once it is gone connections are refused (503 upstream_connect).
+        primary.proc.wait(5)
         error = json.loads(lines[-1][6:])["error"]
         assert error["code"] == "upstream_reset"
         # Connections refused (503 upstream_connect) until the failures open the breaker: the
