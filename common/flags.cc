@@ -37,6 +37,14 @@ long long FlagReader::Int(long long lo, long long hi) {
   return out;
 }
 
+bool FlagReader::Bool() {
+  if (!has_inline_value_) return true;
+  const std::string& v = inline_value_;
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  Fail("flag " + name_ + " wants true or false, got '" + v + "'");
+}
+
 void FlagReader::Unknown() const { Fail("unknown flag '" + name_ + "'"); }
 
 void FlagReader::Fail(const std::string& message) const {

@@ -35,6 +35,9 @@ class FlagReader {
   std::string Value();
   // The value as an integer in [lo, hi].
   long long Int(long long lo, long long hi);
+  // A boolean flag: "--name" alone is true; "--name=true|false|1|0" sets it. Never consumes the
+  // next argument (as Go's flag package treats booleans).
+  bool Bool();
   [[noreturn]] void Unknown() const;
   [[noreturn]] void Fail(const std::string& message) const;
 

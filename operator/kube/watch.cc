@@ -14,9 +14,12 @@ std::string RvOf(const json& object) {
 
 std::string_view EventTypeName(EventType t) {
   switch (t) {
-    case EventType::kAdded: return "ADDED";
-    case EventType::kModified: return "MODIFIED";
-    case EventType::kDeleted: return "DELETED";
+    case EventType::kAdded:
+      return "ADDED";
+    case EventType::kModified:
+      return "MODIFIED";
+    case EventType::kDeleted:
+      return "DELETED";
   }
   return "?";
 }
@@ -86,7 +89,9 @@ Informer::Informer(const Client* client, ResourceType type, WatchOptions options
 
 Informer::~Informer() { Stop(); }
 
-void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+void Informer::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Informer::Stop() {
   stop_ = true;
@@ -131,7 +136,10 @@ bool Informer::ListOnce() {
   lo.field_selector = options_.field_selector;
   StatusOr<json> list = client_->List(type_, options_.ns, lo);
   if (!list.ok() || !(*list).contains("items") || !(*list)["items"].is_array()) return false;
-  std::vector<json> items = (*list)["items"].get<std::vector<json>>();
+  std::vector<json> items = std::move((*list)["items"]).get<std::vector<json>>();
+  if (options_.transform) {
+    for (json& item : items) options_.transform(&item);
+  }
   std::vector<WatchEvent> diff = store_.Replace(items);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -224,6 +232,7 @@ bool Informer::WatchOnce() {
         continue;
       }
       e.object = std::move(obj);
+      if (options_.transform) options_.transform(&e.object);
       store_.Apply(e);
       {
         std::lock_guard<std::mutex> l(mu_);

@@ -69,10 +69,14 @@ struct WatchOptions {
   std::string field_selector;
   std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{30000};
-  int timeout_seconds = 300;                      // server-side end of each watch
+  int timeout_seconds = 300;                        // server-side end of each watch
   std::chrono::milliseconds stream_timeout{90000};  // inactivity on the stream
   // Sleeps for a backoff; default: waits, waking early on Stop. Tests inject one to record.
   std::function<void(std::chrono::milliseconds)> sleeper;
+  // Applied to every listed or watched object before it is stored and delivered (client-go's
+  // SetTransform): drop what the reader never needs to keep the cache small. It must keep
+  // metadata.namespace, name and resourceVersion.
+  std::function<void(json*)> transform;
 };
 
 struct WatchStats {

@@ -34,7 +34,8 @@ void WorkQueueCore::AddAfter(const std::string& key, std::chrono::nanoseconds de
 }
 
 std::chrono::nanoseconds WorkQueueCore::AddRateLimited(const std::string& key,
-                                                       Clock::time_point now) {
+                                                       Clock::time_point now,
+                                                       std::chrono::nanoseconds at_least) {
   int n = failures_[key]++;
   std::chrono::nanoseconds delay = policy_.max;
   if (n < 62) {
@@ -44,6 +45,7 @@ std::chrono::nanoseconds WorkQueueCore::AddRateLimited(const std::string& key,
       delay = std::chrono::nanoseconds(static_cast<int64_t>(d));
     }
   }
+  delay = std::max(delay, at_least);
   AddAfter(key, delay, now);
   return delay;
 }
@@ -102,12 +104,13 @@ void WorkQueue::AddAfter(const std::string& key, std::chrono::nanoseconds delay)
   cv_.notify_all();  // a waiter may need to shorten its sleep
 }
 
-std::chrono::nanoseconds WorkQueue::AddRateLimited(const std::string& key) {
+std::chrono::nanoseconds WorkQueue::AddRateLimited(const std::string& key,
+                                                   std::chrono::nanoseconds at_least) {
   std::chrono::nanoseconds d;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (shut_down_) return std::chrono::nanoseconds::zero();
-    d = core_.AddRateLimited(key, Clock::now());
+    d = core_.AddRateLimited(key, Clock::now(), at_least);
   }
   cv_.notify_all();
   return d;

@@ -39,9 +39,10 @@ class WorkQueueCore {
   void Add(const std::string& key);
   // Queues `key` once `delay` has passed (at `now + delay`); a zero or negative delay is Add.
   void AddAfter(const std::string& key, std::chrono::nanoseconds delay, Clock::time_point now);
-  // AddAfter with this key's next backoff delay (base * 2^failures, capped at max) and counts a
-  // failure. Returns the delay used.
-  std::chrono::nanoseconds AddRateLimited(const std::string& key, Clock::time_point now);
+  // AddAfter with this key's next backoff delay (base * 2^failures, capped at max, and at least
+  // `at_least`: a server's Retry-After) and counts a failure. Returns the delay used.
+  std::chrono::nanoseconds AddRateLimited(const std::string& key, Clock::time_point now,
+                                          std::chrono::nanoseconds at_least = {});
   // Forgets the failure count of `key` (call after a successful process).
   void Forget(const std::string& key);
   // Number of failures counted for `key` since the last Forget.
@@ -78,7 +79,8 @@ class WorkQueue {
 
   void Add(const std::string& key);
   void AddAfter(const std::string& key, std::chrono::nanoseconds delay);
-  std::chrono::nanoseconds AddRateLimited(const std::string& key);
+  std::chrono::nanoseconds AddRateLimited(const std::string& key,
+                                          std::chrono::nanoseconds at_least = {});
   void Forget(const std::string& key);
   int NumRequeues(const std::string& key) const;
   // Blocks until an item is ready (returns it, marked processing) or the queue is shut down

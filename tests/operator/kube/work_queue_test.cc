@@ -65,6 +65,15 @@ TEST_F(WorkQueueCoreTest, RateLimitedBackoffDoublesFromFiveMsToCap) {
   EXPECT_EQ(q_.AddRateLimited("a", now_), milliseconds(5));
 }
 
+TEST_F(WorkQueueCoreTest, RetryAfterIsAFloorOnTheBackoff) {
+  // A server's Retry-After longer than the backoff wins; a shorter one does not shorten it.
+  EXPECT_EQ(q_.AddRateLimited("a", now_, seconds(1)), seconds(1));
+  EXPECT_FALSE(q_.TryGet(now_ + milliseconds(999)).has_value());
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), "a");
+  q_.Done("a");
+  EXPECT_EQ(q_.AddRateLimited("a", now_, milliseconds(1)), milliseconds(10));
+}
+
 TEST_F(WorkQueueCoreTest, BackoffIsPerItem) {
   (void)q_.AddRateLimited("a", now_);
   (void)q_.AddRateLimited("a", now_);

@@ -1,0 +1,226 @@
+#include "operator/controller/autoscale_loop.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "operator/api/autoscaler_config.h"
+#include "operator/api/inference_service.h"
+#include "operator/autoscale/metrics_collector.h"
+
+namespace kinfer::controller {
+
+using nlohmann::json;
+
+struct AutoscaleLoop::Entry {
+  std::string uid;
+  autoscale::Autoscaler scaler;
+  autoscale::PodSampler sampler;
+  std::optional<int> last_desired;
+  double published_load = -1;
+  double published_p99 = -1;
+  autoscale::TimePoint last_publish{};
+  explicit Entry(autoscale::Autoscaler s) : scaler(std::move(s)) {}
+};
+
+namespace {
+
+bool SameConfig(const autoscale::AutoscalerConfig& a, const autoscale::AutoscalerConfig& b) {
+  return a.min_replicas == b.min_replicas && a.max_replicas == b.max_replicas &&
+         a.target_load_per_replica == b.target_load_per_replica &&
+         a.stable_window == b.stable_window && a.panic_window_percent == b.panic_window_percent &&
+         a.panic_threshold == b.panic_threshold &&
+         a.slo_ttft_p99_seconds == b.slo_ttft_p99_seconds && a.tolerance == b.tolerance &&
+         a.scale_down_delay == b.scale_down_delay &&
+         a.scale_down_p99_fraction == b.scale_down_p99_fraction &&
+         a.max_scale_up_rate == b.max_scale_up_rate &&
+         a.max_scale_down_rate == b.max_scale_down_rate &&
+         a.missing_metrics_freeze_fraction == b.missing_metrics_freeze_fraction &&
+         a.min_ttft_observations == b.min_ttft_observations &&
+         a.cold_start_timeout == b.cold_start_timeout &&
+         a.scale_down_utilization == b.scale_down_utilization && a.slo_max_step == b.slo_max_step;
+}
+
+const json* At(const json& j, std::initializer_list<const char*> path) {
+  const json* v = &j;
+  for (const char* k : path) {
+    if (!v->is_object()) return nullptr;
+    auto it = v->find(k);
+    if (it == v->end()) return nullptr;
+    v = &*it;
+  }
+  return v;
+}
+
+bool PodReady(const json& pod) {
+  const json* conds = At(pod, {"status", "conditions"});
+  if (conds == nullptr || !conds->is_array()) return false;
+  for (const json& c : *conds) {
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  }
+  return false;
+}
+
+std::string HostPort(const std::string& ip, int port) {
+  if (ip.find(':') != std::string::npos) return "[" + ip + "]:" + std::to_string(port);
+  return ip + ":" + std::to_string(port);
+}
+
+// A material change of an observed value worth a status refresh (10% or the first value).
+bool Moved(double before, double now) {
+  if (before < 0) return true;
+  return std::fabs(now - before) > 0.1 * std::max(1.0, std::fabs(before));
+}
+
+}  // namespace
+
+AutoscaleLoop::AutoscaleLoop(Controller* controller, AutoscaleLoopOptions options,
+                             OperatorMetrics* metrics)
+    : controller_(controller), options_(std::move(options)), metrics_(metrics) {}
+
+AutoscaleLoop::~AutoscaleLoop() { Stop(); }
+
+void AutoscaleLoop::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void AutoscaleLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t AutoscaleLoop::tracked() const { return entries_.size(); }
+
+void AutoscaleLoop::Run() {
+  auto next = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    l.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    Tick(t0);
+    metrics_->autoscaler_tick_seconds.Get().Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    l.lock();
+    next += options_.interval;
+    if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now();
+    cv_.wait_until(l, next, [this] { return stop_; });
+  }
+}
+
+void AutoscaleLoop::Tick(autoscale::TimePoint now) {
+  struct Work {
+    std::string key;
+    Entry* entry;
+    int current;
+    size_t first, count;  // range in `endpoints`
+  };
+  std::vector<Work> work;
+  std::vector<autoscale::PodEndpoint> endpoints;
+  std::set<std::string> live;
+
+  for (const json& object : controller_->InferenceServices()) {
+    StatusOr<api::InferenceService> isvc = api::ParseInferenceService(object);
+    if (!isvc.ok()) continue;
+    const api::ObjectMeta& md = isvc->metadata;
+    const std::string key = KeyOf(md.namespace_name, md.name);
+    if (!isvc->spec.autoscaling.enabled || At(object, {"metadata", "deletionTimestamp"})) continue;
+    if (isvc->spec.autoscaling.metrics_source_type == "prometheus" && !warned_prometheus_) {
+      warned_prometheus_ = true;
+      spdlog::warn(
+          "metricsSource prometheus is not queried yet; {} and others like it are "
+          "scaled on their pods' sidecar metrics",
+          key);
+    }
+    autoscale::AutoscalerConfig config = api::MakeAutoscalerConfig(isvc->spec);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second->uid != md.uid) {
+      entries_.erase(it);  // deleted and created again under the same name
+      it = entries_.end();
+    }
+    if (it == entries_.end()) {
+      StatusOr<autoscale::Autoscaler> scaler = autoscale::Autoscaler::Create(config);
+      if (!scaler.ok()) continue;  // ParseInferenceService validated it; defensive
+      auto entry = std::make_unique<Entry>(std::move(*scaler));
+      entry->uid = md.uid;
+      it = entries_.emplace(key, std::move(entry)).first;
+    } else if (!SameConfig(it->second->scaler.config(), config)) {
+      Status st = it->second->scaler.Reconfigure(config);
+      if (!st.ok()) spdlog::warn("autoscaler {}: {}", key, st.ToString());
+    }
+    live.insert(key);
+
+    int current = config.min_replicas;
+    std::optional<json> dep = controller_->Deployment(md.namespace_name, md.name);
+    if (const json* r = dep ? At(*dep, {"spec", "replicas"}) : nullptr; r && r->is_number()) {
+      current = r->get<int>();
+    } else if (isvc->status.desired_replicas) {
+      current = *isvc->status.desired_replicas;
+    }
+    Work w{key, it->second.get(), current, endpoints.size(), 0};
+    for (const json& pod : controller_->Pods(md.namespace_name, md.name)) {
+      if (At(pod, {"metadata", "deletionTimestamp"})) continue;
+      autoscale::PodEndpoint ep;
+      ep.pod = pod["metadata"].value("name", "");
+      ep.ready = PodReady(pod);
+      if (options_.address_of) ep.address = options_.address_of(pod);
+      if (ep.address.empty()) {
+        const json* ip = At(pod, {"status", "podIP"});
+        if (ip == nullptr || !ip->is_string() || ip->get<std::string>().empty()) {
+          ep.ready = false;  // no address yet: starting
+        } else {
+          ep.address = HostPort(ip->get<std::string>(), options_.sidecar_port);
+        }
+      }
+      endpoints.push_back(std::move(ep));
+      ++w.count;
+    }
+    work.push_back(w);
+  }
+  // Services no longer autoscaled (deleted, autoscaling off, invalid): forget their state.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (live.count(it->first) == 0) {
+      controller_->SetDecision(it->first, std::nullopt, /*enqueue=*/false);
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (work.empty()) return;
+
+  autoscale::CollectorOptions co;
+  co.timeout = options_.scrape_timeout;
+  std::vector<autoscale::PodScrape> scrapes = autoscale::ScrapeAll(endpoints, co);
+  for (const Work& w : work) {
+    std::vector<autoscale::PodScrape> mine(
+        std::make_move_iterator(scrapes.begin() + static_cast<long>(w.first)),
+        std::make_move_iterator(scrapes.begin() + static_cast<long>(w.first + w.count)));
+    for (const autoscale::PodScrape& s : mine) {
+      if (s.ready && !s.status.ok()) metrics_->autoscaler_scrape_errors.Get().Inc();
+    }
+    std::vector<autoscale::PodSample> samples = w.entry->sampler.Sample(mine);
+    autoscale::Decision d = w.entry->scaler.Tick(now, w.current, samples);
+    metrics_->autoscaler_decisions.WithLabels({d.reason}).Inc();
+    const double p99 = d.p99_ttft_panic.value_or(0);
+    bool publish = !w.entry->last_desired || *w.entry->last_desired != d.desired;
+    if (!publish && now - w.entry->last_publish >= options_.status_refresh &&
+        (Moved(w.entry->published_load, d.observed_load) || Moved(w.entry->published_p99, p99))) {
+      publish = true;
+    }
+    if (publish) {
+      w.entry->last_desired = d.desired;
+      w.entry->published_load = d.observed_load;
+      w.entry->published_p99 = p99;
+      w.entry->last_publish = now;
+    }
+    // The decision is always recorded (any reconcile reads the latest), but only a publish
+    // queues one.
+    controller_->SetDecision(w.key, std::move(d), publish);
+  }
+}
+
+}  // namespace kinfer::controller

@@ -1,0 +1,516 @@
+// The controller against the real test API server: what users and operators of operators expect
+// of it (docs/operator.md), each pinned by watching the API server, never the controller's
+// internals: objects appear with owner references, status and Events are written, a steady state
+// makes zero writes, spec changes roll the Deployment, invalid specs become a condition without a
+// hot loop, and conflicts, injected 5xx/429, dropped watches and an API server restart all
+// converge.
+#include "operator/controller/controller.h"
+
+#include <cpprest/http_listener.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+#include "operator/controller/autoscale_loop.h"
+#include "tests/operator/kube/test_apiserver.h"
+
+namespace kinfer::controller {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+namespace rs = kube::resources;
+
+bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout = milliseconds(10000)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return pred();
+}
+
+json Isvc(const std::string& name, json spec_extra = json::object()) {
+  json spec = {{"model",
+                {{"name", "smollm2-135m-instruct"},
+                 {"uri", "pvc://models/smollm2-135m-instruct-q4_1.gguf"}}}};
+  spec.merge_patch(spec_extra);
+  return {{"apiVersion", "serving.kinfer.dev/v1alpha1"},
+          {"kind", "InferenceService"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec", spec}};
+}
+
+const json* Find(const json& j, std::initializer_list<const char*> path) {
+  const json* v = &j;
+  for (const char* k : path) {
+    if (!v->is_object() || !v->contains(k)) return nullptr;
+    v = &(*v)[k];
+  }
+  return v;
+}
+
+std::string Condition(const json& isvc, const std::string& type, std::string* reason = nullptr) {
+  const json* conds = Find(isvc, {"status", "conditions"});
+  if (conds == nullptr) return "";
+  for (const json& c : *conds) {
+    if (c.value("type", "") == type) {
+      if (reason != nullptr) *reason = c.value("reason", "");
+      return c.value("status", "");
+    }
+  }
+  return "";
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new testing::TestApiServer(
+        {"--bookmark-interval", "0.2", "--deployment-controller", "--too-large-wait", "0.5"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(server_->ok()) << "the test API server did not start";
+    server_->Post("/_test/reset");
+    kube::KubeConfig cfg;
+    cfg.server = server_->url();
+    kube::ClientOptions test_agent;
+    test_agent.user_agent = "kinfer-test";
+    client_ = std::move(kube::Client::Create(cfg, test_agent)).value();
+    op_client_ = std::move(kube::Client::Create(cfg)).value();  // user agent kinfer-operator
+  }
+  void TearDown() override {
+    if (loop_) loop_->Stop();
+    if (controller_) controller_->Stop();
+  }
+
+  void StartController(ControllerOptions o = {}) {
+    o.backoff.base = milliseconds(5);
+    o.backoff.max = milliseconds(500);
+    o.watch.initial_backoff = milliseconds(20);
+    o.watch.max_backoff = milliseconds(200);
+    o.watch.timeout_seconds = 30;
+    o.watch.stream_timeout = milliseconds(5000);
+    metrics_ = std::make_unique<OperatorMetrics>();
+    events_ = std::make_unique<EventRecorder>(op_client_.get(), "kinfer-operator", "test");
+    controller_ = std::make_unique<Controller>(op_client_.get(), o, metrics_.get(), events_.get());
+    controller_->StartInformers();
+    ASSERT_TRUE(controller_->WaitForSync(milliseconds(5000)));
+    controller_->StartWorkers();
+  }
+
+  std::optional<json> Get(const kube::ResourceType& rt, const std::string& name) {
+    auto o = client_->Get(rt, "default", name);
+    if (!o.ok()) return std::nullopt;
+    return *o;
+  }
+  int64_t OperatorWrites() {
+    json stats = server_->Get("/_test/stats");
+    const json* w = Find(stats, {"writes", "byUserAgent"});
+    if (w == nullptr) return 0;
+    int64_t n = 0;
+    for (auto it = w->begin(); it != w->end(); ++it) {
+      if (it.key().rfind("kinfer-operator", 0) == 0) n += it.value().get<int64_t>();
+    }
+    return n;
+  }
+  bool IsReady(const std::string& name) {
+    auto o = Get(rs::kInferenceServices, name);
+    return o && Condition(*o, "Ready") == "True";
+  }
+  std::vector<json> EventsOf(const std::string& name) {
+    kube::ListOptions lo;
+    lo.field_selector = "involvedObject.name=" + name;
+    auto l = client_->List(rs::kEvents, "default", lo);
+    if (!l.ok()) return {};
+    return (*l)["items"].get<std::vector<json>>();
+  }
+  bool HasEvent(const std::string& name, const std::string& reason) {
+    for (const json& e : EventsOf(name)) {
+      if (e.value("reason", "") == reason) return true;
+    }
+    return false;
+  }
+
+  static testing::TestApiServer* server_;
+  std::unique_ptr<kube::Client> client_;
+  std::unique_ptr<kube::Client> op_client_;
+  std::unique_ptr<OperatorMetrics> metrics_;
+  std::unique_ptr<EventRecorder> events_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<AutoscaleLoop> loop_;
+};
+testing::TestApiServer* ControllerTest::server_ = nullptr;
+
+TEST_F(ControllerTest, CreateMakesOwnedObjectsStatusAndEventsThenGoesQuiet) {
+  StartController();
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("chat")).ok());
+
+  ASSERT_TRUE(WaitUntil([&] { return IsReady("chat"); })) << "never became Ready";
+  json isvc = *Get(rs::kInferenceServices, "chat");
+  const std::string uid = isvc["metadata"]["uid"];
+  for (auto [rt, name] : {std::pair{&rs::kDeployments, "chat"},
+                          {&rs::kServices, "chat"},
+                          {&rs::kConfigMaps, "chat-sidecar"},
+                          {&rs::kPodDisruptionBudgets, "chat"}}) {
+    std::optional<json> o = Get(*rt, name);
+    ASSERT_TRUE(o) << rt->plural << " " << name << " missing";
+    const json& owners = (*o)["metadata"]["ownerReferences"];
+    ASSERT_EQ(owners.size(), 1u) << rt->plural;
+    EXPECT_EQ(owners[0]["uid"], uid);
+    EXPECT_EQ(owners[0]["controller"], true);
+  }
+  EXPECT_EQ(isvc["status"]["observedGeneration"], isvc["metadata"]["generation"]);
+  EXPECT_EQ(isvc["status"]["selector"], "serving.kinfer.dev/inferenceservice=chat");
+  EXPECT_EQ(isvc["status"]["url"], "http://chat.default.svc.cluster.local:8080");
+  EXPECT_TRUE(HasEvent("chat", "Created"));
+
+  // Steady state: nothing to write, even when every key is reconciled again.
+  ASSERT_TRUE(WaitUntil([&] { return controller_->QueueLen() == 0; }));
+  std::this_thread::sleep_for(milliseconds(300));
+  const int64_t before = OperatorWrites();
+  for (int i = 0; i < 3; ++i) {
+    ReconcileOutcome o = controller_->Reconcile("default/chat");
+    EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+    EXPECT_EQ(o.writes, 0);
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_EQ(OperatorWrites(), before);
+}
+
+TEST_F(ControllerTest, SpecChangeRollsTheDeploymentAndKeepsOthersFields) {
+  StartController();
+  ASSERT_TRUE(client_
+                  ->Create(rs::kInferenceServices, "default",
+                           Isvc("roll", {{"autoscaling", {{"enabled", false}}}, {"replicas", 2}}))
+                  .ok());
+  ASSERT_TRUE(WaitUntil([&] { return IsReady("roll"); }));
+  json dep = *Get(rs::kDeployments, "roll");
+  const std::string hash =
+      dep["spec"]["template"]["metadata"]["annotations"]["serving.kinfer.dev/template-hash"];
+  EXPECT_EQ(dep["spec"]["replicas"], 2);
+  // Someone else's annotation on the Deployment is kept across the operator's patches.
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kDeployments, "default", "roll",
+                               {{"metadata", {{"annotations", {{"team", "a"}}}}}})
+                  .ok());
+
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kInferenceServices, "default", "roll",
+                               {{"spec", {{"runtime", {{"image", "example/runtime:2"}}}}}})
+                  .ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    json d = *Get(rs::kDeployments, "roll");
+    return d["spec"]["template"]["metadata"]["annotations"]["serving.kinfer.dev/template-hash"] !=
+           hash;
+  }));
+  dep = *Get(rs::kDeployments, "roll");
+  EXPECT_EQ(dep["metadata"]["annotations"]["team"], "a");
+  bool found = false;
+  for (const json& c : dep["spec"]["template"]["spec"]["containers"]) {
+    if (c["name"] == "runtime") found = c["image"] == "example/runtime:2";
+  }
+  EXPECT_TRUE(found) << dep["spec"]["template"]["spec"]["containers"].dump();
+
+  // kubectl scale through the InferenceService's /scale reaches the Deployment.
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kInferenceServices, "default", "roll",
+                               {{"spec", {{"replicas", 3}}}}, "scale")
+                  .ok());
+  ASSERT_TRUE(WaitUntil([&] { return (*Get(rs::kDeployments, "roll"))["spec"]["replicas"] == 3; }));
+  ASSERT_TRUE(WaitUntil([&] {
+    return (*Get(rs::kInferenceServices, "roll"))["status"].value("desiredReplicas", 0) == 3;
+  }));
+  EXPECT_TRUE(WaitUntil([&] { return HasEvent("roll", "Scaled"); }));
+}
+
+TEST_F(ControllerTest, InvalidSpecIsAConditionNotAHotLoop) {
+  StartController();
+  // The CRD admits this URI; the operator cannot mount a path that climbs out with "..".
+  ASSERT_TRUE(client_
+                  ->Create(rs::kInferenceServices, "default",
+                           Isvc("bad", {{"model", {{"uri", "file:///models/../etc/x.gguf"}}}}))
+                  .ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    auto o = Get(rs::kInferenceServices, "bad");
+    std::string reason;
+    return o && Condition(*o, "Degraded", &reason) == "True" && reason == "InvalidSpec";
+  }));
+  EXPECT_FALSE(Get(rs::kDeployments, "bad").has_value());
+  EXPECT_TRUE(WaitUntil([&] { return HasEvent("bad", "InvalidSpec"); }));
+  std::this_thread::sleep_for(milliseconds(300));
+  const double reconciles = metrics_->reconciles.WithLabels({"invalid_spec"}).Value();
+  std::this_thread::sleep_for(milliseconds(1000));
+  EXPECT_EQ(metrics_->reconciles.WithLabels({"invalid_spec"}).Value(), reconciles)
+      << "an invalid spec must not be retried until it changes";
+
+  // Fixing the spec brings the objects.
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kInferenceServices, "default", "bad",
+                               {{"spec", {{"model", {{"uri", "file:///models/x.gguf"}}}}}})
+                  .ok());
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("bad"); }));
+}
+
+TEST_F(ControllerTest, DeletionIsLeftToGarbageCollectionAndNothingIsRecreated) {
+  StartController();
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("gone")).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "gone").has_value(); }));
+  ASSERT_TRUE(client_->Delete(rs::kInferenceServices, "default", "gone").ok());
+  EXPECT_TRUE(WaitUntil([&] {
+    return !Get(rs::kDeployments, "gone") && !Get(rs::kServices, "gone") &&
+           !Get(rs::kConfigMaps, "gone-sidecar");
+  }));
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_FALSE(Get(rs::kDeployments, "gone").has_value());
+}
+
+TEST_F(ControllerTest, ObjectsDeletedOrEditedBySomeoneElseAreRepaired) {
+  StartController();
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("heal")).ok());
+  ASSERT_TRUE(WaitUntil([&] { return IsReady("heal"); }));
+  ASSERT_TRUE(client_->Delete(rs::kServices, "default", "heal").ok());
+  EXPECT_TRUE(WaitUntil([&] { return Get(rs::kServices, "heal").has_value(); }));
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kConfigMaps, "default", "heal-sidecar",
+                               {{"data", {{"sidecar.yaml", "garbage: 1\n"}}}})
+                  .ok());
+  EXPECT_TRUE(WaitUntil([&] {
+    return (*Get(rs::kConfigMaps, "heal-sidecar"))["data"]["sidecar.yaml"] != "garbage: 1\n";
+  }));
+}
+
+TEST_F(ControllerTest, AnUnlabelledObjectOfTheSameNameIsAdopted) {
+  // A Service "adopt" made by hand, without our label: the cache never sees it, so the create
+  // meets AlreadyExists and the controller plans again from the live objects.
+  json svc = {{"apiVersion", "v1"},
+              {"kind", "Service"},
+              {"metadata", {{"name", "adopt"}, {"namespace", "default"}}},
+              {"spec", {{"ports", {{{"port", 80}}}}}}};
+  ASSERT_TRUE(client_->Create(rs::kServices, "default", svc).ok());
+  StartController();
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("adopt")).ok());
+  EXPECT_TRUE(WaitUntil([&] {
+    auto s = Get(rs::kServices, "adopt");
+    return s && (*s)["metadata"].contains("ownerReferences") &&
+           (*s)["metadata"]["labels"].contains("serving.kinfer.dev/inferenceservice");
+  }));
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("adopt"); }));
+}
+
+TEST_F(ControllerTest, InjectedErrorsAndConflictsConverge) {
+  StartController();
+  // The next 3 creates of Deployments fail with 500, status updates meet 409s, and patches are
+  // throttled with 429 + Retry-After 1.
+  server_->Post("/_test/faults", {{"nextErrors", 3},
+                                  {"nextErrorCode", 500},
+                                  {"verbs", {"create"}},
+                                  {"resources", {"deployments"}}});
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("flaky")).ok());
+  EXPECT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "flaky").has_value(); }));
+  server_->Post("/_test/faults", {{"clear", true},
+                                  {"nextErrors", 2},
+                                  {"nextErrorCode", 409},
+                                  {"verbs", {"update"}},
+                                  {"resources", {"inferenceservices/status"}}});
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("flaky"); }));
+  EXPECT_GE(metrics_->reconcile_errors.Get().Value(), 3);
+  EXPECT_TRUE(HasEvent("flaky", "ApiError"));
+
+  server_->Post("/_test/faults", {{"clear", true},
+                                  {"nextErrors", 1},
+                                  {"nextErrorCode", 429},
+                                  {"retryAfterSeconds", 1},
+                                  {"verbs", {"patch"}},
+                                  {"resources", {"deployments"}}});
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kInferenceServices, "default", "flaky",
+                               {{"spec", {{"runtime", {{"image", "example/r:3"}}}}}})
+                  .ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitUntil([&] {
+    return (*Get(rs::kDeployments, "flaky"))["spec"]["template"]["spec"]["containers"].dump().find(
+               "example/r:3") != std::string::npos;
+  }));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(900))
+      << "Retry-After: 1 must delay the retry by a second";
+  server_->Post("/_test/faults", {{"clear", true}});
+}
+
+TEST_F(ControllerTest, DroppedWatchesAndCompactionDoNotLoseEvents) {
+  StartController();
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("w1")).ok());
+  ASSERT_TRUE(WaitUntil([&] { return IsReady("w1"); }));
+  server_->Post("/_test/faults", {{"dropWatches", true}, {"dropMode", "reset"}});
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("w2")).ok());
+  server_->Post("/_test/compact");
+  server_->Post("/_test/faults", {{"dropWatches", true}});
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("w3")).ok());
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("w2") && IsReady("w3"); }));
+  kube::WatchStats s = controller_->InformerStats();
+  EXPECT_GT(s.stream_errors + s.relists, 0);
+  controller_->UpdateMetrics();
+  EXPECT_TRUE(metrics_->registry.ExposeText().find("kinfer_operator_watch_restarts_total") !=
+              std::string::npos);
+  server_->Post("/_test/faults", {{"clear", true}});
+}
+
+TEST_F(ControllerTest, ManyInferenceServicesConvergeAndGoQuiet) {
+  StartController();
+  json items = json::array();
+  for (int i = 0; i < 200; ++i) {
+    json o = Isvc("m" + std::to_string(i));
+    items.push_back(o);
+  }
+  server_->Post("/_test/objects", {{"items", items}});
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        kube::ListOptions lo;
+        lo.label_selector = "serving.kinfer.dev/inferenceservice";
+        auto l = client_->List(rs::kDeployments, "default", lo);
+        return l.ok() && (*l)["items"].size() == 200;
+      },
+      milliseconds(60000)));
+  ASSERT_TRUE(WaitUntil([&] { return IsReady("m0") && IsReady("m199"); }, milliseconds(60000)));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->QueueLen() == 0; }, milliseconds(60000)));
+  std::this_thread::sleep_for(milliseconds(1000));
+  const int64_t before = OperatorWrites();
+  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_EQ(OperatorWrites(), before) << "a steady state makes zero writes";
+}
+
+// A fake sidecar: serves a fixed /metrics page (queue depth, in flight) on 127.0.0.1.
+class FakeSidecarPage {
+ public:
+  explicit FakeSidecarPage(int port) : listener_("http://127.0.0.1:" + std::to_string(port)) {
+    listener_.support([this](web::http::http_request req) {
+      std::string page;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        page = page_;
+      }
+      req.reply(web::http::status_codes::OK, page, "text/plain; version=0.0.4");
+    });
+    listener_.open().wait();
+  }
+  ~FakeSidecarPage() { listener_.close().wait(); }
+  void Set(double queue, double in_flight) {
+    std::lock_guard<std::mutex> l(mu_);
+    page_ =
+        "# TYPE kinfer_sidecar_queue_depth gauge\n"
+        "kinfer_sidecar_queue_depth{class=\"standard\"} " +
+        std::to_string(queue) + "\n" +
+        "# TYPE kinfer_sidecar_in_flight gauge\nkinfer_sidecar_in_flight " +
+        std::to_string(in_flight) + "\n";
+  }
+
+ private:
+  web::http::experimental::listener::http_listener listener_;
+  std::mutex mu_;
+  std::string page_;
+};
+
+TEST_F(ControllerTest, TheAutoscalerScalesOnTheSidecarsQueue) {
+  const int port = server_->port() + 1;  // a port next to the API server's, free in practice
+  FakeSidecarPage page(port);
+  page.Set(40, 8);  // 48 requests waiting or running on one pod: 6x the target of 8
+  StartController();
+  AutoscaleLoopOptions ao;
+  ao.interval = milliseconds(100);
+  ao.address_of = [port](const json&) { return "127.0.0.1:" + std::to_string(port); };
+  loop_ = std::make_unique<AutoscaleLoop>(controller_.get(), ao, metrics_.get());
+  // Stable window 6 s -> panic window 0.6 s: panic reacts within a few ticks.
+  ASSERT_TRUE(
+      client_
+          ->Create(rs::kInferenceServices, "default",
+                   Isvc("auto",
+                        {{"autoscaling",
+                          {{"minReplicas", 1}, {"maxReplicas", 4}, {"stableWindowSeconds", 6}}}}))
+          .ok());
+  ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "auto").has_value(); }));
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", "auto-0"},
+                {"namespace", "default"},
+                {"labels", {{"serving.kinfer.dev/inferenceservice", "auto"}}}}},
+              {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "x"}}}}}}};
+  ASSERT_TRUE(client_->Create(rs::kPods, "default", pod).ok());
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kPods, "default", "auto-0",
+                               {{"status",
+                                 {{"phase", "Running"},
+                                  {"podIP", "127.0.0.1"},
+                                  {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}},
+                               "status")
+                  .ok());
+  loop_->Start();
+  ASSERT_TRUE(WaitUntil([&] { return (*Get(rs::kDeployments, "auto"))["spec"]["replicas"] == 4; },
+                        milliseconds(15000)));
+  json isvc = *Get(rs::kInferenceServices, "auto");
+  ASSERT_TRUE(WaitUntil([&] {
+    isvc = *Get(rs::kInferenceServices, "auto");
+    return isvc["status"].value("desiredReplicas", 0) == 4;
+  }));
+  const std::string reason = isvc["status"].value("lastScaleReason", "");
+  EXPECT_TRUE(reason.rfind("scale_up", 0) == 0 || reason == "max_replicas") << reason;
+  EXPECT_GT(isvc["status"].value("observedQueueDepth", 0.0), 0.0);
+  EXPECT_TRUE(WaitUntil([&] { return HasEvent("auto", "Scaled"); }));
+  EXPECT_GT(metrics_->autoscaler_decisions.WithLabels({isvc["status"]["lastScaleReason"]}).Value(),
+            0);
+}
+
+TEST(ApiServerRestartTest, TheControllerResumesAfterTheApiServerRestarts) {
+  char dir[] = "/tmp/kinfer-restart-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string state = std::string(dir) + "/state.json";
+  auto server = std::make_unique<testing::TestApiServer>(std::vector<std::string>{
+      "--deployment-controller", "--state-file", state, "--bookmark-interval", "0.2"});
+  ASSERT_TRUE(server->ok());
+  const int port = server->port();
+  kube::KubeConfig cfg;
+  cfg.server = server->url();
+  auto client = std::move(kube::Client::Create(cfg)).value();
+  OperatorMetrics metrics;
+  ControllerOptions o;
+  o.watch.initial_backoff = milliseconds(20);
+  o.watch.max_backoff = milliseconds(200);
+  o.watch.stream_timeout = milliseconds(3000);
+  Controller controller(client.get(), o, &metrics, nullptr);
+  controller.StartInformers();
+  ASSERT_TRUE(controller.WaitForSync(milliseconds(5000)));
+  controller.StartWorkers();
+  auto ready = [&](const std::string& name) {
+    auto g = client->Get(rs::kInferenceServices, "default", name);
+    return g.ok() && Condition(*g, "Ready") == "True";
+  };
+  ASSERT_TRUE(client->Create(rs::kInferenceServices, "default", Isvc("before")).ok());
+  ASSERT_TRUE(WaitUntil([&] { return ready("before"); }));
+
+  server.reset();  // SIGTERM: state saved, watches broken
+  server = std::make_unique<testing::TestApiServer>(
+      std::vector<std::string>{"--deployment-controller", "--state-file", state,
+                               "--bookmark-interval", "0.2", "--port", std::to_string(port)});
+  ASSERT_TRUE(server->ok());
+  // The first request may meet the connection the old server closed (the client's pool); the
+  // operator retries such failures with backoff, and so does this test.
+  Status created;
+  ASSERT_TRUE(WaitUntil([&] {
+    created = client->Create(rs::kInferenceServices, "default", Isvc("after")).status();
+    return created.ok() || kube::IsAlreadyExists(created);
+  })) << created.ToString();
+  EXPECT_TRUE(WaitUntil([&] { return ready("after"); }, milliseconds(15000)));
+  EXPECT_TRUE(ready("before"));
+  EXPECT_GT(controller.InformerStats().stream_errors + controller.InformerStats().relists, 0);
+  controller.Stop();
+  std::remove(state.c_str());
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace kinfer::controller
