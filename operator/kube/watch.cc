@@ -30,33 +30,49 @@ std::string Store::KeyOf(const json& object) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
+Store::Packed Store::Pack(const json& object) {
+  Packed p;
+  p.resource_version = RvOf(object);
+  p.bytes = json::to_msgpack(object);
+  p.bytes.shrink_to_fit();
+  return p;
+}
+
+json Store::Unpack(const Packed& packed) {
+  return json::from_msgpack(packed.bytes, /*strict=*/true, /*allow_exceptions=*/false);
+}
+
 void Store::Apply(const WatchEvent& e) {
   std::string key = KeyOf(e.object);
-  std::lock_guard<std::mutex> l(mu_);
   if (e.type == EventType::kDeleted) {
+    std::lock_guard<std::mutex> l(mu_);
     objects_.erase(key);
-  } else {
-    objects_[key] = e.object;
+    return;
   }
+  Packed p = Pack(e.object);
+  std::lock_guard<std::mutex> l(mu_);
+  objects_[key] = std::move(p);
 }
 
 std::vector<WatchEvent> Store::Replace(const std::vector<json>& items) {
-  std::map<std::string, json> fresh;
-  for (const json& o : items) fresh[KeyOf(o)] = o;
+  std::map<std::string, const json*> fresh;
+  for (const json& o : items) fresh[KeyOf(o)] = &o;
+  std::map<std::string, Packed> packed;
+  for (const auto& [key, o] : fresh) packed[key] = Pack(*o);
   std::vector<WatchEvent> out;
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [key, old] : objects_) {
-    if (fresh.count(key) == 0) out.push_back({EventType::kDeleted, old});
+    if (fresh.count(key) == 0) out.push_back({EventType::kDeleted, Unpack(old)});
   }
   for (const auto& [key, o] : fresh) {
     auto it = objects_.find(key);
     if (it == objects_.end()) {
-      out.push_back({EventType::kAdded, o});
-    } else if (RvOf(it->second) != RvOf(o)) {
-      out.push_back({EventType::kModified, o});
+      out.push_back({EventType::kAdded, *o});
+    } else if (it->second.resource_version != packed[key].resource_version) {
+      out.push_back({EventType::kModified, *o});
     }
   }
-  objects_ = std::move(fresh);
+  objects_ = std::move(packed);
   return out;
 }
 
@@ -64,14 +80,14 @@ std::optional<json> Store::Get(const std::string& ns, const std::string& name) c
   std::lock_guard<std::mutex> l(mu_);
   auto it = objects_.find(ns.empty() ? name : ns + "/" + name);
   if (it == objects_.end()) return std::nullopt;
-  return it->second;
+  return Unpack(it->second);
 }
 
 std::vector<json> Store::List(const std::string& ns) const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<json> out;
   for (const auto& [key, o] : objects_) {
-    if (ns.empty() || key.rfind(ns + "/", 0) == 0) out.push_back(o);
+    if (ns.empty() || key.rfind(ns + "/", 0) == 0) out.push_back(Unpack(o));
   }
   return out;
 }
