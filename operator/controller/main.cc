@@ -17,9 +17,11 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/flags.h"
@@ -237,15 +239,25 @@ int main(int argc, char** argv) {
   }
 
   controller.StartInformers();
+  // Leading starts the workers once the caches hold their first lists (a worker that planned
+  // from an empty cache would try to create what exists). The wait runs on its own thread so
+  // that signals and the elector stay responsive.
+  std::atomic<bool> stopping{false};
+  std::mutex starter_mu;
+  std::thread starter;  // guarded by starter_mu
   auto lead = [&] {
-    spdlog::info("leading: starting {} workers{}", flags.workers,
-                 flags.autoscale ? " and the autoscaler" : "");
+    std::lock_guard<std::mutex> l(starter_mu);
+    if (stopping.load()) return;
     metrics.leader.Get().Set(1);
-    if (!controller.WaitForSync(std::chrono::minutes(10))) {
-      spdlog::warn("informer caches not synced yet; reconciling anyway");
-    }
-    controller.StartWorkers();
-    if (flags.autoscale) autoscaler.Start();
+    starter = std::thread([&] {
+      while (!stopping.load() && !controller.WaitForSync(std::chrono::milliseconds(200))) {
+      }
+      if (stopping.load()) return;
+      spdlog::info("leading: starting {} workers{}", flags.workers,
+                   flags.autoscale ? " and the autoscaler" : "");
+      controller.StartWorkers();
+      if (flags.autoscale) autoscaler.Start();
+    });
   };
 
   std::unique_ptr<kinfer::kube::LeaderElector> elector;
@@ -284,9 +296,14 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }
   spdlog::info("received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  {
+    std::lock_guard<std::mutex> l(starter_mu);
+    stopping = true;  // a leadership won from now on starts nothing
+  }
+  if (starter.joinable()) starter.join();
   autoscaler.Stop();
   controller.Stop();
-  if (elector) elector->Stop(/*release=*/true);
+  if (elector) elector->Stop(/*release=*/true);  // hand over at once
   http.Stop();
   spdlog::info("stopped");
   return 0;
