@@ -1,9 +1,11 @@
 #include "operator/kube/client.h"
 
-#include <boost/asio/ssl.hpp>
 #include <cpprest/uri.h>
+#include <boost/asio/ssl.hpp>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 namespace kinfer::kube {
@@ -37,20 +39,34 @@ StatusCode CodeFor(int http_code) {
 
 std::string DefaultReason(int http_code) {
   switch (http_code) {
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 405: return "MethodNotAllowed";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 415: return "UnsupportedMediaType";
-    case 422: return "Invalid";
-    case 429: return "TooManyRequests";
-    case 500: return "InternalError";
-    case 503: return "ServiceUnavailable";
-    case 504: return "Timeout";
-    default: return "Unknown";
+    case 400:
+      return "BadRequest";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "NotFound";
+    case 405:
+      return "MethodNotAllowed";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 415:
+      return "UnsupportedMediaType";
+    case 422:
+      return "Invalid";
+    case 429:
+      return "TooManyRequests";
+    case 500:
+      return "InternalError";
+    case 503:
+      return "ServiceUnavailable";
+    case 504:
+      return "Timeout";
+    default:
+      return "Unknown";
   }
 }
 
@@ -73,7 +89,8 @@ Status StatusFromHttp(int http_code, const std::string& body,
   std::optional<int64_t> retry_after;
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object()) {
-    if (j.contains("reason") && j["reason"].is_string() && !j["reason"].get<std::string>().empty()) {
+    if (j.contains("reason") && j["reason"].is_string() &&
+        !j["reason"].get<std::string>().empty()) {
       reason = j["reason"].get<std::string>();
     }
     if (j.contains("message") && j["message"].is_string()) message = j["message"];
@@ -112,7 +129,27 @@ ApiError ErrorOf(const Status& status) {
 }
 
 Client::Client(KubeConfig config, ClientOptions options)
-    : config_(std::move(config)), options_(std::move(options)) {}
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      token_(config_.token),
+      token_read_at_(std::chrono::steady_clock::now()) {}
+
+std::string Client::Token() const {
+  std::lock_guard<std::mutex> l(token_mu_);
+  if (config_.token_file.empty()) return token_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - token_read_at_ < options_.token_refresh) return token_;
+  token_read_at_ = now;
+  std::ifstream in(config_.token_file);
+  std::string fresh((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!fresh.empty() && (fresh.back() == '\n' || fresh.back() == '\r' || fresh.back() == ' ')) {
+    fresh.pop_back();
+  }
+  if (in.good() || in.eof()) {
+    if (!fresh.empty()) token_ = std::move(fresh);
+  }
+  return token_;
+}
 
 StatusOr<std::unique_ptr<Client>> Client::Create(const KubeConfig& config, ClientOptions options) {
   std::unique_ptr<Client> c(new Client(config, std::move(options)));
@@ -147,8 +184,7 @@ http::client::http_client_config Client::MakeConfig(std::chrono::milliseconds ti
 
 std::string Client::Path(const ResourceType& rt, const std::string& ns, const std::string& name,
                          const std::string& subresource) {
-  std::string p = rt.group.empty() ? "/api/" + rt.version
-                                   : "/apis/" + rt.group + "/" + rt.version;
+  std::string p = rt.group.empty() ? "/api/" + rt.version : "/apis/" + rt.group + "/" + rt.version;
   if (rt.namespaced && !ns.empty()) p += "/namespaces/" + ns;
   p += "/" + rt.plural;
   if (!name.empty()) p += "/" + name;
@@ -162,7 +198,9 @@ StatusOr<json> Client::Do(const http::method& method, const std::string& path_an
   req.set_request_uri(path_and_query);
   req.headers().add("Accept", "application/json");
   req.headers().add("User-Agent", options_.user_agent);
-  if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+  if (std::string token = Token(); !token.empty()) {
+    req.headers().add("Authorization", "Bearer " + token);
+  }
   if (body != nullptr) req.set_body(body->dump(), content_type);
   std::string what = method + " " + path_and_query;
   try {
@@ -244,8 +282,8 @@ Status Client::Delete(const ResourceType& rt, const std::string& ns, const std::
 }
 
 StatusOr<Client::Stream> Client::OpenStream(const std::string& path_and_query,
-                                                 std::chrono::milliseconds timeout,
-                                                 const pplx::cancellation_token& cancel) const {
+                                            std::chrono::milliseconds timeout,
+                                            const pplx::cancellation_token& cancel) const {
   try {
     Stream s;
     s.http = std::make_shared<http::client::http_client>(config_.server, MakeConfig(timeout));
@@ -253,7 +291,9 @@ StatusOr<Client::Stream> Client::OpenStream(const std::string& path_and_query,
     req.set_request_uri(path_and_query);
     req.headers().add("Accept", "application/json");
     req.headers().add("User-Agent", options_.user_agent);
-    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    if (std::string token = Token(); !token.empty()) {
+      req.headers().add("Authorization", "Bearer " + token);
+    }
     s.response = s.http->request(req, cancel).get();
     return s;
   } catch (const std::exception& e) {

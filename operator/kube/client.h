@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,8 +60,9 @@ inline const ResourceType kInferenceServices{"serving.kinfer.dev", "v1alpha1", "
 
 // What a failed call said, read back from its Status.
 struct ApiError {
-  std::string reason;  // "NotFound", "Conflict", "Expired", "TooManyRequests", ... or "" (transport)
-  int http_code = 0;   // 0 for transport errors and timeouts
+  std::string
+      reason;         // "NotFound", "Conflict", "Expired", "TooManyRequests", ... or "" (transport)
+  int http_code = 0;  // 0 for transport errors and timeouts
   std::optional<std::chrono::seconds> retry_after;
 };
 ApiError ErrorOf(const Status& status);
@@ -82,6 +84,8 @@ Status StatusFromHttp(int http_code, const std::string& body,
 struct ClientOptions {
   std::chrono::milliseconds request_timeout{30000};
   std::string user_agent = "kinfer-operator";
+  // How often the token is reread from the kubeconfig's tokenFile (or the service account's).
+  std::chrono::milliseconds token_refresh{60000};
 };
 
 struct ListOptions {
@@ -131,9 +135,8 @@ class Client {
     std::shared_ptr<web::http::client::http_client> http;
     web::http::http_response response;
   };
-  StatusOr<Stream> OpenStream(const std::string& path_and_query,
-                                                std::chrono::milliseconds timeout,
-                                                const pplx::cancellation_token& cancel) const;
+  StatusOr<Stream> OpenStream(const std::string& path_and_query, std::chrono::milliseconds timeout,
+                              const pplx::cancellation_token& cancel) const;
 
   // "/api/v1/namespaces/ns/configmaps[/name[/sub]]" (no query).
   static std::string Path(const ResourceType& rt, const std::string& ns,
@@ -146,8 +149,16 @@ class Client {
   StatusOr<json> Do(const web::http::method& method, const std::string& path_and_query,
                     const json* body, const std::string& content_type) const;
 
+  // The bearer token: config_.token, reread from config_.token_file at most every
+  // options_.token_refresh (as client-go's cached token source does) so a rotated projected service
+  // account token is picked up; a failed read keeps the last token.
+  std::string Token() const;
+
   KubeConfig config_;
   ClientOptions options_;
+  mutable std::mutex token_mu_;
+  mutable std::string token_;                                      // protected by token_mu_
+  mutable std::chrono::steady_clock::time_point token_read_at_{};  // protected by token_mu_
   std::unique_ptr<web::http::client::http_client> http_;
 };
 

@@ -2,7 +2,7 @@
 end against the test API server (tests/kube/apiserver), leader election between two replicas with
 a hand-over on SIGTERM, and clear failures for bad flags and configuration.
 
-The controller's behaviour in depth (conflicts, faults, watch drops, restarts, adoption, 200
+The controller's behaviour in depth (conflicts, faults, watch drops, restarts, adoption, 1000
 services) is pinned by tests/operator/controller/controller_test.cc; this file checks the program
 a user runs.
 """

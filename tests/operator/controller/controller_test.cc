@@ -363,7 +363,7 @@ TEST_F(ControllerTest, DroppedWatchesAndCompactionDoNotLoseEvents) {
 TEST_F(ControllerTest, ManyInferenceServicesConvergeAndGoQuiet) {
   StartController();
   json items = json::array();
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     json o = Isvc("m" + std::to_string(i));
     items.push_back(o);
   }
@@ -373,10 +373,10 @@ TEST_F(ControllerTest, ManyInferenceServicesConvergeAndGoQuiet) {
         kube::ListOptions lo;
         lo.label_selector = "serving.kinfer.dev/inferenceservice";
         auto l = client_->List(rs::kDeployments, "default", lo);
-        return l.ok() && (*l)["items"].size() == 200;
+        return l.ok() && (*l)["items"].size() == 1000;
       },
       milliseconds(60000)));
-  ASSERT_TRUE(WaitUntil([&] { return IsReady("m0") && IsReady("m199"); }, milliseconds(60000)));
+  ASSERT_TRUE(WaitUntil([&] { return IsReady("m0") && IsReady("m999"); }, milliseconds(60000)));
   ASSERT_TRUE(WaitUntil([&] { return controller_->QueueLen() == 0; }, milliseconds(60000)));
   std::this_thread::sleep_for(milliseconds(1000));
   const int64_t before = OperatorWrites();

@@ -1,7 +1,12 @@
 // The REST client against the real test API server (tests/kube/apiserver).
 #include "operator/kube/client.h"
 
+#include <cpprest/http_listener.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "tests/operator/api/yaml_to_json.h"
 #include "tests/operator/kube/test_apiserver.h"
@@ -151,10 +156,9 @@ TEST_F(ClientTest, SchemaViolationIsInvalid) {
 }
 
 TEST_F(ClientTest, TooManyRequestsCarriesRetryAfter) {
-  server_->Post("/_test/faults", {{"nextErrors", 1},
-                                  {"nextErrorCode", 429},
-                                  {"retryAfterSeconds", 7},
-                                  {"verbs", {"get"}}});
+  server_->Post(
+      "/_test/faults",
+      {{"nextErrors", 1}, {"nextErrorCode", 429}, {"retryAfterSeconds", 7}, {"verbs", {"get"}}});
   Status s = client_->Get(rs::kConfigMaps, "default", "anything").status();
   EXPECT_TRUE(IsTooManyRequests(s)) << s.ToString();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
@@ -194,9 +198,60 @@ TEST_F(ClientTest, UnreachableServerIsUnavailable) {
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
 }
 
+TEST(ClientTokenTest, ARotatedTokenFileIsReread) {
+  // A server that records the Authorization header of each request.
+  std::mutex mu;
+  std::vector<std::string> seen;
+  int port = 0;
+  for (int p = 38100; p < 38200 && port == 0; ++p) {
+    web::http::experimental::listener::http_listener l("http://127.0.0.1:" + std::to_string(p));
+    try {
+      l.open().wait();
+      l.close().wait();
+      port = p;
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_NE(port, 0);
+  web::http::experimental::listener::http_listener server("http://127.0.0.1:" +
+                                                          std::to_string(port));
+  server.support([&](web::http::http_request req) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(req.headers().has("Authorization") ? req.headers()["Authorization"] : "");
+    req.reply(200, "{}", "application/json");
+  });
+  server.open().wait();
+
+  char dir[] = "/tmp/kinfer-token-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/token";
+  std::ofstream(path) << "first\n";
+  KubeConfig cfg;
+  cfg.server = "http://127.0.0.1:" + std::to_string(port);
+  cfg.token = "first";
+  cfg.token_file = path;
+  ClientOptions o;
+  o.token_refresh = std::chrono::milliseconds(50);
+  auto c = std::move(Client::Create(cfg, o)).value();
+  ASSERT_TRUE(c->Get(resources::kConfigMaps, "default", "x").ok());
+  std::ofstream(path) << "second\n";  // the kubelet rotated the projected token
+  ASSERT_TRUE(c->Get(resources::kConfigMaps, "default", "x").ok());  // within the refresh period
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  ASSERT_TRUE(c->Get(resources::kConfigMaps, "default", "x").ok());
+  std::remove(path.c_str());  // a failed read keeps the last token
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  ASSERT_TRUE(c->Get(resources::kConfigMaps, "default", "x").ok());
+  server.close().wait();
+  rmdir(dir);
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"Bearer first", "Bearer first", "Bearer second",
+                                            "Bearer second"}));
+}
+
 TEST(ErrorOfTest, ParsesMetaV1Status) {
   Status s = StatusFromHttp(
-      410, R"({"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"})");
+      410,
+      R"({"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"})");
   EXPECT_TRUE(IsGone(s));
   EXPECT_EQ(ErrorOf(s).reason, "Expired");
   Status t = StatusFromHttp(429, "not json", "3");
