@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "operator/autoscale/autoscaler.h"
@@ -42,6 +43,13 @@ struct CollectorOptions {
 // FAILED_PRECONDITION for a pod that is not ready). Never throws.
 std::vector<PodScrape> ScrapeAll(const std::vector<PodEndpoint>& endpoints,
                                  const CollectorOptions& options);
+
+// GETs every URL at once, each with `timeout`; one (status, body) per URL, in order. A non-200
+// answer is UNAVAILABLE "HTTP <code>: <start of body>" (the body is returned too), a timeout
+// DEADLINE_EXCEEDED, a malformed URL INVALID_ARGUMENT. Never throws. Shared by the sidecar scrapes
+// and the Prometheus queries.
+std::vector<std::pair<Status, std::string>> HttpGetAll(const std::vector<std::string>& urls,
+                                                       std::chrono::milliseconds timeout);
 
 class MetricsCollector {
  public:

@@ -7,6 +7,9 @@
 #include "operator/api/autoscaler_config.h"
 #include "operator/api/inference_service.h"
 #include "operator/autoscale/metrics_collector.h"
+#include "operator/autoscale/prometheus_query.h"
+
+#include <future>
 
 namespace kinfer::controller {
 
@@ -20,6 +23,7 @@ struct AutoscaleLoop::Entry {
   double published_load = -1;
   double published_p99 = -1;
   autoscale::TimePoint last_publish{};
+  std::optional<autoscale::TimePoint> last_ttft_query;  // prometheus source only
   explicit Entry(autoscale::Autoscaler s) : scaler(std::move(s)) {}
 };
 
@@ -72,6 +76,36 @@ bool Moved(double before, double now) {
   return std::fabs(now - before) > 0.1 * std::max(1.0, std::fabs(before));
 }
 
+std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+    s.replace(pos, from.size(), to);
+  }
+  return s;
+}
+
+// The PromQL of one service (docs/crd.md): the built-in queries over the sidecars of its pods,
+// or the spec's overrides, with $NAMESPACE, $NAME and $WINDOW replaced.
+struct PromQueries {
+  std::string queue_depth, in_flight, ttft_buckets;
+};
+PromQueries QueriesFor(const api::InferenceService& isvc, const api::PrometheusSourceSpec& p,
+                       const std::string& window) {
+  const std::string sel = "namespace=\"$NAMESPACE\", pod=~\"$NAME-.*\"";
+  PromQueries q;
+  q.queue_depth =
+      p.queue_depth_query.empty() ? autoscale::QueueDepthByPodQuery(sel) : p.queue_depth_query;
+  q.in_flight = p.in_flight_query.empty() ? autoscale::InFlightByPodQuery(sel) : p.in_flight_query;
+  q.ttft_buckets = p.ttft_buckets_query.empty()
+                       ? autoscale::TtftBucketIncreaseByPodQuery(sel, "$WINDOW")
+                       : p.ttft_buckets_query;
+  for (std::string* e : {&q.queue_depth, &q.in_flight, &q.ttft_buckets}) {
+    *e = ReplaceAll(*e, "$NAMESPACE", isvc.metadata.namespace_name);
+    *e = ReplaceAll(*e, "$NAME", isvc.metadata.name);
+    *e = ReplaceAll(*e, "$WINDOW", window);
+  }
+  return q;
+}
+
 }  // namespace
 
 AutoscaleLoop::AutoscaleLoop(Controller* controller, AutoscaleLoopOptions options,
@@ -117,10 +151,18 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     std::string key;
     Entry* entry;
     int current;
-    size_t first, count;  // range in `endpoints`
+    // pods source: the range of this service's pods in `endpoints`.
+    size_t first = 0, count = 0;
+    // prometheus source: the pods (name, ready) and the index of its queries in `prom_urls`
+    // (queue depth, in flight, then TTFT buckets when with_ttft).
+    bool prometheus = false;
+    std::vector<std::pair<std::string, bool>> pods;
+    size_t query = 0;
+    bool with_ttft = false;
   };
   std::vector<Work> work;
   std::vector<autoscale::PodEndpoint> endpoints;
+  std::vector<std::string> prom_urls;
   std::set<std::string> live;
 
   for (const json& object : controller_->InferenceServices()) {
@@ -129,13 +171,6 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     const api::ObjectMeta& md = isvc->metadata;
     const std::string key = KeyOf(md.namespace_name, md.name);
     if (!isvc->spec.autoscaling.enabled || At(object, {"metadata", "deletionTimestamp"})) continue;
-    if (isvc->spec.autoscaling.metrics_source_type == "prometheus" && !warned_prometheus_) {
-      warned_prometheus_ = true;
-      spdlog::warn(
-          "metricsSource prometheus is not queried yet; {} and others like it are "
-          "scaled on their pods' sidecar metrics",
-          key);
-    }
     autoscale::AutoscalerConfig config = api::MakeAutoscalerConfig(isvc->spec);
     auto it = entries_.find(key);
     if (it != entries_.end() && it->second->uid != md.uid) {
@@ -153,6 +188,7 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       if (!st.ok()) spdlog::warn("autoscaler {}: {}", key, st.ToString());
     }
     live.insert(key);
+    Entry* entry = it->second.get();
 
     int current = config.min_replicas;
     std::optional<json> dep = controller_->Deployment(md.namespace_name, md.name);
@@ -161,12 +197,27 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     } else if (isvc->status.desired_replicas) {
       current = *isvc->status.desired_replicas;
     }
-    Work w{key, it->second.get(), current, endpoints.size(), 0};
+    Work w{key, entry, current};
+    // The service's own Prometheus, else the operator-wide one (--metrics-source prometheus).
+    std::optional<api::PrometheusSourceSpec> prom_spec;
+    if (isvc->spec.autoscaling.metrics_source_type == "prometheus" &&
+        isvc->spec.autoscaling.prometheus) {
+      prom_spec = *isvc->spec.autoscaling.prometheus;
+    } else if (!options_.prometheus_url.empty()) {
+      prom_spec.emplace();
+      prom_spec->url = options_.prometheus_url;
+    }
+    w.prometheus = prom_spec.has_value();
+    if (!w.prometheus) w.first = endpoints.size();
     for (const json& pod : controller_->Pods(md.namespace_name, md.name)) {
       if (At(pod, {"metadata", "deletionTimestamp"})) continue;
       autoscale::PodEndpoint ep;
       ep.pod = pod["metadata"].value("name", "");
       ep.ready = PodReady(pod);
+      if (w.prometheus) {
+        w.pods.emplace_back(ep.pod, ep.ready);
+        continue;
+      }
       if (options_.address_of) ep.address = options_.address_of(pod);
       if (ep.address.empty()) {
         const json* ip = At(pod, {"status", "podIP"});
@@ -179,7 +230,24 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       endpoints.push_back(std::move(ep));
       ++w.count;
     }
-    work.push_back(w);
+    if (w.prometheus) {
+      // TTFT increases are asked once per panic window, over that window: back-to-back windows
+      // count each observation once (a query every tick would count it window/interval times).
+      const autoscale::Duration window = autoscale::Autoscaler::PanicWindow(config);
+      const long window_s = std::max<long>(
+          1, static_cast<long>(std::ceil(std::chrono::duration<double>(window).count())));
+      PromQueries q = QueriesFor(*isvc, *prom_spec, std::to_string(window_s) + "s");
+      const std::string& server = prom_spec->url;
+      w.query = prom_urls.size();
+      prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.queue_depth));
+      prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.in_flight));
+      w.with_ttft = !entry->last_ttft_query || now - *entry->last_ttft_query >= window;
+      if (w.with_ttft) {
+        prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.ttft_buckets));
+        entry->last_ttft_query = now;
+      }
+    }
+    work.push_back(std::move(w));
   }
   // Services no longer autoscaled (deleted, autoscaling off, invalid): forget their state.
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -192,17 +260,61 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
   }
   if (work.empty()) return;
 
+  // Both sources at once: the sidecars' pages and the Prometheus queries, each with a timeout.
+  std::future<std::vector<std::pair<Status, std::string>>> prom;
+  if (!prom_urls.empty()) {
+    prom = std::async(std::launch::async, [&prom_urls, this] {
+      return autoscale::HttpGetAll(prom_urls, options_.scrape_timeout);
+    });
+  }
   autoscale::CollectorOptions co;
   co.timeout = options_.scrape_timeout;
   std::vector<autoscale::PodScrape> scrapes = autoscale::ScrapeAll(endpoints, co);
-  for (const Work& w : work) {
-    std::vector<autoscale::PodScrape> mine(
-        std::make_move_iterator(scrapes.begin() + static_cast<long>(w.first)),
-        std::make_move_iterator(scrapes.begin() + static_cast<long>(w.first + w.count)));
-    for (const autoscale::PodScrape& s : mine) {
-      if (s.ready && !s.status.ok()) metrics_->autoscaler_scrape_errors.Get().Inc();
+  std::vector<std::pair<Status, std::string>> answers;
+  if (prom.valid()) answers = prom.get();
+  auto parse = [&](size_t i) -> std::optional<std::vector<autoscale::PromQueryValue>> {
+    if (!answers[i].first.ok()) {
+      metrics_->autoscaler_scrape_errors.Get().Inc();
+      spdlog::debug("prometheus query failed: {}", answers[i].first.ToString());
+      return std::nullopt;
     }
-    std::vector<autoscale::PodSample> samples = w.entry->sampler.Sample(mine);
+    auto v = autoscale::ParsePrometheusQueryResponse(answers[i].second);
+    if (!v.ok()) {
+      metrics_->autoscaler_scrape_errors.Get().Inc();
+      spdlog::debug("prometheus answer refused: {}", v.status().ToString());
+      return std::nullopt;
+    }
+    return std::move(*v);
+  };
+
+  for (Work& w : work) {
+    std::vector<autoscale::PodSample> samples;
+    if (w.prometheus) {
+      auto queue = parse(w.query);
+      auto in_flight = parse(w.query + 1);
+      std::optional<std::vector<autoscale::PromQueryValue>> ttft;
+      if (w.with_ttft) ttft = parse(w.query + 2);
+      if (queue && in_flight) {
+        samples = autoscale::PodSamplesFromPrometheus(
+            w.pods, *queue, *in_flight, ttft.value_or(std::vector<autoscale::PromQueryValue>{}));
+      } else {  // no answer: every ready pod is missing (the freeze rule decides)
+        for (const auto& [pod, ready] : w.pods) {
+          autoscale::PodSample s;
+          s.pod = pod;
+          s.ready = ready;
+          s.has_metrics = false;
+          samples.push_back(std::move(s));
+        }
+      }
+    } else {
+      std::vector<autoscale::PodScrape> mine(
+          std::make_move_iterator(scrapes.begin() + static_cast<long>(w.first)),
+          std::make_move_iterator(scrapes.begin() + static_cast<long>(w.first + w.count)));
+      for (const autoscale::PodScrape& s : mine) {
+        if (s.ready && !s.status.ok()) metrics_->autoscaler_scrape_errors.Get().Inc();
+      }
+      samples = w.entry->sampler.Sample(mine);
+    }
     autoscale::Decision d = w.entry->scaler.Tick(now, w.current, samples);
     metrics_->autoscaler_decisions.WithLabels({d.reason}).Inc();
     const double p99 = d.p99_ttft_panic.value_or(0);

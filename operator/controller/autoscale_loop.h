@@ -14,9 +14,11 @@
 // operator restart (the planner keeps the Deployment's count until the first decision, see
 // reconcile/planner.h). A changed spec.autoscaling reconfigures the Autoscaler in place.
 //
-// metricsSource: only `pods` is scraped live; services that name `prometheus` are scraped from the
-// pods too (logged once) until the PromQL source (operator/autoscale/prometheus_query.h) gets its
-// HTTP adapter.
+// metricsSource `prometheus`: instead of scraping, the loop asks the named Prometheus server
+// (GET /api/v1/query) for queue depth and in-flight per pod every tick, and for the TTFT bucket
+// increases over the panic window once per panic window (back-to-back windows: each observation
+// counted once); docs/crd.md has the queries. A failed query marks the service's pods as missing
+// metrics (the freeze rule). Both sources run concurrently within one tick.
 //
 // Thread safety: Tick() runs on the loop's thread (or a test's); Start/Stop from one thread.
 #pragma once
@@ -26,6 +28,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -41,6 +44,10 @@ struct AutoscaleLoopOptions {
   std::chrono::milliseconds scrape_timeout{1000};
   int sidecar_port = 8080;
   std::chrono::seconds status_refresh{30};
+  // --metrics-source prometheus --prometheus-url URL: every service whose spec says `pods` (the
+  // CRD default) is read from this Prometheus instead (clusters where the operator may not reach
+  // the pods); services that name their own Prometheus keep it. "" = scrape the pods.
+  std::string prometheus_url;
   // Overrides the pod address (tests: sidecars on 127.0.0.1 with their own ports). Given a pod
   // object, returns "host:port" or "" to use podIP:sidecar_port.
   std::function<std::string(const nlohmann::json&)> address_of;
@@ -65,7 +72,6 @@ class AutoscaleLoop {
   const AutoscaleLoopOptions options_;
   OperatorMetrics* metrics_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;  // tick thread only
-  bool warned_prometheus_ = false;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -71,7 +71,8 @@ Reconciles InferenceServices (serving.kinfer.dev/v1alpha1) into pods and autosca
   --leader-election-namespace NS    the Lease's namespace [$POD_NAMESPACE, else default]
   --leader-election-id NAME         the Lease's name [kinfer-operator-leader]
   --log-level LEVEL                 trace, debug, info, warn, error, critical, off [info]
-  --metrics-source pods|prometheus  autoscaler source for services that name none [pods]
+  --metrics-source pods|prometheus  prometheus: read every service that says `pods` from
+                                    --prometheus-url instead of scraping its pods [pods]
   --prometheus-url URL              Prometheus for --metrics-source prometheus
   --watch-namespaces A,B            only these namespaces [all]
   --default-runtime-image IMAGE     [kinfer/kinfer-runtime:0.1.0]
@@ -220,6 +221,7 @@ int main(int argc, char** argv) {
   kinfer::controller::AutoscaleLoopOptions aopts;
   aopts.interval = std::chrono::milliseconds(flags.autoscale_interval_ms);
   aopts.sidecar_port = flags.sidecar_port;
+  if (flags.metrics_source == "prometheus") aopts.prometheus_url = flags.prometheus_url;
   kinfer::controller::AutoscaleLoop autoscaler(&controller, aopts, &metrics);
 
   std::atomic<bool> lost{false};

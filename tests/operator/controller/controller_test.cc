@@ -9,6 +9,7 @@
 #include <cpprest/http_listener.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 
@@ -463,6 +464,107 @@ TEST_F(ControllerTest, TheAutoscalerScalesOnTheSidecarsQueue) {
   EXPECT_TRUE(WaitUntil([&] { return HasEvent("auto", "Scaled"); }));
   EXPECT_GT(metrics_->autoscaler_decisions.WithLabels({isvc["status"]["lastScaleReason"]}).Value(),
             0);
+}
+
+// A fake Prometheus HTTP API: answers /api/v1/query with one series per pod for the queue-depth
+// and in-flight queries (and TTFT buckets), and records the PromQL it was asked.
+class FakePrometheus {
+ public:
+  explicit FakePrometheus(int port)
+      : url_("http://127.0.0.1:" + std::to_string(port)), listener_(url_) {
+    listener_.support([this](web::http::http_request req) {
+      auto q = web::uri::split_query(req.request_uri().query());
+      std::string expr = web::uri::decode(q["query"]);
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        queries_.push_back(expr);
+      }
+      json result = json::array();
+      auto series = [&](json labels, double v) {
+        result.push_back({{"metric", labels}, {"value", {1.0, std::to_string(v)}}});
+      };
+      if (expr.find("kinfer_sidecar_queue_depth") != std::string::npos) {
+        series({{"pod", "prom-0"}}, 40);
+      } else if (expr.find("kinfer_sidecar_in_flight") != std::string::npos) {
+        series({{"pod", "prom-0"}}, 8);
+      } else if (expr.find("_bucket") != std::string::npos) {
+        series({{"pod", "prom-0"}, {"le", "0.5"}}, 3);
+        series({{"pod", "prom-0"}, {"le", "+Inf"}}, 3);
+      }
+      json body = {{"status", "success"}, {"data", {{"resultType", "vector"}, {"result", result}}}};
+      req.reply(web::http::status_codes::OK, body.dump(), "application/json");
+    });
+    listener_.open().wait();
+  }
+  ~FakePrometheus() { listener_.close().wait(); }
+  const std::string& url() const { return url_; }
+  std::vector<std::string> queries() {
+    std::lock_guard<std::mutex> l(mu_);
+    return queries_;
+  }
+
+ private:
+  std::string url_;
+  web::http::experimental::listener::http_listener listener_;
+  std::mutex mu_;
+  std::vector<std::string> queries_;
+};
+
+TEST_F(ControllerTest, TheAutoscalerAsksPrometheusWhenTheServiceNamesIt) {
+  FakePrometheus prom(server_->port() + 2);
+  StartController();
+  AutoscaleLoopOptions ao;
+  ao.interval = milliseconds(100);
+  loop_ = std::make_unique<AutoscaleLoop>(controller_.get(), ao, metrics_.get());
+  ASSERT_TRUE(
+      client_
+          ->Create(
+              rs::kInferenceServices, "default",
+              Isvc("prom", {{"autoscaling",
+                             {{"minReplicas", 1},
+                              {"maxReplicas", 3},
+                              {"stableWindowSeconds", 6},
+                              {"metricsSource",
+                               {{"type", "prometheus"}, {"prometheus", {{"url", prom.url()}}}}}}}}))
+          .ok());
+  ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "prom").has_value(); }));
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", "prom-0"},
+                {"namespace", "default"},
+                {"labels", {{"serving.kinfer.dev/inferenceservice", "prom"}}}}},
+              {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "x"}}}}}}};
+  ASSERT_TRUE(client_->Create(rs::kPods, "default", pod).ok());
+  ASSERT_TRUE(client_
+                  ->MergePatch(rs::kPods, "default", "prom-0",
+                               {{"status",
+                                 {{"phase", "Running"},
+                                  {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}},
+                               "status")
+                  .ok());
+  loop_->Start();
+  ASSERT_TRUE(WaitUntil([&] { return (*Get(rs::kDeployments, "prom"))["spec"]["replicas"] == 3; },
+                        milliseconds(15000)));
+  std::this_thread::sleep_for(milliseconds(1500));  // about 15 ticks, 2-3 panic windows
+  std::vector<std::string> asked = prom.queries();
+  auto has = [&](const std::string& needle) {
+    return std::any_of(asked.begin(), asked.end(),
+                       [&](const std::string& q) { return q.find(needle) != std::string::npos; });
+  };
+  EXPECT_TRUE(
+      has("sum by (pod) (kinfer_sidecar_queue_depth{namespace=\"default\", pod=~\"prom-.*\"})"));
+  EXPECT_TRUE(has("kinfer_sidecar_in_flight{namespace=\"default\""));
+  EXPECT_TRUE(has("[1s]")) << "the TTFT increase runs over the panic window (0.6 s, rounded up)";
+  // TTFT is asked once per panic window, not every tick.
+  const auto ttft_queries = std::count_if(asked.begin(), asked.end(), [](const std::string& q) {
+    return q.find("_bucket") != std::string::npos;
+  });
+  const auto depth_queries = std::count_if(asked.begin(), asked.end(), [](const std::string& q) {
+    return q.find("queue_depth") != std::string::npos;
+  });
+  EXPECT_GE(ttft_queries, 2);
+  EXPECT_LT(ttft_queries * 3, depth_queries);
 }
 
 TEST(ApiServerRestartTest, TheControllerResumesAfterTheApiServerRestarts) {
