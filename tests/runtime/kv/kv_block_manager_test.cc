@@ -306,7 +306,7 @@ TEST_F(KvBlockManagerTest, HashCollisionsAreNeverServed) {
   ExpectInvariants();
 }
 
-TEST_F(KvBlockManagerTest, ParentCheckRejectsAChildWhoseParentWasEvictedAndRecached) {
+TEST_F(KvBlockManagerTest, ParentCheckRejectsAMatchingBlockUnderADifferentPrefix) {
   // A hasher that ignores the parent: a child block matches on tokens alone unless the parent
   // entry is checked.
   Make(4, 4, [](uint64_t, uint64_t salt, std::span<const int32_t> t) {
