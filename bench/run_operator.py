@@ -89,6 +89,13 @@ def rss_kib(pid, key="VmRSS"):
     return 0
 
 
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 (1-based) of the whole line; here 12 and 13.
+    return (int(fields[11]) + int(fields[12])) / __import__("os").sysconf("SC_CLK_TCK")
+
+
 def operator_writes(base):
     return http("GET", base + "/_test/stats")["writes"]["byUserAgent"].get("kinfer-operator", 0)
 
@@ -189,11 +196,13 @@ def main():
         time.sleep(5)  # the status writes that follow the last creates
         w0, r0 = operator_writes(base), metric(metrics_url, "kinfer_operator_reconcile_total")
         rss = []
+        cpu0 = cpu_seconds(op.pid)
         t_start = time.time()
         while time.time() - t_start < args.window:
             rss.append(rss_kib(op.pid))
             time.sleep(1)
         elapsed = time.time() - t_start
+        cpu = cpu_seconds(op.pid) - cpu0
         w1 = operator_writes(base)
         reconciles = sum(float(l.rsplit(" ", 1)[1]) for l in urllib.request.urlopen(metrics_url)
                          .read().decode().splitlines()
@@ -203,6 +212,7 @@ def main():
             "window_seconds": round(elapsed, 1), "resync_period_seconds": resync,
             "writes": w1 - w0, "writes_per_minute": round((w1 - w0) * 60 / elapsed, 2),
             "reconciles_total_at_end": reconciles,
+            "cpu_seconds": round(cpu, 2), "cpu_share_of_one_core": round(cpu / elapsed, 4),
             "rss_kib_max": max(rss), "rss_kib_mean": round(statistics.mean(rss)),
             "rss_hwm_kib": rss_kib(op.pid, "VmHWM")}
         del r0
@@ -226,6 +236,7 @@ def main():
         f"| operator RSS peak (VmHWM, includes the bulk create) | "
         f"{s['rss_hwm_kib'] / 1024:.1f} MiB | |\n"
         f"| operator RSS idle (0 InferenceServices) | {result['rss_idle_kib'] / 1024:.1f} MiB | |\n"
+        f"| operator CPU in the window (share of one core) | {100 * s['cpu_share_of_one_core']:.1f}% | |\n"
         f"| time for {s['services']} InferenceServices to converge | {s['converge_seconds']} s | |\n")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
