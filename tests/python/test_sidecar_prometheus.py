@@ -40,8 +40,9 @@ def prometheus_binary() -> str:
 class Prometheus:
     """A Prometheus server on a free 127.0.0.1 port scraping one target every second."""
 
-    def __init__(self, target: str, workdir: pathlib.Path):
+    def __init__(self, target: str, workdir: pathlib.Path, labels: dict | None = None):
         self.port = free_port()
+        extra = "".join(f"          {k}: '{v}'\n" for k, v in (labels or {}).items())
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         config.write_text(
@@ -52,7 +53,8 @@ class Prometheus:
             f"  - job_name: {JOB}\n"
             "    metrics_path: /metrics\n"
             "    static_configs:\n"
-            f"      - targets: ['{target}']\n")
+            f"      - targets: ['{target}']\n"
+            + ("        labels:\n" + extra if extra else ""))
         self.log = open(workdir / "prometheus.log", "w+")
         self.proc = subprocess.Popen(
             [prometheus_binary(), f"--config.file={config}",
