@@ -8,6 +8,7 @@
 #include "operator/api/inference_service.h"
 #include "operator/autoscale/metrics_collector.h"
 #include "operator/autoscale/prometheus_query.h"
+#include "operator/reconcile/object_diff.h"
 
 #include <future>
 
@@ -45,21 +46,12 @@ bool SameConfig(const autoscale::AutoscalerConfig& a, const autoscale::Autoscale
          a.scale_down_utilization == b.scale_down_utilization && a.slo_max_step == b.slo_max_step;
 }
 
-const json* At(const json& j, std::initializer_list<const char*> path) {
-  const json* v = &j;
-  for (const char* k : path) {
-    if (!v->is_object()) return nullptr;
-    auto it = v->find(k);
-    if (it == v->end()) return nullptr;
-    v = &*it;
-  }
-  return v;
-}
+using reconcile::At;
 
 bool PodReady(const json& pod) {
-  const json* conds = At(pod, {"status", "conditions"});
-  if (conds == nullptr || !conds->is_array()) return false;
-  for (const json& c : *conds) {
+  const json& conds = At(pod, {"status", "conditions"});
+  if (!conds.is_array()) return false;
+  for (const json& c : conds) {
     if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
   }
   return false;
@@ -170,7 +162,10 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     if (!isvc.ok()) continue;
     const api::ObjectMeta& md = isvc->metadata;
     const std::string key = KeyOf(md.namespace_name, md.name);
-    if (!isvc->spec.autoscaling.enabled || At(object, {"metadata", "deletionTimestamp"})) continue;
+    if (!isvc->spec.autoscaling.enabled ||
+        !At(object, {"metadata", "deletionTimestamp"}).is_null()) {
+      continue;
+    }
     autoscale::AutoscalerConfig config = api::MakeAutoscalerConfig(isvc->spec);
     auto it = entries_.find(key);
     if (it != entries_.end() && it->second->uid != md.uid) {
@@ -192,7 +187,7 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
 
     int current = config.min_replicas;
     std::optional<json> dep = controller_->Deployment(md.namespace_name, md.name);
-    if (const json* r = dep ? At(*dep, {"spec", "replicas"}) : nullptr; r && r->is_number()) {
+    if (const json* r = dep ? &At(*dep, {"spec", "replicas"}) : nullptr; r && r->is_number()) {
       current = r->get<int>();
     } else if (isvc->status.desired_replicas) {
       current = *isvc->status.desired_replicas;
@@ -210,7 +205,7 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     w.prometheus = prom_spec.has_value();
     if (!w.prometheus) w.first = endpoints.size();
     for (const json& pod : controller_->Pods(md.namespace_name, md.name)) {
-      if (At(pod, {"metadata", "deletionTimestamp"})) continue;
+      if (!At(pod, {"metadata", "deletionTimestamp"}).is_null()) continue;
       autoscale::PodEndpoint ep;
       ep.pod = pod["metadata"].value("name", "");
       ep.ready = PodReady(pod);
@@ -220,11 +215,11 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       }
       if (options_.address_of) ep.address = options_.address_of(pod);
       if (ep.address.empty()) {
-        const json* ip = At(pod, {"status", "podIP"});
-        if (ip == nullptr || !ip->is_string() || ip->get<std::string>().empty()) {
+        const json& ip = At(pod, {"status", "podIP"});
+        if (!ip.is_string() || ip.get<std::string>().empty()) {
           ep.ready = false;  // no address yet: starting
         } else {
-          ep.address = HostPort(ip->get<std::string>(), options_.sidecar_port);
+          ep.address = HostPort(ip.get<std::string>(), options_.sidecar_port);
         }
       }
       endpoints.push_back(std::move(ep));

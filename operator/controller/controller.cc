@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "operator/api/inference_service.h"
+#include "operator/reconcile/object_diff.h"
 #include "operator/reconcile/pod_summary.h"
 #include "operator/reconcile/reconcile_step.h"
 #include "operator/reconcile/status.h"
@@ -26,20 +27,11 @@ bool SplitKey(const std::string& key, std::string* ns, std::string* name) {
 
 namespace {
 
-const json* Find(const json& j, std::initializer_list<const char*> path) {
-  const json* v = &j;
-  for (const char* k : path) {
-    if (!v->is_object()) return nullptr;
-    auto it = v->find(k);
-    if (it == v->end()) return nullptr;
-    v = &*it;
-  }
-  return v;
-}
+using reconcile::At;
 
-std::string StrAt(const json& j, std::initializer_list<const char*> path) {
-  const json* v = Find(j, path);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+std::string StrAt(const json& j, std::initializer_list<std::string_view> path) {
+  const json& v = At(j, path);
+  return v.is_string() ? v.get<std::string>() : std::string();
 }
 
 // The InferenceService an owned object or pod belongs to, by its label; "" when unlabelled.
@@ -69,7 +61,7 @@ void TrimObject(json* object) {
 void TrimPod(json* pod) {
   if (!pod->is_object()) return;
   json out = json::object();
-  if (const json* md = Find(*pod, {"metadata"}); md != nullptr && md->is_object()) {
+  if (const json* md = &At(*pod, {"metadata"}); md->is_object()) {
     json m = json::object();
     for (const char* k :
          {"name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp"}) {
@@ -77,7 +69,7 @@ void TrimPod(json* pod) {
     }
     out["metadata"] = std::move(m);
   }
-  if (const json* st = Find(*pod, {"status"}); st != nullptr && st->is_object()) {
+  if (const json* st = &At(*pod, {"status"}); st->is_object()) {
     json s = json::object();
     for (const char* k :
          {"phase", "podIP", "conditions", "containerStatuses", "initContainerStatuses"}) {
@@ -359,10 +351,10 @@ struct ObservedReader {
   }
 };
 
-std::optional<int> IntAt(const json& j, std::initializer_list<const char*> path) {
-  const json* v = Find(j, path);
-  if (v == nullptr || !v->is_number_integer()) return std::nullopt;
-  return v->get<int>();
+std::optional<int> IntAt(const json& j, std::initializer_list<std::string_view> path) {
+  const json& v = At(j, path);
+  if (!v.is_number_integer()) return std::nullopt;
+  return v.get<int>();
 }
 
 }  // namespace

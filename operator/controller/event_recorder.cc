@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "operator/reconcile/object_diff.h"
 #include "operator/reconcile/status.h"
 
 namespace kinfer::controller {
@@ -46,14 +47,9 @@ EventRecorder::EventRecorder(const kube::Client* client, std::string component,
 
 namespace {
 
-std::string Str(const json& object, const char* a, const char* b = nullptr) {
-  const json* v = &object;
-  for (const char* k : {a, b}) {
-    if (k == nullptr) break;
-    if (!v->is_object() || !v->contains(k)) return {};
-    v = &(*v)[k];
-  }
-  return v->is_string() ? v->get<std::string>() : std::string();
+std::string Str(const json& object, std::initializer_list<std::string_view> path) {
+  const json& v = reconcile::At(object, path);
+  return v.is_string() ? v.get<std::string>() : std::string();
 }
 
 // Event messages are capped as the API server caps them (1 KiB in events.k8s.io; core/v1 takes
@@ -69,9 +65,9 @@ std::string Clip(const std::string& message) {
 void EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
                            const std::string& message) {
   if (client_ == nullptr) return;
-  const std::string ns = Str(object, "metadata", "namespace");
-  const std::string name = Str(object, "metadata", "name");
-  const std::string uid = Str(object, "metadata", "uid");
+  const std::string ns = Str(object, {"metadata", "namespace"});
+  const std::string name = Str(object, {"metadata", "name"});
+  const std::string uid = Str(object, {"metadata", "uid"});
   if (ns.empty() || name.empty()) return;
   const std::string text = Clip(message);
   const auto wall = std::chrono::system_clock::now();
@@ -101,12 +97,12 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
         {"kind", "Event"},
         {"metadata", {{"name", d.name}, {"namespace", ns}}},
         {"involvedObject",
-         {{"apiVersion", Str(object, "apiVersion")},
-          {"kind", Str(object, "kind")},
+         {{"apiVersion", Str(object, {"apiVersion"})},
+          {"kind", Str(object, {"kind"})},
           {"name", name},
           {"namespace", ns},
           {"uid", uid},
-          {"resourceVersion", Str(object, "metadata", "resourceVersion")}}},
+          {"resourceVersion", Str(object, {"metadata", "resourceVersion"})}}},
         {"type", type},
         {"reason", reason},
         {"message", text},
