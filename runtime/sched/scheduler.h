@@ -6,8 +6,10 @@
 //
 // Sequences. A request becomes a sequence with tokens = prompt, then prompt + generated. Each has
 // num_computed (positions whose KV is written) and is either WAITING (no KV blocks) or RUNNING
-// (holds blocks; prefilling while num_computed < tokens - 1, decoding after). There is no prefill
-// phase: each step hands every running sequence the tokens it still needs, within a budget.
+// (holds blocks). A running sequence is prefilling while its prompt (after a preemption: all its
+// known tokens) is not yet computed, and decoding once it feeds its last sampled token (one token a
+// step, in plan.decodes). There is no prefill phase: each step hands every running sequence the
+// tokens it still needs, within a budget.
 //
 // One step, Step(now):
 //   1. Cancelled sequences and those whose deadline passed end (plan.finished) and free their KV.

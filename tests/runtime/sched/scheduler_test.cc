@@ -267,6 +267,45 @@ TEST_F(SchedulerTest, LongPromptProgressesEveryStepUnderAStreamOfShortPrompts) {
   EXPECT_LE(steps, 16);  // 2000 / 128 = 15.6
 }
 
+TEST_F(SchedulerTest, DecodeTokensAreReservedBeforePrefillTakesTheBudget) {
+  SchedulerConfig c = Config(256, 4);
+  c.max_batch_tokens = 8;
+  c.max_running = 7;
+  c.max_prefill_chunk = 8;
+  Make(c);
+  for (SchedSeqId id = 1; id <= 6; ++id) Submit(Req(id, 1, 50));
+  Run();                   // six one-token prompts in one step
+  Submit(Req(7, 100, 2));  // a long prompt arrives: it gets what the six decodes leave
+  for (int i = 0; i < 5; ++i) {
+    const StepPlan p = Run();
+    EXPECT_EQ(p.decodes.size(), 6u) << PlanString(p);
+    ASSERT_EQ(p.prefills.size(), 1u) << PlanString(p);
+    EXPECT_EQ(p.prefills[0].length, 2) << PlanString(p);
+    EXPECT_EQ(p.num_tokens, 8);
+  }
+}
+
+TEST_F(SchedulerTest, AdmissionBesideRunningSequencesKeepsRoomForTheWholePromptAndTheWatermark) {
+  SchedulerConfig c = Config(16, 4);
+  c.max_batch_tokens = 64;
+  c.max_prefill_chunk = 8;
+  c.watermark_blocks = 1;
+  Make(c);
+  Submit(Req(1, 20, 9));  // 5 blocks, grows to 7
+  Run();
+  // 44 prompt tokens = 11 blocks; 11 are free but the watermark asks for one more. The first
+  // chunk alone (2 blocks) would fit: admitting it would only preempt later.
+  Submit(Req(2, 44, 2));
+  for (int i = 0; i < 3; ++i) {
+    const StepPlan p = Run();
+    EXPECT_EQ(FindItem(p.prefills, 2), nullptr) << PlanString(p);
+    EXPECT_TRUE(p.preempted.empty());
+  }
+  Drain();
+  EXPECT_EQ(eng_->ended.at(2), SeqEnd::kLength);
+  EXPECT_EQ(s_->stats().preemptions, 0);
+}
+
 TEST_F(SchedulerTest, RunningSequencesAreCapped) {
   SchedulerConfig c = Config();
   c.max_running = 2;
