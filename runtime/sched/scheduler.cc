@@ -314,8 +314,9 @@ void Scheduler::AdmitWaiting(StepState& st, SchedTime now) {
 
   for (const Key& k : queue) {
     if (static_cast<int>(running_.size()) >= config_.max_running) break;
-    Seq& s = *Get(k.id);
-    if (s.state != SeqState::kWaiting) continue;
+    Seq* sp = Get(k.id);
+    if (sp == nullptr || sp->state != SeqState::kWaiting) continue;
+    Seq& s = *sp;
     bool preempted_for_it = false;
     int n = 0;
     for (;;) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -92,6 +93,67 @@ class FakeEngine {
 
  private:
   Scheduler* s_;
+};
+
+// ---- fixture ----------------------------------------------------------------------------------
+
+inline SchedulerConfig Config(int num_blocks = 256, int block_size = 16) {
+  SchedulerConfig c;
+  c.kv.num_blocks = num_blocks;
+  c.kv.block_size = block_size;
+  c.watermark_blocks = 0;
+  return c;
+}
+
+inline SchedRequest Req(SchedSeqId id, int prompt_len, int max_tokens, int priority = 0,
+                        int32_t first_token = -1) {
+  SchedRequest r;
+  r.id = id;
+  r.prompt = Tokens(first_token >= 0 ? first_token : static_cast<int32_t>(id) * 10000, prompt_len);
+  r.max_tokens = max_tokens;
+  r.priority = priority;
+  return r;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Make(SchedulerConfig c) {
+    ASSERT_TRUE(ValidateSchedulerConfig(c).ok()) << ValidateSchedulerConfig(c).ToString();
+    s_ = std::make_unique<Scheduler>(std::move(c));
+    eng_ = std::make_unique<FakeEngine>(s_.get());
+  }
+  void Submit(SchedRequest r, SchedTime now = T0()) {
+    const Status st = s_->Submit(std::move(r), now);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  StepPlan Run(SchedTime now = T0()) {
+    StepPlan p = eng_->RunStep(now);
+    EXPECT_LE(p.num_tokens, s_->config().max_batch_tokens) << PlanString(p);
+    int sum = 0;
+    for (const auto& d : p.decodes) sum += d.length;
+    for (const auto& c : p.prefills) sum += c.length;
+    EXPECT_EQ(sum, p.num_tokens) << PlanString(p);
+    const Status inv = s_->kv().CheckInvariants();
+    EXPECT_TRUE(inv.ok()) << inv.ToString();
+    return p;
+  }
+  // Steps until nothing is left (or `max_steps`); returns the number of steps.
+  int Drain(int max_steps = 10000, SchedTime now = T0()) {
+    int n = 0;
+    while (s_->has_work() && n < max_steps) {
+      Run(now);
+      ++n;
+    }
+    return n;
+  }
+  static const ScheduledSeq* FindItem(const std::vector<ScheduledSeq>& v, SchedSeqId id) {
+    for (const auto& i : v) {
+      if (i.id == id) return &i;
+    }
+    return nullptr;
+  }
+  std::unique_ptr<Scheduler> s_;
+  std::unique_ptr<FakeEngine> eng_;
 };
 
 }  // namespace kinfer
