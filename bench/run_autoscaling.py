@@ -257,15 +257,18 @@ def main():
              f"{doc['slo_ttft_s']} s; cold start {doc['cold_start_s']} s; seed {doc['seed']}.",
              f"Replica capacity (calibrated): {doc['calibration']['max_rps_per_replica']} req/s at "
              f"{doc['calibration']['concurrency_at_max_rps']} concurrent; targets: kinfer "
-             f"{doc['targets']['kinfer_target_load_per_replica']} load/replica, HPA "
+             f"{doc['targets']['kinfer_target_load_per_replica']} load/replica and "
+             f"{doc['targets'].get('kinfer_target_requests_per_second_per_replica', 0)} req/s/replica "
+             f"(scale-down delay {doc['targets']['kinfer_scale_down_delay_s']:g} s), HPA "
              f"{doc['targets']['hpa_target_utilization']:.0%} of {doc['targets']['hpa_capacity_per_pod']} "
              f"in flight, KPA {doc['targets']['kpa_target_concurrency']} concurrent. Oracle peak "
              f"{doc['oracle_plan']['peak_count']} replicas.", "",
-             "| policy | SLO attainment | P99 TTFT (s) | replica-hours | vs oracle | mean replicas | "
-             "scale events | shed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| policy | SLO attainment | over SLO | P99 TTFT (s) | replica-hours | vs oracle | "
+             "mean replicas | scale events | shed |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in doc["policies"]:
         vs = p["replica_hours_vs_oracle"]
-        lines.append(f"| {p['policy']} | {100 * p['slo_attainment']:.2f}% | {p['p99_ttft_s']:.3f} | "
+        missed = round(p["requests"] * (1 - p["slo_attainment"]))
+        lines.append(f"| {p['policy']} | {100 * p['slo_attainment']:.3f}% | {missed} | {p['p99_ttft_s']:.3f} | "
                      f"{p['replica_hours']:.3f} | {'' if vs is None else f'{vs:.3f}x'} | "
                      f"{p['mean_replicas']:.2f} | {p['scale_events']} | {p['shed_requests']} |")
     checks = goal_checks(by)

@@ -87,6 +87,8 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   kc.slo_ttft_p99_seconds = options.kinfer_slo_term ? sim.slo_ttft_s : 0;
   kc.target_load_per_replica = options.kinfer_target_fraction * result.capacity;
   result.kinfer_target_load = kc.target_load_per_replica;
+  kc.target_requests_per_second_per_replica =
+      options.kinfer_rate_fraction * result.calibration.max_rps;
 
   // Build every policy first (errors surface before any run).
   std::vector<std::unique_ptr<Policy>> policies;
@@ -177,6 +179,8 @@ nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
                       {"capacity_used", Round(result.capacity, 3)}};
   j["targets"] = {
       {"kinfer_target_load_per_replica", Round(result.kinfer_target_load, 3)},
+      {"kinfer_target_requests_per_second_per_replica",
+       Round(options.kinfer_rate_fraction * result.calibration.max_rps, 4)},
       {"kinfer_tick_s", options.kinfer_tick_s},
       {"kinfer_slo_term", options.kinfer_slo_term},
       {"kinfer_scale_down_delay_s",

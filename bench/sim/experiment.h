@@ -15,6 +15,7 @@
 // of their own (results do not depend on it).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,12 +44,23 @@ struct ExperimentOptions {
   // Seconds of the trace's start replayed before it (trace.h WithWarmup), so that every policy
   // starts in steady state with its windows full; nothing in them is counted.
   double warmup_s = 600;
-  std::optional<double> capacity;       // per-replica concurrency; default: calibrated
-  double kinfer_tick_s = 1;             // how often the core decides (the operator's scrape period)
-  double kinfer_target_fraction = 0.9;  // x (1 + the core's 10% tolerance) ~ capacity
+  std::optional<double> capacity;  // per-replica concurrency; default: calibrated
+  double kinfer_tick_s = 1;        // how often the core decides (the operator's scrape period)
+  // kinfer's target load (queue + in flight) per replica = this x capacity: 1.5 x the calibrated
+  // concurrency (about 60 for the Azure mix, just under the engine's 64-request batch) makes the
+  // load term a saturation guard; the rate term below sizes the fleet.
+  double kinfer_target_fraction = 1.5;
+  // kinfer's target requests per second per replica (the core's
+  // target_requests_per_second_per_replica) = this x the calibrated max rate; 0 = no rate term.
+  double kinfer_rate_fraction = 1.1;
   // The core's settings apart from min/max replicas, the target load and the SLO, which the
   // experiment fills in.
-  autoscale::AutoscalerConfig kinfer;
+  // The benchmark's CR sets scaleDownDelaySeconds to 120 (the CRD's default is 300 s).
+  autoscale::AutoscalerConfig kinfer = [] {
+    autoscale::AutoscalerConfig c;
+    c.scale_down_delay = std::chrono::seconds(120);
+    return c;
+  }();
   bool kinfer_slo_term = true;  // false: the core runs without its SLO term (a diagnostic)
   double hpa_target_utilization = 0.7;
   double kpa_target_utilization = 0.7;

@@ -44,10 +44,15 @@ policy, and reports SLO attainment and replica-hours per policy.
   --min-replicas N, --max-replicas N   bounds for every policy (default 1, 64)
   --capacity C               per-replica concurrency for the load targets (default: calibrated)
   --kinfer-tick SECONDS      how often kinfer's core decides (default 1)
-  --kinfer-target-fraction F kinfer target load = F x capacity (default 0.9)
-  --kinfer-scale-down-delay SECONDS   the core's stabilization window (default: the core's)
+  --kinfer-target-fraction F kinfer target load = F x capacity (default 1.5)
+  --kinfer-rate-fraction F   kinfer target req/s per replica = F x calibrated max rate
+                             (default 1.1; 0: no rate term)
+  --kinfer-scale-down-delay SECONDS   the core's stabilization window (default 120)
   --kinfer-max-scale-up-rate X        the core's scale-up factor per tick (default: the core's)
   --kinfer-slo-term 0|1      0 runs the core without its SLO term (diagnostic; default 1)
+  --kinfer-scale-down-utilization F, --kinfer-scale-down-p99-fraction F, --kinfer-tolerance F,
+  --kinfer-stable-window SECONDS, --kinfer-slo-max-step N   override those settings of the core
+                             (diagnostics; default: the core's)
   --hpa-target F             HPA utilisation target (default 0.7)
   --kpa-target F             KPA target utilisation of capacity (default 0.7)
   --warmup SECONDS           replay the trace's start this long before it (default 600)
@@ -158,6 +163,19 @@ int main(int argc, char** argv) {
       opt.kinfer.max_scale_up_rate = Double(flags, 1, 1000);
     } else if (flags.Is("--kinfer-slo-term")) {
       opt.kinfer_slo_term = flags.Int(0, 1) == 1;
+    } else if (flags.Is("--kinfer-scale-down-utilization")) {
+      opt.kinfer.scale_down_utilization = Double(flags, 0.01, 1);
+    } else if (flags.Is("--kinfer-scale-down-p99-fraction")) {
+      opt.kinfer.scale_down_p99_fraction = Double(flags, 0.01, 1);
+    } else if (flags.Is("--kinfer-tolerance")) {
+      opt.kinfer.tolerance = Double(flags, 0, 0.99);
+    } else if (flags.Is("--kinfer-stable-window")) {
+      opt.kinfer.stable_window = std::chrono::duration_cast<kinfer::autoscale::Duration>(
+          std::chrono::duration<double>(Double(flags, 1, 86400)));
+    } else if (flags.Is("--kinfer-rate-fraction")) {
+      opt.kinfer_rate_fraction = Double(flags, 0, 10);
+    } else if (flags.Is("--kinfer-slo-max-step")) {
+      opt.kinfer.slo_max_step = static_cast<int>(flags.Int(0, 1000));
     } else if (flags.Is("--hpa-target")) {
       opt.hpa_target_utilization = Double(flags, 0.01, 10);
     } else if (flags.Is("--kpa-target")) {

@@ -10,7 +10,8 @@ namespace kinfer::api {
 // Maps spec.autoscaling (bounds, target load, windows, panic, scale-down delay, rates) and
 // spec.slo.ttftP99Seconds (0 = no SLO term) onto AutoscalerConfig; the fields the CRD does not
 // expose (tolerance, scale_down_p99_fraction, missing-metrics freeze, min TTFT observations,
-// cold-start timeout) keep the autoscaler's defaults. The result passes Validate() for every spec
+// cold-start timeout, scale-down utilization, SLO step, the request-rate target, which stays off)
+// keep the autoscaler's defaults. The result passes Validate() for every spec
 // ParseInferenceService accepts (the parser checks it).
 autoscale::AutoscalerConfig MakeAutoscalerConfig(const InferenceServiceSpec& spec);
 

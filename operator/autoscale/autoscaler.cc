@@ -51,6 +51,10 @@ struct TickRecord {
   double queue_raw = 0;  // as reported
   bool held = false;     // recorded during a cold-start episode: its TTFTs skip the SLO term
   TtftHistogram ttft;
+  // The request rate's share: first tokens (TTFT observations, silent ready pods filled in)
+  // over (covered_from, t].
+  double requests = 0;
+  TimePoint covered_from{};
 };
 
 // One entry of the stabilization max-queue.
@@ -77,6 +81,7 @@ struct WindowView {
   double load_max = 0;         // the highest tick's in flight + queue as counted
   TtftHistogram ttft_all;      // every TTFT observation (reported)
   TtftHistogram ttft_for_slo;  // without held ticks (the SLO term's input)
+  double request_rate = 0;     // first tokens per second over the time the ticks cover
 };
 
 }  // namespace
@@ -94,7 +99,12 @@ struct Autoscaler::State {
     WindowView v;
     double load = 0;
     double load_raw = 0;
+    double requests = 0;
+    double covered_s = 0;
     for (auto it = ticks.rbegin(); it != ticks.rend() && it->t > now - window; ++it) {
+      requests += it->requests;
+      covered_s +=
+          std::chrono::duration<double>(it->t - std::max(it->covered_from, now - window)).count();
       ++v.ticks;
       load += it->in_flight + it->queue;
       v.load_max = std::max(v.load_max, it->in_flight + it->queue);
@@ -106,6 +116,7 @@ struct Autoscaler::State {
       v.load_mean = load / v.ticks;
       v.load_mean_raw = load_raw / v.ticks;
     }
+    if (covered_s > 0) v.request_rate = requests / covered_s;
     return v;
   }
 };
@@ -176,6 +187,11 @@ Status AutoscalerConfig::Validate() const {
     return InvalidArgument("slo_max_step must be >= 0 (0 = no cap), got " +
                            std::to_string(slo_max_step));
   }
+  if (!(target_requests_per_second_per_replica >= 0) ||
+      !std::isfinite(target_requests_per_second_per_replica)) {
+    return InvalidArgument("target_requests_per_second_per_replica must be >= 0 (0 = off), got " +
+                           Num(target_requests_per_second_per_replica));
+  }
   return Status::Ok();
 }
 
@@ -219,6 +235,8 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
   // A gap longer than the stable window (the caller stopped ticking) is a restart: the windows
   // are empty, so the warm-up and the scale-down history start over.
   if (!s.first_tick || now - *s.last_now > c.stable_window) s.first_tick = now;
+  // This tick's TTFT deltas cover the time since the previous tick (at most a stable window).
+  const TimePoint covered_from = s.last_now ? std::max(*s.last_now, now - c.stable_window) : now;
   s.last_now = now;
   current = std::max(current, 0);
   const Duration panic_window = PanicWindow(c);
@@ -275,8 +293,12 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
     const bool hold = cs.active && !grace;
     if (grace) cs.queue_ref = std::max(cs.queue_ref, queue);
     const double counted_queue = hold ? std::min(queue, cs.queue_ref) : queue;
-    s.ticks.push_back(
-        TickRecord{now, in_flight, counted_queue, queue, cs.active, std::move(tick_ttft)});
+    double requests = tick_ttft.total();
+    if (ready_missing > 0 && ready_reporting > 0) {
+      requests *= static_cast<double>(ready_reporting + ready_missing) / ready_reporting;
+    }
+    s.ticks.push_back(TickRecord{now, in_flight, counted_queue, queue, cs.active,
+                                 std::move(tick_ttft), requests, covered_from});
   }
   while (!s.ticks.empty() &&
          (s.ticks.front().t <= now - c.stable_window || s.ticks.size() > kMaxTicks)) {
@@ -331,13 +353,17 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
     return std::min(proportional, std::max(d.ready, by_load) + c.slo_max_step);
   };
   d.desired_by_load = load_term(stable.load_mean, panic.load_mean);
+  d.request_rate_stable = stable.request_rate;
+  if (c.target_requests_per_second_per_replica > 0) {
+    d.desired_by_rate = CeilCount(stable.request_rate / c.target_requests_per_second_per_replica);
+  }
   d.desired_by_slo = slo_term(panic.ttft_for_slo);
   // What the terms would ask without the cold-start hold (only for the reason).
   const int unheld_want =
       std::max(load_term(stable.load_mean_raw, panic.load_mean_raw), slo_term(panic.ttft_all));
   // Warm-up: until a new Autoscaler has seen a whole stable window, its stable mean rests on a few
   // ticks; it does not raise the count (panic and the SLO term still do).
-  int load_want = d.desired_by_load;
+  int load_want = std::max(d.desired_by_load, d.desired_by_rate);
   if (!s.panicking && now - *s.first_tick < c.stable_window) {
     load_want = std::min(load_want, current);
   }
@@ -381,8 +407,13 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
       const int floor = std::min(current - 1, CeilCount(current / c.max_scale_down_rate));
       // Headroom: the replicas left must carry the stable window's busiest tick at
       // scale_down_utilization x target.
-      const int headroom =
+      int headroom =
           CeilCount(stable.load_max / (c.scale_down_utilization * c.target_load_per_replica));
+      if (c.target_requests_per_second_per_replica > 0) {
+        headroom = std::max(
+            headroom, CeilCount(stable.request_rate / (c.scale_down_utilization *
+                                                       c.target_requests_per_second_per_replica)));
+      }
       out = std::max({stabilized, floor, headroom});
       if (out >= current) {
         out = current;

@@ -12,6 +12,11 @@
 //    same. When (mean panic-window load / target) >= panic_threshold (2.0) x the ready replicas
 //    (at least 1), the autoscaler panics: it uses the higher of the two desires and does not scale
 //    down until the panic has lasted a stable window without recurring (Knative KPA).
+//  * Request rate (when target_requests_per_second_per_replica > 0; off by default): first
+//    tokens per second (the TTFT histograms' observation counts, silent ready pods filled in)
+//    over the stable window; desired-by-rate = ceil(rate / target rps). The decision takes the
+//    higher of the load and rate terms. Unlike queue + in-flight, the rate does not shrink when
+//    more pods serve it faster, so it also guards scale-down (below).
 //  * Warm-up: for its first stable window (and after a gap of more than a stable window between
 //    ticks) an Autoscaler does not scale up on the stable mean alone; panic and SLO still act.
 //  * SLO term: when slo_ttft_p99_seconds > 0, the P99 TTFT over the panic window (merged TTFT
@@ -27,7 +32,8 @@
 //    AND, when an SLO is set and the stable window holds at least min_ttft_observations, the P99
 //    over the stable window is at most scale_down_p99_fraction (0.7) x the SLO, AND the
 //    replicas left keep headroom: a cut to m needs the highest tick load in the stable window
-//    <= scale_down_utilization (0.8) x target x m (the count goes no lower than that allows).
+//    <= scale_down_utilization (0.8) x target x m, and with the rate term on the stable-window
+//    rate <= scale_down_utilization x target rps x m (the count goes no lower than that allows).
 //    Never while panicking or during a cold-start episode (below).
 //  * Rates: at most max_scale_up_rate x (and at least +1) up, max_scale_down_rate / down (and at
 //    least -1) per tick.
@@ -104,6 +110,10 @@ struct AutoscalerConfig {
   // what the panic-window load (as reported) needs at the target. >= 0; 0 = no cap (the term
   // is then ceil(ready * p99 / slo), bounded only by the rate).
   int slo_max_step = 1;
+  // Request-rate term: first tokens per second (TTFT observations) per replica the autoscaler
+  // aims for; desire ceil(stable-window rate / this), and a cut to m needs the stable-window
+  // rate <= scale_down_utilization x this x m. >= 0; 0 = off (no CR field in v1alpha1 yet).
+  double target_requests_per_second_per_replica = 0;
 
   // OK, or INVALID_ARGUMENT naming the first bad field.
   Status Validate() const;
@@ -147,6 +157,8 @@ struct Decision {
   double load_panic = 0;    // mean counted load over the panic window
   int desired_by_load = 0;  // the load term (in panic the higher of the panic and stable desires)
   int desired_by_slo = 0;   // the SLO term; 0 when it is off, quiet or short of observations
+  int desired_by_rate = 0;  // the request-rate term; 0 when it is off
+  double request_rate_stable = 0;        // first tokens per second over the stable window
   uint64_t ttft_observations_panic = 0;  // observations behind p99_ttft_panic
   bool cold_start_hold = false;          // a cold-start episode is on (see above)
 };

@@ -675,6 +675,120 @@ TEST(AutoscalerTest, ScaleDownKeepsHeadroomForTheBusiestTick) {
   EXPECT_EQ(run(c, 40).back().d.desired, 5);
 }
 
+// ---- The request-rate term -----------------------------------------------------------------
+
+// `rps` requests a second spread over the ready pods (ticks every 2 s: 2 x rps TTFTs a tick,
+// rounded to a whole number per pod), with `in_flight` in flight in all.
+std::function<Load(double, const FakeCluster&)> Rate(double rps, double in_flight) {
+  return [rps, in_flight](double t, const FakeCluster& cluster) {
+    const int ready = std::max(1, cluster.ReadyAt(t));
+    const uint64_t per_pod = static_cast<uint64_t>(std::llround(rps * kTick / ready));
+    return Load{.in_flight = in_flight, .ttft_s = 0.3, .ttft_per_pod = per_pod};
+  };
+}
+
+TEST(AutoscalerTest, RateTermScalesUpOnRequestsPerSecond) {
+  AutoscalerConfig c = Defaults();
+  c.target_load_per_replica = 60;  // the load (16 in flight) alone asks for 1
+  c.target_requests_per_second_per_replica = 3;
+  Autoscaler as(c);
+  FakeCluster cluster(2, 60);
+  // 6 req/s on 2 pods: 2 pods' worth, steady.
+  std::vector<Step> steps = RunTicks(as, cluster, -200, 0, Rate(6, 16));
+  EXPECT_EQ(steps.back().d.desired, 2);
+  EXPECT_NEAR(steps.back().d.request_rate_stable, 6, 1e-9);
+  EXPECT_EQ(steps.back().d.desired_by_rate, 2);
+  EXPECT_EQ(steps.back().d.desired_by_load, 1);
+  // 9 req/s at the same load: the rate term asks for 3 once the stable mean passes 6 req/s.
+  steps = RunTicks(as, cluster, 0, 60, Rate(9, 16));
+  double up = -1;
+  for (const Step& s : steps) {
+    if (s.d.desired > s.current) {
+      up = s.t;
+      EXPECT_EQ(s.d.desired, 3);
+      EXPECT_EQ(s.d.reason, "scale_up_load");
+      break;
+    }
+  }
+  EXPECT_GE(up, 0);
+  EXPECT_LE(up, 32);  // the 60 s mean of 6 then 9 req/s passes 6 just after the first tick at 9
+  // Off (the default): the same run stays at 2.
+  c.target_requests_per_second_per_replica = 0;
+  Autoscaler off(c);
+  FakeCluster other(2, 60);
+  RunTicks(off, other, -200, 0, Rate(6, 16));
+  steps = RunTicks(off, other, 0, 60, Rate(9, 16));
+  EXPECT_EQ(steps.back().d.desired, 2);  // the load term wants 1 (held: 260 s of history)
+  EXPECT_EQ(steps.back().d.desired_by_load, 1);
+  EXPECT_EQ(steps.back().d.desired_by_rate, 0);
+  EXPECT_NEAR(steps.back().d.request_rate_stable, 9, 1e-9);  // reported even when off
+}
+
+TEST(AutoscalerTest, RateKeepsHeadroomOnScaleDown) {
+  // 3 pods serving 7.5 req/s at a low load (fast pods hold few requests): the load alone would
+  // cut to 1, the rate term asks for ceil(7.5 / 3) = 3.
+  AutoscalerConfig c = Defaults();
+  c.target_load_per_replica = 60;
+  c.target_requests_per_second_per_replica = 3;
+  c.scale_down_delay = std::chrono::seconds(60);
+  Autoscaler as(c);
+  FakeCluster cluster(3, 60);
+  std::vector<Step> steps = RunTicks(as, cluster, -200, 400, Rate(7.5, 30));
+  EXPECT_EQ(steps.back().d.desired, 3);
+  EXPECT_EQ(steps.back().d.desired_by_rate, 3);
+  // 6 req/s: the rate term wants 2 (6 / 3), but 2 pods at 0.8 x 3 carry 4.8 < 6: held at 3.
+  steps = RunTicks(as, cluster, 400, 800, Rate(6, 30));
+  EXPECT_EQ(steps.back().d.desired_by_rate, 2);
+  EXPECT_EQ(steps.back().d.desired, 3);
+  EXPECT_EQ(steps.back().d.reason, "scale_down_delayed");
+  // 4.5 req/s fits 2 pods with headroom (4.8): cut to 2 after the delay.
+  steps = RunTicks(as, cluster, 800, 1200, Rate(4.5, 30));
+  EXPECT_EQ(steps.back().d.desired, 2);
+  bool cut = false;
+  for (const Step& s : steps) {
+    if (s.d.desired < s.current) {
+      cut = true;
+      EXPECT_EQ(s.d.reason, "scale_down");
+      EXPECT_EQ(s.d.desired, 2);
+    }
+  }
+  EXPECT_TRUE(cut);
+  // Without the rate term the load (30, one pod's worth at 0.8 x 60) goes down to 1.
+  c.target_requests_per_second_per_replica = 0;
+  Autoscaler off(c);
+  FakeCluster other(3, 60);
+  steps = RunTicks(off, other, -200, 400, Rate(7.5, 30));
+  EXPECT_EQ(steps.back().d.desired, 1);
+}
+
+TEST(AutoscalerTest, RateFillsInSilentPodsAndSkipsFrozenTicks) {
+  AutoscalerConfig c = Defaults();
+  c.target_requests_per_second_per_replica = 3;
+  Autoscaler as(c);
+  // 4 ready pods, 10 TTFTs each per 2 s tick: 20 req/s.
+  auto pods = [](int silent) {
+    std::vector<PodSample> v = ReadyPods(4, 8);
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i].ttft_upper_bounds = kEdges;
+      v[i].ttft_counts = TtftCounts(0.3, 10);
+      if (static_cast<int>(i) < silent) v[i].has_metrics = false;
+    }
+    return v;
+  };
+  for (double t = 0; t < 60; t += kTick) as.Tick(At(t), 4, pods(0));
+  EXPECT_NEAR(as.Tick(At(60), 4, pods(0)).request_rate_stable, 20, 1e-9);
+  // One silent pod of 4: its share is filled in with the mean of the others.
+  for (double t = 62; t < 130; t += kTick) as.Tick(At(t), 4, pods(1));
+  EXPECT_NEAR(as.Tick(At(130), 4, pods(1)).request_rate_stable, 20, 1e-9);
+  // Three silent: frozen ticks are not recorded and their time is not counted.
+  for (double t = 132; t < 160; t += kTick) {
+    EXPECT_EQ(as.Tick(At(t), 4, pods(3)).reason, "metrics_missing");
+  }
+  const Decision d = as.Tick(At(160), 4, pods(0));
+  EXPECT_NEAR(d.request_rate_stable, 20, 1e-9);
+  EXPECT_EQ(d.desired_by_rate, 7);  // ceil(20 / 3)
+}
+
 TEST(AutoscalerTest, ScaleDownWaitsForTheDelayAndForP99UnderTheSlo) {
   AutoscalerConfig c = Defaults();
   c.slo_ttft_p99_seconds = 2.0;
@@ -825,6 +939,10 @@ TEST(AutoscalerConfigTest, ValidateRejectsBadConfigs) {
       {"tolerance", [](auto& c) { c.tolerance = 1.0; }},
       {"tolerance", [](auto& c) { c.tolerance = -0.1; }},
       {"scale_down_delay", [](auto& c) { c.scale_down_delay = std::chrono::seconds(-1); }},
+      {"target_requests_per_second_per_replica",
+       [](auto& c) { c.target_requests_per_second_per_replica = -1; }},
+      {"target_requests_per_second_per_replica",
+       [&](auto& c) { c.target_requests_per_second_per_replica = nan; }},
       {"scale_down_p99_fraction", [](auto& c) { c.scale_down_p99_fraction = 0; }},
       {"scale_down_p99_fraction", [](auto& c) { c.scale_down_p99_fraction = 1.5; }},
       {"max_scale_up_rate", [](auto& c) { c.max_scale_up_rate = 0.5; }},
