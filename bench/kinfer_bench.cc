@@ -1,6 +1,6 @@
-// kinfer-bench: single-stream speed of the runtime library on one GGUF model.
+// kinfer-forward-bench: single-stream speed of the runtime library on one GGUF model.
 //
-//   kinfer-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
+//   kinfer-forward-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
 //                [--json OUT]
 //
 // Measures, best of --repeats after a warm-up:
@@ -40,7 +40,7 @@ int Argmax(const std::vector<float>& v) {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: kinfer-bench --model PATH [--threads N] [--prefill N] [--decode N] "
+               "usage: kinfer-forward-bench --model PATH [--threads N] [--prefill N] [--decode N] "
                "[--repeats N] [--json OUT]\n");
 }
 
@@ -75,13 +75,13 @@ int main(int argc, char** argv) {
   }
   auto file = kinfer::GgufFile::Open(model_path);
   if (!file.ok()) {
-    std::fprintf(stderr, "kinfer-bench: %s\n", file.status().ToString().c_str());
+    std::fprintf(stderr, "kinfer-forward-bench: %s\n", file.status().ToString().c_str());
     return 1;
   }
   std::shared_ptr<const kinfer::GgufFile> shared(std::move(file).value());
   auto model_or = kinfer::LlamaModel::Load(shared, threads);
   if (!model_or.ok()) {
-    std::fprintf(stderr, "kinfer-bench: %s\n", model_or.status().ToString().c_str());
+    std::fprintf(stderr, "kinfer-forward-bench: %s\n", model_or.status().ToString().c_str());
     return 1;
   }
   kinfer::LlamaModel& model = **model_or;
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     kinfer::Status st = model.Forward(prompt, cache.get(), false, &logits);
     auto t1 = Clock::now();
     if (!st.ok()) {
-      std::fprintf(stderr, "kinfer-bench: prefill: %s\n", st.ToString().c_str());
+      std::fprintf(stderr, "kinfer-forward-bench: prefill: %s\n", st.ToString().c_str());
       return 1;
     }
     if (r > 0) best_prefill = std::min(best_prefill, Seconds(t0, t1));
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     kinfer::Status st = model.Forward(std::span<const int32_t>(prompt.data(), short_prompt),
                                       cache.get(), false, &logits);
     if (!st.ok()) {
-      std::fprintf(stderr, "kinfer-bench: decode prompt: %s\n", st.ToString().c_str());
+      std::fprintf(stderr, "kinfer-forward-bench: decode prompt: %s\n", st.ToString().c_str());
       return 1;
     }
     auto t0 = Clock::now();
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       st = model.Forward(std::span<const int32_t>(&tok, 1), cache.get(), false, &logits,
                          kinfer::ForwardMode::kDecode);
       if (!st.ok()) {
-        std::fprintf(stderr, "kinfer-bench: decode: %s\n", st.ToString().c_str());
+        std::fprintf(stderr, "kinfer-forward-bench: decode: %s\n", st.ToString().c_str());
         return 1;
       }
     }

@@ -4,7 +4,7 @@
   .venv/bin/python bench/run_single_stream.py [--model models/smollm2-135m-instruct-q4_1.gguf]
       [--threads 2] [--repeats 3] [--out bench/results]
 
-Runs build/bin/kinfer-bench and bench/llama_cpp_bench.py (llama-cpp-python, installed on demand
+Runs build/bin/kinfer-forward-bench and bench/llama_cpp_bench.py (llama-cpp-python, installed on demand
 with pip: it builds llama.cpp from source, which takes ~10 minutes on 2 cores the first time),
 alternating them so that machine noise hits both, and writes single_stream.json plus a short
 markdown table (single_stream.md) into --out.
@@ -53,7 +53,7 @@ def main():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "llama-cpp-python==0.3.36"],
                        check=True, env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
 
-    kinfer_cmd = [str(ROOT / "build/bin/kinfer-bench"), "--model", args.model, "--threads",
+    kinfer_cmd = [str(ROOT / "build/bin/kinfer-forward-bench"), "--model", args.model, "--threads",
                   str(args.threads), "--prefill", "512", "--decode", "128", "--repeats",
                   str(args.repeats)]
     llama_cmd = [sys.executable, str(ROOT / "bench/llama_cpp_bench.py"), "--model", args.model,

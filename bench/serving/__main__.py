@@ -1,0 +1,5 @@
+import sys
+
+from .kinfer_bench import main
+
+sys.exit(main())
