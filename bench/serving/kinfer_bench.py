@@ -211,6 +211,8 @@ class Runner:
                 rec["output_token_source"] = "chunks"
             if usage and isinstance(usage.get("prompt_tokens"), int):
                 rec["prompt_tokens_server"] = usage["prompt_tokens"]
+                if rec["input_tokens"] is None:  # multi-turn: no target length
+                    rec["input_tokens"] = usage["prompt_tokens"]
             rec["text"] = "".join(text)
             if rec["ttft"] is None:
                 rec["error"] = "no_output"
@@ -375,7 +377,10 @@ async def amain(args):
         print(f"kinfer-bench: cannot reach {base}: {e}", file=sys.stderr)
         return None
     prompts = workload.PromptMaker(workload.mt_bench_questions())
-    await prompts.setup(base, use_server=args.server_tokenize)
+    if args.multi_turn:
+        prompts.mode = "none needed (MT-Bench turns sent as they are)"
+    else:
+        await prompts.setup(base, use_server=args.server_tokenize)
     specs = plan(args)
     runner = Runner(args, model, prompts)
     records, duration = await runner.run(specs)

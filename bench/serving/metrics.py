@@ -82,7 +82,7 @@ def summarize(records, duration_s, slos=None):
         if not r["ok"]:
             errors[r["error"]] = errors.get(r["error"], 0) + 1
     out_tokens = sum(r["output_tokens"] for r in ok)
-    in_tokens = sum(r["input_tokens"] for r in ok)
+    in_tokens = sum(r["input_tokens"] or 0 for r in ok)
     dur = max(duration_s, 1e-9)
     tpots = [t for t in (tpot_of(r) for r in ok) if t is not None]
     s = {
