@@ -4,7 +4,15 @@
 //   k(l) : [capacity][n_embd_kv]  row p holds the (roped) keys of position p, heads side by side
 //   v(l) : [capacity][n_embd_kv]  row p holds the values of position p
 // size() positions are filled; the model appends at size() and the engine may Truncate() to reuse
-// a common prefix. The paged, shared cache of the batching engine replaces this class.
+// a common prefix.
+//
+// PagedKvCache: the batching engine's cache, shared by every sequence: fixed-size blocks of
+// block_size positions, per layer [num_blocks][block_size][n_embd_kv] for keys and for values.
+// Which blocks hold a sequence's positions is its block table (runtime/kv/KvBlockManager decides
+// it); position p of a sequence lives in block table[p / block_size], slot p % block_size.
+//
+// KvLayout is what the forward pass reads: both caches describe themselves as one (a KvCache is
+// a paged cache with a single block as long as its capacity), so one attention kernel serves both.
 //
 // Thread safety: none; owned by the engine thread.
 #pragma once
@@ -16,10 +24,26 @@
 
 namespace kinfer {
 
+struct KvLayout {
+  ggml_fp16_t* k = nullptr;  // layer 0, block 0, slot 0
+  ggml_fp16_t* v = nullptr;
+  size_t layer_stride = 0;  // elements from one layer to the next
+  int block_size = 0;
+  int n_embd_kv = 0;
+  ggml_fp16_t* KRow(int layer, int block, int slot) const { return k + Offset(layer, block, slot); }
+  ggml_fp16_t* VRow(int layer, int block, int slot) const { return v + Offset(layer, block, slot); }
+  size_t Offset(int layer, int block, int slot) const {
+    return layer * layer_stride +
+           (static_cast<size_t>(block) * block_size + slot) * static_cast<size_t>(n_embd_kv);
+  }
+};
+
 class KvCache {
  public:
   KvCache(int n_layer, int n_embd_kv, int capacity)
-      : n_layer_(n_layer), n_embd_kv_(n_embd_kv), capacity_(capacity),
+      : n_layer_(n_layer),
+        n_embd_kv_(n_embd_kv),
+        capacity_(capacity),
         k_(static_cast<size_t>(n_layer) * capacity * n_embd_kv),
         v_(static_cast<size_t>(n_layer) * capacity * n_embd_kv) {}
 
@@ -36,6 +60,11 @@ class KvCache {
   const ggml_fp16_t* k(int layer, int pos) const { return &k_[Offset(layer, pos)]; }
   const ggml_fp16_t* v(int layer, int pos) const { return &v_[Offset(layer, pos)]; }
   size_t bytes() const { return (k_.size() + v_.size()) * sizeof(ggml_fp16_t); }
+  // One block of `capacity` positions (block table {0}).
+  KvLayout layout() {
+    return {k_.data(), v_.data(), static_cast<size_t>(capacity_) * n_embd_kv_, capacity_,
+            n_embd_kv_};
+  }
 
  private:
   size_t Offset(int layer, int pos) const {
@@ -45,6 +74,39 @@ class KvCache {
   int n_embd_kv_;
   int capacity_;
   int size_ = 0;
+  std::vector<ggml_fp16_t> k_;
+  std::vector<ggml_fp16_t> v_;
+};
+
+class PagedKvCache {
+ public:
+  PagedKvCache(int n_layer, int n_embd_kv, int block_size, int num_blocks)
+      : n_layer_(n_layer),
+        n_embd_kv_(n_embd_kv),
+        block_size_(block_size),
+        num_blocks_(num_blocks),
+        k_(static_cast<size_t>(n_layer) * num_blocks * block_size * n_embd_kv),
+        v_(k_.size()) {}
+
+  int n_layer() const { return n_layer_; }
+  int n_embd_kv() const { return n_embd_kv_; }
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return num_blocks_; }
+  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(ggml_fp16_t); }
+  // Bytes one block takes across all layers (keys and values): for sizing from a memory budget.
+  static size_t BlockBytes(int n_layer, int n_embd_kv, int block_size) {
+    return 2 * static_cast<size_t>(n_layer) * block_size * n_embd_kv * sizeof(ggml_fp16_t);
+  }
+  KvLayout layout() {
+    return {k_.data(), v_.data(), static_cast<size_t>(num_blocks_) * block_size_ * n_embd_kv_,
+            block_size_, n_embd_kv_};
+  }
+
+ private:
+  int n_layer_;
+  int n_embd_kv_;
+  int block_size_;
+  int num_blocks_;
   std::vector<ggml_fp16_t> k_;
   std::vector<ggml_fp16_t> v_;
 };

@@ -134,31 +134,100 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, bool
   }
   const size_t nv = hp_.n_vocab;
   logits->resize(all_logits ? tokens.size() * nv : nv);
+  static const int32_t kOneBlock[1] = {0};
   for (size_t start = 0; start < tokens.size(); start += kMaxBatch) {
-    const size_t n = std::min<size_t>(kMaxBatch, tokens.size() - start);
+    const int n = static_cast<int>(std::min<size_t>(kMaxBatch, tokens.size() - start));
     const bool last_chunk = start + n == tokens.size();
-    float* out = nullptr;
-    if (all_logits) {
-      out = logits->data() + start * nv;
-    } else if (last_chunk) {
-      out = logits->data();
-    }
-    KINFER_RETURN_IF_ERROR(
-        ForwardChunk(tokens.subspan(start, n), cache, all_logits, out, mode == ForwardMode::kDecode));
+    Segment seg;
+    seg.tokens = tokens.data() + start;
+    seg.n = n;
+    seg.pos0 = cache->size();
+    seg.blocks = kOneBlock;
+    seg.logits_from = all_logits ? 0 : (last_chunk ? n - 1 : n);
+    seg.round_probs = n > 1 || mode != ForwardMode::kDecode;
+    float* out = all_logits ? logits->data() + start * nv : logits->data();
+    RunSegments(std::span<const Segment>(&seg, 1), cache->layout(), out);
+    cache->Advance(n);
   }
   return Status::Ok();
 }
 
-Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
-                                float* logits_out, bool decode_step) {
-  const int n = static_cast<int>(tokens.size());
+std::unique_ptr<PagedKvCache> LlamaModel::NewPagedKvCache(int block_size, int num_blocks) const {
+  return std::make_unique<PagedKvCache>(hp_.n_layer, hp_.n_embd_kv(), block_size, num_blocks);
+}
+
+Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCache* cache,
+                                std::vector<float>* logits) {
+  if (seqs.empty()) return InvalidArgument("empty step");
+  if (cache->n_layer() != hp_.n_layer || cache->n_embd_kv() != hp_.n_embd_kv()) {
+    return InvalidArgument("the paged KV cache is not shaped for this model");
+  }
+  const int bs = cache->block_size();
+  std::vector<Segment> segs;
+  segs.reserve(seqs.size());
+  int64_t total = 0;
+  size_t rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SequenceBatch& s = seqs[i];
+    const std::string which = "sequence " + std::to_string(i) + ": ";
+    if (s.tokens.empty()) return InvalidArgument(which + "no tokens");
+    if (s.pos0 < 0) return InvalidArgument(which + "negative position");
+    for (int32_t id : s.tokens) {
+      if (id < 0 || id >= hp_.n_vocab) {
+        return InvalidArgument(which + "token id " + std::to_string(id) +
+                               " is outside the vocabulary (" + std::to_string(hp_.n_vocab) + ")");
+      }
+    }
+    const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
+    if (static_cast<int64_t>(s.blocks.size()) * bs < end) {
+      return InvalidArgument(which + "block table of " + std::to_string(s.blocks.size()) +
+                             " blocks cannot hold " + std::to_string(end) + " positions");
+    }
+    for (int32_t b : s.blocks) {
+      if (b < 0 || b >= cache->num_blocks()) {
+        return InvalidArgument(which + "block " + std::to_string(b) + " is outside the cache");
+      }
+    }
+    total += static_cast<int64_t>(s.tokens.size());
+    Segment seg;
+    seg.tokens = s.tokens.data();
+    seg.n = static_cast<int>(s.tokens.size());
+    seg.pos0 = s.pos0;
+    seg.blocks = s.blocks.data();
+    seg.logits_from = s.want_logits ? seg.n - 1 : seg.n;
+    seg.round_probs = seg.n > 1 || s.mode != ForwardMode::kDecode;
+    rows += s.want_logits ? 1 : 0;
+    segs.push_back(seg);
+  }
+  if (total > kMaxBatch) {
+    return InvalidArgument("a step of " + std::to_string(total) + " tokens exceeds " +
+                           std::to_string(kMaxBatch));
+  }
+  logits->resize(rows * hp_.n_vocab);
+  RunSegments(segs, cache->layout(), logits->data());
+  return Status::Ok();
+}
+
+void LlamaModel::RunSegments(std::span<const Segment> segs, const KvLayout& kv, float* logits_out) {
   const int d = hp_.n_embd;
   const int dkv = hp_.n_embd_kv();
-  const int pos0 = cache->size();
+  const int dq = hp_.n_head * hp_.head_dim;
+  int n = 0;
+  tok_seg_.clear();
+  tok_local_.clear();
+  for (size_t s = 0; s < segs.size(); ++s) {
+    for (int t = 0; t < segs[s].n; ++t) {
+      tok_seg_.push_back(static_cast<int>(s));
+      tok_local_.push_back(t);
+    }
+    n += segs[s].n;
+  }
   const size_t embd_row = RowBytesOf(tok_embd_.type, d);
   const auto* embd = static_cast<const uint8_t*>(tok_embd_.data);
-  for (int t = 0; t < n; ++t) {
-    DequantizeRow(tok_embd_.type, embd + embd_row * tokens[t], &x_[static_cast<size_t>(t) * d], d);
+  for (int g = 0; g < n; ++g) {
+    const Segment& sg = segs[tok_seg_[g]];
+    DequantizeRow(tok_embd_.type, embd + embd_row * sg.tokens[tok_local_[g]],
+                  &x_[static_cast<size_t>(g) * d], d);
   }
 
   for (int l = 0; l < hp_.n_layer; ++l) {
@@ -167,15 +236,22 @@ Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache,
     MatMul(L.wq, xn_.data(), n, q_.data(), pool_);
     MatMul(L.wk, xn_.data(), n, k_.data(), pool_);
     MatMul(L.wv, xn_.data(), n, v_.data(), pool_);
-    RopeNormal(q_.data(), n, hp_.n_head, hp_.head_dim, hp_.rope_dim, pos0, hp_.rope_freq_base,
-               hp_.rope_freq_scale);
-    RopeNormal(k_.data(), n, hp_.n_head_kv, hp_.head_dim, hp_.rope_dim, pos0, hp_.rope_freq_base,
-               hp_.rope_freq_scale);
-    for (int t = 0; t < n; ++t) {
-      F32ToF16(&k_[static_cast<size_t>(t) * dkv], cache->k(l, pos0 + t), dkv);
-      F32ToF16(&v_[static_cast<size_t>(t) * dkv], cache->v(l, pos0 + t), dkv);
+    int g0 = 0;
+    for (const Segment& sg : segs) {
+      RopeNormal(&q_[static_cast<size_t>(g0) * dq], sg.n, hp_.n_head, hp_.head_dim, hp_.rope_dim,
+                 sg.pos0, hp_.rope_freq_base, hp_.rope_freq_scale);
+      RopeNormal(&k_[static_cast<size_t>(g0) * dkv], sg.n, hp_.n_head_kv, hp_.head_dim,
+                 hp_.rope_dim, sg.pos0, hp_.rope_freq_base, hp_.rope_freq_scale);
+      for (int t = 0; t < sg.n; ++t) {
+        const int p = sg.pos0 + t;
+        const int block = sg.blocks[p / kv.block_size];
+        const int slot = p % kv.block_size;
+        F32ToF16(&k_[static_cast<size_t>(g0 + t) * dkv], kv.KRow(l, block, slot), dkv);
+        F32ToF16(&v_[static_cast<size_t>(g0 + t) * dkv], kv.VRow(l, block, slot), dkv);
+      }
+      g0 += sg.n;
     }
-    Attention(l, n, pos0, cache, /*round_probs=*/n > 1 || !decode_step);
+    Attention(l, segs, kv);
     MatMul(L.wo, attn_.data(), n, ffn_out_.data(), pool_);
     AddInPlace(x_.data(), ffn_out_.data(), static_cast<int64_t>(n) * d);
 
@@ -186,43 +262,57 @@ Status LlamaModel::ForwardChunk(std::span<const int32_t> tokens, KvCache* cache,
     MatMul(L.w_down, gate_.data(), n, ffn_out_.data(), pool_);
     AddInPlace(x_.data(), ffn_out_.data(), static_cast<int64_t>(n) * d);
   }
-  cache->Advance(n);
 
-  if (!logits_out) return Status::Ok();
-  // Only the rows whose logits are wanted go through the output matrix.
-  const int first = all_logits ? 0 : n - 1;
-  const int rows = n - first;
-  RmsNorm(&x_[static_cast<size_t>(first) * d], output_norm_.data(), rows, d, hp_.rms_eps,
-          xn_.data());
+  // Only the rows whose logits are wanted go through the output matrix, gathered in order.
+  int rows = 0;
+  int g0 = 0;
+  for (const Segment& sg : segs) {
+    for (int t = sg.logits_from; t < sg.n; ++t) {
+      if (rows != g0 + t) {
+        std::copy_n(&x_[static_cast<size_t>(g0 + t) * d], d, &x_[static_cast<size_t>(rows) * d]);
+      }
+      ++rows;
+    }
+    g0 += sg.n;
+  }
+  if (rows == 0 || logits_out == nullptr) return;
+  RmsNorm(x_.data(), output_norm_.data(), rows, d, hp_.rms_eps, xn_.data());
   MatMul(output_, xn_.data(), rows, logits_out, pool_);
-  return Status::Ok();
 }
 
-void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache, bool round_probs) {
+void LlamaModel::Attention(int layer, std::span<const Segment> segs, const KvLayout& kv) {
   const int hd = hp_.head_dim;
   const int n_head = hp_.n_head;
   const int gqa = hp_.n_gqa();
   const int dq = n_head * hd;
+  const int n = static_cast<int>(tok_seg_.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int max_pos = pos0 + n;
+  int max_pos = 0;
+  for (const Segment& sg : segs) max_pos = std::max(max_pos, sg.pos0 + sg.n);
   const int nth = pool_.size();
   if (scores_.size() < static_cast<size_t>(nth) * (max_pos + 2 * hd)) {
     scores_.resize(static_cast<size_t>(nth) * (max_pos + 2 * hd));
   }
   const size_t per_thread = scores_.size() / nth;
+  const int bs = kv.block_size;
   pool_.Run([&](int ith, int nthreads) {
     float* sc = scores_.data() + per_thread * ith;
     float* qr = sc + max_pos;  // the query rounded to FP16 precision, as llama.cpp does
     ggml_fp16_t* q16 = reinterpret_cast<ggml_fp16_t*>(qr + hd);
     for (int idx = ith; idx < n * n_head; idx += nthreads) {
-      const int t = idx / n_head;
+      const int g = idx / n_head;
       const int h = idx % n_head;
+      const Segment& sg = segs[tok_seg_[g]];
       const int kv_off = (h / gqa) * hd;
-      const float* q = &q_[static_cast<size_t>(t) * dq + h * hd];
+      const float* q = &q_[static_cast<size_t>(g) * dq + h * hd];
       F32ToF16(q, q16, hd);
       F16ToF32(q16, qr, hd);
-      const int npos = pos0 + t + 1;
-      DotF16F32Rows(cache->k(layer, 0) + kv_off, cache->n_embd_kv(), npos, qr, hd, sc);
+      const int npos = sg.pos0 + tok_local_[g] + 1;
+      // Scores block by block: rows are contiguous within a block (a KvCache is one block).
+      for (int j0 = 0; j0 < npos; j0 += bs) {
+        DotF16F32Rows(kv.KRow(layer, sg.blocks[j0 / bs], 0) + kv_off, kv.n_embd_kv,
+                      std::min(bs, npos - j0), qr, hd, sc + j0);
+      }
       float max_s = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < npos; ++j) {
         sc[j] *= scale;
@@ -239,14 +329,17 @@ void LlamaModel::Attention(int layer, int n, int pos0, KvCache* cache, bool roun
       // llama.cpp's batch path multiplies FP16 V by the probabilities rounded to FP16, its
       // single-token path keeps them in FP32 (measured against its outputs; see
       // docs/architecture.md). Prompt chunks take the first, decode steps the second.
-      for (int j = 0; round_probs && j < npos; j += hd) {
+      for (int j = 0; sg.round_probs && j < npos; j += hd) {
         const int m = std::min(hd, npos - j);
         F32ToF16(sc + j, q16, m);
         F16ToF32(q16, sc + j, m);
       }
-      float* out = &attn_[static_cast<size_t>(t) * dq + h * hd];
+      float* out = &attn_[static_cast<size_t>(g) * dq + h * hd];
       std::fill(out, out + hd, 0.0f);
-      AxpyF16Rows(sc, cache->v(layer, 0) + kv_off, cache->n_embd_kv(), npos, out, hd);
+      for (int j0 = 0; j0 < npos; j0 += bs) {
+        AxpyF16Rows(sc + j0, kv.VRow(layer, sg.blocks[j0 / bs], 0) + kv_off, kv.n_embd_kv,
+                    std::min(bs, npos - j0), out, hd);
+      }
     }
   });
 }

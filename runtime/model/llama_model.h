@@ -35,6 +35,17 @@ class GgufFile;
 // keeps a prompt's last token on the prompt path when a cached prefix leaves only one to compute.
 enum class ForwardMode { kPrompt, kDecode };
 
+// One sequence's part of a batched step (ForwardBatch): its new tokens at positions
+// [pos0, pos0 + tokens.size()) and its block table in the PagedKvCache, which must cover
+// positions [0, pos0 + tokens.size()) (rows before pos0 hold its earlier keys and values).
+struct SequenceBatch {
+  std::span<const int32_t> tokens;
+  int pos0 = 0;
+  std::span<const int32_t> blocks;
+  bool want_logits = true;  // the logits of its last token
+  ForwardMode mode = ForwardMode::kPrompt;
+};
+
 class LlamaModel {
  public:
   // Validates the architecture, hyper-parameters and every tensor's name, type and shape.
@@ -58,6 +69,22 @@ class LlamaModel {
   Status Forward(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
                  std::vector<float>* logits, ForwardMode mode = ForwardMode::kPrompt);
 
+  // A batched step over several sequences sharing a paged cache (the continuous-batching
+  // engine's call): one pass of matrix-matrix products over all the sequences' tokens together,
+  // RoPE at each token's own position, keys and values written through each block table, and
+  // attention of each token over its own sequence's positions only. Logits: one row of n_vocab
+  // per sequence with want_logits, in order.
+  // INVALID_ARGUMENT for an empty step, more than kMaxBatch tokens in all, an id outside the
+  // vocabulary, a block table too short for its positions or naming a block outside the cache,
+  // or a cache whose shape is not this model's. A sequence's tokens go through the same per-row
+  // kernels as alone, but the matrix products see all the step's rows: a batch of 4 or more rows
+  // takes the register-blocked GEMM, whose fp32 summation order differs from the matrix-vector
+  // kernel's, so logits can differ in the last bits from a one-sequence run (docs/batching.md).
+  Status ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCache* cache,
+                      std::vector<float>* logits);
+  // A paged cache shaped for this model.
+  std::unique_ptr<PagedKvCache> NewPagedKvCache(int block_size, int num_blocks) const;
+
   static constexpr int kMaxBatch = 512;
 
  private:
@@ -67,10 +94,21 @@ class LlamaModel {
     WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
   };
 
+  // One sequence's slice of a step, as the kernels see it.
+  struct Segment {
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    int pos0 = 0;
+    const int32_t* blocks = nullptr;
+    int logits_from = 0;      // logits for tokens [logits_from, n); n = none
+    bool round_probs = true;  // llama.cpp's batch path (see Attention)
+  };
+
   LlamaModel(std::shared_ptr<const GgufFile> file, LlamaHParams hp, int n_threads);
-  Status ForwardChunk(std::span<const int32_t> tokens, KvCache* cache, bool all_logits,
-                      float* logits_out, bool decode_step);
-  void Attention(int layer, int n_tokens, int pos0, KvCache* cache, bool round_probs);
+  // Runs the segments (at most kMaxBatch tokens in all) through every layer, writing keys and
+  // values through `kv`, and the wanted logits rows, segment by segment, to logits_out.
+  void RunSegments(std::span<const Segment> segs, const KvLayout& kv, float* logits_out);
+  void Attention(int layer, std::span<const Segment> segs, const KvLayout& kv);
 
   std::shared_ptr<const GgufFile> file_;
   LlamaHParams hp_;
@@ -83,6 +121,7 @@ class LlamaModel {
 
   // Scratch, sized for kMaxBatch tokens; used only inside Forward().
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, ffn_out_, scores_;
+  std::vector<int> tok_seg_, tok_local_;  // per token of a step: its segment and index in it
 };
 
 }  // namespace kinfer
