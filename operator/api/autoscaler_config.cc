@@ -10,6 +10,7 @@ autoscale::AutoscalerConfig MakeAutoscalerConfig(const InferenceServiceSpec& spe
   c.min_replicas = a.min_replicas;
   c.max_replicas = a.max_replicas;
   c.target_load_per_replica = a.target_queue_depth_per_replica;
+  c.target_requests_per_second_per_replica = a.target_requests_per_second_per_replica;
   c.stable_window = std::chrono::seconds(a.stable_window_seconds);
   c.panic_window_percent = a.panic_window_percent;
   c.panic_threshold = a.panic_threshold;

@@ -203,6 +203,7 @@ struct AutoscalingSpec {
   int min_replicas = 1;
   int max_replicas = 10;
   double target_queue_depth_per_replica = 8;
+  double target_requests_per_second_per_replica = 0;  // 0 = off
   int stable_window_seconds = 60;
   double panic_window_percent = 10;
   double panic_threshold = 2;

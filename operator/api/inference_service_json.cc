@@ -128,6 +128,7 @@ json ToJson(const InferenceServiceSpec& spec) {
                 {"minReplicas", a.min_replicas},
                 {"maxReplicas", a.max_replicas},
                 {"targetQueueDepthPerReplica", a.target_queue_depth_per_replica},
+                {"targetRequestsPerSecondPerReplica", a.target_requests_per_second_per_replica},
                 {"stableWindowSeconds", a.stable_window_seconds},
                 {"panicWindowPercent", a.panic_window_percent},
                 {"panicThreshold", a.panic_threshold},

@@ -412,6 +412,8 @@ void ReadAutoscaling(FieldReader r, AutoscalingSpec* a) {
   r.Int("minReplicas", &a->min_replicas, 1, 1000);
   r.Int("maxReplicas", &a->max_replicas, 1, 1000);
   r.Number("targetQueueDepthPerReplica", &a->target_queue_depth_per_replica, 0, 100000, true);
+  r.Number("targetRequestsPerSecondPerReplica", &a->target_requests_per_second_per_replica, 0,
+           100000);
   r.Int("stableWindowSeconds", &a->stable_window_seconds, 6, 3600);
   r.Number("panicWindowPercent", &a->panic_window_percent, 0, 100, true);
   r.Number("panicThreshold", &a->panic_threshold, 1, 100, true);
