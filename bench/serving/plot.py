@@ -108,7 +108,7 @@ def _builtin(path, title, panels):
         xs = [x for x, _ in pts] or [0, 1]
         xmin, xmax = min(xs), max(xs)
         if xmax == xmin:
-            xmax = xmin + 1
+            xmin, xmax = xmin - 0.5, xmax + 0.5
         fy = (lambda v: math.log10(v)) if log_y else (lambda v: v)
         if ys:
             ymin = min(fy(y) for y in ys) if log_y else min(0.0, min(ys))
