@@ -249,6 +249,9 @@ def write_markdown(path, doc):
          f"kinfer-runtime --ctx-size {CTX}. Prompt token counts: "
          f"{', '.join(sorted(set(doc['token_counts'].values())))}.", "",
          f"Command: `{doc['command']}`", "",
+         "Servers: " + "; ".join(f"{k}: {v.get('source', v.get('binary'))} "
+                                 f"{' '.join(v.get('version', [])[:1])} {v.get('commit', '')}".strip()
+                                 for k, v in doc["servers"].items()) + ".", "",
          f"## (a) Throughput-latency (Poisson, {c['input_len']} in / {c['output_len']} out, "
          f"{c['num_prompts']} requests a rate)", "",
          "| rate req/s | engine | done | req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | "
