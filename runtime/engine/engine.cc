@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/backend/cpu/matmul.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/sample/sampler.h"
 #include "runtime/sample/stop_matcher.h"
+#include "runtime/sched/scheduler.h"
 #include "runtime/tokenizer/streaming_decoder.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -13,11 +15,16 @@ namespace kinfer {
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "";
 }
@@ -44,6 +51,33 @@ void RequestStream::Push(StreamEvent ev) {
 
 // ---- Engine ---------------------------------------------------------------------------------
 
+// A submitted request's state, owned by the engine thread.
+struct Engine::Active {
+  Active(GenerationRequest r, std::shared_ptr<RequestStream> st, const Tokenizer& tok,
+         std::chrono::steady_clock::time_point enq)
+      : req(std::move(r)),
+        stream(std::move(st)),
+        sampler(req.sampling),
+        stops(req.stop),
+        decoder(tok, req.echo_special),
+        history(req.prompt_tokens),
+        enqueued(enq) {}
+
+  GenerationRequest req;
+  std::shared_ptr<RequestStream> stream;
+  Sampler sampler;
+  StopMatcher stops;
+  StreamingDecoder decoder;
+  std::vector<int32_t> history;  // prompt, then generated (the sampler's penalties read it)
+  std::chrono::steady_clock::time_point enqueued;
+  int generated = 0;
+  bool started = false;  // the scheduler has planned it at least once
+  double queue_seconds = -1;
+  bool first_event = true;
+  bool cancel_sent = false;
+  bool finished = false;  // its final event is pushed
+};
+
 Engine::Engine(LlamaModel* model, const Tokenizer* tokenizer, EngineOptions options)
     : model_(model), tokenizer_(tokenizer), options_(options) {
   context_length_ = options_.context_length > 0
@@ -59,7 +93,7 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  for (Pending& p : queue_) {
+  for (Pending& p : inbox_) {
     StreamEvent ev;
     ev.finish = FinishReason::kCancelled;
     p.stream->Push(std::move(ev));
@@ -78,21 +112,22 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(GenerationRequest reques
   if (request.max_tokens <= 0) return InvalidArgument("max_tokens must be at least 1");
   const int64_t need = static_cast<int64_t>(request.prompt_tokens.size()) + request.max_tokens;
   if (need > context_length_) {
-    return OutOfRange("this model's maximum context length is " + std::to_string(context_length_) +
-                      " tokens, but the request has " +
-                      std::to_string(request.prompt_tokens.size()) + " prompt tokens and asks for " +
-                      std::to_string(request.max_tokens) + " more");
+    return OutOfRange(
+        "this model's maximum context length is " + std::to_string(context_length_) +
+        " tokens, but the request has " + std::to_string(request.prompt_tokens.size()) +
+        " prompt tokens and asks for " + std::to_string(request.max_tokens) + " more");
   }
   auto stream = std::make_shared<RequestStream>();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Unavailable("the engine is shutting down");
-    if (static_cast<int>(queue_.size()) >= options_.max_queued_requests) {
+    const int64_t waiting = waiting_.load() + static_cast<int64_t>(inbox_.size());
+    if (waiting >= options_.max_queued_requests) {
       return ResourceExhausted("too many queued requests (" +
                                std::to_string(options_.max_queued_requests) + ")");
     }
-    queue_.push_back(Pending{std::move(request), stream, std::chrono::steady_clock::now()});
-    waiting_.store(static_cast<int64_t>(queue_.size()));
+    inbox_.push_back(
+        Pending{next_id_++, std::move(request), stream, std::chrono::steady_clock::now()});
   }
   cv_.notify_one();
   return stream;
@@ -103,138 +138,276 @@ EngineStats Engine::Stats() const {
   s.running = running_.load();
   s.waiting = waiting_.load();
   s.kv_tokens_used = kv_used_.load();
-  s.kv_tokens_capacity = context_length_;
+  s.kv_tokens_capacity = kv_blocks_total_.load() * options_.kv_block_size;
+  s.kv_blocks_used = kv_blocks_used_.load();
+  s.kv_blocks_total = kv_blocks_total_.load();
+  s.prefix_cache_queries_tokens = prefix_queries_.load();
+  s.prefix_cache_hits_tokens = prefix_hits_.load();
+  s.preemptions = preemptions_.load();
   return s;
 }
 
 void Engine::Loop() {
-  cache_ = model_->NewKvCache(context_length_);
+  SetMatMulGemmEnabled(!options_.batch_invariant);
+  const int bs = std::max(1, options_.kv_block_size);
+  int64_t kv_tokens =
+      options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens : 2 * int64_t{context_length_};
+  kv_tokens = std::max<int64_t>(kv_tokens, context_length_);  // a full-length request must fit
+  const int num_blocks = static_cast<int>((kv_tokens + bs - 1) / bs);
+  cache_ = model_->NewPagedKvCache(bs, num_blocks);
+
+  SchedulerConfig sc;
+  sc.max_batch_tokens = std::min(options_.max_batch_tokens, LlamaModel::kMaxBatch);
+  sc.max_running = std::max(1, std::min(options_.max_running, sc.max_batch_tokens - 1));
+  sc.max_prefill_chunk = std::min(sc.max_prefill_chunk, sc.max_batch_tokens);
+  sc.max_waiting = options_.max_queued_requests;
+  sc.max_waiting_prompt_tokens = options_.max_waiting_prompt_tokens > 0
+                                     ? options_.max_waiting_prompt_tokens
+                                     : 64 * int64_t{context_length_};
+  sc.kv.num_blocks = num_blocks;
+  sc.kv.block_size = bs;
+  sc.kv.enable_prefix_caching = options_.prefix_caching;
+  // Only prompt blocks are shared: a generated token's keys were computed on the decode path
+  // (SequenceBatch::prompt_len), and a later prompt holding it must compute it on the prompt
+  // path to give what it gives cold. Multi-turn chats still reuse every earlier turn's prompt.
+  sc.cache_generated_blocks = false;
+  Status valid = ValidateSchedulerConfig(sc);
+  if (!valid.ok()) {  // the options are the programmer's: fail every request with the reason
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+      if (stopping_) return;
+      for (Pending& p : inbox_) {
+        StreamEvent ev;
+        ev.finish = FinishReason::kError;
+        ev.error = valid;
+        p.stream->Push(std::move(ev));
+      }
+      inbox_.clear();
+    }
+  }
+  scheduler_ = std::make_unique<Scheduler>(sc);
+  kv_blocks_total_.store(num_blocks);
+
   for (;;) {
-    Pending p;
+    std::deque<Pending> inbox;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      p = std::move(queue_.front());
-      queue_.pop_front();
-      waiting_.store(static_cast<int64_t>(queue_.size()));
+      if (!scheduler_->has_work()) {
+        cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+      }
+      if (stopping_) break;
+      inbox.swap(inbox_);
     }
-    running_.store(1);
-    Run(p);
-    running_.store(0);
-    kv_used_.store(0);
+    Admit(&inbox);
+    for (auto& [id, a] : active_) {
+      if (!a->cancel_sent && a->stream->cancelled()) {
+        scheduler_->Cancel(id);
+        a->cancel_sent = true;
+      }
+    }
+    RunStep();
+    PublishStats();
   }
+  for (auto& [id, a] : active_) {
+    if (!a->finished) Finish(*a, FinishReason::kCancelled, Status::Ok());
+  }
+  active_.clear();
 }
 
-void Engine::Run(Pending& p) {
-  const GenerationRequest& req = p.request;
-  RequestStream& stream = *p.stream;
-  const double queue_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - p.enqueued).count();
-  const int prompt_n = static_cast<int>(req.prompt_tokens.size());
-  int generated = 0;
-  bool first_event = true;
-
-  auto finish = [&](FinishReason reason, std::string text, Status error) {
-    StreamEvent ev;
-    ev.text = std::move(text);
-    ev.finish = reason;
-    ev.error = std::move(error);
-    ev.prompt_tokens = prompt_n;
-    ev.completion_tokens = generated;
-    if (first_event) ev.queue_seconds = queue_s;
-    stream.Push(std::move(ev));
-  };
-  if (stream.cancelled()) return finish(FinishReason::kCancelled, "", Status::Ok());
-
-  // Every request is computed from an empty cache. Reusing the previous request's common prefix
-  // would save prefill time, but the CPU kernels round differently for a few tokens (matrix-vector)
-  // than for many (GEMM), so the logits of a reused prompt would differ in the last bits from a
-  // cold one, and the same seeded request could give another output. Prefix caching comes with the
-  // paged KV cache, on batch-invariant kernels.
-  cache_->Truncate(0);
-
-  std::vector<float> logits;
-  // Prefill in chunks so that a cancelled request stops within one chunk.
-  for (size_t pos = 0; pos < req.prompt_tokens.size(); pos += LlamaModel::kMaxBatch) {
-    if (stream.cancelled()) return finish(FinishReason::kCancelled, "", Status::Ok());
-    const size_t n = std::min<size_t>(LlamaModel::kMaxBatch, req.prompt_tokens.size() - pos);
-    std::span<const int32_t> chunk(req.prompt_tokens.data() + pos, n);
-    Status st = model_->Forward(chunk, cache_.get(), false, &logits);
+void Engine::Admit(std::deque<Pending>* inbox) {
+  const auto now = std::chrono::steady_clock::now();
+  for (Pending& p : *inbox) {
+    auto a = std::make_unique<Active>(std::move(p.request), std::move(p.stream), *tokenizer_,
+                                      p.enqueued);
+    SchedRequest r;
+    r.id = p.id;
+    r.prompt = a->req.prompt_tokens;
+    r.max_tokens = a->req.max_tokens;
+    r.priority = a->req.priority;
+    Status st = scheduler_->Submit(std::move(r), now);
     if (!st.ok()) {
-      cache_->Truncate(0);
-      return finish(FinishReason::kError, "", st);
+      Finish(*a, FinishReason::kError, st);
+      continue;
     }
-    kv_used_.store(cache_->size());
+    active_.emplace(p.id, std::move(a));
   }
+  inbox->clear();
+}
 
-  Sampler sampler(req.sampling);
-  StopMatcher stops(req.stop);
-  StreamingDecoder decoder(*tokenizer_, req.echo_special);
-  std::vector<int32_t> history = req.prompt_tokens;
+void Engine::Finish(Active& a, FinishReason reason, Status error) {
+  if (a.finished) return;
+  a.finished = true;
+  StreamEvent ev;
+  ev.finish = reason;
+  ev.error = std::move(error);
+  ev.prompt_tokens = static_cast<int>(a.req.prompt_tokens.size());
+  ev.completion_tokens = a.generated;
+  if (a.first_event) {
+    ev.queue_seconds =
+        a.started
+            ? a.queue_seconds
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - a.enqueued).count();
+    a.first_event = false;
+  }
+  a.stream->Push(std::move(ev));
+}
+
+bool Engine::SampleAndStream(Active& a, std::span<float> logits, int32_t* token) {
+  const GenerationRequest& req = a.req;
+  StreamEvent ev;
+  TokenLogprob lp;
+  const int32_t tok =
+      a.sampler.Sample(logits, a.history, req.sampling.logprobs >= 0 ? &lp : nullptr);
+  *token = tok;
+  ++a.generated;
+  a.history.push_back(tok);
   FinishReason reason = FinishReason::kNone;
-
-  while (reason == FinishReason::kNone) {
-    if (stream.cancelled()) {
-      reason = FinishReason::kCancelled;
-      break;
-    }
-    StreamEvent ev;
-    TokenLogprob lp;
-    const int32_t tok = sampler.Sample(std::span<float>(logits), history,
-                                       req.sampling.logprobs >= 0 ? &lp : nullptr);
-    ++generated;
-    history.push_back(tok);
-    const bool eog = !req.ignore_eos && tokenizer_->IsEndOfGeneration(tok);
-    const bool stop_tok =
-        std::find(req.stop_tokens.begin(), req.stop_tokens.end(), tok) != req.stop_tokens.end();
-    if (eog || stop_tok) {
-      reason = FinishReason::kStop;  // the stop token itself is not part of the text
-      bool stopped = false;
-      ev.text = stops.Push(decoder.Flush(), &stopped);
-      if (!stopped) ev.text += stops.Flush();
-    } else {
-      bool stopped = false;
-      ev.text = stops.Push(decoder.Push(tok), &stopped);
-      if (stopped) reason = FinishReason::kStop;
-    }
-    ev.tokens.push_back(tok);
-    if (req.sampling.logprobs >= 0) {
-      lp.token = tok;
-      lp.text = tokenizer_->TokenToPiece(tok, true);
-      for (TopLogprob& top : lp.top) top.text = tokenizer_->TokenToPiece(top.token, true);
-      ev.logprobs.push_back(std::move(lp));
-    }
-    if (reason == FinishReason::kNone && generated >= req.max_tokens) {
-      reason = FinishReason::kLength;
-    }
-    if (reason == FinishReason::kNone && cache_->size() >= cache_->capacity()) {
-      reason = FinishReason::kLength;
-    }
-    if (reason == FinishReason::kLength) {
-      bool stopped = false;
-      ev.text += stops.Push(decoder.Flush(), &stopped);
-      if (!stopped) ev.text += stops.Flush();
-      if (stopped) reason = FinishReason::kStop;
-    }
-    if (reason != FinishReason::kNone) {
-      ev.finish = reason;
-      ev.prompt_tokens = prompt_n;
-      ev.completion_tokens = generated;
-    }
-    if (first_event) {
-      ev.queue_seconds = queue_s;
-      first_event = false;
-    }
-    stream.Push(std::move(ev));
-    if (reason != FinishReason::kNone) return;
-
-    std::span<const int32_t> next(&history.back(), 1);
-    Status st = model_->Forward(next, cache_.get(), false, &logits, ForwardMode::kDecode);
-    if (!st.ok()) return finish(FinishReason::kError, "", st);
-    kv_used_.store(cache_->size());
+  const bool eog = !req.ignore_eos && tokenizer_->IsEndOfGeneration(tok);
+  const bool stop_tok =
+      std::find(req.stop_tokens.begin(), req.stop_tokens.end(), tok) != req.stop_tokens.end();
+  if (eog || stop_tok) {
+    reason = FinishReason::kStop;  // the stop token itself is not part of the text
+    bool stopped = false;
+    ev.text = a.stops.Push(a.decoder.Flush(), &stopped);
+    if (!stopped) ev.text += a.stops.Flush();
+  } else {
+    bool stopped = false;
+    ev.text = a.stops.Push(a.decoder.Push(tok), &stopped);
+    if (stopped) reason = FinishReason::kStop;
   }
-  finish(reason, "", Status::Ok());
+  ev.tokens.push_back(tok);
+  if (req.sampling.logprobs >= 0) {
+    lp.token = tok;
+    lp.text = tokenizer_->TokenToPiece(tok, true);
+    for (TopLogprob& top : lp.top) top.text = tokenizer_->TokenToPiece(top.token, true);
+    ev.logprobs.push_back(std::move(lp));
+  }
+  if (reason == FinishReason::kNone && a.generated >= req.max_tokens) {
+    reason = FinishReason::kLength;
+  }
+  if (reason == FinishReason::kLength) {
+    bool stopped = false;
+    ev.text += a.stops.Push(a.decoder.Flush(), &stopped);
+    if (!stopped) ev.text += a.stops.Flush();
+    if (stopped) reason = FinishReason::kStop;
+  }
+  if (reason != FinishReason::kNone) {
+    ev.finish = reason;
+    ev.prompt_tokens = static_cast<int>(req.prompt_tokens.size());
+    ev.completion_tokens = a.generated;
+    a.finished = true;
+  }
+  if (a.first_event) {
+    ev.queue_seconds = a.queue_seconds;
+    a.first_event = false;
+  }
+  a.stream->Push(std::move(ev));
+  return reason != FinishReason::kNone;
+}
+
+bool Engine::RunStep() {
+  const auto now = std::chrono::steady_clock::now();
+  StepPlan plan = scheduler_->Step(now);
+  for (const FinishedSeq& f : plan.finished) {
+    auto it = active_.find(f.id);
+    if (it == active_.end()) continue;
+    switch (f.reason) {
+      case SeqEnd::kCancelled:
+        Finish(*it->second, FinishReason::kCancelled, Status::Ok());
+        break;
+      case SeqEnd::kDeadlineExceeded:
+        Finish(*it->second, FinishReason::kError,
+               f.status.ok() ? DeadlineExceeded("the request's deadline passed") : f.status);
+        break;
+      case SeqEnd::kError:
+        Finish(*it->second, FinishReason::kError, f.status);
+        break;
+      case SeqEnd::kStop:
+        Finish(*it->second, FinishReason::kStop, Status::Ok());
+        break;
+      case SeqEnd::kLength:
+        Finish(*it->second, FinishReason::kLength, Status::Ok());
+        break;
+    }
+    active_.erase(it);
+  }
+  if (plan.idle()) return false;
+
+  std::vector<SequenceBatch> batch;
+  std::vector<SchedSeqId> sampled_ids;
+  batch.reserve(plan.decodes.size() + plan.prefills.size());
+  for (const std::vector<ScheduledSeq>* items : {&plan.decodes, &plan.prefills}) {
+    for (const ScheduledSeq& item : *items) {
+      std::optional<SeqView> v = scheduler_->Find(item.id);
+      if (!v) continue;  // cannot happen: planned sequences are live
+      auto it = active_.find(item.id);
+      if (it != active_.end() && !it->second->started) {
+        it->second->started = true;
+        it->second->queue_seconds =
+            std::chrono::duration<double>(now - it->second->enqueued).count();
+      }
+      SequenceBatch b;
+      b.tokens = v->tokens.subspan(item.start, item.length);
+      b.pos0 = item.start;
+      b.blocks = scheduler_->BlockTable(item.id);
+      b.want_logits = item.sample;
+      b.prompt_len = v->prompt_len;
+      batch.push_back(b);
+      if (item.sample) sampled_ids.push_back(item.id);
+    }
+  }
+  std::vector<float> logits;
+  Status st = model_->ForwardBatch(batch, cache_.get(), &logits);
+  if (!st.ok()) {
+    for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {
+      auto it = active_.find(f.id);
+      if (it == active_.end()) continue;
+      Finish(*it->second, FinishReason::kError, f.status);
+      active_.erase(it);
+    }
+    return true;
+  }
+  const size_t nv = model_->hparams().n_vocab;
+  StepResult result;
+  for (size_t row = 0; row < sampled_ids.size(); ++row) {
+    const SchedSeqId id = sampled_ids[row];
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    int32_t tok = 0;
+    const bool ended =
+        SampleAndStream(*it->second, std::span<float>(logits.data() + row * nv, nv), &tok);
+    result.sampled.push_back({id, tok, ended});
+  }
+  StatusOr<std::vector<FinishedSeq>> done = scheduler_->OnStepDone(result);
+  if (!done.ok()) {  // a mismatch between plan and result is a bug: fail the step's sequences
+    for (const FinishedSeq& f : scheduler_->OnStepFailed(done.status())) {
+      auto it = active_.find(f.id);
+      if (it == active_.end()) continue;
+      Finish(*it->second, FinishReason::kError, f.status);
+      active_.erase(it);
+    }
+    return true;
+  }
+  for (const FinishedSeq& f : *done) {
+    auto it = active_.find(f.id);
+    if (it == active_.end()) continue;
+    Finish(*it->second, f.reason == SeqEnd::kLength ? FinishReason::kLength : FinishReason::kStop,
+           Status::Ok());
+    active_.erase(it);
+  }
+  return true;
+}
+
+void Engine::PublishStats() {
+  SchedulerStats s = scheduler_->stats();
+  running_.store(s.running);
+  waiting_.store(s.waiting);
+  kv_blocks_used_.store(s.kv.used_blocks);
+  kv_used_.store(int64_t{s.kv.used_blocks} * options_.kv_block_size);
+  prefix_queries_.store(s.kv.prefix_query_tokens);
+  prefix_hits_.store(s.kv.prefix_hit_tokens);
+  preemptions_.store(s.preemptions);
 }
 
 }  // namespace kinfer

@@ -1,14 +1,25 @@
 // Engine: owns the model, runs generation on one engine thread, and streams tokens to callers.
 //
 // Threading model (llama.cpp server / vLLM engine core):
-//   - One engine thread owns the model weights, the KV cache and all sequence state. Nothing else
-//     touches them.
-//   - Any thread (HTTP handlers) calls Submit(), which validates, enqueues and returns a
-//     RequestStream at once. The caller reads events with RequestStream::Next() and may Cancel() at
-//     any time (client disconnect); the engine stops that sequence at its next step.
+//   - One engine thread owns the model weights, the paged KV cache, the Scheduler and all sequence
+//     state (samplers, stop matchers, text decoders). Nothing else touches them.
+//   - Any thread (HTTP handlers) calls Submit(), which validates, puts the request in the inbox
+//     and returns a RequestStream at once. The caller reads events with RequestStream::Next() and
+//     may Cancel() at any time (client disconnect); the engine ends that sequence at its next step
+//     and frees its KV blocks.
 //   - Stats() may be called from any thread (atomics).
-// In this version the engine runs one sequence at a time, FCFS; the continuous-batching scheduler
-// replaces the loop without changing this interface.
+//
+// Continuous batching (docs/batching.md): each iteration the engine thread moves the inbox into
+// the Scheduler (runtime/sched), which plans one step within a token budget (decodes of running
+// sequences first, then prompt chunks, priorities, preemption by recompute when KV blocks run
+// out, prefix-cache hits skipping prefill); the engine runs the whole step as one
+// LlamaModel::ForwardBatch over the paged cache, samples each sequence that needs a token, applies
+// its stop rules, streams the text, and reports back (Scheduler::OnStepDone).
+//
+// Determinism: with batch_invariant (the default) the matrix products take the same kernels for a
+// row whatever else is in the step and attention numerics follow each token's position, so a
+// request's tokens do not depend on what it was batched with, on prefix-cache hits or on
+// preemption: same seed, same output.
 #pragma once
 
 #include <atomic>
@@ -16,9 +27,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,8 +41,9 @@
 
 namespace kinfer {
 
-class KvCache;
 class LlamaModel;
+class PagedKvCache;
+class Scheduler;
 class Tokenizer;
 
 // A request's output channel. Shared by the engine (producer) and the caller (consumer).
@@ -57,8 +71,16 @@ class RequestStream {
 
 struct EngineOptions {
   int n_threads = 2;
-  int max_queued_requests = 256;  // Submit() returns RESOURCE_EXHAUSTED beyond this
-  int context_length = 0;         // 0 = the model's trained context
+  int max_queued_requests = 256;  // waiting requests; Submit() returns RESOURCE_EXHAUSTED beyond
+  int context_length = 0;         // per sequence; 0 = the model's trained context
+  int max_batch_tokens = 256;     // tokens computed per step (decodes + prompt chunks)
+  int max_running = 16;           // sequences holding KV blocks at once
+  int kv_block_size = 16;         // positions per KV block
+  int64_t kv_cache_tokens = 0;    // the paged cache's size in positions; 0 = 2 x context_length
+  bool prefix_caching = true;     // reuse the KV blocks of earlier prompts with the same prefix
+  bool batch_invariant = true;    // see Determinism above; false = faster prefill (the GEMM)
+  // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
+  int64_t max_waiting_prompt_tokens = 0;
 };
 
 struct EngineStats {
@@ -66,6 +88,11 @@ struct EngineStats {
   int64_t waiting = 0;
   int64_t kv_tokens_used = 0;
   int64_t kv_tokens_capacity = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t prefix_cache_queries_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits_tokens = 0;     // of those, served from it
+  int64_t preemptions = 0;
 };
 
 class Engine {
@@ -83,12 +110,23 @@ class Engine {
 
  private:
   struct Pending {
+    uint64_t id = 0;
     GenerationRequest request;
     std::shared_ptr<RequestStream> stream;
     std::chrono::steady_clock::time_point enqueued;
   };
+  struct Active;  // a submitted request's engine-thread state (sampler, stops, decoder, stream)
+
   void Loop();
-  void Run(Pending& p);
+  // Moves the inbox into the scheduler; ends streams whose request it refuses.
+  void Admit(std::deque<Pending>* inbox);
+  // Runs one planned step; false when there was nothing to compute.
+  bool RunStep();
+  // Samples sequence `a`'s next token from `logits`, applies its stop rules and streams the text;
+  // returns true when the sequence ended (its final event is pushed).
+  bool SampleAndStream(Active& a, std::span<float> logits, int32_t* token);
+  void Finish(Active& a, FinishReason reason, Status error);
+  void PublishStats();
 
   LlamaModel* model_;
   const Tokenizer* tokenizer_;
@@ -97,13 +135,21 @@ class Engine {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> queue_;  // guarded by mu_
+  std::deque<Pending> inbox_;  // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
+  uint64_t next_id_ = 1;       // guarded by mu_
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_{0};
   std::atomic<int64_t> kv_used_{0};
-  // Engine-thread state: the KV cache, allocated once for the whole context.
-  std::unique_ptr<KvCache> cache_;
+  std::atomic<int64_t> kv_blocks_used_{0};
+  std::atomic<int64_t> kv_blocks_total_{0};
+  std::atomic<int64_t> prefix_queries_{0};
+  std::atomic<int64_t> prefix_hits_{0};
+  std::atomic<int64_t> preemptions_{0};
+  // Engine-thread state.
+  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::thread thread_;
 };
 

@@ -230,12 +230,13 @@ bool KvBlockManager::Grow(KvSeqId seq, int n) {
   return true;
 }
 
-void KvBlockManager::Commit(KvSeqId seq, std::span<const int32_t> tokens, int num_computed) {
+void KvBlockManager::Commit(KvSeqId seq, std::span<const int32_t> tokens, int num_computed,
+                            int cacheable) {
   Seq& s = GetSeq(seq);
   assert(num_computed >= s.num_computed && num_computed <= s.num_slots);
   assert(tokens.size() >= static_cast<size_t>(num_computed));
   s.num_computed = num_computed;
-  const int full = num_computed / block_size_;
+  const int full = std::min(num_computed, cacheable) / block_size_;
   for (int i = static_cast<int>(s.hashes.size()); i < full; ++i) {
     const auto block_tokens = tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_);
     const uint64_t parent_hash = i == 0 ? kRootBlockHash : s.hashes[i - 1];

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -122,7 +123,11 @@ class KvBlockManager {
   // exists in another block: then this block stays private and is never served).
   // `tokens` are the sequence's token ids, at least num_computed of them (the same ids as before).
   // REQUIRES: `seq` registered; old num_computed <= num_computed <= num_slots.
-  void Commit(KvSeqId seq, std::span<const int32_t> tokens, int num_computed);
+  // Only blocks wholly below `cacheable` positions become cache entries (the batching engine keeps
+  // blocks holding generated tokens out of the cache: their keys were computed on the decode path,
+  // a prompt that contains the same tokens computes them on the prompt path).
+  void Commit(KvSeqId seq, std::span<const int32_t> tokens, int num_computed,
+              int cacheable = std::numeric_limits<int>::max());
 
   // Drops `seq`'s references; blocks reaching ref 0 go on the free list (see the header comment).
   // No-op for an unknown id.

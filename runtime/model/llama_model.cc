@@ -144,7 +144,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, bool
     seg.pos0 = cache->size();
     seg.blocks = kOneBlock;
     seg.logits_from = all_logits ? 0 : (last_chunk ? n - 1 : n);
-    seg.round_probs = n > 1 || mode != ForwardMode::kDecode;
+    seg.round_probs_all(n > 1 || mode != ForwardMode::kDecode);
     float* out = all_logits ? logits->data() + start * nv : logits->data();
     RunSegments(std::span<const Segment>(&seg, 1), cache->layout(), out);
     cache->Advance(n);
@@ -195,7 +195,11 @@ Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCach
     seg.pos0 = s.pos0;
     seg.blocks = s.blocks.data();
     seg.logits_from = s.want_logits ? seg.n - 1 : seg.n;
-    seg.round_probs = seg.n > 1 || s.mode != ForwardMode::kDecode;
+    if (s.prompt_len >= 0) {
+      seg.round_below = s.prompt_len;
+    } else {
+      seg.round_probs_all(seg.n > 1 || s.mode != ForwardMode::kDecode);
+    }
     rows += s.want_logits ? 1 : 0;
     segs.push_back(seg);
   }
@@ -329,7 +333,8 @@ void LlamaModel::Attention(int layer, std::span<const Segment> segs, const KvLay
       // llama.cpp's batch path multiplies FP16 V by the probabilities rounded to FP16, its
       // single-token path keeps them in FP32 (measured against its outputs; see
       // docs/architecture.md). Prompt chunks take the first, decode steps the second.
-      for (int j = 0; sg.round_probs && j < npos; j += hd) {
+      const bool round_probs = sg.pos0 + tok_local_[g] < sg.round_below;
+      for (int j = 0; round_probs && j < npos; j += hd) {
         const int m = std::min(hd, npos - j);
         F32ToF16(sc + j, q16, m);
         F16ToF32(q16, sc + j, m);

@@ -14,6 +14,7 @@
 // scratch buffers, so one thread (the engine thread) calls it at a time.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,11 @@ struct SequenceBatch {
   std::span<const int32_t> blocks;
   bool want_logits = true;  // the logits of its last token
   ForwardMode mode = ForwardMode::kPrompt;
+  // When >= 0, llama.cpp's numerics are chosen per position instead of per call: positions below
+  // prompt_len take the prompt path, later ones (generated tokens) the decode path. Then a token
+  // computes the same whatever chunk or step it lands in (the batching engine's rule: a prompt
+  // split by chunked prefill or a sequence recomputed after preemption matches one run alone).
+  int prompt_len = -1;
 };
 
 class LlamaModel {
@@ -100,8 +106,11 @@ class LlamaModel {
     int n = 0;
     int pos0 = 0;
     const int32_t* blocks = nullptr;
-    int logits_from = 0;      // logits for tokens [logits_from, n); n = none
-    bool round_probs = true;  // llama.cpp's batch path (see Attention)
+    int logits_from = 0;  // logits for tokens [logits_from, n); n = none
+    // Positions below this take llama.cpp's batch path (attention probabilities rounded to FP16,
+    // see Attention); positions at or above it the single-token path.
+    int round_below = 0;
+    void round_probs_all(bool on) { round_below = on ? std::numeric_limits<int>::max() : 0; }
   };
 
   LlamaModel(std::shared_ptr<const GgufFile> file, LlamaHParams hp, int n_threads);

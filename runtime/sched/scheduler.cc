@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <unordered_set>
@@ -409,7 +410,8 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
     for (const ScheduledSeq& item : *list) {
       Seq& s = *Get(item.id);
       s.num_computed = item.start + item.length;
-      kv_->Commit(s.id, s.tokens, s.num_computed);
+      kv_->Commit(s.id, s.tokens, s.num_computed,
+                  config_.cache_generated_blocks ? std::numeric_limits<int>::max() : s.prompt_len);
       if (!item.sample) continue;
       const SampledToken& t = *sampled.at(item.id);
       s.tokens.push_back(t.token);

@@ -89,6 +89,10 @@ struct SchedulerConfig {
   // -1 = num_blocks / 100.
   int watermark_blocks = -1;
   KvBlockManagerOptions kv;  // the block pool (num_blocks must be set)
+  // Publish blocks that hold generated tokens to the prefix cache too. The engine turns it off:
+  // a generated token's keys come from the decode path, and a later prompt holding the same
+  // tokens computes them on the prompt path, so a hit would change that prompt's numerics.
+  bool cache_generated_blocks = true;
 };
 
 // INVALID_ARGUMENT naming the bad field.

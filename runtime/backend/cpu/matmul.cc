@@ -7,6 +7,10 @@
 // call N+2, after call N+1's barrier, which worker j passes only once it has finished call N.
 #include "runtime/backend/cpu/matmul.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
 #include <algorithm>
 #include <cassert>
 #include <vector>
@@ -22,27 +26,39 @@ int64_t BlockElems(GgmlType t) {
   switch (t) {
     case GgmlType::kF32:
     case GgmlType::kF16:
-    case GgmlType::kBF16: return 1;
+    case GgmlType::kBF16:
+      return 1;
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
-    case GgmlType::kQ8_0: return 32;
+    case GgmlType::kQ8_0:
+      return 32;
     case GgmlType::kQ4_K:
-    case GgmlType::kQ6_K: return 256;
-    default: return 0;
+    case GgmlType::kQ6_K:
+      return 256;
+    default:
+      return 0;
   }
 }
 
 size_t BlockBytes(GgmlType t) {
   switch (t) {
-    case GgmlType::kF32: return 4;
+    case GgmlType::kF32:
+      return 4;
     case GgmlType::kF16:
-    case GgmlType::kBF16: return 2;
-    case GgmlType::kQ4_0: return sizeof(BlockQ4_0);
-    case GgmlType::kQ4_1: return sizeof(BlockQ4_1);
-    case GgmlType::kQ8_0: return sizeof(BlockQ8_0);
-    case GgmlType::kQ4_K: return sizeof(BlockQ4_K);
-    case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
-    default: return 0;
+    case GgmlType::kBF16:
+      return 2;
+    case GgmlType::kQ4_0:
+      return sizeof(BlockQ4_0);
+    case GgmlType::kQ4_1:
+      return sizeof(BlockQ4_1);
+    case GgmlType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case GgmlType::kQ4_K:
+      return sizeof(BlockQ4_K);
+    case GgmlType::kQ6_K:
+      return sizeof(BlockQ6_K);
+    default:
+      return 0;
   }
 }
 
@@ -58,6 +74,20 @@ size_t WeightMatrix::RowBytes() const {
 
 bool MatMulSupports(GgmlType type) { return BlockElems(type) != 0; }
 
+namespace {
+// KINFER_MATMUL_GEMM=0 starts with the GEMM off (benchmarks of the batch-invariant path).
+bool GemmDefault() {
+  const char* v = std::getenv("KINFER_MATMUL_GEMM");
+  return v == nullptr || std::string_view(v) != "0";
+}
+std::atomic<bool> g_gemm_enabled{GemmDefault()};
+}  // namespace
+
+void SetMatMulGemmEnabled(bool enabled) {
+  g_gemm_enabled.store(enabled, std::memory_order_relaxed);
+}
+bool MatMulGemmEnabled() { return g_gemm_enabled.load(std::memory_order_relaxed); }
+
 void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y, int ith, int nth,
                   ThreadPool& pool) {
   assert(MatMulSupports(w.type) && w.cols % BlockElems(w.type) == 0);
@@ -65,7 +95,8 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
   const cpu_internal::KernelTable& kt = cpu_internal::Kernels();
   const int type_id = static_cast<int>(w.type);
   const ActKind kind = cpu_internal::ActKindFor(w.type);
-  const bool gemm = ntok >= kt.gemm_min_tokens && kt.gemm[type_id] != nullptr;
+  const bool gemm = ntok >= kt.gemm_min_tokens && kt.gemm[type_id] != nullptr &&
+                    g_gemm_enabled.load(std::memory_order_relaxed);
   const size_t row_bytes = cpu_internal::ActRowBytes(kind, w.cols);
 
   // Phase 1: quantize my token range.
@@ -75,7 +106,8 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
     const int64_t t0 = SplitStart(ntok, ith, nth), t1 = SplitStart(ntok, ith + 1, nth);
     uint8_t* buf = mine.act[parity].Reserve(std::max<size_t>(1, (t1 - t0) * row_bytes));
     const cpu_internal::QuantizeFn quantize = kt.quantize[static_cast<int>(kind)];
-    for (int64_t t = t0; t < t1; ++t) quantize(x + t * w.cols, buf + (t - t0) * row_bytes, w.cols, gemm);
+    for (int64_t t = t0; t < t1; ++t)
+      quantize(x + t * w.cols, buf + (t - t0) * row_bytes, w.cols, gemm);
   }
   pool.Barrier();
 
@@ -91,8 +123,8 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
       for (int64_t t = t0; t < t1; ++t) act[t] = buf + (t - t0) * row_bytes;
     }
   }
-  const cpu_internal::MatArgs args{static_cast<const uint8_t*>(w.data), w.RowBytes(), w.cols,
-                                   act.data(), y, w.rows};
+  const cpu_internal::MatArgs args{
+      static_cast<const uint8_t*>(w.data), w.RowBytes(), w.cols, act.data(), y, w.rows};
   const cpu_internal::MatKernelFn fn = gemm ? kt.gemm[type_id] : kt.matvec[type_id];
   // Split rows, in multiples of the kernel's preferred panel; split tokens when rows are few.
   const int64_t unit = gemm ? kt.gemm_rows : 4;

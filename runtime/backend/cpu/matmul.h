@@ -35,6 +35,15 @@ struct WeightMatrix {
   size_t RowBytes() const;
 };
 
+// Batch invariance: with the GEMM off, every token's row goes through the matrix-vector kernels,
+// whose result for a row does not depend on how many rows share the call (the GEMM's fp32
+// summation order differs from theirs and varies with the tile a row lands in). The batching
+// engine turns it off by default so that a request's output does not depend on what it was
+// batched with, on prefix-cache hits or on preemption (docs/batching.md); it costs prefill speed.
+// Process-wide; set it before the engine starts. Default: on.
+void SetMatMulGemmEnabled(bool enabled);
+bool MatMulGemmEnabled();
+
 // True for the weight types MatMul implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
 bool MatMulSupports(GgmlType type);
 
