@@ -37,6 +37,14 @@ Options:
   --ctx-size N           context window in tokens; 0 = the model's trained context (default 0)
   --model-name NAME      model id for the API (default: the file name without .gguf)
   --max-body-bytes N     largest request body accepted; larger get 413 (default 1048576)
+  --max-batch-tokens N   tokens computed per step, decodes + prompt chunks (default 256)
+  --max-running N        sequences batched at once (default 16)
+  --max-queued N         waiting requests; beyond, 503 + Retry-After (default 256)
+  --kv-cache-tokens N    paged KV cache size in positions; 0 = 2 x the context (default 0)
+  --kv-block-size N      positions per KV block (default 16)
+  --prefix-caching[=BOOL]  reuse cached KV of earlier prompts with the same prefix (default true)
+  --batch-invariant[=BOOL] a request's output does not depend on its batch, cache hits or
+                         preemption; false = faster prefill (the GEMM kernels) (default true)
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
   -h, --help             show this help and exit
 )";
@@ -50,6 +58,7 @@ struct Flags {
   std::string model_name;
   long long max_body_bytes = 1 << 20;
   std::string log_level = "info";
+  kinfer::EngineOptions engine;
 };
 
 [[noreturn]] void BadFlag(const std::string& message) {
@@ -81,6 +90,20 @@ Flags ParseFlags(int argc, char** argv) {
       f.max_body_bytes = flags.Int(1, 1LL << 32);
     } else if (flags.Is("--log-level")) {
       f.log_level = flags.Value();
+    } else if (flags.Is("--max-batch-tokens")) {
+      f.engine.max_batch_tokens = static_cast<int>(flags.Int(2, 512));
+    } else if (flags.Is("--max-running")) {
+      f.engine.max_running = static_cast<int>(flags.Int(1, 511));
+    } else if (flags.Is("--max-queued")) {
+      f.engine.max_queued_requests = static_cast<int>(flags.Int(1, 1 << 20));
+    } else if (flags.Is("--kv-cache-tokens")) {
+      f.engine.kv_cache_tokens = flags.Int(0, 1LL << 32);
+    } else if (flags.Is("--kv-block-size")) {
+      f.engine.kv_block_size = static_cast<int>(flags.Int(1, 1024));
+    } else if (flags.Is("--prefix-caching")) {
+      f.engine.prefix_caching = flags.Bool();
+    } else if (flags.Is("--batch-invariant")) {
+      f.engine.batch_invariant = flags.Bool();
     } else {
       flags.Unknown();
     }
@@ -129,6 +152,7 @@ int main(int argc, char** argv) {
   model_options.name = flags.model_name;
   model_options.n_threads = flags.threads;
   model_options.context_length = flags.ctx_size;
+  model_options.engine = flags.engine;
   auto loaded = kinfer::ServedModel::Load(model_options);
   if (!loaded.ok()) {
     spdlog::critical("cannot load the model: {}", loaded.status().ToString());

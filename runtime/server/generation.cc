@@ -223,9 +223,13 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   StatusOr<int> max_tokens = ResolveMaxTokens(r, n_prompt, model.engine().context_length(), &d);
   if (!max_tokens.ok()) return Reject(m, max_tokens.status(), d);
 
+  StatusOr<int> priority = ResolvePriority(r, request.priority_header, &d);
+  if (!priority.ok()) return Reject(m, priority.status(), d);
+
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
-  StatusOr<std::shared_ptr<RequestStream>> stream =
-      model.engine().Submit(ToGenerationRequest(r, std::move(prompt).value(), *max_tokens));
+  GenerationRequest g = ToGenerationRequest(r, std::move(prompt).value(), *max_tokens);
+  g.priority = *priority;
+  StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(g));
   if (!stream.ok()) return Reject(m, stream.status(), d);
 
   ResponseMeta meta;

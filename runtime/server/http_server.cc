@@ -167,6 +167,9 @@ void HttpServer::Impl::Serve(http::http_request req) {
   try {
     in.method = req.method();
     in.path = web::uri::decode(req.relative_uri().path());
+    if (auto h = req.headers().find("x-kinfer-priority"); h != req.headers().end()) {
+      in.priority_header = h->second;
+    }
     const size_t limit = options.max_body_bytes;
     const uint64_t declared = req.headers().content_length();
     std::vector<unsigned char> body;

@@ -19,9 +19,10 @@ namespace kinfer {
 struct ErrorDetail;
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // decoded path without query, e.g. "/v1/chat/completions"
-  std::string body;    // raw bytes (size already checked against --max-body-bytes)
+  std::string method;           // "GET", "POST", ...
+  std::string path;             // decoded path without query, e.g. "/v1/chat/completions"
+  std::string body;             // raw bytes (size already checked against --max-body-bytes)
+  std::string priority_header;  // x-kinfer-priority, "" when absent
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 

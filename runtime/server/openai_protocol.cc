@@ -1,6 +1,8 @@
 // Request parsing and validation for the OpenAI-compatible API (responses: openai_responses.cc).
 #include "runtime/server/openai_protocol.h"
 
+#include <charconv>
+
 #include <cmath>
 #include <limits>
 
@@ -178,6 +180,12 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     }
   }
   KINFER_RETURN_IF_ERROR(GetBool(obj, "ignore_eos", &r->ignore_eos, d));
+  if (const json* p = Field(obj, "priority")) {
+    if (!p->is_number_integer() || p->get<int64_t>() < -1000000 || p->get<int64_t>() > 1000000) {
+      return Invalid(d, "priority", "'priority' must be an integer (smaller is served first)");
+    }
+    r->priority = p->get<int>();
+  }
 
   bool echo = false;
   KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &echo, d));
@@ -371,6 +379,23 @@ StatusOr<int> ResolveMaxTokens(const ParsedRequest& req, int prompt_tokens, int 
                       " in the completion). Please reduce the prompt or max_tokens.");
   }
   return *req.max_tokens;
+}
+
+StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header, ErrorDetail* d) {
+  if (req.priority) return *req.priority;
+  if (header.empty()) return kDefaultPriority;
+  if (header == "critical") return 0;
+  if (header == "standard") return 1;
+  if (header == "batch") return 2;
+  int v = 0;
+  auto [end, ec] = std::from_chars(header.data(), header.data() + header.size(), v);
+  if (ec == std::errc() && end == header.data() + header.size() && v >= -1000000 && v <= 1000000) {
+    return v;
+  }
+  d->param = "x-kinfer-priority";
+  return InvalidArgument(
+      "x-kinfer-priority must be critical, standard, batch or an integer, not '" +
+      std::string(header.substr(0, 64)) + "'");
 }
 
 GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int32_t> prompt,

@@ -55,7 +55,17 @@ struct ParsedRequest {
   bool ignore_eos = false;
   bool logprobs = false;  // report logprobs of the chosen tokens
   int top_logprobs = 0;   // and this many alternatives per token
+  // vLLM's `priority`: smaller is served first (the batching scheduler's class; docs/api.md).
+  std::optional<int> priority;
 };
+
+// The scheduling class of a request: the body's `priority` when given, else the
+// `x-kinfer-priority` header (the sidecar's class names critical = 0, standard = 1, batch = 2, or
+// an integer), else kDefaultPriority. INVALID_ARGUMENT (param "x-kinfer-priority") for a header
+// that is neither.
+inline constexpr int kDefaultPriority = 1;  // "standard"
+StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
+                              ErrorDetail* detail);
 
 // Limits.
 inline constexpr int kMaxStopSequences = 4;  // as OpenAI

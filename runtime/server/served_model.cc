@@ -37,7 +37,7 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   if (!model.ok()) return model.status().WithContext(o.path + ": model");
   m->model_ = std::move(model).value();
 
-  EngineOptions eo;
+  EngineOptions eo = o.engine;
   eo.n_threads = o.n_threads;
   eo.context_length = o.context_length;
   m->engine_ = std::make_unique<Engine>(m->model_.get(), m->tokenizer_.get(), eo);

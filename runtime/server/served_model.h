@@ -25,6 +25,7 @@ struct ServedModelOptions {
   std::string name;  // the API model id; empty = the file's stem
   int n_threads = 2;
   int context_length = 0;  // 0 = the model's trained context
+  EngineOptions engine;    // batching settings; n_threads and context_length are taken from above
 };
 
 // "models/smollm2.Q4_1.gguf" -> "smollm2.Q4_1".

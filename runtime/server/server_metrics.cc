@@ -1,5 +1,7 @@
 #include "runtime/server/server_metrics.h"
 
+#include <algorithm>
+
 namespace kinfer {
 
 const std::vector<double>& TtftBuckets() {
@@ -62,6 +64,21 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
                                  "Seconds a request waited in the engine queue before it started.",
                                  QueueTimeBuckets())
                      .Get()),
+      kv_blocks_used(
+          r->AddGauge("kinfer_runtime_kv_blocks_used", "KV cache blocks held by running sequences.")
+              .Get()),
+      kv_blocks_total(
+          r->AddGauge("kinfer_runtime_kv_blocks", "KV cache blocks in the paged pool.").Get()),
+      prefix_queries(r->AddCounter("kinfer_runtime_prefix_cache_queries_total",
+                                   "Prompt tokens looked up in the prefix cache at admission.")
+                         .Get()),
+      prefix_hits(r->AddCounter("kinfer_runtime_prefix_cache_hits_total",
+                                "Prompt tokens served from the prefix cache (not recomputed).")
+                      .Get()),
+      preemptions(r->AddCounter("kinfer_runtime_num_preemptions_total",
+                                "Sequences preempted (KV freed, recomputed later) when the KV "
+                                "cache ran out of blocks.")
+                      .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
                                "Generation requests (chat and completions) by outcome.",
                                {"status"})),
@@ -80,6 +97,16 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   kv_usage.Set(s.kv_tokens_capacity > 0 ? static_cast<double>(s.kv_tokens_used) /
                                               static_cast<double>(s.kv_tokens_capacity)
                                         : 0.0);
+  kv_blocks_used.Set(static_cast<double>(s.kv_blocks_used));
+  kv_blocks_total.Set(static_cast<double>(s.kv_blocks_total));
+  std::lock_guard<std::mutex> l(mu_);
+  auto add = [](metrics::Counter& c, int64_t now, int64_t* seen) {
+    if (now > *seen) c.Inc(static_cast<double>(now - *seen));
+    *seen = std::max(*seen, now);
+  };
+  add(prefix_queries, s.prefix_cache_queries_tokens, &seen_.prefix_cache_queries_tokens);
+  add(prefix_hits, s.prefix_cache_hits_tokens, &seen_.prefix_cache_hits_tokens);
+  add(preemptions, s.preemptions, &seen_.preemptions);
 }
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {

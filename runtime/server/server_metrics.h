@@ -5,6 +5,7 @@
 // UpdateFromEngine is called by the /metrics handler right before a scrape.
 #pragma once
 
+#include <mutex>
 #include <string>
 
 #include "common/metrics/metrics.h"
@@ -42,8 +43,18 @@ class RuntimeMetrics {
   metrics::Histogram& itl;
   metrics::Histogram& e2e;
   metrics::Histogram& queue_time;
+  // The batching engine (docs/batching.md): KV blocks, prefix-cache lookups and hits in tokens,
+  // preemptions. The counters follow the engine's cumulative totals (UpdateFromEngine adds the
+  // difference since the previous scrape).
+  metrics::Gauge& kv_blocks_used;
+  metrics::Gauge& kv_blocks_total;
+  metrics::Counter& prefix_queries;
+  metrics::Counter& prefix_hits;
+  metrics::Counter& preemptions;
 
  private:
+  std::mutex mu_;
+  EngineStats seen_;  // the totals already added to the counters; protected by mu_
   metrics::Family<metrics::Counter>* requests_;
   metrics::Family<metrics::Counter>* http_;
 };

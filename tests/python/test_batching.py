@@ -1,0 +1,66 @@
+"""Continuous batching through HTTP with the real `openai` client (issue 3): concurrent greedy
+requests return what each returns alone, a conversation's second turn is served partly from the
+prefix cache (the hit counter moves), priorities are read from the body and from
+`x-kinfer-priority`, and a bad priority is a 400 naming the parameter.
+"""
+import concurrent.futures as cf
+
+import openai
+import pytest
+import requests
+
+from conftest import metric_value
+
+PROMPTS = ["What is the capital of France?", "Name three colors.", "Write a haiku about rain.",
+           "List the first five prime numbers.", "What does a CPU do?", "Say hello in Spanish.",
+           "Why is the sea salty? Be brief.", "Count from one to seven."]
+
+
+def greedy(client, server, text, max_tokens=24, **extra):
+    return client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": text}], temperature=0,
+        max_tokens=max_tokens, **extra).choices[0].message.content
+
+
+def test_concurrent_requests_answer_as_they_do_alone(client, server):
+    alone = [greedy(client, server, p) for p in PROMPTS]
+    with cf.ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(lambda p: greedy(client, server, p), PROMPTS))
+    assert together == alone
+
+
+def scrape(server):
+    return requests.get(server.url + "/metrics", timeout=5).text
+
+
+def test_second_turn_hits_the_prefix_cache(client, server):
+    first = [{"role": "system", "content": "You are a patient teacher who explains things "
+                                          "step by step with short, clear sentences."},
+             {"role": "user", "content": "Explain what a prime number is."}]
+    answer = client.chat.completions.create(model=server.model, messages=first, temperature=0,
+                                            max_tokens=32).choices[0].message.content
+    before = metric_value(scrape(server), "kinfer_runtime_prefix_cache_hits_total")
+    second = first + [{"role": "assistant", "content": answer},
+                      {"role": "user", "content": "Give me an example."}]
+    client.chat.completions.create(model=server.model, messages=second, temperature=0,
+                                   max_tokens=8)
+    text = scrape(server)
+    assert metric_value(text, "kinfer_runtime_prefix_cache_hits_total") >= before + 16
+    assert metric_value(text, "kinfer_runtime_kv_blocks") > 0
+
+
+def test_priority_from_body_and_header(client, server):
+    # Accepted and answered the same (one request alone: the class only orders a queue).
+    plain = greedy(client, server, "Name three colors.", 8)
+    assert greedy(client, server, "Name three colors.", 8, extra_body={"priority": 0}) == plain
+    assert greedy(client, server, "Name three colors.", 8,
+                  extra_headers={"x-kinfer-priority": "batch"}) == plain
+
+
+def test_bad_priority_is_a_400_naming_it(client, server):
+    with pytest.raises(openai.BadRequestError) as e:
+        greedy(client, server, "hi", 4, extra_headers={"x-kinfer-priority": "urgent!!"})
+    assert e.value.body["param"] == "x-kinfer-priority"
+    with pytest.raises(openai.BadRequestError) as e:
+        greedy(client, server, "hi", 4, extra_body={"priority": "high"})
+    assert e.value.body["param"] == "priority"
