@@ -37,8 +37,9 @@ Options:
   --ctx-size N           context window in tokens; 0 = the model's trained context (default 0)
   --model-name NAME      model id for the API (default: the file name without .gguf)
   --max-body-bytes N     largest request body accepted; larger get 413 (default 1048576)
-  --max-batch-tokens N   tokens computed per step, decodes + prompt chunks (default 256)
-  --max-running N        sequences batched at once (default 16)
+  --max-batch-tokens N   tokens computed per step, decodes + prompt chunks; the CPU backend
+                         computes at most 512 a step (default 256)
+  --max-running N        sequences batched at once; below --max-batch-tokens (default 16)
   --max-queued N         waiting requests; beyond, 503 + Retry-After (default 256)
   --kv-cache-tokens N    paged KV cache size in positions; 0 = 2 x the context (default 0)
   --kv-block-size N      positions per KV block (default 16)
@@ -91,9 +92,9 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flags.Is("--log-level")) {
       f.log_level = flags.Value();
     } else if (flags.Is("--max-batch-tokens")) {
-      f.engine.max_batch_tokens = static_cast<int>(flags.Int(2, 512));
+      f.engine.max_batch_tokens = static_cast<int>(flags.Int(2, 1 << 20));
     } else if (flags.Is("--max-running")) {
-      f.engine.max_running = static_cast<int>(flags.Int(1, 511));
+      f.engine.max_running = static_cast<int>(flags.Int(1, 1 << 20));
     } else if (flags.Is("--max-queued")) {
       f.engine.max_queued_requests = static_cast<int>(flags.Int(1, 1 << 20));
     } else if (flags.Is("--kv-cache-tokens")) {

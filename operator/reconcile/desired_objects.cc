@@ -58,9 +58,10 @@ int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
 }
 
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
-  // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads (runtime/
-  // main.cc). maxBatchTokens, maxRunningRequests, kvCacheFraction and speculative have no flag in
-  // it yet: they are not passed (docs/operator.md), so a change to them does not roll pods.
+  // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads and the
+  // batching flags --max-batch-tokens, --max-running (runtime/main.cc). kvCacheFraction and
+  // speculative have no flag in it yet: they are not passed (docs/operator.md), so a change to
+  // them does not roll pods.
   const std::string model_path = ModelFilePath(spec.model, "/models/model");
   std::vector<std::string> args = {
       "--model", model_path,  "--model-name", spec.model.name,
@@ -68,6 +69,8 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   if (spec.runtime.context_size > 0) {
     args.insert(args.end(), {"--ctx-size", std::to_string(spec.runtime.context_size)});
   }
+  args.insert(args.end(), {"--max-batch-tokens", std::to_string(spec.runtime.max_batch_tokens),
+                           "--max-running", std::to_string(spec.runtime.max_running_requests)});
   if (!spec.resources.cpu.empty()) {
     auto cores = api::ParseQuantity(spec.resources.cpu);
     const long double whole = cores.ok() ? std::floor(*cores) : 1;
