@@ -167,10 +167,11 @@ void Engine::Loop() {
   sc.kv.num_blocks = num_blocks;
   sc.kv.block_size = bs;
   sc.kv.enable_prefix_caching = options_.prefix_caching;
-  // Only prompt blocks are shared: a generated token's keys were computed on the decode path
-  // (SequenceBatch::prompt_len), and a later prompt holding it must compute it on the prompt
-  // path to give what it gives cold. Multi-turn chats still reuse every earlier turn's prompt.
-  sc.cache_generated_blocks = false;
+  // Every token, prompt or generated, takes llama.cpp's batch-path numerics (what llama-server
+  // itself uses when it batches several slots), so a token's keys do not depend on whether it was
+  // generated or read in a prompt: blocks of a previous answer are shared exactly with the next
+  // turn's prompt.
+  sc.cache_generated_blocks = true;
   Status valid = ValidateSchedulerConfig(sc);
   if (!valid.ok()) {  // the options are the programmer's: fail every request with the reason
     std::unique_lock<std::mutex> lock(mu_);
@@ -352,7 +353,7 @@ bool Engine::RunStep() {
       b.pos0 = item.start;
       b.blocks = scheduler_->BlockTable(item.id);
       b.want_logits = item.sample;
-      b.prompt_len = v->prompt_len;
+      b.mode = ForwardMode::kPrompt;  // see cache_generated_blocks above
       batch.push_back(b);
       if (item.sample) sampled_ids.push_back(item.id);
     }

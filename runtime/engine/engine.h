@@ -17,7 +17,8 @@
 // its stop rules, streams the text, and reports back (Scheduler::OnStepDone).
 //
 // Determinism: with batch_invariant (the default) the matrix products take the same kernels for a
-// row whatever else is in the step and attention numerics follow each token's position, so a
+// row whatever else is in the step and every token takes the same (batch-path) attention
+// numerics, so a
 // request's tokens do not depend on what it was batched with, on prefix-cache hits or on
 // preemption: same seed, same output.
 #pragma once
