@@ -164,8 +164,11 @@ class Runner:
         try:
             resp = await http_client.request("POST", self.url, body, self.args.headers)
             if resp.status != 200:
-                await asyncio.wait_for(resp.read(), 10)
                 rec["error"] = str(resp.status)
+                try:  # read the error body so that the server sees a clean close
+                    await asyncio.wait_for(resp.read(), 5)
+                except (http_client.HttpError, asyncio.TimeoutError):
+                    pass
                 return
             done = False
             async for ts, data in resp.iter_body():
