@@ -4,7 +4,7 @@ item 11), driven by kinfer-bench (bench/kinfer-bench).
 
   .venv/bin/python bench/run_serving.py [--smoke] [--out bench/results]
       [--rates 0.5,1,2,4] [--num-prompts 32] [--input-len 128] [--output-len 64]
-      [--azure-rates 0.5,1,2] [--azure-requests 40] [--azure-length-scale 0.125]
+      [--azure-rates 1,2,4,8] [--azure-requests 40] [--azure-length-scale 0.125]
       [--mt-conversations 10] [--threads 2] [--parallel 4]
 
 Servers (both started here, each on a free 127.0.0.1 port, both up for the whole run; only one
@@ -250,7 +250,8 @@ def write_markdown(path, doc):
          f"{', '.join(sorted(set(doc['token_counts'].values())))}.", "",
          f"Command: `{doc['command']}`", "",
          "Servers: " + "; ".join(f"{k}: {v.get('source', v.get('binary'))} "
-                                 f"{' '.join(v.get('version', [])[:1])} {v.get('commit', '')}".strip()
+                                 f"{' '.join(v.get('version', [])[:1])}"
+                                 f"{' (repo HEAD at run time ' + v['repo_head_at_run'] + ')' if v.get('repo_head_at_run') else ''}".strip()
                                  for k, v in doc["servers"].items()) + ".", "",
          f"## (a) Throughput-latency (Poisson, {c['input_len']} in / {c['output_len']} out, "
          f"{c['num_prompts']} requests a rate)", "",
@@ -348,7 +349,7 @@ def main():
     ap.add_argument("--num-prompts", type=int, default=32)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--azure-rates", default="0.5,1,2")
+    ap.add_argument("--azure-rates", default="1,2,4,8")
     ap.add_argument("--azure-requests", type=int, default=40)
     ap.add_argument("--azure-start", type=int, default=0, help="first trace row used")
     ap.add_argument("--azure-length-scale", type=float, default=0.125)
@@ -388,7 +389,7 @@ def main():
                 str(kb), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
                 "--threads", str(args.threads), "--ctx-size", str(CTX), "--log-level", "warn"],
                 "/ready", port, runs_dir)
-            info["kinfer"] = {"binary": str(kb), "commit": subprocess.run(
+            info["kinfer"] = {"binary": str(kb), "repo_head_at_run": subprocess.run(
                 ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                 text=True).stdout.strip()}
         if "llama" in engines:
@@ -450,6 +451,9 @@ def main():
 
         # (c) MT-Bench second turn
         log("(c) MT-Bench second-turn TTFT")
+        for s in order:  # one conversation each first, not counted: the first step of (c) on
+            run_bench(s, "multiturn_warmup", runs_dir, [  # a cold cache path read slower
+                "--multi-turn", "--num-prompts", 1, "--output-len", args.mt_output_len])
         mt = {e: {} for e in engines}
         for mode, extra in (("cache", []), ("no_cache", ["--extra-body", '{"cache_prompt": false}'])):
             for s in order:
