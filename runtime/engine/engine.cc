@@ -226,6 +226,8 @@ void Engine::Admit(std::deque<Pending>* inbox) {
     r.prompt = a->req.prompt_tokens;
     r.max_tokens = a->req.max_tokens;
     r.priority = a->req.priority;
+    r.cache_salt = a->req.cache_salt;
+    r.deadline = a->req.deadline;
     Status st = scheduler_->Submit(std::move(r), now);
     if (!st.ok()) {
       Finish(*a, FinishReason::kError, st);

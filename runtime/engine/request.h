@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,11 +16,14 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_tokens;  // REQUIRES: non-empty, every id < vocab size
   int max_tokens = 16;                 // generated tokens at most; > 0
   SamplingParams sampling;
-  std::vector<std::string> stop;       // stop strings; matched text is not returned
-  std::vector<int32_t> stop_tokens;    // extra stop ids (end-of-generation ids always stop)
-  bool ignore_eos = false;             // when true, only max_tokens/stop strings end generation
-  bool echo_special = false;           // render special tokens in the returned text
-  int priority = 0;                    // used by the batching scheduler (issue 3); ignored here
+  std::vector<std::string> stop;     // stop strings; matched text is not returned
+  std::vector<int32_t> stop_tokens;  // extra stop ids (end-of-generation ids always stop)
+  bool ignore_eos = false;           // when true, only max_tokens/stop strings end generation
+  bool echo_special = false;         // render special tokens in the returned text
+  int priority = 0;                  // smaller is served first (the scheduler's class)
+  uint64_t cache_salt = 0;           // prefix-cache tenant: different salts share no KV blocks
+  // The request ends with DEADLINE_EXCEEDED once this passes (waiting or generating).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -41,11 +45,11 @@ struct TokenLogprob {
 
 // One delta on a request's stream. The final event has finish != kNone.
 struct StreamEvent {
-  std::string text;                  // new text; never splits a UTF-8 sequence; stop text held back
-  std::vector<int32_t> tokens;       // tokens generated since the previous event
+  std::string text;             // new text; never splits a UTF-8 sequence; stop text held back
+  std::vector<int32_t> tokens;  // tokens generated since the previous event
   std::vector<TokenLogprob> logprobs;  // one per token when requested
   FinishReason finish = FinishReason::kNone;
-  Status error;                      // set when finish == kError
+  Status error;  // set when finish == kError
   // Filled on the first event: seconds from Submit() until the engine started the request.
   double queue_seconds = -1.0;
   // Filled on the final event:

@@ -225,10 +225,15 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
 
   StatusOr<int> priority = ResolvePriority(r, request.priority_header, &d);
   if (!priority.ok()) return Reject(m, priority.status(), d);
+  StatusOr<std::optional<std::chrono::milliseconds>> timeout =
+      ParseRequestTimeout(request.timeout_header, &d);
+  if (!timeout.ok()) return Reject(m, timeout.status(), d);
 
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
   GenerationRequest g = ToGenerationRequest(r, std::move(prompt).value(), *max_tokens);
   g.priority = *priority;
+  g.cache_salt = CacheSaltFor(request.tenant_header);
+  if (*timeout) g.deadline = request.received + **timeout;
   StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(g));
   if (!stream.ok()) return Reject(m, stream.status(), d);
 

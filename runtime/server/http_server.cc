@@ -170,6 +170,12 @@ void HttpServer::Impl::Serve(http::http_request req) {
     if (auto h = req.headers().find("x-kinfer-priority"); h != req.headers().end()) {
       in.priority_header = h->second;
     }
+    if (auto h = req.headers().find("x-kinfer-tenant"); h != req.headers().end()) {
+      in.tenant_header = h->second;
+    }
+    if (auto h = req.headers().find("x-kinfer-timeout"); h != req.headers().end()) {
+      in.timeout_header = h->second;
+    }
     const size_t limit = options.max_body_bytes;
     const uint64_t declared = req.headers().content_length();
     std::vector<unsigned char> body;

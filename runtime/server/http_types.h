@@ -23,6 +23,8 @@ struct HttpRequest {
   std::string path;             // decoded path without query, e.g. "/v1/chat/completions"
   std::string body;             // raw bytes (size already checked against --max-body-bytes)
   std::string priority_header;  // x-kinfer-priority, "" when absent
+  std::string tenant_header;    // x-kinfer-tenant: the prefix-cache isolation key
+  std::string timeout_header;   // x-kinfer-timeout: "500ms", "2s", "1m" or seconds
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 

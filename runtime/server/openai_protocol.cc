@@ -398,6 +398,43 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
       std::string(header.substr(0, 64)) + "'");
 }
 
+uint64_t CacheSaltFor(std::string_view tenant) {
+  if (tenant.empty()) return 0;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : tenant) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+StatusOr<std::optional<std::chrono::milliseconds>> ParseRequestTimeout(std::string_view header,
+                                                                       ErrorDetail* d) {
+  if (header.empty()) return std::optional<std::chrono::milliseconds>();
+  double scale_ms = 1000;  // plain seconds
+  std::string_view num = header;
+  if (num.size() > 2 && num.substr(num.size() - 2) == "ms") {
+    scale_ms = 1;
+    num.remove_suffix(2);
+  } else if (!num.empty() && num.back() == 's') {
+    num.remove_suffix(1);
+  } else if (!num.empty() && num.back() == 'm') {
+    scale_ms = 60000;
+    num.remove_suffix(1);
+  }
+  double v = 0;
+  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+  if (ec != std::errc() || end != num.data() + num.size() || !(v > 0) || v * scale_ms > 864e5) {
+    d->param = "x-kinfer-timeout";
+    return InvalidArgument(
+        "x-kinfer-timeout must be a positive duration such as 500ms, 2s or 1m "
+        "(at most a day), not '" +
+        std::string(header.substr(0, 64)) + "'");
+  }
+  return std::optional<std::chrono::milliseconds>(
+      std::chrono::milliseconds(static_cast<int64_t>(std::ceil(v * scale_ms))));
+}
+
 GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int32_t> prompt,
                                       int max_tokens) {
   GenerationRequest g;

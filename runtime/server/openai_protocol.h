@@ -19,6 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <optional>
+
 #include "common/status.h"
 #include "runtime/engine/request.h"
 #include "runtime/sample/sampling_params.h"
@@ -90,6 +93,15 @@ Status CheckModel(const ParsedRequest& req, std::string_view served_model, Error
 // message naming both numbers when the prompt leaves no room or prompt + max_tokens > context.
 StatusOr<int> ResolveMaxTokens(const ParsedRequest& req, int prompt_tokens, int context_length,
                                ErrorDetail* detail);
+
+// x-kinfer-tenant -> the prefix-cache salt: 0 (the shared cache) when empty, else a 64-bit hash
+// of the tenant name (never 0).
+uint64_t CacheSaltFor(std::string_view tenant);
+// x-kinfer-timeout ("500ms", "2s", "1m", or a number of seconds) -> how long the client waits;
+// nullopt when empty. INVALID_ARGUMENT (param "x-kinfer-timeout") for anything else, zero or
+// negative.
+StatusOr<std::optional<std::chrono::milliseconds>> ParseRequestTimeout(std::string_view header,
+                                                                       ErrorDetail* detail);
 
 // The engine request for a tokenized prompt. REQUIRES: max_tokens from ResolveMaxTokens.
 GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int32_t> prompt,

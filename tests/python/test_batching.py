@@ -64,3 +64,28 @@ def test_bad_priority_is_a_400_naming_it(client, server):
     with pytest.raises(openai.BadRequestError) as e:
         greedy(client, server, "hi", 4, extra_body={"priority": "high"})
     assert e.value.body["param"] == "priority"
+
+
+def test_tenants_do_not_share_the_prefix_cache(client, server):
+    prompt = ("Here is a long shared preamble for the tenant isolation test. " * 6 +
+              "Now say one word.")
+
+    def hits_after(tenant):
+        greedy(client, server, prompt, 2, extra_headers={"x-kinfer-tenant": tenant})
+        return metric_value(scrape(server), "kinfer_runtime_prefix_cache_hits_total")
+
+    base = hits_after("tenant-a")   # computes and caches the preamble under tenant-a
+    again = hits_after("tenant-a")  # served from tenant-a's blocks
+    assert again >= base + 48
+    other = hits_after("tenant-b")  # tenant-b sees none of them
+    assert other == again
+
+
+def test_a_request_past_its_timeout_ends_with_504(client, server):
+    with pytest.raises(openai.APIStatusError) as e:
+        greedy(client, server, "Write a very long story about the sea.", 400,
+               extra_headers={"x-kinfer-timeout": "1ms"})
+    assert e.value.status_code == 504
+    with pytest.raises(openai.BadRequestError) as e:
+        greedy(client, server, "hi", 4, extra_headers={"x-kinfer-timeout": "soon"})
+    assert e.value.body["param"] == "x-kinfer-timeout"
