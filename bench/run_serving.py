@@ -17,7 +17,9 @@ is loaded at a time and the two alternate at every step, so that machine noise h
   (2048 per slot, as kinfer's context). --llama-server PATH uses another binary. If it cannot be
   installed or started the run fails with the reason (it is never skipped).
 
-Steps (each against both servers, chat endpoint, greedy, ignore_eos so lengths are exact):
+Steps (each against both servers, chat endpoint, greedy, ignore_eos so lengths are exact; in (a)
+and (b) every prompt starts with '<step> <n>: ' so that no request shares a prefix with another,
+in the same step or an earlier one, beyond the chat template):
 (a) throughput-latency sweep: Poisson arrivals at each of --rates, --num-prompts requests of
     --input-len prompt tokens (MT-Bench text cut to length) and --output-len output tokens.
 (b) goodput under TTFT <= 2 s and TPOT <= 200 ms: the Azure LLM inference trace (conversation),
@@ -26,7 +28,8 @@ Steps (each against both servers, chat endpoint, greedy, ignore_eos so lengths a
     context). Reports vLLM's goodput (requests meeting both SLOs per second) at each rate, and the
     highest rate whose p99 TTFT and p99 TPOT both meet the SLOs.
 (c) MT-Bench second-turn TTFT: --mt-conversations conversations one at a time (turn 1, then turn 2
-    with the whole conversation), with the server's prompt cache on (default) and off
+    with the whole conversation; questions 0..n-1 with the cache on, n..2n-1 with it off, so that
+    the second run cannot reuse the first one's prompts), with the server's prompt cache on (default) and off
     (`"cache_prompt": false` in the request: llama-server honours it; kinfer-runtime ignores the
     field today, which the report states).
 
@@ -355,7 +358,7 @@ def main():
     ap.add_argument("--azure-length-scale", type=float, default=0.125)
     ap.add_argument("--azure-max-input", type=int, default=1536)
     ap.add_argument("--azure-max-output", type=int, default=256)
-    ap.add_argument("--mt-conversations", type=int, default=10)
+    ap.add_argument("--mt-conversations", type=int, default=10, help="at most 39")
     ap.add_argument("--mt-output-len", type=int, default=64)
     ap.add_argument("--drain-timeout", type=float, default=180)
     ap.add_argument("--smoke", action="store_true",
@@ -414,7 +417,7 @@ def main():
             for s in order:
                 name = f"sweep_r{rate:g}"
                 res = run_bench(s, name, runs_dir, [
-                    "--request-rate", rate, "--num-prompts", args.num_prompts, "--seed", 1,
+                    "--prompt-salt", name, "--request-rate", rate, "--num-prompts", args.num_prompts, "--seed", 1,
                     "--input-len", args.input_len, "--output-len", args.output_len,
                     "--drain-timeout", args.drain_timeout])
                 runs[f"{name}_{s.name}"] = res
@@ -432,7 +435,7 @@ def main():
             for s in order:
                 name = f"azure_r{rate:g}"
                 res = run_bench(s, name, runs_dir, [
-                    "--trace", AZURE, "--trace-start", args.azure_start,
+                    "--prompt-salt", name, "--trace", AZURE, "--trace-start", args.azure_start,
                     "--num-prompts", args.azure_requests, "--time-scale", trace_rate / rate,
                     "--length-scale", args.azure_length_scale,
                     "--max-input-len", args.azure_max_input,
@@ -451,11 +454,19 @@ def main():
 
         # (c) MT-Bench second turn
         log("(c) MT-Bench second-turn TTFT")
-        for s in order:  # one conversation each first, not counted: the first step of (c) on
-            run_bench(s, "multiturn_warmup", runs_dir, [  # a cold cache path read slower
-                "--multi-turn", "--num-prompts", 1, "--output-len", args.mt_output_len])
+        # Cache on and off use disjoint MT-Bench questions (on: 0..n-1, off: n..2n-1), so that the
+        # off run cannot hit what the on run left in a server's prefix cache (a server that ignores
+        # cache_prompt would otherwise serve the off run from the on run's cache); the warm-up
+        # conversation uses the last question, outside both.
+        n_mt = args.mt_conversations
+        for s in order:
+            run_bench(s, "multiturn_warmup", runs_dir, [
+                "--multi-turn", "--num-prompts", 1, "--output-len", args.mt_output_len,
+                "--first-question", 79])
         mt = {e: {} for e in engines}
-        for mode, extra in (("cache", []), ("no_cache", ["--extra-body", '{"cache_prompt": false}'])):
+        for mode, extra in (("cache", ["--first-question", 0]),
+                            ("no_cache", ["--first-question", n_mt,
+                                          "--extra-body", '{"cache_prompt": false}'])):
             for s in order:
                 name = f"multiturn_{mode}"
                 res = run_bench(s, name, runs_dir, [

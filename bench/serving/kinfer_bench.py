@@ -74,7 +74,14 @@ def parse_args(argv=None):
     ap.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
     ap.add_argument("--no-server-tokenize", dest="server_tokenize", action="store_false",
                     help="estimate token counts instead of calling /tokenize")
+    ap.add_argument("--prompt-salt", default="",
+                    help="start every prompt with '<salt> <n>: ' so that no two requests of this "
+                    "run, nor of runs with other salts, share a prefix beyond the chat template "
+                    "(adds a few tokens to each prompt)")
     ap.add_argument("--multi-turn", action="store_true")
+    ap.add_argument("--first-question", type=int, default=0,
+                    help="MT-Bench question that request (or conversation) 0 starts from; runs "
+                    "that must not share prompts (a server's prefix cache) use disjoint ranges")
     ap.add_argument("--header", action="append", default=[], metavar="K:V",
                     help="extra request header (repeatable)")
     ap.add_argument("--extra-body", default="{}", help="JSON object merged into each request")
@@ -253,7 +260,7 @@ class Runner:
                 await asyncio.wait_for(self.send(self.body(prompt, out_len), rec),
                                        self.args.request_timeout)
                 return
-            q = self.prompts.questions[i % len(self.prompts.questions)]
+            q = self.prompts.questions[(self.args.first_question + i) % len(self.prompts.questions)]
             r1 = self.new_record(i, t, None, out_len, turn=1)
             records.append(r1)
             msgs = [{"role": "user", "content": q["turns"][0]}]
@@ -278,7 +285,10 @@ class Runner:
     async def run(self, specs):
         a = self.args
         if not a.multi_turn:  # all prompt text made before the clock starts
-            self._prompts = [await self.prompts.prompt(i, s[1]) for i, s in enumerate(specs)]
+            self._prompts = [await self.prompts.prompt(a.first_question + i, s[1])
+                             for i, s in enumerate(specs)]
+            if a.prompt_salt:
+                self._prompts = [f"{a.prompt_salt} {i}: {p}" for i, p in enumerate(self._prompts)]
         sem = asyncio.Semaphore(a.max_concurrency) if a.max_concurrency else None
         records = []
         self.t0 = time.perf_counter()
