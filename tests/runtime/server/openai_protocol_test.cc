@@ -309,3 +309,57 @@ TEST(ResponsesTest, ModelsListAndIds) {
 
 }  // namespace
 }  // namespace kinfer
+
+namespace kinfer {
+namespace {
+
+TEST(RequestHeadersTest, PriorityFromBodyThenHeaderThenDefault) {
+  ErrorDetail d;
+  ParsedRequest r;
+  EXPECT_EQ(*ResolvePriority(r, "", &d), kDefaultPriority);
+  EXPECT_EQ(*ResolvePriority(r, "critical", &d), 0);
+  EXPECT_EQ(*ResolvePriority(r, "batch", &d), 2);
+  EXPECT_EQ(*ResolvePriority(r, "-3", &d), -3);
+  r.priority = 7;
+  EXPECT_EQ(*ResolvePriority(r, "critical", &d), 7) << "the body wins";
+  r.priority.reset();
+  StatusOr<int> bad = ResolvePriority(r, "urgent", &d);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.param, "x-kinfer-priority");
+}
+
+TEST(RequestHeadersTest, TimeoutsParseWithUnitsAndRefuseNonsense) {
+  ErrorDetail d;
+  using std::chrono::milliseconds;
+  EXPECT_FALSE(ParseRequestTimeout("", &d)->has_value());
+  EXPECT_EQ(**ParseRequestTimeout("500ms", &d), milliseconds(500));
+  EXPECT_EQ(**ParseRequestTimeout("2s", &d), milliseconds(2000));
+  EXPECT_EQ(**ParseRequestTimeout("1.5", &d), milliseconds(1500));
+  EXPECT_EQ(**ParseRequestTimeout("1m", &d), milliseconds(60000));
+  for (const char* bad : {"0", "-1s", "soon", "5h", "1e9"}) {
+    ErrorDetail e;
+    EXPECT_FALSE(ParseRequestTimeout(bad, &e).ok()) << bad;
+    EXPECT_EQ(e.param, "x-kinfer-timeout") << bad;
+  }
+}
+
+TEST(RequestHeadersTest, TenantSaltsAreStableDistinctAndNeverTheSharedOne) {
+  EXPECT_EQ(CacheSaltFor(""), 0u);
+  EXPECT_NE(CacheSaltFor("a"), 0u);
+  EXPECT_EQ(CacheSaltFor("team-a"), CacheSaltFor("team-a"));
+  EXPECT_NE(CacheSaltFor("team-a"), CacheSaltFor("team-b"));
+}
+
+TEST(RequestHeadersTest, PriorityBodyFieldIsValidated) {
+  ErrorDetail d;
+  auto ok = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"priority":2})", &d);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->priority, 2);
+  auto bad =
+      ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"priority":"high"})", &d);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(d.param, "priority");
+}
+
+}  // namespace
+}  // namespace kinfer
