@@ -15,7 +15,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/tokenizer/tokenizer.h"
-#include "tests/runtime/test_model_path.h"
+#include "tests/runtime/bundled_model.h"
 
 namespace kinfer {
 namespace {
@@ -56,24 +56,13 @@ bool AllBlocksReleased(const Engine& e) {
 
 class BatchingTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (!testing::ModelAvailable()) return;
-    auto f = GgufFile::Open(testing::ModelPath());
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    file_ = new std::shared_ptr<const GgufFile>(std::move(f).value());
-    auto t = Tokenizer::FromGguf(**file_);
-    ASSERT_TRUE(t.ok());
-    tokenizer_ = std::move(t).value().release();
-    auto m = LlamaModel::Load(*file_, 2);
-    ASSERT_TRUE(m.ok());
-    model_ = std::move(m).value().release();
+  void SetUp() override {
+    KINFER_REQUIRE_MODEL();
+    const testing::BundledModel* b = testing::BundledModel::Get();
+    ASSERT_NE(b, nullptr);
+    model_ = b->model();
+    tokenizer_ = b->tokenizer();
   }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tokenizer_;
-    delete file_;
-  }
-  void SetUp() override { KINFER_REQUIRE_MODEL(); }
 
   static EngineOptions Options() {
     EngineOptions o;
@@ -128,13 +117,9 @@ class BatchingTest : public ::testing::Test {
     return out;
   }
 
-  static std::shared_ptr<const GgufFile>* file_;
-  static Tokenizer* tokenizer_;
-  static LlamaModel* model_;
+  const Tokenizer* tokenizer_ = nullptr;
+  LlamaModel* model_ = nullptr;
 };
-std::shared_ptr<const GgufFile>* BatchingTest::file_ = nullptr;
-Tokenizer* BatchingTest::tokenizer_ = nullptr;
-LlamaModel* BatchingTest::model_ = nullptr;
 
 TEST_F(BatchingTest, ThirtyTwoConcurrentGreedyRequestsMatchEachAlone) {
   const std::vector<GenerationRequest> reqs = Mixed(32);

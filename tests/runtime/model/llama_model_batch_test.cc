@@ -14,34 +14,26 @@
 
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
-#include "tests/runtime/test_model_path.h"
+#include "tests/runtime/bundled_model.h"
 
 namespace kinfer {
 namespace {
 
 class LlamaModelBatchTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (!testing::ModelAvailable()) return;
-    auto f = GgufFile::Open(testing::ModelPath());
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    auto m = LlamaModel::Load(std::shared_ptr<const GgufFile>(std::move(f).value()), 2);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
+  void SetUp() override {
+    KINFER_REQUIRE_MODEL();
+    const testing::BundledModel* b = testing::BundledModel::Get();
+    ASSERT_NE(b, nullptr);
+    model_ = b->model();
   }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override { KINFER_REQUIRE_MODEL(); }
 
   static int Argmax(const float* row, int n) {
     return static_cast<int>(std::max_element(row, row + n) - row);
   }
 
-  static LlamaModel* model_;
+  LlamaModel* model_ = nullptr;
 };
-LlamaModel* LlamaModelBatchTest::model_ = nullptr;
 
 const std::vector<int32_t> kPromptA = {1,    9690, 198,  2683,  359, 253, 5356, 5646, 11173, 3365,
                                        3511, 314,  4193, 19082, 30,  2,   198,  1,    4093,  198,
