@@ -1,5 +1,7 @@
 #include "runtime/server/generation.h"
 
+#include <atomic>
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -233,6 +235,11 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   GenerationRequest g = ToGenerationRequest(r, std::move(prompt).value(), *max_tokens);
   g.priority = *priority;
   g.cache_salt = CacheSaltFor(request.tenant_header);
+  if (!r.cache_prompt) {
+    // A salt no other request has: no cached block matches it, and its blocks match nobody.
+    static std::atomic<uint64_t> private_salts{0};
+    g.cache_salt = (uint64_t{1} << 63) | private_salts.fetch_add(1, std::memory_order_relaxed);
+  }
   if (*timeout) g.deadline = request.received + **timeout;
   StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(g));
   if (!stream.ok()) return Reject(m, stream.status(), d);

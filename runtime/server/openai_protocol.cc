@@ -180,6 +180,7 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     }
   }
   KINFER_RETURN_IF_ERROR(GetBool(obj, "ignore_eos", &r->ignore_eos, d));
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "cache_prompt", &r->cache_prompt, d));
   if (const json* p = Field(obj, "priority")) {
     if (!p->is_number_integer() || p->get<int64_t>() < -1000000 || p->get<int64_t>() > 1000000) {
       return Invalid(d, "priority", "'priority' must be an integer (smaller is served first)");

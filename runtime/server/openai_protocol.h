@@ -60,6 +60,8 @@ struct ParsedRequest {
   int top_logprobs = 0;   // and this many alternatives per token
   // vLLM's `priority`: smaller is served first (the batching scheduler's class; docs/api.md).
   std::optional<int> priority;
+  // llama.cpp's `cache_prompt`: false = this request neither reads nor feeds the prefix cache.
+  bool cache_prompt = true;
 };
 
 // The scheduling class of a request: the body's `priority` when given, else the

@@ -89,3 +89,22 @@ def test_a_request_past_its_timeout_ends_with_504(client, server):
     with pytest.raises(openai.BadRequestError) as e:
         greedy(client, server, "hi", 4, extra_headers={"x-kinfer-timeout": "soon"})
     assert e.value.body["param"] == "x-kinfer-timeout"
+
+
+def test_cache_prompt_false_neither_reads_nor_feeds_the_cache(client, server):
+    prompt = ("A preamble that only the cache_prompt test uses, long enough to fill blocks. " * 5
+              + "Say one word.")
+
+    def hits():
+        return metric_value(scrape(server), "kinfer_runtime_prefix_cache_hits_total")
+
+    greedy(client, server, prompt, 2, extra_body={"cache_prompt": False})
+    h0 = hits()
+    greedy(client, server, prompt, 2, extra_body={"cache_prompt": False})
+    h1 = hits()
+    assert h1 == h0, "cache_prompt=false read the cache (the chat template's system prompt is cached)"
+    greedy(client, server, prompt, 2)  # the first cached run: at most the shared system prompt
+    h2 = hits()
+    greedy(client, server, prompt, 2)  # now the preamble too
+    h3 = hits()
+    assert h3 - h2 >= (h2 - h1) + 48, "the uncached runs fed the cache, or the cached ones missed"
