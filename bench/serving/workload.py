@@ -25,7 +25,10 @@ from . import http_client
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
-MT_BENCH = DATA / "mt_bench" / "question.jsonl"
+# The shared data folder when present, else the copy kept for the tests (tests/fixtures/mt_bench).
+MT_BENCH = next((p for p in (DATA / "mt_bench" / "question.jsonl",
+                             ROOT / "tests" / "fixtures" / "mt_bench" / "question.jsonl")
+                 if p.exists()), DATA / "mt_bench" / "question.jsonl")
 CHARS_PER_TOKEN = 4
 
 

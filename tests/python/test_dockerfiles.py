@@ -546,7 +546,7 @@ def _mutated(key: str, old: str, new: str) -> str:
     ("sidecar", "EXPOSE 8080", "EXPOSE 9090", "EXPOSE [9090]"),
     ("operator", "EXPOSE 8080 8081", "EXPOSE 8080", "EXPOSE [8080]"),
     ("sidecar", "COPY sidecar sidecar", "COPY sidecars sidecar", "does not exist"),
-    ("sidecar", "COPY sidecar sidecar", "COPY build-main/bin build", "excluded by .dockerignore"),
+    ("sidecar", "COPY sidecar sidecar", "COPY models models", "excluded by .dockerignore"),
     ("sidecar", "COPY --from=build /out/kinfer-sidecar", "COPY --from=builder /out/kinfer-sidecar",
      "not an earlier stage"),
     ("sidecar", '["/usr/local/bin/kinfer-sidecar"]', '["/usr/local/bin/kinfer-proxy"]',

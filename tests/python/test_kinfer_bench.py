@@ -18,9 +18,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.serving import kinfer_bench, metrics, workload  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
-AZURE = DATA / "AzureLLMInferenceTrace_conv.csv"
-MOONCAKE = DATA / "synthetic_trace.jsonl"
+# Cuts of the shared traces kept in the repository (tests/fixtures/traces/README.md), so the tests
+# run on a clean clone without ../shared.
+FIXTURES = ROOT / "tests" / "fixtures"
+AZURE = FIXTURES / "traces" / "azure_conv_first10min.csv"
+MOONCAKE = FIXTURES / "traces" / "mooncake_synthetic_first200.jsonl"
 
 
 def bench(tmp_path, *args):
