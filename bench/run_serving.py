@@ -30,8 +30,8 @@ in the same step or an earlier one, beyond the chat template):
 (c) MT-Bench second-turn TTFT: --mt-conversations conversations one at a time (turn 1, then turn 2
     with the whole conversation; questions 0..n-1 with the cache on, n..2n-1 with it off, so that
     the second run cannot reuse the first one's prompts), with the server's prompt cache on (default) and off
-    (`"cache_prompt": false` in the request: llama-server honours it; kinfer-runtime ignores the
-    field today, which the report states).
+    (`"cache_prompt": false` in the request: both servers honour it; kinfer-runtime then gives the
+    request a private prefix-cache salt).
 
 Writes serving.json (every kinfer-bench result inside), serving.md and serving.png into --out.
 """
@@ -482,11 +482,6 @@ def main():
             on, off = mt[e]["cache"]["turn2_ttft_ms"], mt[e]["no_cache"]["turn2_ttft_ms"]
             mt[e]["speedup"] = (off["median"] / on["median"]
                                 if on["median"] and off["median"] else None)
-        if "kinfer" in engines:
-            notes.append("kinfer-runtime does not read `cache_prompt`, so its two (c) rows are "
-                         "the same configuration until it has a switch for prefix caching.")
-            notes.append("kinfer-runtime at this commit runs one sequence at a time (continuous "
-                         "batching is being built): requests queue behind each other.")
         if args.smoke:
             notes.append("SMOKE RUN: few requests, figures are not meaningful.")
     finally:
