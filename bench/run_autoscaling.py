@@ -20,10 +20,8 @@ import json
 import os
 import pathlib
 import shlex
-import struct
 import subprocess
 import sys
-import zlib
 
 from run_single_stream import cpu_model  # noqa: E402 (bench/ is the script's folder)
 
@@ -68,69 +66,8 @@ def goal_checks(by):
 
 # ---- a small PNG writer -------------------------------------------------------------------------
 
-FONT = {  # 3x5 glyphs, rows top to bottom
-    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
-    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001010010010",
-    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "/": "001001010100100",
-    "-": "000000111000000", ":": "000010000010000", " ": "000000000000000", "%": "101001010100101",
-    "(": "010100100100010", ")": "010001001001010", "=": "000111000111000", "X": "101101010101101",
-    "A": "010101111101101", "B": "110101110101110", "C": "011100100100011", "D": "110101101101110",
-    "E": "111100110100111", "F": "111100110100100", "G": "011100101101011", "H": "101101111101101",
-    "I": "111010010010111", "K": "101101110101101", "L": "100100100100111", "M": "101111111101101",
-    "N": "110101101101101", "O": "010101101101010", "P": "110101110100100", "Q": "010101101110011",
-    "R": "110101110101101", "S": "011100010001110", "T": "111010010010010", "U": "101101101101111",
-    "V": "101101101101010", "W": "101101111111101", "Y": "101101010010010", "Z": "111001010100111",
-    "J": "001001001101010",
-}
-
-
-class Canvas:
-    def __init__(self, w, h):
-        self.w, self.h = w, h
-        self.px = bytearray(b"\xff" * (w * h * 3))
-
-    def dot(self, x, y, c):
-        if 0 <= x < self.w and 0 <= y < self.h:
-            i = (y * self.w + x) * 3
-            self.px[i:i + 3] = bytes(c)
-
-    def line(self, x0, y0, x1, y1, c, width=1):
-        dx, dy = abs(x1 - x0), -abs(y1 - y0)
-        sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
-        err = dx + dy
-        while True:
-            for o in range(width):
-                self.dot(x0, y0 + o, c)
-            if x0 == x1 and y0 == y1:
-                return
-            e2 = 2 * err
-            if e2 >= dy:
-                err += dy
-                x0 += sx
-            if e2 <= dx:
-                err += dx
-                y0 += sy
-
-    def text(self, x, y, s, c=(0, 0, 0), scale=2):
-        for ch in s.upper():
-            g = FONT.get(ch, FONT[" "])
-            for r in range(5):
-                for k in range(3):
-                    if g[r * 3 + k] == "1":
-                        for a in range(scale):
-                            for b in range(scale):
-                                self.dot(x + k * scale + a, y + r * scale + b, c)
-            x += 4 * scale
-
-    def png(self):
-        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3])
-                       for y in range(self.h))
-
-        def chunk(kind, data):
-            return (struct.pack(">I", len(data)) + kind + data
-                    + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+# The built-in PNG writer (used when matplotlib is absent) is bench/serving/plot.py's.
+from serving.plot import Canvas  # noqa: E402 (bench/ is the script's folder)
 
 
 def fmt(v):

@@ -30,6 +30,9 @@ FONT = {  # 3x5 glyphs, rows top to bottom
 
 
 class Canvas:
+    """An RGB raster with dots, lines and 3x5-glyph text, written as PNG (also used by
+    bench/run_autoscaling.py)."""
+
     def __init__(self, w, h):
         self.w, self.h = w, h
         self.px = bytearray(b"\xff" * (w * h * 3))
@@ -39,13 +42,13 @@ class Canvas:
             i = (y * self.w + x) * 3
             self.px[i:i + 3] = bytes(c)
 
-    def line(self, x0, y0, x1, y1, c):
+    def line(self, x0, y0, x1, y1, c, width=1):
         dx, dy = abs(x1 - x0), -abs(y1 - y0)
         sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
         err = dx + dy
         while True:
-            self.dot(x0, y0, c)
-            self.dot(x0, y0 + 1, c)
+            for o in range(width):
+                self.dot(x0, y0 + o, c)
             if x0 == x1 and y0 == y1:
                 return
             e2 = 2 * err
@@ -137,7 +140,7 @@ def _builtin(path, title, panels):
         if p.get("hline"):
             hy = xy(xmin, p["hline"])[1]
             for x in range(left, W - right, 8):
-                cv.line(x, hy, x + 3, hy, (120, 120, 120))
+                cv.line(x, hy, x + 3, hy, (120, 120, 120), width=2)
         lx = W - right - 260
         for k, s in enumerate(p["series"]):
             c = COLORS[k % len(COLORS)]
@@ -149,7 +152,7 @@ def _builtin(path, title, panels):
                     for b in (-1, 0, 1):
                         cv.dot(q[0] + a, q[1] + b, c)
                 if prev and not s.get("dots"):
-                    cv.line(prev[0], prev[1], q[0], q[1], c)
+                    cv.line(prev[0], prev[1], q[0], q[1], c, width=2)
                 prev = q
     with open(path, "wb") as f:
         f.write(cv.png())
