@@ -51,8 +51,9 @@ def test_the_autoscaler_scales_on_a_real_prometheus(tmp_path):
                    15, "Prometheus to see the queue")
         wait_until(lambda: api.ok(api.get(f"{DEPLOYMENTS}/pq"))["spec"]["replicas"] == 4, 20,
                    "scaled to 4")
-        status = api.ok(api.get(f"{APIS}/pq"))["status"]
-        assert status["desiredReplicas"] == 4
+        # The reconcile patches the Deployment first and writes status after it.
+        status = wait_until(lambda: (lambda st: st if st.get("desiredReplicas") == 4 else None)(
+            api.ok(api.get(f"{APIS}/pq")).get("status", {})), 10, "status desiredReplicas 4")
         assert status["observedQueueDepth"] >= 8, status
         assert op.metric("kinfer_operator_autoscaler_decisions_total") > 0
         assert op.metric("kinfer_operator_autoscaler_scrape_errors_total") == 0
