@@ -188,19 +188,23 @@ Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCach
         return InvalidArgument(which + "block " + std::to_string(b) + " is outside the cache");
       }
     }
+    if (s.want_logits && (s.num_logits < 1 || s.num_logits > static_cast<int>(s.tokens.size()))) {
+      return InvalidArgument(which + "num_logits " + std::to_string(s.num_logits) +
+                             " is outside 1.." + std::to_string(s.tokens.size()));
+    }
     total += static_cast<int64_t>(s.tokens.size());
     Segment seg;
     seg.tokens = s.tokens.data();
     seg.n = static_cast<int>(s.tokens.size());
     seg.pos0 = s.pos0;
     seg.blocks = s.blocks.data();
-    seg.logits_from = s.want_logits ? seg.n - 1 : seg.n;
+    seg.logits_from = s.want_logits ? seg.n - s.num_logits : seg.n;
     if (s.prompt_len >= 0) {
       seg.round_below = s.prompt_len;
     } else {
       seg.round_probs_all(seg.n > 1 || s.mode != ForwardMode::kDecode);
     }
-    rows += s.want_logits ? 1 : 0;
+    rows += s.want_logits ? s.num_logits : 0;
     segs.push_back(seg);
   }
   if (total > kMaxBatch) {

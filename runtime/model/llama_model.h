@@ -43,7 +43,10 @@ struct SequenceBatch {
   std::span<const int32_t> tokens;
   int pos0 = 0;
   std::span<const int32_t> blocks;
-  bool want_logits = true;  // the logits of its last token
+  bool want_logits = true;  // the logits of its last token (of its last num_logits tokens)
+  // With want_logits: how many of its last tokens get a logits row (speculative decoding
+  // verifies k drafted tokens plus one in a step, so it needs k + 1 rows). 1..tokens.size().
+  int num_logits = 1;
   ForwardMode mode = ForwardMode::kPrompt;
   // When >= 0, llama.cpp's numerics are chosen per position instead of per call: positions below
   // prompt_len take the prompt path, later ones (generated tokens) the decode path. Then a token
@@ -78,8 +81,9 @@ class LlamaModel {
   // A batched step over several sequences sharing a paged cache (the continuous-batching
   // engine's call): one pass of matrix-matrix products over all the sequences' tokens together,
   // RoPE at each token's own position, keys and values written through each block table, and
-  // attention of each token over its own sequence's positions only. Logits: one row of n_vocab
-  // per sequence with want_logits, in order.
+  // attention of each token over its own sequence's positions only. Logits: num_logits rows of
+  // n_vocab per sequence with want_logits (its last num_logits tokens, in position order), in
+  // sequence order.
   // INVALID_ARGUMENT for an empty step, more than kMaxBatch tokens in all, an id outside the
   // vocabulary, a block table too short for its positions or naming a block outside the cache,
   // or a cache whose shape is not this model's. A sequence's tokens go through the same per-row
