@@ -1,0 +1,223 @@
+// Attention over the paged FP16 KV cache: a per-token kernel for decode steps and a tiled
+// (flash-style) kernel for prompt chunks. Both use an online softmax in fp32.
+//
+//   cache row of position p of token g's sequence:
+//     tables[seq_table_off[tok_seq[g]] + p / block_size] * block_size + p % block_size
+//
+// Numerics against the CPU (LlamaModel::Attention): the query is rounded to FP16 first, as there;
+// dot products and the softmax run in fp32 (the CPU's denominator is a double) and the
+// probabilities are not rounded to FP16 before they meet V (the CPU does on llama.cpp's batch
+// path): a relative difference of at most ~2^-11 per probability, inside the stated tolerance.
+#include <cfloat>
+
+#include "runtime/backend/cuda/cuda_common.cuh"
+#include "runtime/backend/cuda/cuda_kernels.h"
+
+namespace kinfer::cuda {
+namespace {
+
+__device__ __forceinline__ size_t CacheRow(const AttnParams& p, int seq, int pos) {
+  const int blk = p.tables[p.seq_table_off[seq] + pos / p.block_size];
+  return static_cast<size_t>(blk) * p.block_size + pos % p.block_size;
+}
+
+// ---- decode: one block of 4 warps per (token, head); warp w takes positions w, w+4, ... -------
+template <int E>  // head dims per lane: head_dim = 32 * E
+__global__ void __launch_bounds__(128) AttnDecodeKernel(AttnParams p) {
+  constexpr int D = 32 * E;
+  const int g = p.tok_index ? p.tok_index[blockIdx.x] : static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int seq = p.tok_seq[g];
+  const int npos = p.tok_pos[g] + 1;
+  const int dkv = p.n_head_kv * D;
+  const int kvh = h / (p.n_head / p.n_head_kv);
+  float q[E];
+  const float* qg = p.q + static_cast<size_t>(g) * p.n_head * D + h * D + lane * E;
+#pragma unroll
+  for (int e = 0; e < E; ++e) q[e] = __half2float(__float2half_rn(qg[e]));
+  float m = -FLT_MAX, l = 0.0f, acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.0f;
+  for (int j = warp; j < npos; j += 4) {
+    const size_t off = CacheRow(p, seq, j) * dkv + kvh * D + lane * E;
+    const uint16_t* kr = p.k + off;
+    const uint16_t* vr = p.v + off;
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) dot += q[e] * HalfBitsToFloat(kr[e]);
+    const float s = WarpSum(dot) * p.scale;
+    const float mn = fmaxf(m, s);
+    const float corr = __expf(m - mn);
+    const float pr = __expf(s - mn);
+    l = l * corr + pr;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = acc[e] * corr + pr * HalfBitsToFloat(vr[e]);
+    m = mn;
+  }
+  __shared__ float sm[4], sl[4];
+  __shared__ float sacc[4][D];
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) sacc[warp][lane * E + e] = acc[e];
+  __syncthreads();
+  float M = sm[0];
+  for (int w = 1; w < 4; ++w) M = fmaxf(M, sm[w]);
+  float L = 0.0f, wgt[4];
+  for (int w = 0; w < 4; ++w) {
+    wgt[w] = sl[w] > 0.0f ? __expf(sm[w] - M) : 0.0f;
+    L += sl[w] * wgt[w];
+  }
+  float* out = p.out + static_cast<size_t>(g) * p.n_head * D + h * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < 4; ++w) o += sacc[w][d] * wgt[w];
+    out[d] = o / L;
+  }
+}
+
+// ---- prefill: one block of 128 threads per (tile of 32 queries of one sequence, head) ----------
+//
+//   thread t: query row r = t / 4 of the tile, quarter c4 = t % 4
+//   S tile 32 x 32: thread computes columns c4, c4 + 4, ..., c4 + 28 of its row
+//   O tile 32 x D:  thread owns dims [c4 * D/4, (c4 + 1) * D/4) of its row
+template <int D>
+__global__ void __launch_bounds__(128) AttnPrefillKernel(AttnParams p, const int32_t* __restrict__ tiles,
+                                                         const int32_t* __restrict__ tile_len) {
+  constexpr int T = kPrefillTile;
+  constexpr int DP = D + 1;  // padded rows: no bank conflicts across query / key rows
+  constexpr int DQ = D / 4;
+  extern __shared__ float smem[];
+  float* Qs = smem;          // [T][DP]
+  float* Ks = Qs + T * DP;   // [T][DP]
+  float* Vs = Ks + T * DP;   // [T][D]
+  float* S = Vs + T * D;     // [T][T + 1]
+  const int tile = blockIdx.x, h = blockIdx.y;
+  const int g0 = tiles[tile], n = tile_len[tile];
+  const int seq = p.tok_seq[g0];
+  const int pos0 = p.tok_pos[g0];
+  const int maxpos = pos0 + n - 1;
+  const int dkv = p.n_head_kv * D;
+  const int kvh = h / (p.n_head / p.n_head_kv);
+  const int tid = threadIdx.x, r = tid / 4, c4 = tid % 4;
+  const int qpos = pos0 + (r < n ? r : n - 1);
+
+  for (int i = tid; i < T * D; i += blockDim.x) {
+    const int rr = i / D, k = i % D;
+    const int gg = g0 + (rr < n ? rr : n - 1);
+    Qs[rr * DP + k] = __half2float(__float2half_rn(p.q[static_cast<size_t>(gg) * p.n_head * D + h * D + k]));
+  }
+  float o[DQ];
+#pragma unroll
+  for (int e = 0; e < DQ; ++e) o[e] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;
+
+  for (int j0 = 0; j0 <= maxpos; j0 += T) {
+    __syncthreads();  // the previous tile's K/V/S are no longer read
+    for (int i = tid; i < T * D; i += blockDim.x) {
+      const int rr = i / D, k = i % D;
+      const int pos = j0 + rr;
+      float kv = 0.0f, vv = 0.0f;
+      if (pos <= maxpos) {
+        const size_t off = CacheRow(p, seq, pos) * dkv + kvh * D + k;
+        kv = HalfBitsToFloat(p.k[off]);
+        vv = HalfBitsToFloat(p.v[off]);
+      }
+      Ks[rr * DP + k] = kv;
+      Vs[rr * D + k] = vv;
+    }
+    __syncthreads();
+    float s[T / 4];
+    float rmax = -FLT_MAX;
+#pragma unroll
+    for (int i = 0; i < T / 4; ++i) {
+      const int c = c4 + 4 * i;
+      float dot = 0.0f;
+#pragma unroll 16
+      for (int k = 0; k < D; ++k) dot += Qs[r * DP + k] * Ks[c * DP + k];
+      s[i] = (j0 + c <= qpos) ? dot * p.scale : -FLT_MAX;
+      rmax = fmaxf(rmax, s[i]);
+    }
+    rmax = fmaxf(rmax, __shfl_xor_sync(kFullMask, rmax, 1));
+    rmax = fmaxf(rmax, __shfl_xor_sync(kFullMask, rmax, 2));
+    const float mn = fmaxf(m, rmax);
+    const float corr = __expf(m - mn);
+    float rsum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < T / 4; ++i) {
+      const float e = (s[i] == -FLT_MAX) ? 0.0f : __expf(s[i] - mn);
+      S[r * (T + 1) + c4 + 4 * i] = e;
+      rsum += e;
+    }
+    rsum += __shfl_xor_sync(kFullMask, rsum, 1);
+    rsum += __shfl_xor_sync(kFullMask, rsum, 2);
+    l = l * corr + rsum;
+    m = mn;
+    __syncwarp();
+#pragma unroll
+    for (int e = 0; e < DQ; ++e) o[e] *= corr;
+    for (int c = 0; c < T; ++c) {
+      const float pc = S[r * (T + 1) + c];
+#pragma unroll
+      for (int e = 0; e < DQ; ++e) o[e] += pc * Vs[c * D + c4 * DQ + e];
+    }
+  }
+  if (r < n) {
+    float* out = p.out + static_cast<size_t>(g0 + r) * p.n_head * D + h * D + c4 * DQ;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int e = 0; e < DQ; ++e) out[e] = o[e] * inv;
+  }
+}
+
+template <int D>
+size_t PrefillSmem() {
+  return sizeof(float) * (2 * kPrefillTile * (D + 1) + kPrefillTile * D + kPrefillTile * (kPrefillTile + 1));
+}
+
+template <int D>
+void LaunchPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len, int n_tiles,
+                   cudaStream_t stream) {
+  static bool configured = false;  // engine thread only
+  const size_t smem = PrefillSmem<D>();
+  if (!configured) {
+    cudaFuncSetAttribute(AttnPrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem));
+    configured = true;
+  }
+  AttnPrefillKernel<D><<<dim3(n_tiles, p.n_head), 128, smem, stream>>>(p, tiles, tile_len);
+}
+
+}  // namespace
+
+void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
+  if (p.n_tok <= 0) return;
+  const dim3 grid(p.n_tok, p.n_head);
+  switch (p.head_dim / 32) {
+    case 1: AttnDecodeKernel<1><<<grid, 128, 0, stream>>>(p); break;
+    case 2: AttnDecodeKernel<2><<<grid, 128, 0, stream>>>(p); break;
+    case 3: AttnDecodeKernel<3><<<grid, 128, 0, stream>>>(p); break;
+    case 4: AttnDecodeKernel<4><<<grid, 128, 0, stream>>>(p); break;
+    case 5: AttnDecodeKernel<5><<<grid, 128, 0, stream>>>(p); break;
+    case 6: AttnDecodeKernel<6><<<grid, 128, 0, stream>>>(p); break;
+    case 7: AttnDecodeKernel<7><<<grid, 128, 0, stream>>>(p); break;
+    case 8: AttnDecodeKernel<8><<<grid, 128, 0, stream>>>(p); break;
+    default: break;  // the backend refuses such models at load
+  }
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+bool AttentionPrefillSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+void AttentionPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len, int n_tiles,
+                      cudaStream_t stream) {
+  if (n_tiles <= 0) return;
+  if (p.head_dim == 64) LaunchPrefill<64>(p, tiles, tile_len, n_tiles, stream);
+  else if (p.head_dim == 128) LaunchPrefill<128>(p, tiles, tile_len, n_tiles, stream);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace kinfer::cuda

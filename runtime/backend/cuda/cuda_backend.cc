@@ -1,0 +1,696 @@
+// CudaBackend: memory plan, weight upload, the step's metadata and the layer loop on the stream.
+#include "runtime/backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "runtime/backend/cuda/cuda_kernels.h"
+#include "runtime/gguf/gguf_file.h"
+
+namespace kinfer {
+
+Status CudaDeviceUsable(int ordinal) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear
+    return FailedPrecondition(std::string("no CUDA device: ") + cudaGetErrorString(e));
+  }
+  if (count == 0) return FailedPrecondition("no CUDA device: cudaGetDeviceCount found none");
+  if (ordinal < 0 || ordinal >= count) {
+    return FailedPrecondition("no CUDA device: ordinal " + std::to_string(ordinal) + " but " +
+                              std::to_string(count) + " device(s)");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+using cuda::ActBuffers;
+using cuda::DevMatrix;
+
+Status CudaError(cudaError_t e, std::string_view what) {
+  return Internal(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define KINFER_CUDA_RETURN(expr, what)                       \
+  do {                                                       \
+    const cudaError_t _e = (expr);                           \
+    if (_e != cudaSuccess) return CudaError(_e, what);       \
+  } while (0)
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  return std::atoi(v);
+}
+
+size_t Align256(size_t n) { return (n + 255) & ~size_t{255}; }
+
+// One cudaMalloc; pieces handed out 256-byte aligned.
+class Arena {
+ public:
+  ~Arena() {
+    if (base_) cudaFree(base_);
+  }
+  Status Allocate(size_t bytes, std::string_view what) {
+    if (bytes == 0) bytes = 256;
+    const cudaError_t e = cudaMalloc(&base_, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      base_ = nullptr;
+      return ResourceExhausted(std::string(what) + ": cudaMalloc of " + std::to_string(bytes) +
+                               " bytes failed: " + cudaGetErrorString(e));
+    }
+    size_ = bytes;
+    used_ = 0;
+    return Status::Ok();
+  }
+  template <typename T>
+  T* Take(size_t count) {
+    const size_t bytes = Align256(count * sizeof(T));
+    if (used_ + bytes > size_) return nullptr;
+    T* p = reinterpret_cast<T*>(static_cast<uint8_t*>(base_) + used_);
+    used_ += bytes;
+    return p;
+  }
+  size_t size() const { return size_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  size_t used_ = 0;
+};
+
+struct Layer {
+  float* attn_norm = nullptr;
+  float* ffn_norm = nullptr;
+  DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+struct HostTensor {
+  const GgufTensorInfo* info = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  std::shared_ptr<const GgufFile> file;
+  LlamaHParams hp;
+  CudaBackendOptions opt;
+  CudaDeviceInfo info;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* cublas_ws = nullptr;
+
+  Arena weights, copies, scratch;
+  int64_t fp16_bytes = 0;
+  size_t weight_bytes_per_token = 0;
+  DevMatrix tok_embd, output;
+  float* output_norm = nullptr;
+  std::vector<Layer> layers;
+  uint16_t* w16_scratch = nullptr;  // when there are no fp16 copies
+
+  // Scratch activations, [max_tokens][...].
+  int T = 0;  // max tokens
+  int R = 0;  // logits rows per pass
+  float *x = nullptr, *xn = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr,
+        *gate = nullptr, *up = nullptr, *tmp = nullptr, *xo = nullptr, *logits = nullptr;
+  uint16_t* x16 = nullptr;
+  ActBuffers act;
+  int32_t* argmax_dev = nullptr;
+
+  // Step metadata: fixed offsets (in int32) into one device buffer and its pinned mirror.
+  //   [0,T) tokens  [T,2T) pos  [2T,3T) tok_seq  [3T,4T) slot_rows  [4T,5T) logit_rows
+  //   [5T,6T) seq_table_off  [6T,7T) tiles  [7T,8T) tile_len  [8T,9T) decode tokens  [9T,..) tables
+  int32_t* meta_dev = nullptr;
+  int32_t* meta_host = nullptr;  // pinned
+  size_t meta_cap = 0;           // int32 elements
+  float* logits_host = nullptr;  // pinned, R * n_vocab
+  int32_t* argmax_host = nullptr;  // pinned, R
+
+  // KV cache.
+  uint16_t* kc = nullptr;
+  uint16_t* vc = nullptr;
+  int block_size = 0, num_blocks = 0;
+  int64_t kv_bytes = 0;
+
+  // Graphs by decode batch size.
+  std::map<int, cudaGraphExec_t> graphs;
+  float theta_scale = 1.0f;
+
+  ~Impl() {
+    ClearGraphs();
+    if (kc) cudaFree(kc);
+    if (vc) cudaFree(vc);
+    if (meta_dev) cudaFree(meta_dev);
+    if (meta_host) cudaFreeHost(meta_host);
+    if (logits_host) cudaFreeHost(logits_host);
+    if (argmax_host) cudaFreeHost(argmax_host);
+    if (cublas) cublasDestroy(cublas);
+    if (cublas_ws) cudaFree(cublas_ws);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void ClearGraphs() {
+    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    graphs.clear();
+  }
+
+  Status Init(std::shared_ptr<const GgufFile> f, const CudaBackendOptions& o);
+  Status UploadWeights();
+  Status PlanScratch();
+  Status EnsureMeta(size_t elems);
+  Status Step(std::span<const SequenceBatch> seqs, bool argmax, std::vector<float>* logits,
+              std::vector<int32_t>* ids);
+  void Products(const float* x_in, int n, std::initializer_list<std::pair<const DevMatrix*, float*>> ws);
+  void Layers(int n, int n_dec, int n_tiles);
+  void Output(int row0, int rows, bool argmax);
+};
+
+namespace {
+
+// Validates a matrix like LlamaModel::Load (shape [cols, rows], a type both backends read).
+StatusOr<HostTensor> FindMatrix(const GgufFile& f, const std::string& name, int64_t cols,
+                                int64_t rows) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (!t) return InvalidArgument("model is missing tensor '" + name + "'");
+  if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
+    return InvalidArgument("tensor '" + name + "' does not have shape [" + std::to_string(cols) +
+                           ", " + std::to_string(rows) + "]");
+  }
+  if (!cuda::CudaMatMulSupports(t->type)) {
+    return Unimplemented("tensor '" + name + "' has type " + std::string(GgmlTypeName(t->type)) +
+                         ", which the CUDA backend cannot read");
+  }
+  if (cols % GgmlBlockSize(t->type) != 0 || cols % 32 != 0) {
+    return InvalidArgument("tensor '" + name + "': row width is not a multiple of its block size");
+  }
+  return HostTensor{t, rows, cols};
+}
+
+StatusOr<std::vector<float>> ReadVector(const GgufFile& f, const std::string& name, int64_t n) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (!t) return InvalidArgument("model is missing tensor '" + name + "'");
+  if (t->num_elements() != n) return InvalidArgument("tensor '" + name + "' has the wrong size");
+  if (t->type != GgmlType::kF32 && t->type != GgmlType::kF16 && t->type != GgmlType::kBF16) {
+    return Unimplemented("norm tensor '" + name + "' must be F32, F16 or BF16");
+  }
+  std::vector<float> v(n);
+  DequantizeRow(t->type, t->data, v.data(), n);
+  return v;
+}
+
+}  // namespace
+
+Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBackendOptions& o) {
+  file = std::move(f);
+  opt = o;
+  opt.gemm_min_tokens = EnvInt("KINFER_CUDA_GEMM_MIN_TOKENS", opt.gemm_min_tokens);
+  opt.cuda_graphs = opt.cuda_graphs && EnvInt("KINFER_CUDA_GRAPHS", 1) != 0;
+  KINFER_RETURN_IF_ERROR(CudaDeviceUsable(opt.device));
+  KINFER_ASSIGN_OR_RETURN(hp, ReadLlamaHParams(*file));
+  if (hp.head_dim % 32 != 0 || hp.head_dim > 256) {
+    return Unimplemented("the CUDA backend needs head_dim a multiple of 32 up to 256, got " +
+                         std::to_string(hp.head_dim));
+  }
+  if (hp.rope_dim % 2 != 0) return Unimplemented("odd rope dimension");
+  KINFER_CUDA_RETURN(cudaSetDevice(opt.device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  KINFER_CUDA_RETURN(cudaGetDeviceProperties(&prop, opt.device), "cudaGetDeviceProperties");
+  info.name = prop.name;
+  info.ordinal = opt.device;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  info.l2_bytes = prop.l2CacheSize;
+  info.smem_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  info.total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  int clock_khz = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, opt.device);
+  info.mem_clock_khz = clock_khz;
+  cudaDeviceGetAttribute(&info.mem_bus_bits, cudaDevAttrGlobalMemoryBusWidth, opt.device);
+  size_t free_b = 0, total_b = 0;
+  KINFER_CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  info.free_bytes_at_start = static_cast<int64_t>(free_b);
+  KINFER_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
+    return FailedPrecondition("no CUDA device: cublasCreate failed");
+  }
+  cublasSetStream(cublas, stream);
+  // An explicit workspace, so that GEMMs inside captured graphs allocate nothing.
+  const size_t ws_bytes = 32u << 20;
+  KINFER_CUDA_RETURN(cudaMalloc(&cublas_ws, ws_bytes), "cuBLAS workspace");
+  cublasSetWorkspace(cublas, cublas_ws, ws_bytes);
+  theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.rope_dim));
+  KINFER_RETURN_IF_ERROR(UploadWeights());
+  KINFER_RETURN_IF_ERROR(PlanScratch());
+  return Status::Ok();
+}
+
+Status CudaBackend::Impl::UploadWeights() {
+  const GgufFile& f = *file;
+  const int64_t d = hp.n_embd, dq = static_cast<int64_t>(hp.n_head) * hp.head_dim,
+                dkv = hp.n_embd_kv(), ff = hp.n_ff, nv = hp.n_vocab;
+  struct Pending {
+    HostTensor t;
+    DevMatrix* dst;
+  };
+  std::vector<Pending> mats;
+  struct PendingVec {
+    std::vector<float> v;
+    float** dst;
+  };
+  std::vector<PendingVec> vecs;
+  layers.resize(hp.n_layer);
+
+  KINFER_ASSIGN_OR_RETURN(HostTensor embd, FindMatrix(f, "token_embd.weight", d, nv));
+  mats.push_back({embd, &tok_embd});
+  const bool tied = f.FindTensor("output.weight") == nullptr;
+  if (!tied) {
+    KINFER_ASSIGN_OR_RETURN(HostTensor out, FindMatrix(f, "output.weight", d, nv));
+    mats.push_back({out, &output});
+  }
+  KINFER_ASSIGN_OR_RETURN(std::vector<float> onorm, ReadVector(f, "output_norm.weight", d));
+  vecs.push_back({std::move(onorm), &output_norm});
+  for (int l = 0; l < hp.n_layer; ++l) {
+    Layer& L = layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    KINFER_ASSIGN_OR_RETURN(std::vector<float> an, ReadVector(f, p + "attn_norm.weight", d));
+    vecs.push_back({std::move(an), &L.attn_norm});
+    KINFER_ASSIGN_OR_RETURN(std::vector<float> fn, ReadVector(f, p + "ffn_norm.weight", d));
+    vecs.push_back({std::move(fn), &L.ffn_norm});
+    const struct {
+      const char* name;
+      int64_t cols, rows;
+      DevMatrix* dst;
+    } specs[] = {{"attn_q.weight", d, dq, &L.wq},      {"attn_k.weight", d, dkv, &L.wk},
+                 {"attn_v.weight", d, dkv, &L.wv},     {"attn_output.weight", dq, d, &L.wo},
+                 {"ffn_gate.weight", d, ff, &L.w_gate}, {"ffn_up.weight", d, ff, &L.w_up},
+                 {"ffn_down.weight", ff, d, &L.w_down}};
+    for (const auto& s : specs) {
+      KINFER_ASSIGN_OR_RETURN(HostTensor t, FindMatrix(f, p + s.name, s.cols, s.rows));
+      mats.push_back({t, s.dst});
+    }
+  }
+  size_t total = 0, f16_total = 0, largest = 0;
+  weight_bytes_per_token = 0;
+  for (const Pending& m : mats) {
+    total += Align256(m.t.info->size_bytes);
+    const size_t e = static_cast<size_t>(m.t.rows * m.t.cols);
+    f16_total += Align256(e * 2);
+    largest = std::max(largest, e);
+    if (m.dst != &tok_embd || tied) weight_bytes_per_token += m.t.info->size_bytes;
+  }
+  for (const PendingVec& v : vecs) total += Align256(v.v.size() * sizeof(float));
+  KINFER_RETURN_IF_ERROR(weights.Allocate(total, "weights"));
+  for (const Pending& m : mats) {
+    uint8_t* p = weights.Take<uint8_t>(m.t.info->size_bytes);
+    KINFER_CUDA_RETURN(cudaMemcpy(p, m.t.info->data, m.t.info->size_bytes, cudaMemcpyHostToDevice),
+                       "weight upload");
+    *m.dst = DevMatrix{m.t.info->type, p, m.t.rows, m.t.cols,
+                       static_cast<size_t>(m.t.info->size_bytes / m.t.rows), nullptr};
+  }
+  for (const PendingVec& v : vecs) {
+    float* p = weights.Take<float>(v.v.size());
+    KINFER_CUDA_RETURN(cudaMemcpy(p, v.v.data(), v.v.size() * sizeof(float), cudaMemcpyHostToDevice),
+                       "norm upload");
+    *v.dst = p;
+  }
+  if (tied) output = tok_embd;
+
+  // FP16 copies for the cuBLAS path when they take at most a quarter of what is free.
+  size_t free_b = 0, total_b = 0;
+  KINFER_CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  const bool copies_fit = opt.gemm_min_tokens > 0 && opt.fp16_weight_copies && f16_total <= free_b / 4;
+  if (copies_fit) {
+    KINFER_RETURN_IF_ERROR(copies.Allocate(f16_total, "fp16 weight copies"));
+    for (const Pending& m : mats) {
+      uint16_t* p = copies.Take<uint16_t>(static_cast<size_t>(m.t.rows * m.t.cols));
+      cuda::DequantizeToF16(*m.dst, p, stream);
+      m.dst->f16 = p;
+    }
+    if (tied) output.f16 = tok_embd.f16;
+    fp16_bytes = static_cast<int64_t>(f16_total);
+  } else if (opt.gemm_min_tokens > 0) {
+    KINFER_RETURN_IF_ERROR(copies.Allocate(largest * 2, "fp16 matrix scratch"));
+    w16_scratch = copies.Take<uint16_t>(largest);
+    fp16_bytes = static_cast<int64_t>(largest * 2);
+  }
+  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "weight dequantization");
+  return Status::Ok();
+}
+
+Status CudaBackend::Impl::PlanScratch() {
+  T = std::max(1, opt.max_batch_tokens);
+  R = std::max(1, std::min(opt.max_logits_rows, T));
+  const size_t d = hp.n_embd, dq = static_cast<size_t>(hp.n_head) * hp.head_dim,
+               dkv = hp.n_embd_kv(), ff = hp.n_ff, nv = hp.n_vocab;
+  const size_t maxc = std::max({d, dq, ff});
+  const size_t t = T;
+  const size_t floats = t * d + t * std::max(d, dq) + t * dq + 2 * t * dkv + t * dq + 2 * t * ff +
+                        t * std::max(d, dq) + R * d + R * nv + t * maxc + t * maxc / 16;
+  const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ + t * maxc * 2 /* x16 */ +
+                       R * 4;
+  KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
+  x = scratch.Take<float>(t * d);
+  xn = scratch.Take<float>(t * std::max(d, dq));
+  q = scratch.Take<float>(t * dq);
+  k = scratch.Take<float>(t * dkv);
+  v = scratch.Take<float>(t * dkv);
+  attn = scratch.Take<float>(t * dq);
+  gate = scratch.Take<float>(t * ff);
+  up = scratch.Take<float>(t * ff);
+  tmp = scratch.Take<float>(t * std::max(d, dq));
+  xo = scratch.Take<float>(R * d);
+  logits = scratch.Take<float>(R * nv);
+  act.xr = scratch.Take<float>(t * maxc);
+  act.d = scratch.Take<float>(t * maxc / 32);
+  act.s = scratch.Take<float>(t * maxc / 32);
+  act.qs = scratch.Take<int8_t>(t * maxc);
+  x16 = scratch.Take<uint16_t>(t * maxc);
+  argmax_dev = scratch.Take<int32_t>(R);
+  if (!argmax_dev) return Internal("scratch plan too small (a bug)");
+  KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
+  KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host, R * sizeof(int32_t)), "pinned ids");
+  return EnsureMeta(static_cast<size_t>(10) * T);
+}
+
+Status CudaBackend::Impl::EnsureMeta(size_t elems) {
+  if (elems <= meta_cap) return Status::Ok();
+  elems = std::max(elems, meta_cap * 2);
+  ClearGraphs();  // they hold the old buffer's address
+  if (meta_dev) cudaFree(meta_dev);
+  if (meta_host) cudaFreeHost(meta_host);
+  meta_dev = nullptr;
+  meta_host = nullptr;
+  KINFER_CUDA_RETURN(cudaMalloc(&meta_dev, elems * sizeof(int32_t)), "step metadata");
+  KINFER_CUDA_RETURN(cudaMallocHost(&meta_host, elems * sizeof(int32_t)), "pinned step metadata");
+  meta_cap = elems;
+  return Status::Ok();
+}
+
+// Products of several matrices with the same input: the activations are quantized (or converted
+// to FP16) once per format.
+void CudaBackend::Impl::Products(const float* x_in, int n,
+                                 std::initializer_list<std::pair<const DevMatrix*, float*>> ws) {
+  const bool gemm = opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens;
+  bool have_fmt = false;
+  cuda::ActFormat fmt = cuda::ActFormat::kF32;
+  bool have_x16 = false;
+  for (const auto& [w, y] : ws) {
+    if (gemm) {
+      if (!have_x16) {
+        cuda::F32ToF16(x_in, x16, static_cast<int64_t>(n) * w->cols, stream);
+        have_x16 = true;
+      }
+      const uint16_t* w16 = w->f16;
+      if (!w16) {
+        cuda::DequantizeToF16(*w, w16_scratch, stream);
+        w16 = w16_scratch;
+      }
+      const float alpha = 1.0f, beta = 0.0f;
+      // Row-major W [rows][cols] is column-major [cols x rows]: Y^T = W * X^T.
+      cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w->rows), n,
+                   static_cast<int>(w->cols), &alpha, w16, CUDA_R_16F, static_cast<int>(w->cols),
+                   x16, CUDA_R_16F, static_cast<int>(w->cols), &beta, y, CUDA_R_32F,
+                   static_cast<int>(w->rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else {
+      const cuda::ActFormat f = cuda::ActFormatFor(w->type);
+      if (!have_fmt || f != fmt) {
+        cuda::QuantizeActivations(f, x_in, n, w->cols, act, stream);
+        fmt = f;
+        have_fmt = true;
+      }
+      cuda::MatVec(*w, act, n, y, stream);
+    }
+  }
+}
+
+// The layers over the step's n tokens; metadata already on the device.
+void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
+  const int d = hp.n_embd, dkv = hp.n_embd_kv(), dq = hp.n_head * hp.head_dim;
+  const int32_t* tokens = meta_dev;
+  const int32_t* pos = meta_dev + T;
+  const int32_t* slots = meta_dev + 3 * T;
+  cuda::DequantizeRows(tok_embd.type, tok_embd.data, tok_embd.row_bytes, d, tokens, n, x, stream);
+  cuda::AttnParams ap;
+  ap.q = q;
+  ap.out = attn;
+  ap.tok_seq = meta_dev + 2 * T;
+  ap.tok_pos = pos;
+  ap.seq_table_off = meta_dev + 5 * T;
+  ap.tables = meta_dev + 9 * T;
+  ap.tok_index = meta_dev + 8 * T;
+  ap.n_head = hp.n_head;
+  ap.n_head_kv = hp.n_head_kv;
+  ap.head_dim = hp.head_dim;
+  ap.block_size = block_size;
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  const size_t layer_elems = static_cast<size_t>(num_blocks) * block_size * dkv;
+  for (int l = 0; l < hp.n_layer; ++l) {
+    const Layer& L = layers[l];
+    cuda::RmsNorm(x, L.attn_norm, n, d, hp.rms_eps, xn, stream);
+    Products(xn, n, {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}});
+    cuda::RopeNormal(q, pos, n, hp.n_head, hp.head_dim, hp.rope_dim, theta_scale,
+                     hp.rope_freq_scale, stream);
+    cuda::RopeNormal(k, pos, n, hp.n_head_kv, hp.head_dim, hp.rope_dim, theta_scale,
+                     hp.rope_freq_scale, stream);
+    uint16_t* kl = kc + l * layer_elems;
+    uint16_t* vl = vc + l * layer_elems;
+    cuda::WriteKv(k, v, slots, n, dkv, kl, vl, stream);
+    ap.k = kl;
+    ap.v = vl;
+    ap.n_tok = n_dec;
+    cuda::AttentionDecode(ap, stream);
+    cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, stream);
+    Products(attn, n, {{&L.wo, tmp}});
+    cuda::AddInPlace(x, tmp, static_cast<int64_t>(n) * d, stream);
+    cuda::RmsNorm(x, L.ffn_norm, n, d, hp.rms_eps, xn, stream);
+    Products(xn, n, {{&L.w_gate, gate}, {&L.w_up, up}});
+    cuda::SwiGlu(gate, up, static_cast<int64_t>(n) * hp.n_ff, stream);
+    Products(gate, n, {{&L.w_down, tmp}});
+    cuda::AddInPlace(x, tmp, static_cast<int64_t>(n) * d, stream);
+  }
+  (void)dq;
+}
+
+// Logits rows [row0, row0 + rows) of the step (indices into meta's logit_rows), into the pinned
+// buffer (or their argmax).
+void CudaBackend::Impl::Output(int row0, int rows, bool argmax) {
+  const int d = hp.n_embd;
+  cuda::GatherRows(x, meta_dev + 4 * T + row0, rows, d, xo, stream);
+  cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
+  Products(xo, rows, {{&output, logits}});
+  if (argmax) {
+    cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev, stream);
+    cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+  } else {
+    cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
+                    cudaMemcpyDeviceToHost, stream);
+  }
+}
+
+Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
+                               std::vector<float>* out_logits, std::vector<int32_t>* out_ids) {
+  if (!kc) return FailedPrecondition("ForwardBatch before InitKvCache");
+  if (seqs.empty()) return InvalidArgument("empty step");
+  if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
+  // Validation: LlamaModel::ForwardBatch's rules and messages.
+  int64_t total = 0;
+  size_t rows = 0, table_entries = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SequenceBatch& s = seqs[i];
+    const std::string which = "sequence " + std::to_string(i) + ": ";
+    if (s.tokens.empty()) return InvalidArgument(which + "no tokens");
+    if (s.pos0 < 0) return InvalidArgument(which + "negative position");
+    for (int32_t id : s.tokens) {
+      if (id < 0 || id >= hp.n_vocab) {
+        return InvalidArgument(which + "token id " + std::to_string(id) +
+                               " is outside the vocabulary (" + std::to_string(hp.n_vocab) + ")");
+      }
+    }
+    const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
+    if (static_cast<int64_t>(s.blocks.size()) * block_size < end) {
+      return InvalidArgument(which + "block table of " + std::to_string(s.blocks.size()) +
+                             " blocks cannot hold " + std::to_string(end) + " positions");
+    }
+    for (int32_t b : s.blocks) {
+      if (b < 0 || b >= num_blocks) {
+        return InvalidArgument(which + "block " + std::to_string(b) + " is outside the cache");
+      }
+    }
+    if (s.want_logits && (s.num_logits < 1 || s.num_logits > static_cast<int>(s.tokens.size()))) {
+      return InvalidArgument(which + "num_logits " + std::to_string(s.num_logits) +
+                             " is outside 1.." + std::to_string(s.tokens.size()));
+    }
+    total += static_cast<int64_t>(s.tokens.size());
+    rows += s.want_logits ? s.num_logits : 0;
+    table_entries += (end + block_size - 1) / block_size;
+  }
+  if (total > T) {
+    return InvalidArgument("a step of " + std::to_string(total) + " tokens exceeds " +
+                           std::to_string(T));
+  }
+  KINFER_RETURN_IF_ERROR(EnsureMeta(static_cast<size_t>(9) * T + table_entries));
+
+  // Pack the metadata.
+  int32_t* m = meta_host;
+  int g = 0, n_dec = 0, n_tiles = 0, nrows = 0, tab = 0;
+  bool pure_decode = true;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SequenceBatch& s = seqs[i];
+    const int n = static_cast<int>(s.tokens.size());
+    const int nb = (s.pos0 + n + block_size - 1) / block_size;
+    m[5 * T + i] = tab;
+    for (int b = 0; b < nb; ++b) m[9 * T + tab + b] = s.blocks[b];
+    tab += nb;
+    const bool tiled = n >= opt.prefill_min_tokens && cuda::AttentionPrefillSupports(hp.head_dim);
+    pure_decode = pure_decode && n == 1 && s.want_logits && s.num_logits == 1;
+    for (int t = 0; t < n; ++t) {
+      const int p = s.pos0 + t;
+      m[g + t] = s.tokens[t];
+      m[T + g + t] = p;
+      m[2 * T + g + t] = static_cast<int32_t>(i);
+      m[3 * T + g + t] = s.blocks[p / block_size] * block_size + p % block_size;
+      if (!tiled) m[8 * T + n_dec++] = g + t;
+    }
+    if (tiled) {
+      for (int t0 = 0; t0 < n; t0 += cuda::kPrefillTile) {
+        m[6 * T + n_tiles] = g + t0;
+        m[7 * T + n_tiles] = std::min(cuda::kPrefillTile, n - t0);
+        ++n_tiles;
+      }
+    }
+    if (s.want_logits) {
+      for (int t = n - s.num_logits; t < n; ++t) m[4 * T + nrows++] = g + t;
+    }
+    g += n;
+  }
+  KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, (static_cast<size_t>(9) * T + tab) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream),
+                     "step metadata upload");
+
+  if (out_logits) out_logits->resize(rows * static_cast<size_t>(hp.n_vocab));
+  if (out_ids) out_ids->resize(rows);
+  const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
+  if (use_graph) {
+    const int key = g * 2 + (argmax ? 1 : 0);
+    auto it = graphs.find(key);
+    if (it == graphs.end()) {
+      cudaGraph_t graph = nullptr;
+      KINFER_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+      Layers(g, n_dec, n_tiles);
+      Output(0, nrows, argmax);
+      KINFER_CUDA_RETURN(cudaStreamEndCapture(stream, &graph), "graph capture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      KINFER_CUDA_RETURN(e, "graph instantiate");
+      it = graphs.emplace(key, exec).first;
+    }
+    KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
+    KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
+    if (out_logits) std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
+    if (out_ids) std::memcpy(out_ids->data(), argmax_host, rows * sizeof(int32_t));
+    return Status::Ok();
+  }
+
+  Layers(g, n_dec, n_tiles);
+  for (int r0 = 0; r0 < nrows; r0 += R) {
+    const int nr = std::min(R, nrows - r0);
+    Output(r0, nr, argmax);
+    KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+    if (out_logits) {
+      std::memcpy(out_logits->data() + static_cast<size_t>(r0) * hp.n_vocab, logits_host,
+                  static_cast<size_t>(nr) * hp.n_vocab * sizeof(float));
+    }
+    if (out_ids) std::memcpy(out_ids->data() + r0, argmax_host, nr * sizeof(int32_t));
+  }
+  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  return Status::Ok();
+}
+
+// ---- CudaBackend ------------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaBackend::~CudaBackend() = default;
+
+StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(std::shared_ptr<const GgufFile> file,
+                                                           const CudaBackendOptions& options) {
+  if (!file) return InvalidArgument("no model file");
+  auto impl = std::make_unique<Impl>();
+  KINFER_RETURN_IF_ERROR(impl->Init(std::move(file), options));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+}
+
+const LlamaHParams& CudaBackend::hparams() const { return impl_->hp; }
+
+size_t CudaBackend::KvBlockBytes(int block_size) const {
+  return PagedKvCache::BlockBytes(impl_->hp.n_layer, impl_->hp.n_embd_kv(), block_size);
+}
+
+int64_t CudaBackend::KvMemoryBudgetBytes(double fraction) const {
+  if (!(fraction > 0.0)) return 0;
+  fraction = std::min(fraction, 1.0);
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  // A cache already allocated counts as free: InitKvCache replaces it.
+  return static_cast<int64_t>(static_cast<double>(free_b + impl_->kv_bytes) * fraction);
+}
+
+Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
+  Impl& I = *impl_;
+  if (block_size < 1 || num_blocks < 1) {
+    return InvalidArgument("KV cache needs block_size >= 1 and num_blocks >= 1, got " +
+                           std::to_string(block_size) + " and " + std::to_string(num_blocks));
+  }
+  I.ClearGraphs();
+  if (I.kc) cudaFree(I.kc);
+  if (I.vc) cudaFree(I.vc);
+  I.kc = I.vc = nullptr;
+  I.kv_bytes = 0;
+  const size_t half = KvBlockBytes(block_size) * static_cast<size_t>(num_blocks) / 2;
+  cudaError_t e = cudaMalloc(&I.kc, half);
+  if (e == cudaSuccess) e = cudaMalloc(&I.vc, half);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (I.kc) cudaFree(I.kc);
+    I.kc = I.vc = nullptr;
+    return ResourceExhausted("KV cache of " + std::to_string(num_blocks) + " blocks (" +
+                             std::to_string(2 * half) + " bytes) does not fit on the device: " +
+                             cudaGetErrorString(e));
+  }
+  I.block_size = block_size;
+  I.num_blocks = num_blocks;
+  I.kv_bytes = static_cast<int64_t>(2 * half);
+  return Status::Ok();
+}
+
+Status CudaBackend::ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) {
+  return impl_->Step(seqs, false, logits, nullptr);
+}
+
+Status CudaBackend::ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
+                                       std::vector<int32_t>* tokens) {
+  return impl_->Step(seqs, true, nullptr, tokens);
+}
+
+const CudaDeviceInfo& CudaBackend::device_info() const { return impl_->info; }
+int CudaBackend::max_batch_tokens() const { return impl_->T; }
+size_t CudaBackend::weight_bytes_per_token() const { return impl_->weight_bytes_per_token; }
+int64_t CudaBackend::weights_device_bytes() const { return static_cast<int64_t>(impl_->weights.size()); }
+int64_t CudaBackend::fp16_copy_bytes() const { return impl_->fp16_bytes; }
+int64_t CudaBackend::scratch_device_bytes() const { return static_cast<int64_t>(impl_->scratch.size()); }
+int64_t CudaBackend::kv_device_bytes() const { return impl_->kv_bytes; }
+int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
+
+}  // namespace kinfer

@@ -1,0 +1,99 @@
+// CudaBackend: the ModelBackend on one NVIDIA GPU (built for Hopper, sm_90).
+//
+// Device memory, planned up front with plain cudaMalloc (never managed memory), in this order:
+//
+//   1. weights    every matrix in its GGUF quantized layout (the CPU's bytes), norms as fp32
+//   2. fp16 copies dequantized FP16 copies of the matrices for the cuBLAS path, when they take
+//                  at most a quarter of the memory left (else one scratch matrix, dequantized
+//                  before each large product)
+//   3. scratch    activations for max_batch_tokens tokens, quantized activations, the step's
+//                  metadata (token ids, positions, slots, block tables), logits for
+//                  max_logits_rows rows
+//   4. KV cache   InitKvCache: [layer][block][slot][n_embd_kv] FP16 for K and for V, sized by the
+//                  engine from KvMemoryBudgetBytes (a fraction of what is free after 1-3)
+//
+// A step: the host packs the step's metadata into a pinned buffer, one async copy sends it, the
+// layers run on one stream, and the wanted logits rows come back into a pinned buffer. Matrix
+// products of fewer than gemm_min_tokens rows run the fused dequantizing kernels (activations
+// quantized like the CPU's); larger ones FP16 x FP16 -> FP32 cuBLAS GEMMs on the FP16 copies.
+// Pure decode steps (every sequence one token, one logits row) replay a CUDA graph captured per
+// batch size on first use.
+//
+// Thread safety: as ModelBackend: the engine thread calls everything; the stream and all buffers
+// belong to the backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/model_backend.h"
+
+namespace kinfer {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int max_batch_tokens = 2048;   // tokens per ForwardBatch (the CPU's limit is 512)
+  int max_logits_rows = 256;     // logits rows computed per output pass (more run in passes)
+  int gemm_min_tokens = 16;      // products with this many rows or more go through cuBLAS;
+                                 // env KINFER_CUDA_GEMM_MIN_TOKENS overrides; 0 = never
+  int prefill_min_tokens = 8;    // a sequence with this many tokens in a step takes the tiled
+                                 // attention kernel
+  bool fp16_weight_copies = true;
+  bool cuda_graphs = true;       // env KINFER_CUDA_GRAPHS=0 turns them off
+};
+
+struct CudaDeviceInfo {
+  std::string name;
+  int ordinal = 0;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int64_t l2_bytes = 0;
+  int64_t smem_per_block_optin = 0;
+  int64_t total_bytes = 0;
+  int64_t free_bytes_at_start = 0;
+  double mem_clock_khz = 0;
+  int mem_bus_bits = 0;
+};
+
+class CudaBackend final : public ModelBackend {
+ public:
+  // FAILED_PRECONDITION "no CUDA device: ..." without a device; INVALID_ARGUMENT / UNIMPLEMENTED
+  // for a model the backend cannot run (the message names the tensor); RESOURCE_EXHAUSTED when
+  // the weights and scratch do not fit.
+  static StatusOr<std::unique_ptr<CudaBackend>> Create(std::shared_ptr<const GgufFile> file,
+                                                       const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+
+  const LlamaHParams& hparams() const override;
+  std::string name() const override { return "cuda"; }
+  size_t KvBlockBytes(int block_size) const override;
+  int64_t KvMemoryBudgetBytes(double fraction) const override;
+  Status InitKvCache(int block_size, int num_blocks) override;
+  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override;
+
+  // The same step, sampling greedily on the device: tokens gets one id per logits row (the
+  // first maximum), and only the ids cross PCIe. For the benchmark and a future engine path.
+  Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens);
+
+  const CudaDeviceInfo& device_info() const;
+  int max_batch_tokens() const;
+  // Bytes of quantized weights read by one decode step (every matrix once, as the CPU counts).
+  size_t weight_bytes_per_token() const;
+  // Device bytes: weights, fp16 copies, scratch; the KV cache.
+  int64_t weights_device_bytes() const;
+  int64_t fp16_copy_bytes() const;
+  int64_t scratch_device_bytes() const;
+  int64_t kv_device_bytes() const;
+  // Graphs captured so far (one per decode batch size).
+  int graphs_captured() const;
+
+  struct Impl;
+
+ private:
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kinfer

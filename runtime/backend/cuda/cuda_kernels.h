@@ -1,0 +1,133 @@
+// The CUDA backend's kernels, as host functions that enqueue them on a stream. Every pointer is
+// device memory; nothing here synchronizes or allocates. Each function names the CPU op it
+// mirrors (tests/runtime/backend/cuda/ check each against it within a stated tolerance).
+//
+// Activation formats (ggml's vec_dot_type, as the CPU's MatMul quantizes them):
+//
+//   weight type        activation           ActBuffers fields used, per token row t
+//   Q4_0, Q8_0         Q8_0 (32-blocks)     qs[t*cols + i], d[t*cols/32 + b]
+//   Q4_1               Q8_1 (32-blocks)     qs, d, s (= fp16(d * sum q) as a float, ggml's s)
+//   Q4_K, Q6_K         Q8_K (256-blocks)    qs, d per 32-unit (its super-block's d, repeated),
+//                                           s per 32-unit = integer sum of its 32 q (as float)
+//   F16 / BF16 / F32   x rounded to fp16 /  xr[t*cols + i] (the rounded value, as a float)
+//                      bf16 / kept
+//
+// The quantizers are bit-exact with the CPU's (same amax, same IEEE division and round-half-even),
+// so a matrix-vector product differs from the CPU's only by fp32 summation order.
+//
+// Thread safety: the functions are stateless; callers serialize work through their stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "runtime/gguf/ggml_types.h"
+
+namespace kinfer::cuda {
+
+// A weight matrix in device memory, in its GGUF layout: row r at data + r * row_bytes.
+// f16: an optional dequantized FP16 copy [rows][cols] for the cuBLAS path (null: none).
+struct DevMatrix {
+  GgmlType type = GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_bytes = 0;
+  const uint16_t* f16 = nullptr;
+};
+
+enum class ActFormat { kF32, kF16, kBF16, kQ8_0, kQ8_1, kQ8K };
+ActFormat ActFormatFor(GgmlType weight_type);
+bool CudaMatMulSupports(GgmlType type);
+
+// Scratch for quantized activations of up to max_tokens rows of max_cols.
+struct ActBuffers {
+  int8_t* qs = nullptr;  // [max_tokens][max_cols]
+  float* d = nullptr;    // [max_tokens][max_cols / 32]
+  float* s = nullptr;    // [max_tokens][max_cols / 32]
+  float* xr = nullptr;   // [max_tokens][max_cols]
+};
+
+// x: [ntok][cols] floats -> act in `fmt`. REQUIRES: cols a multiple of 32 (256 for kQ8K).
+void QuantizeActivations(ActFormat fmt, const float* x, int64_t ntok, int64_t cols,
+                         const ActBuffers& act, cudaStream_t stream);
+
+// y[t * w.rows + r] = dot(row r of W, activation row t) for t < ntok (any ntok >= 1; rows of 8
+// tokens share each weight read). act must hold the activations in ActFormatFor(w.type).
+// Mirrors the CPU's matrix-vector kernels (MatMul with the GEMM off).
+void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, float* y,
+            cudaStream_t stream);
+
+// out[r][c] = dequantized W (FP16, round to nearest), for the cuBLAS path.
+void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream);
+
+// out[i][c] = dequantized row row_ids[i] of a matrix (embedding lookup). Mirrors DequantizeRow.
+void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
+                    const int32_t* row_ids, int n, float* out, cudaStream_t stream);
+
+void F32ToF16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+
+// Mirrors runtime/model/ops.h: RmsNorm (sum of squares in double), RopeNormal (ggml's angle
+// recurrence; theta_scale = powf(base, -2/rope_dim) computed by the caller on the host, pos[t] the
+// position of row t), SwiGlu, AddInPlace.
+void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float* y,
+             cudaStream_t stream);
+void RopeNormal(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int rope_dim,
+                float theta_scale, float freq_scale, cudaStream_t stream);
+void SwiGlu(float* gate, const float* up, int64_t n, cudaStream_t stream);
+void AddInPlace(float* y, const float* x, int64_t n, cudaStream_t stream);
+
+// Keys and values of n tokens (rows of n_embd_kv floats) into one layer of the paged FP16 cache:
+// row t goes to cache row slot_rows[t] (= block * block_size + slot).
+void WriteKv(const float* k, const float* v, const int32_t* slot_rows, int n, int n_embd_kv,
+             uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream);
+
+// out[i] = x[rows[i]] for rows of d floats.
+void GatherRows(const float* x, const int32_t* rows, int n, int d, float* out,
+                cudaStream_t stream);
+
+// out[r] = the index of the largest of logits[r][0..n_vocab) (the first on ties).
+void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaStream_t stream);
+
+// ---- attention over the paged cache ------------------------------------------------------
+//
+//   token g of the step: seq = tok_seq[g], position = tok_pos[g]; it attends positions
+//   [0, tok_pos[g]] of its sequence; position p lives at cache row
+//   tables[seq_table_off[seq] + p / block_size] * block_size + p % block_size.
+//
+//   k/v layer: [num_blocks][block_size][n_embd_kv] FP16; query head h reads kv head h / n_gqa.
+struct AttnParams {
+  const float* q = nullptr;          // [n_tok][n_head * head_dim]
+  const uint16_t* k = nullptr;       // this layer's keys
+  const uint16_t* v = nullptr;       // this layer's values
+  float* out = nullptr;              // [n_tok][n_head * head_dim]
+  const int32_t* tok_seq = nullptr;  // [n_tok]
+  const int32_t* tok_pos = nullptr;  // [n_tok]
+  const int32_t* seq_table_off = nullptr;
+  const int32_t* tables = nullptr;
+  // AttentionDecode: block i computes token tok_index[i] (null: token i); n_tok blocks.
+  const int32_t* tok_index = nullptr;
+  int n_tok = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  float scale = 0.0f;  // 1 / sqrt(head_dim)
+};
+
+// One block per (token, head), online softmax over all its positions: for decode steps. Any
+// head_dim <= 256 (a multiple of 32).
+void AttentionDecode(const AttnParams& p, cudaStream_t stream);
+
+// Tiled (flash-style) causal attention: one block per (tile of kPrefillTile query tokens of one
+// sequence, head); K/V tiles staged in shared memory. tiles[i] = first token g of tile i; a tile
+// never crosses a sequence (the caller cuts tiles per sequence; tile_len[i] tokens). head_dim 64
+// or 128; anything else falls back to AttentionDecode.
+constexpr int kPrefillTile = 32;
+void AttentionPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len,
+                      int n_tiles, cudaStream_t stream);
+bool AttentionPrefillSupports(int head_dim);
+
+}  // namespace kinfer::cuda

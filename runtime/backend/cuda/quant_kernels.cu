@@ -1,0 +1,507 @@
+// Activation quantizers, fused dequantizing matrix-vector products for every weight type, and
+// dequantization (rows for the embedding, whole matrices to FP16 for cuBLAS).
+// Block layouts: runtime/gguf/ggml_types.h. Numerics: cuda_kernels.h.
+#include <cassert>
+
+#include "runtime/backend/cuda/cuda_common.cuh"
+#include "runtime/backend/cuda/cuda_kernels.h"
+
+namespace kinfer::cuda {
+namespace {
+
+// ---- activation quantizers -----------------------------------------------------------------
+
+// One warp per 32-block of a row: Q8_0 / Q8_1 exactly as the CPU's QuantizeQ8 (amax / 127 as the
+// scale, q = rint(x * (127 / amax)), d and s rounded through fp16).
+__global__ void QuantizeQ8Kernel(const float* __restrict__ x, int64_t nblocks_total, int cols,
+                                 ActBuffers act) {
+  const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (b >= nblocks_total) return;
+  const float v = x[b * 32 + lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  const float dv = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const int q = static_cast<int>(rintf(__fmul_rn(v, id)));
+  act.qs[b * 32 + lane] = static_cast<int8_t>(q);
+  const int sum = WarpSumInt(q);
+  if (lane == 0) {
+    act.d[b] = HalfBitsToFloat(FloatToHalfBits(dv));
+    act.s[b] = HalfBitsToFloat(FloatToHalfBits(__fmul_rn(dv, static_cast<float>(sum))));
+  }
+  (void)cols;
+}
+
+// One warp per 256-block: the CPU's Q8_K (the value of largest magnitude, first on ties, sets
+// iscale = -127 / max; q = min(127, rint(iscale * x)); d = 1 / iscale). s gets each 32-unit's sum.
+__global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total, ActBuffers act) {
+  const int64_t sb = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (sb >= nsb_total) return;
+  const float* xb = x + sb * 256;
+  float vals[8];
+  float amax = -1.0f;
+  int imax = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    vals[k] = xb[lane * 8 + k];  // lane owns elements 8*lane .. 8*lane+7 (one 32-unit per 4 lanes)
+    const float ax = fabsf(vals[k]);
+    if (ax > amax) {
+      amax = ax;
+      imax = lane * 8 + k;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float oa = __shfl_xor_sync(kFullMask, amax, o);
+    const int oi = __shfl_xor_sync(kFullMask, imax, o);
+    if (oa > amax || (oa == amax && oi < imax)) {
+      amax = oa;
+      imax = oi;
+    }
+  }
+  int8_t* q = act.qs + sb * 256 + lane * 8;
+  if (amax == 0.0f) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = 0;
+    if ((lane & 3) == 0) {
+      act.d[sb * 8 + lane / 4] = 0.0f;
+      act.s[sb * 8 + lane / 4] = 0.0f;
+    }
+    return;
+  }
+  const float maxv = xb[imax];
+  const float iscale = -127.0f / maxv;
+  int sum = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int v = static_cast<int>(rintf(__fmul_rn(iscale, vals[k])));
+    const int c = v < 127 ? v : 127;
+    q[k] = static_cast<int8_t>(c);
+    sum += c;
+  }
+  sum += __shfl_xor_sync(kFullMask, sum, 1);
+  sum += __shfl_xor_sync(kFullMask, sum, 2);
+  if ((lane & 3) == 0) {
+    act.d[sb * 8 + lane / 4] = 1.0f / iscale;
+    act.s[sb * 8 + lane / 4] = static_cast<float>(sum);
+  }
+}
+
+template <int kKind>  // 0 = f32 copy, 1 = fp16 round trip, 2 = bf16 round trip
+__global__ void RoundActKernel(const float* __restrict__ x, int64_t n, float* __restrict__ xr) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i];
+  if (kKind == 0) xr[i] = v;
+  if (kKind == 1) xr[i] = __half2float(__float2half_rn(v));
+  if (kKind == 2) xr[i] = __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// ---- one 32-element unit of a quantized weight row -------------------------------------------
+//
+// A weight unit in registers: 8 words of 4 int8 values (element order), two scales and, for the
+// k-quants, the unit's integer scale(s) and min.
+struct WUnit {
+  int q[8];
+  float a = 0.0f;  // d (Q4_0, Q4_1, Q8_0, Q6_K), d (Q4_K)
+  float b = 0.0f;  // m (Q4_1), dmin (Q4_K)
+  int sc0 = 0, sc1 = 0;  // Q4_K: scale, min; Q6_K: scales of the two 16-halves
+};
+
+template <GgmlType T>
+__device__ __forceinline__ WUnit LoadUnit(const uint8_t* row, int u);
+
+template <>
+__device__ __forceinline__ WUnit LoadUnit<GgmlType::kQ4_0>(const uint8_t* row, int u) {
+  const uint8_t* blk = row + static_cast<size_t>(u) * 18;
+  WUnit w;
+  w.a = HalfBitsToFloat(LoadU16(blk));
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int v = LoadI32Aligned2(blk + 2 + 4 * k);
+    w.q[k] = __vsub4(v & 0x0F0F0F0F, 0x08080808);
+    w.q[k + 4] = __vsub4((v >> 4) & 0x0F0F0F0F, 0x08080808);
+  }
+  return w;
+}
+
+template <>
+__device__ __forceinline__ WUnit LoadUnit<GgmlType::kQ4_1>(const uint8_t* row, int u) {
+  const uint8_t* blk = row + static_cast<size_t>(u) * 20;
+  WUnit w;
+  const uint32_t dm = static_cast<uint32_t>(LoadI32Aligned4(blk));
+  w.a = HalfBitsToFloat(static_cast<uint16_t>(dm & 0xffff));
+  w.b = HalfBitsToFloat(static_cast<uint16_t>(dm >> 16));
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int v = LoadI32Aligned4(blk + 4 + 4 * k);
+    w.q[k] = v & 0x0F0F0F0F;
+    w.q[k + 4] = (v >> 4) & 0x0F0F0F0F;
+  }
+  return w;
+}
+
+template <>
+__device__ __forceinline__ WUnit LoadUnit<GgmlType::kQ8_0>(const uint8_t* row, int u) {
+  const uint8_t* blk = row + static_cast<size_t>(u) * 34;
+  WUnit w;
+  w.a = HalfBitsToFloat(LoadU16(blk));
+#pragma unroll
+  for (int k = 0; k < 8; ++k) w.q[k] = LoadI32Aligned2(blk + 2 + 4 * k);
+  return w;
+}
+
+// Q4_K: unit j of a super-block is its sub-block j (scale and min from the packed 6-bit pairs).
+template <>
+__device__ __forceinline__ WUnit LoadUnit<GgmlType::kQ4_K>(const uint8_t* row, int u) {
+  const uint8_t* blk = row + static_cast<size_t>(u / 8) * 144;
+  const int j = u % 8;
+  WUnit w;
+  w.a = HalfBitsToFloat(LoadU16(blk));
+  w.b = HalfBitsToFloat(LoadU16(blk + 2));
+  const uint8_t* sc = blk + 4;
+  if (j < 4) {
+    w.sc0 = sc[j] & 63;
+    w.sc1 = sc[j + 4] & 63;
+  } else {
+    w.sc0 = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+    w.sc1 = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  const uint8_t* qs = blk + 16 + (j / 2) * 32;
+  const int shift = (j % 2) * 4;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) w.q[k] = (LoadI32Aligned4(qs + 4 * k) >> shift) & 0x0F0F0F0F;
+  return w;
+}
+
+// Q6_K: unit j (elements 32j..32j+31) of a super-block: half h = j / 4, k = j % 4 selects the ql
+// run (k & 1), its nibble (k >> 1) and the 2-bit field 2k of qh; scales 2k and 2k+1 of the half.
+template <>
+__device__ __forceinline__ WUnit LoadUnit<GgmlType::kQ6_K>(const uint8_t* row, int u) {
+  const uint8_t* blk = row + static_cast<size_t>(u / 8) * 210;
+  const int j = u % 8;
+  const int h = j / 4, k = j % 4;
+  const uint8_t* ql = blk + h * 64 + (k & 1) * 32;
+  const uint8_t* qh = blk + 128 + h * 32;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(blk + 192) + h * 8;
+  WUnit w;
+  w.a = HalfBitsToFloat(LoadU16(blk + 208));
+  w.sc0 = scales[2 * k];
+  w.sc1 = scales[2 * k + 1];
+  const int nshift = (k >> 1) * 4;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int lo = (LoadI32Aligned2(ql + 4 * i) >> nshift) & 0x0F0F0F0F;
+    const int hi = ((LoadI32Aligned2(qh + 4 * i) >> (2 * k)) & 0x03030303) << 4;
+    w.q[i] = __vsub4(lo | hi, 0x20202020);
+  }
+  return w;
+}
+
+// The unit's contribution to the row's dot product, in the CPU kernel's per-block expression.
+template <GgmlType T>
+__device__ __forceinline__ float DotUnit(const WUnit& w, const int* aq, float ad, float as) {
+  if constexpr (T == GgmlType::kQ6_K) {
+    int d0 = 0, d1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) d0 = __dp4a(w.q[k], aq[k], d0);
+#pragma unroll
+    for (int k = 4; k < 8; ++k) d1 = __dp4a(w.q[k], aq[k], d1);
+    return (w.a * ad) * static_cast<float>(w.sc0 * d0 + w.sc1 * d1);
+  } else {
+    int sumi = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sumi = __dp4a(w.q[k], aq[k], sumi);
+    if constexpr (T == GgmlType::kQ4_1) {
+      return (w.a * ad) * static_cast<float>(sumi) + w.b * as;
+    } else if constexpr (T == GgmlType::kQ4_K) {
+      return (ad * w.a) * static_cast<float>(w.sc0 * sumi) +
+             (-ad * w.b) * static_cast<float>(w.sc1 * static_cast<int>(as));
+    } else {
+      return static_cast<float>(sumi) * (w.a * ad);
+    }
+  }
+}
+
+// One warp per weight row, lanes over the row's 32-units; NT tokens share each weight unit.
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                     int rows, int cols, ActBuffers act, int ntok,
+                                                     float* __restrict__ y) {
+  const int row = blockIdx.x * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
+  const int nunits = cols / 32;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int u = lane; u < nunits; u += 32) {
+    const WUnit wu = LoadUnit<T>(wrow, u);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < ntok) {
+        const int4* ap = reinterpret_cast<const int4*>(act.qs + static_cast<size_t>(t) * cols + u * 32);
+        const int4 a0 = ap[0], a1 = ap[1];
+        const int aq[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const size_t du = static_cast<size_t>(t) * nunits + u;
+        acc[t] += DotUnit<T>(wu, aq, act.d[du], act.s[du]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < ntok) {
+      const float s = WarpSum(acc[t]);
+      if (lane == 0) y[static_cast<size_t>(t) * rows + row] = s;
+    }
+  }
+}
+
+template <GgmlType T>
+__device__ __forceinline__ float LoadPlain(const uint8_t* row, int i) {
+  if constexpr (T == GgmlType::kF32) return reinterpret_cast<const float*>(row)[i];
+  if constexpr (T == GgmlType::kF16) return HalfBitsToFloat(reinterpret_cast<const uint16_t*>(row)[i]);
+  if constexpr (T == GgmlType::kBF16) return Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[i]);
+  return 0.0f;
+}
+
+// F32 / F16 / BF16 weights times the (rounded) float activations: one warp per row.
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128) MatVecPlainKernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                         int rows, int cols, const float* __restrict__ xr,
+                                                         int ntok, float* __restrict__ y) {
+  const int row = blockIdx.x * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int i = lane; i < cols; i += 32) {
+    const float wv = LoadPlain<T>(wrow, i);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < ntok) acc[t] += wv * xr[static_cast<size_t>(t) * cols + i];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < ntok) {
+      const float s = WarpSum(acc[t]);
+      if (lane == 0) y[static_cast<size_t>(t) * rows + row] = s;
+    }
+  }
+}
+
+template <GgmlType T>
+void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, float* y,
+                      cudaStream_t stream) {
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  const dim3 grid((rows + 3) / 4), block(128);
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  constexpr bool kPlain = T == GgmlType::kF32 || T == GgmlType::kF16 || T == GgmlType::kBF16;
+  for (int64_t t0 = 0; t0 < ntok; t0 += 8) {
+    const int n = static_cast<int>(ntok - t0 < 8 ? ntok - t0 : 8);
+    float* yt = y + t0 * rows;
+    if constexpr (kPlain) {
+      const float* xr = act.xr + t0 * cols;
+      if (n == 1) MatVecPlainKernel<T, 1><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
+      else if (n == 2) MatVecPlainKernel<T, 2><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
+      else if (n <= 4) MatVecPlainKernel<T, 4><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
+      else MatVecPlainKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
+    } else {
+      ActBuffers a = act;
+      a.qs += t0 * cols;
+      a.d += t0 * (cols / 32);
+      a.s += t0 * (cols / 32);
+      if (n == 1) MatVecQKernel<T, 1><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
+      else if (n == 2) MatVecQKernel<T, 2><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
+      else if (n <= 4) MatVecQKernel<T, 4><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
+      else MatVecQKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
+    }
+  }
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+// ---- dequantization ---------------------------------------------------------------------------
+
+// Element c of a row, bit-exact with DequantizeRow (no FMA contraction: __fmul_rn / __fadd_rn).
+__device__ float DequantElem(GgmlType type, const uint8_t* row, int c) {
+  switch (type) {
+    case GgmlType::kF32:
+      return reinterpret_cast<const float*>(row)[c];
+    case GgmlType::kF16:
+      return HalfBitsToFloat(reinterpret_cast<const uint16_t*>(row)[c]);
+    case GgmlType::kBF16:
+      return Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[c]);
+    case GgmlType::kQ4_0: {
+      const uint8_t* blk = row + (c / 32) * 18;
+      const int j = c % 32;
+      const uint8_t b = blk[2 + (j % 16)];
+      const int q = (j < 16 ? (b & 0x0F) : (b >> 4)) - 8;
+      return __fmul_rn(static_cast<float>(q), HalfBitsToFloat(LoadU16(blk)));
+    }
+    case GgmlType::kQ4_1: {
+      const uint8_t* blk = row + (c / 32) * 20;
+      const int j = c % 32;
+      const uint8_t b = blk[4 + (j % 16)];
+      const int q = j < 16 ? (b & 0x0F) : (b >> 4);
+      return __fadd_rn(__fmul_rn(static_cast<float>(q), HalfBitsToFloat(LoadU16(blk))),
+                       HalfBitsToFloat(LoadU16(blk + 2)));
+    }
+    case GgmlType::kQ8_0: {
+      const uint8_t* blk = row + (c / 32) * 34;
+      const int8_t q = static_cast<int8_t>(blk[2 + c % 32]);
+      return __fmul_rn(static_cast<float>(q), HalfBitsToFloat(LoadU16(blk)));
+    }
+    case GgmlType::kQ4_K: {
+      const uint8_t* blk = row + (c / 256) * 144;
+      const int e = c % 256;
+      const int j = e / 32;  // sub-block
+      const uint8_t* sc = blk + 4;
+      int s, m;
+      if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+      } else {
+        s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      }
+      const uint8_t b = blk[16 + (j / 2) * 32 + e % 32];
+      const int q = (j % 2) ? (b >> 4) : (b & 0x0F);
+      const float d1 = __fmul_rn(HalfBitsToFloat(LoadU16(blk)), static_cast<float>(s));
+      const float m1 = __fmul_rn(HalfBitsToFloat(LoadU16(blk + 2)), static_cast<float>(m));
+      return __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
+    case GgmlType::kQ6_K: {
+      const uint8_t* blk = row + (c / 256) * 210;
+      const int e = c % 256;
+      const int h = e / 128, r = e % 128;
+      const int k = r / 32, l = r % 32;
+      const uint8_t qlb = blk[h * 64 + (k & 1) * 32 + l];
+      const uint8_t qhb = blk[128 + h * 32 + l];
+      const int q = (((k >> 1) ? (qlb >> 4) : (qlb & 0xF)) | (((qhb >> (2 * k)) & 3) << 4)) - 32;
+      const int8_t s = reinterpret_cast<const int8_t*>(blk + 192)[h * 8 + l / 16 + 2 * k];
+      const float d = HalfBitsToFloat(LoadU16(blk + 208));
+      return __fmul_rn(__fmul_rn(d, static_cast<float>(s)), static_cast<float>(q));
+    }
+    default:
+      return 0.0f;
+  }
+}
+
+__global__ void DequantizeToF16Kernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
+                                      int64_t rows, int cols, uint16_t* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols;
+  const int c = static_cast<int>(i % cols);
+  out[i] = FloatToHalfBits(DequantElem(type, w + r * row_bytes, c));
+}
+
+__global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
+                                     int cols, const int32_t* __restrict__ ids, int n,
+                                     float* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(n) * cols) return;
+  const int r = static_cast<int>(i / cols);
+  const int c = static_cast<int>(i % cols);
+  out[i] = DequantElem(type, w + static_cast<size_t>(ids[r]) * row_bytes, c);
+}
+
+__global__ void F32ToF16Kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = FloatToHalfBits(x[i]);
+}
+
+inline unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+}  // namespace
+
+ActFormat ActFormatFor(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF16: return ActFormat::kF16;
+    case GgmlType::kBF16: return ActFormat::kBF16;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0: return ActFormat::kQ8_0;
+    case GgmlType::kQ4_1: return ActFormat::kQ8_1;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: return ActFormat::kQ8K;
+    default: return ActFormat::kF32;
+  }
+}
+
+bool CudaMatMulSupports(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
+void QuantizeActivations(ActFormat fmt, const float* x, int64_t ntok, int64_t cols,
+                         const ActBuffers& act, cudaStream_t stream) {
+  const int64_t n = ntok * cols;
+  switch (fmt) {
+    case ActFormat::kQ8_0:
+    case ActFormat::kQ8_1: {
+      const int64_t nb = n / 32;
+      QuantizeQ8Kernel<<<Blocks(nb * 32, 256), 256, 0, stream>>>(x, nb, static_cast<int>(cols), act);
+      break;
+    }
+    case ActFormat::kQ8K: {
+      const int64_t nsb = n / 256;
+      QuantizeQ8KKernel<<<Blocks(nsb * 32, 256), 256, 0, stream>>>(x, nsb, act);
+      break;
+    }
+    case ActFormat::kF32: RoundActKernel<0><<<Blocks(n, 256), 256, 0, stream>>>(x, n, act.xr); break;
+    case ActFormat::kF16: RoundActKernel<1><<<Blocks(n, 256), 256, 0, stream>>>(x, n, act.xr); break;
+    case ActFormat::kBF16: RoundActKernel<2><<<Blocks(n, 256), 256, 0, stream>>>(x, n, act.xr); break;
+  }
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, float* y, cudaStream_t stream) {
+  switch (w.type) {
+    case GgmlType::kF32: return LaunchMatVecType<GgmlType::kF32>(w, act, ntok, y, stream);
+    case GgmlType::kF16: return LaunchMatVecType<GgmlType::kF16>(w, act, ntok, y, stream);
+    case GgmlType::kBF16: return LaunchMatVecType<GgmlType::kBF16>(w, act, ntok, y, stream);
+    case GgmlType::kQ4_0: return LaunchMatVecType<GgmlType::kQ4_0>(w, act, ntok, y, stream);
+    case GgmlType::kQ4_1: return LaunchMatVecType<GgmlType::kQ4_1>(w, act, ntok, y, stream);
+    case GgmlType::kQ8_0: return LaunchMatVecType<GgmlType::kQ8_0>(w, act, ntok, y, stream);
+    case GgmlType::kQ4_K: return LaunchMatVecType<GgmlType::kQ4_K>(w, act, ntok, y, stream);
+    case GgmlType::kQ6_K: return LaunchMatVecType<GgmlType::kQ6_K>(w, act, ntok, y, stream);
+    default: assert(false && "MatVec: unsupported type");
+  }
+}
+
+void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream) {
+  const int64_t n = w.rows * w.cols;
+  DequantizeToF16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(
+      w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, static_cast<int>(w.cols), out);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
+                    const int32_t* row_ids, int n, float* out, cudaStream_t stream) {
+  DequantizeRowsKernel<<<Blocks(n * cols, 256), 256, 0, stream>>>(
+      type, static_cast<const uint8_t*>(data), row_bytes, static_cast<int>(cols), row_ids, n, out);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void F32ToF16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  F32ToF16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(x, y, n);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace kinfer::cuda

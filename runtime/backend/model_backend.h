@@ -1,0 +1,77 @@
+// ModelBackend: the one interface the engine computes through, whatever the device.
+//
+//   engine thread --ForwardBatch(seqs)--> ModelBackend --+-- CpuBackend  (LlamaModel + PagedKvCache)
+//                                                        +-- CudaBackend (weights, paged KV and
+//                                                                          scratch in device memory)
+//
+// A backend owns the model's weights as its device needs them and the paged KV cache
+// ([layer][block][slot][n_embd_kv], FP16, keys and values apart; runtime/model/kv_cache.h). The
+// engine owns the block bookkeeping (runtime/kv/KvBlockManager) and passes block tables in each
+// SequenceBatch; the backend never decides which block holds what.
+//
+// Sizing the cache: the engine asks KvMemoryBudgetBytes(fraction) and KvBlockBytes(block_size),
+// picks num_blocks = budget / block bytes (at least one context's worth), then InitKvCache.
+//
+// Thread safety: one thread (the engine thread) calls every method; none is safe to call
+// concurrently with another. hparams() and name() return values fixed at creation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/model/llama_hparams.h"
+#include "runtime/model/llama_model.h"  // SequenceBatch, ForwardMode
+
+namespace kinfer {
+
+class GgufFile;
+
+class ModelBackend {  // one thread (the engine thread) calls everything
+ public:
+  virtual ~ModelBackend() = default;
+  virtual const LlamaHParams& hparams() const = 0;
+  virtual std::string name() const = 0;                   // "cpu" or "cuda"
+  virtual size_t KvBlockBytes(int block_size) const = 0;  // bytes of one KV block, all layers, K+V
+  // CPU: fraction of MemAvailable; CUDA: fraction of free device memory after weights.
+  virtual int64_t KvMemoryBudgetBytes(double fraction) const = 0;
+  // Allocates the paged cache (replaces any; its contents are then undefined).
+  // INVALID_ARGUMENT for block_size or num_blocks < 1; RESOURCE_EXHAUSTED when it does not fit.
+  virtual Status InitKvCache(int block_size, int num_blocks) = 0;
+  // Same contract as LlamaModel::ForwardBatch, SequenceBatch::num_logits included; logits on the
+  // host, num_logits rows of n_vocab per sequence with want_logits, in sequence order.
+  // FAILED_PRECONDITION before InitKvCache.
+  virtual Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) = 0;
+};
+
+struct BackendOptions {
+  // CUDA: the device ordinal.
+  int cuda_device = 0;
+  // Where the factory's one line about its choice goes ("auto" falling back to the CPU, the
+  // device picked). Null: stderr.
+  void (*log)(std::string_view line) = nullptr;
+};
+
+// device: "cpu", "cuda" or "auto" (CUDA when a device works, else CPU, saying so in one log line).
+// "cuda" without a CUDA build or without a working device is FAILED_PRECONDITION naming the
+// reason (e.g. "no CUDA device: CUDA driver version is insufficient for CUDA runtime version").
+// Any other device string is INVALID_ARGUMENT. n_threads is the CPU backend's thread pool size.
+// Errors loading the model (bad tensors) are returned as LlamaModel::Load returns them.
+StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(std::string_view device,
+                                                      std::shared_ptr<const GgufFile> file,
+                                                      int n_threads,
+                                                      const BackendOptions& options = {});
+
+// Whether this binary was built with the CUDA backend (KINFER_HAVE_CUDA).
+bool CudaBackendCompiled();
+
+// OK when a CUDA device can be used (driver present, at least one device, `ordinal` exists);
+// otherwise FAILED_PRECONDITION "no CUDA device: <reason>". Cheap; no model needed.
+Status CudaDeviceUsable(int ordinal = 0);
+
+}  // namespace kinfer
