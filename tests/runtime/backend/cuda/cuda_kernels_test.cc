@@ -1,0 +1,374 @@
+// Every CUDA kernel against the CPU op it mirrors, on random data and on the bundled model's
+// weights (llama.cpp's test-backend-ops method: normalized mean squared error, NMSE, under a
+// stated bound). Skipped, with the CUDA error, where no device works.
+//
+// Bounds and why:
+//   quantizers, dequantization, embedding rows, argmax            exact (same arithmetic)
+//   RmsNorm, RoPE, SwiGLU, add                                    NMSE < 1e-10 (same float
+//                                                                 expressions; libm ulps)
+//   matrix-vector, quantized weights                              NMSE < 1e-7 (same integer dots,
+//                                                                 fp32 summation order differs)
+//   matrix-vector, F32/F16/BF16                                   NMSE < 1e-9
+//   attention (decode and tiled prefill) vs a double reference   NMSE < 1e-6
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/cpu/kernels.h"
+#include "runtime/backend/cpu/matmul.h"
+#include "runtime/backend/cpu/thread_pool.h"
+#include "runtime/backend/cuda/cuda_kernels.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/ops.h"
+#include "tests/runtime/backend/backend_test_util.h"
+#include "tests/runtime/backend/cuda/cuda_test_util.h"
+
+namespace kinfer {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::Nmse;
+using testing::RandomFloats;
+
+constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
+                                  GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                  GgmlType::kQ4_K, GgmlType::kQ6_K};
+
+size_t RowBytes(GgmlType t, int64_t cols) {
+  return static_cast<size_t>(cols / GgmlBlockSize(t)) * GgmlTypeSize(t);
+}
+
+void PutHalf(uint8_t* p, float f) {
+  const uint16_t h = Fp32ToFp16(f);
+  std::memcpy(p, &h, 2);
+}
+
+// Random bytes with sane scales (small positive halves where each format keeps them).
+std::vector<uint8_t> RandomMatrix(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.02f), val(-1.0f, 1.0f);
+  const size_t rb = RowBytes(t, cols);
+  std::vector<uint8_t> m(rb * rows);
+  for (uint8_t& b : m) b = static_cast<uint8_t>(byte(rng));
+  const size_t bsz = GgmlTypeSize(t);
+  const size_t nblk = m.size() / bsz;
+  for (size_t i = 0; i < nblk; ++i) {
+    uint8_t* blk = m.data() + i * bsz;
+    switch (t) {
+      case GgmlType::kF32: { const float f = val(rng); std::memcpy(blk, &f, 4); break; }
+      case GgmlType::kF16: PutHalf(blk, val(rng)); break;
+      case GgmlType::kBF16: {
+        const uint16_t h = cpu_internal::FloatToBf16(val(rng));
+        std::memcpy(blk, &h, 2);
+        break;
+      }
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ8_0: PutHalf(blk, scale(rng)); break;
+      case GgmlType::kQ4_1: PutHalf(blk, scale(rng)); PutHalf(blk + 2, -8 * scale(rng)); break;
+      case GgmlType::kQ4_K: PutHalf(blk, scale(rng) / 4); PutHalf(blk + 2, scale(rng) / 4); break;
+      case GgmlType::kQ6_K: PutHalf(blk + 208, scale(rng) / 8); break;
+      default: break;
+    }
+  }
+  return m;
+}
+
+// Quantized activation scratch on the device for ntok x cols.
+struct DevAct {
+  DevAct(int64_t ntok, int64_t cols)
+      : qs(ntok * cols), d(ntok * cols / 32), s(ntok * cols / 32), xr(ntok * cols) {
+    a.qs = qs.get();
+    a.d = d.get();
+    a.s = s.get();
+    a.xr = xr.get();
+  }
+  DeviceBuffer<int8_t> qs;
+  DeviceBuffer<float> d, s, xr;
+  cuda::ActBuffers a;
+};
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { KINFER_REQUIRE_CUDA(); }
+
+  // CPU MatMul with the GEMM off (the matrix-vector kernels) against cuda::MatVec.
+  void CheckMatVec(GgmlType type, const uint8_t* wbytes, int64_t rows, int64_t cols, int ntok,
+                   double bound, const std::string& what) {
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(ntok) * cols, 7 + ntok, -2.0f, 2.0f);
+    std::vector<float> want(static_cast<size_t>(ntok) * rows);
+    SetMatMulGemmEnabled(false);
+    ThreadPool pool(2);
+    MatMul(WeightMatrix{type, wbytes, rows, cols}, x.data(), ntok, want.data(), pool);
+    SetMatMulGemmEnabled(true);
+    DeviceBuffer<uint8_t> w(wbytes, RowBytes(type, cols) * rows);
+    DeviceBuffer<float> xd(x), y(want.size());
+    DevAct act(ntok, cols);
+    cuda::DevMatrix dm{type, w.get(), rows, cols, RowBytes(type, cols), nullptr};
+    cuda::QuantizeActivations(cuda::ActFormatFor(type), xd.get(), ntok, cols, act.a, nullptr);
+    cuda::MatVec(dm, act.a, ntok, y.get(), nullptr);
+    const std::vector<float> got = y.ToHost();
+    const double e = Nmse(got, want);
+    EXPECT_LT(e, bound) << what << " " << GgmlTypeName(type) << " ntok " << ntok;
+  }
+};
+
+TEST_F(CudaKernelsTest, QuantizersMatchTheCpuBitForBit) {
+  const int64_t cols = 1536, ntok = 3;
+  const std::vector<float> x = RandomFloats(ntok * cols, 11, -3.0f, 3.0f);
+  DeviceBuffer<float> xd(x);
+  const auto& kt = cpu_internal::Kernels();
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_1, GgmlType::kQ4_K}) {
+    DevAct act(ntok, cols);
+    cuda::QuantizeActivations(cuda::ActFormatFor(t), xd.get(), ntok, cols, act.a, nullptr);
+    const auto qs = act.qs.ToHost();
+    const auto d = act.d.ToHost();
+    const auto s = act.s.ToHost();
+    const auto kind = cpu_internal::ActKindFor(t);
+    std::vector<uint8_t> row(cpu_internal::ActRowBytes(kind, cols));
+    for (int64_t tk = 0; tk < ntok; ++tk) {
+      kt.quantize[static_cast<int>(kind)](x.data() + tk * cols, row.data(), cols, false);
+      if (kind == cpu_internal::ActKind::kQ8) {
+        const cpu_internal::Q8Row r = cpu_internal::ViewQ8(row.data(), cols);
+        for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(qs[tk * cols + i], r.qs[i]) << i;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          ASSERT_EQ(d[tk * cols / 32 + b], r.d[b]) << b;
+          if (t == GgmlType::kQ4_1) {
+            ASSERT_EQ(s[tk * cols / 32 + b], r.s[b]) << b;
+          }
+        }
+      } else {
+        const cpu_internal::Q8KRow r = cpu_internal::ViewQ8K(row.data(), cols);
+        for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(qs[tk * cols + i], r.qs[i]) << i;
+        for (int64_t u = 0; u < cols / 32; ++u) {
+          ASSERT_EQ(d[tk * cols / 32 + u], r.d[u / 8]) << u;
+          ASSERT_EQ(s[tk * cols / 32 + u], static_cast<float>(r.bsums[2 * u] + r.bsums[2 * u + 1])) << u;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, MatVecMatchesTheCpuForEveryTypeOnRandomWeights) {
+  for (GgmlType t : kAllTypes) {
+    const int64_t rows = 300, cols = 512;
+    const std::vector<uint8_t> w = RandomMatrix(t, rows, cols, 3);
+    const bool plain = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
+    for (int ntok : {1, 2, 3, 8, 13}) CheckMatVec(t, w.data(), rows, cols, ntok, plain ? 1e-9 : 1e-7, "random");
+  }
+}
+
+TEST_F(CudaKernelsTest, MatVecMatchesTheCpuOnTheBundledModelsWeights) {
+  KINFER_REQUIRE_MODEL();
+  auto f = testing::ModelFile();
+  ASSERT_NE(f, nullptr);
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.0.attn_k.weight",
+                           "token_embd.weight"}) {
+    const GgufTensorInfo* t = f->FindTensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    for (int ntok : {1, 5}) CheckMatVec(t->type, t->data, t->dims[1], t->dims[0], ntok, 1e-7, name);
+  }
+}
+
+TEST_F(CudaKernelsTest, DequantizationIsBitExact) {
+  for (GgmlType t : kAllTypes) {
+    const int64_t rows = 16, cols = 512;
+    const std::vector<uint8_t> w = RandomMatrix(t, rows, cols, 5);
+    const size_t rb = RowBytes(t, cols);
+    DeviceBuffer<uint8_t> wd(w.data(), w.size());
+    const std::vector<int32_t> ids = {3, 0, 15, 3};
+    DeviceBuffer<int32_t> idd(ids);
+    DeviceBuffer<float> out(ids.size() * cols);
+    DeviceBuffer<uint16_t> h(rows * cols);
+    cuda::DequantizeRows(t, wd.get(), rb, cols, idd.get(), static_cast<int>(ids.size()), out.get(), nullptr);
+    cuda::DequantizeToF16(cuda::DevMatrix{t, wd.get(), rows, cols, rb, nullptr}, h.get(), nullptr);
+    const auto got = out.ToHost();
+    const auto got16 = h.ToHost();
+    std::vector<float> ref(cols);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      DequantizeRow(t, w.data() + ids[i] * rb, ref.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[i * cols + c], ref[c]) << GgmlTypeName(t) << " " << c;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t, w.data() + r * rb, ref.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got16[r * cols + c], Fp32ToFp16(ref[c])) << GgmlTypeName(t);
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, EmbeddingRowsOfTheBundledModelAreBitExact) {
+  KINFER_REQUIRE_MODEL();
+  auto f = testing::ModelFile();
+  const GgufTensorInfo* t = f->FindTensor("token_embd.weight");
+  ASSERT_NE(t, nullptr);
+  const int64_t cols = t->dims[0];
+  const size_t rb = RowBytes(t->type, cols);
+  const std::vector<int32_t> ids = {1, 9690, 198, 49151, 0};
+  DeviceBuffer<uint8_t> wd(t->data, t->size_bytes);
+  DeviceBuffer<int32_t> idd(ids);
+  DeviceBuffer<float> out(ids.size() * cols);
+  cuda::DequantizeRows(t->type, wd.get(), rb, cols, idd.get(), static_cast<int>(ids.size()), out.get(), nullptr);
+  const auto got = out.ToHost();
+  std::vector<float> ref(cols);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    DequantizeRow(t->type, t->data + ids[i] * rb, ref.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[i * cols + c], ref[c]);
+  }
+}
+
+TEST_F(CudaKernelsTest, RowOpsMatchTheCpu) {
+  const int n = 5, d = 576, heads = 9, hd = 64;
+  const std::vector<float> x = RandomFloats(n * d, 1, -4.0f, 4.0f);
+  const std::vector<float> w = RandomFloats(d, 2);
+  // RmsNorm
+  std::vector<float> want(n * d);
+  RmsNorm(x.data(), w.data(), n, d, 1e-5f, want.data());
+  DeviceBuffer<float> xd(x), wd(w), yd(n * d);
+  cuda::RmsNorm(xd.get(), wd.get(), n, d, 1e-5f, yd.get(), nullptr);
+  EXPECT_LT(Nmse(yd.ToHost(), want), 1e-10);
+  // RoPE at positions 7.. (rope_dim 64, base 1e5 as SmolLM2)
+  std::vector<float> r = x;
+  RopeNormal(r.data(), n, heads, hd, hd, 7, 100000.0f, 1.0f);
+  std::vector<int32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 7);
+  DeviceBuffer<int32_t> pd(pos);
+  DeviceBuffer<float> rd(x);
+  cuda::RopeNormal(rd.get(), pd.get(), n, heads, hd, hd, std::pow(100000.0f, -2.0f / hd), 1.0f, nullptr);
+  EXPECT_LT(Nmse(rd.ToHost(), r), 1e-10);
+  // SwiGLU and add
+  std::vector<float> g = x;
+  const std::vector<float> u = RandomFloats(n * d, 3);
+  SwiGlu(g.data(), u.data(), n * d);
+  DeviceBuffer<float> gd(x), ud(u);
+  cuda::SwiGlu(gd.get(), ud.get(), n * d, nullptr);
+  EXPECT_LT(Nmse(gd.ToHost(), g), 1e-10);
+  std::vector<float> s = x;
+  AddInPlace(s.data(), u.data(), n * d);
+  DeviceBuffer<float> sd(x);
+  cuda::AddInPlace(sd.get(), ud.get(), n * d, nullptr);
+  EXPECT_EQ(sd.ToHost(), s);
+}
+
+TEST_F(CudaKernelsTest, ArgmaxIsTheFirstMaximum) {
+  const int rows = 3, nv = 49152;
+  std::vector<float> l = RandomFloats(rows * nv, 9);
+  l[0 * nv + 777] = 5.0f;
+  l[1 * nv + 10] = 5.0f;
+  l[1 * nv + 20000] = 5.0f;  // a tie: the first wins
+  l[2 * nv + nv - 1] = 9.0f;
+  DeviceBuffer<float> ld(l);
+  DeviceBuffer<int32_t> out(rows);
+  cuda::ArgmaxRows(ld.get(), rows, nv, out.get(), nullptr);
+  EXPECT_EQ(out.ToHost(), (std::vector<int32_t>{777, 10, nv - 1}));
+}
+
+// Attention over a paged cache with shuffled block tables, both kernels against a double-precision
+// reference computed from the same FP16 cache (query rounded to FP16 as the CPU does).
+TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
+  const int n_head = 9, n_kv = 3, hd = 64, bs = 16, nblocks = 64, dkv = n_kv * hd;
+  std::mt19937 rng(4);
+  std::vector<int32_t> perm(nblocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  // Two sequences: A has 70 positions, of which the last 40 are this step's tokens (prefill
+  // path); B has 33 positions and 1 new token (decode path).
+  struct Seq { int len, n_new; std::vector<int32_t> table; };
+  std::vector<Seq> seqs = {{70, 40, {}}, {33, 1, {}}};
+  int next = 0;
+  for (Seq& s : seqs) {
+    for (int b = 0; b < (s.len + bs - 1) / bs; ++b) s.table.push_back(perm[next++]);
+  }
+  std::vector<uint16_t> kc(nblocks * bs * dkv), vc(kc.size());
+  const std::vector<float> kr = RandomFloats(kc.size(), 5), vr = RandomFloats(vc.size(), 6);
+  for (size_t i = 0; i < kc.size(); ++i) {
+    kc[i] = Fp32ToFp16(kr[i]);
+    vc[i] = Fp32ToFp16(vr[i]);
+  }
+  std::vector<int32_t> tok_seq, tok_pos, table_off, tables, tiles, tile_len, dec;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    table_off.push_back(static_cast<int32_t>(tables.size()));
+    tables.insert(tables.end(), seqs[s].table.begin(), seqs[s].table.end());
+    const int g0 = static_cast<int>(tok_seq.size());
+    for (int t = 0; t < seqs[s].n_new; ++t) {
+      tok_seq.push_back(static_cast<int32_t>(s));
+      tok_pos.push_back(seqs[s].len - seqs[s].n_new + t);
+    }
+    if (seqs[s].n_new > 1) {
+      for (int t0 = 0; t0 < seqs[s].n_new; t0 += cuda::kPrefillTile) {
+        tiles.push_back(g0 + t0);
+        tile_len.push_back(std::min(cuda::kPrefillTile, seqs[s].n_new - t0));
+      }
+    } else {
+      dec.push_back(g0);
+    }
+  }
+  const int n_tok = static_cast<int>(tok_seq.size());
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(n_tok) * n_head * hd, 8, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Reference.
+  std::vector<float> ref(q.size());
+  for (int g = 0; g < n_tok; ++g) {
+    const Seq& s = seqs[tok_seq[g]];
+    for (int h = 0; h < n_head; ++h) {
+      const int kvh = h / (n_head / n_kv);
+      std::vector<double> sc(tok_pos[g] + 1);
+      double mx = -1e300;
+      for (int j = 0; j <= tok_pos[g]; ++j) {
+        const size_t row = (static_cast<size_t>(s.table[j / bs]) * bs + j % bs) * dkv + kvh * hd;
+        double dot = 0;
+        for (int e = 0; e < hd; ++e) {
+          dot += static_cast<double>(Fp16ToFp32(Fp32ToFp16(q[(g * n_head + h) * hd + e]))) * Fp16ToFp32(kc[row + e]);
+        }
+        sc[j] = dot * scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int j = 0; j <= tok_pos[g]; ++j) {
+          const size_t row = (static_cast<size_t>(s.table[j / bs]) * bs + j % bs) * dkv + kvh * hd;
+          o += sc[j] / sum * Fp16ToFp32(vc[row + e]);
+        }
+        ref[(g * n_head + h) * hd + e] = static_cast<float>(o);
+      }
+    }
+  }
+  DeviceBuffer<float> qd(q), out(q.size()), out_all(q.size());
+  DeviceBuffer<uint16_t> kd(kc), vd(vc);
+  DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables), ti(tiles), tl(tile_len), dd(dec);
+  cuda::AttnParams p;
+  p.q = qd.get();
+  p.k = kd.get();
+  p.v = vd.get();
+  p.out = out.get();
+  p.tok_seq = ts.get();
+  p.tok_pos = tp.get();
+  p.seq_table_off = to.get();
+  p.tables = tb.get();
+  p.n_head = n_head;
+  p.n_head_kv = n_kv;
+  p.head_dim = hd;
+  p.block_size = bs;
+  p.scale = scale;
+  // Mixed: the tiled kernel for A's tokens, the decode kernel for B's.
+  p.tok_index = dd.get();
+  p.n_tok = static_cast<int>(dec.size());
+  cuda::AttentionDecode(p, nullptr);
+  cuda::AttentionPrefill(p, ti.get(), tl.get(), static_cast<int>(tiles.size()), nullptr);
+  EXPECT_LT(Nmse(out.ToHost(), ref), 1e-6);
+  // Every token through the decode kernel.
+  p.out = out_all.get();
+  p.tok_index = nullptr;
+  p.n_tok = n_tok;
+  cuda::AttentionDecode(p, nullptr);
+  EXPECT_LT(Nmse(out_all.ToHost(), ref), 1e-6);
+}
+
+}  // namespace
+}  // namespace kinfer
