@@ -1,0 +1,245 @@
+// kinfer-gpu-bench: the CUDA backend's speed on one model, as a program (not a test).
+//
+//   kinfer-gpu-bench --model FILE [--json OUT.json] [--note TEXT] [--quick]
+//
+// Measures, with greedy sampling on the device (ForwardBatchArgmax: only token ids cross PCIe):
+//   single-stream decode tokens/s (128-token prompt, then 256 steps);
+//   decode throughput at batch 1, 8, 64, 256 (each sequence 128 tokens of context, 64 steps);
+//   prefill tokens/s on 2048-token prompts (one prompt a step).
+// Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
+// weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
+// H200's datasheet ceilings (990 TFLOP/s dense bf16, 4.8 TB/s). Prints a table, writes JSON.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/gguf/gguf_file.h"
+
+namespace kinfer {
+namespace {
+
+constexpr double kPeakFlops = 990e12;
+constexpr double kPeakBytes = 4.8e12;
+constexpr int kBlock = 16;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Result {
+  std::string name;
+  int batch = 0;
+  int tokens = 0;
+  double seconds = 0;
+  double flops = 0;
+  double bytes = 0;
+  double tok_s() const { return tokens / seconds; }
+};
+
+class Bench {
+ public:
+  Bench(CudaBackend* b, bool quick) : b_(b), quick_(quick), hp_(b->hparams()) {
+    const double d = hp_.n_embd, dq = hp_.n_head * hp_.head_dim, dkv = hp_.n_embd_kv(), ff = hp_.n_ff;
+    params_ = hp_.n_layer * (d * dq + 2 * d * dkv + dq * d + 3 * d * ff) + d * hp_.n_vocab;
+  }
+  double params() const { return params_; }
+
+  // Attention FLOPs of one token at context c (QK and PV), all layers.
+  double AttnFlops(double ctx) const { return 4.0 * ctx * hp_.n_head * hp_.head_dim * hp_.n_layer; }
+  // KV bytes read by one token at context c.
+  double KvBytes(double ctx) const { return 2.0 * ctx * hp_.n_embd_kv() * 2.0 * hp_.n_layer; }
+
+  std::vector<int32_t> RandomTokens(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> u(100, hp_.n_vocab - 1);
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = u(rng);
+    return t;
+  }
+
+  // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
+  Status Decode(const std::string& name, int B, int ctx, int steps, Result* r) {
+    const int blocks_per_seq = (ctx + steps + kBlock) / kBlock + 1;
+    std::vector<std::vector<int32_t>> tables(B), toks(B);
+    for (int i = 0; i < B; ++i) {
+      for (int k = 0; k < blocks_per_seq; ++k) tables[i].push_back(i * blocks_per_seq + k);
+      toks[i] = RandomTokens(ctx, 17 + i);
+    }
+    // Prefill, as many sequences a step as fit.
+    const int per_step = std::max(1, b_->max_batch_tokens() / ctx);
+    std::vector<int32_t> ids;
+    for (int i0 = 0; i0 < B; i0 += per_step) {
+      std::vector<SequenceBatch> seqs;
+      for (int i = i0; i < std::min(B, i0 + per_step); ++i) {
+        SequenceBatch s;
+        s.tokens = toks[i];
+        s.blocks = tables[i];
+        seqs.push_back(s);
+      }
+      KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(seqs, &ids));
+      for (size_t k = 0; k < seqs.size(); ++k) toks[i0 + k].push_back(ids[k]);
+    }
+    std::vector<SequenceBatch> seqs(B);
+    double t0 = 0;
+    const int warm = 3;
+    for (int step = 0; step < steps + warm; ++step) {
+      if (step == warm) t0 = Now();
+      for (int i = 0; i < B; ++i) {
+        seqs[i].tokens = std::span<const int32_t>(toks[i]).subspan(toks[i].size() - 1);
+        seqs[i].pos0 = static_cast<int>(toks[i].size()) - 1;
+        seqs[i].blocks = tables[i];
+        seqs[i].mode = ForwardMode::kDecode;
+      }
+      KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(seqs, &ids));
+      for (int i = 0; i < B; ++i) toks[i].push_back(ids[i]);
+    }
+    r->name = name;
+    r->batch = B;
+    r->tokens = B * steps;
+    r->seconds = Now() - t0;
+    const double mean_ctx = ctx + warm + steps / 2.0;
+    r->flops = steps * B * (2.0 * params_ + AttnFlops(mean_ctx));
+    r->bytes = steps * (static_cast<double>(b_->weight_bytes_per_token()) + B * KvBytes(mean_ctx));
+    return Status::Ok();
+  }
+
+  Status Prefill(int len, int reps, Result* r) {
+    std::vector<int32_t> table;
+    for (int k = 0; k < (len + kBlock - 1) / kBlock; ++k) table.push_back(k);
+    const std::vector<int32_t> toks = RandomTokens(len, 99);
+    SequenceBatch s;
+    s.tokens = toks;
+    s.blocks = table;
+    std::vector<int32_t> ids;
+    KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(std::span<const SequenceBatch>(&s, 1), &ids));  // warm
+    const double t0 = Now();
+    for (int i = 0; i < reps; ++i) {
+      KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(std::span<const SequenceBatch>(&s, 1), &ids));
+    }
+    r->name = "prefill_" + std::to_string(len);
+    r->batch = 1;
+    r->tokens = len * reps;
+    r->seconds = Now() - t0;
+    // Causal attention: token t attends t + 1 positions; mean (len + 1) / 2.
+    r->flops = reps * (2.0 * params_ * len + len * AttnFlops((len + 1) / 2.0));
+    r->bytes = reps * (static_cast<double>(b_->weight_bytes_per_token()) + len * KvBytes((len + 1) / 2.0));
+    return Status::Ok();
+  }
+
+ private:
+  CudaBackend* b_;
+  bool quick_;
+  LlamaHParams hp_;
+  double params_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  std::string model, json, note;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc) model = argv[++i];
+    else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--note" && i + 1 < argc) note = argv[++i];
+    else if (a == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "usage: kinfer-gpu-bench --model FILE [--json OUT] [--note TEXT] [--quick]\n");
+      return 2;
+    }
+  }
+  if (model.empty()) {
+    std::fprintf(stderr, "kinfer-gpu-bench: --model is required\n");
+    return 2;
+  }
+  auto f = GgufFile::Open(model);
+  if (!f.ok()) {
+    std::fprintf(stderr, "%s\n", f.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<const GgufFile> file(std::move(f).value());
+  CudaBackendOptions opt;
+  opt.max_batch_tokens = 2048;
+  auto b = CudaBackend::Create(file, opt);
+  if (!b.ok()) {
+    std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
+    return 1;
+  }
+  CudaBackend* be = b->get();
+  const int blocks = 256 * ((128 + 64 + 3 + kBlock) / kBlock + 1) + 256;
+  if (Status s = be->InitKvCache(kBlock, std::max(blocks, 2048 / kBlock + 1)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  const CudaDeviceInfo& d = be->device_info();
+  std::printf("device: %s (cc %d.%d, %d SMs, L2 %lld MB), model %s\n", d.name.c_str(), d.cc_major,
+              d.cc_minor, d.sm_count, static_cast<long long>(d.l2_bytes >> 20), model.c_str());
+  std::printf("device memory: weights %lld MB, fp16 copies %lld MB, scratch %lld MB, KV %lld MB\n",
+              static_cast<long long>(be->weights_device_bytes() >> 20),
+              static_cast<long long>(be->fp16_copy_bytes() >> 20),
+              static_cast<long long>(be->scratch_device_bytes() >> 20),
+              static_cast<long long>(be->kv_device_bytes() >> 20));
+  Bench bench(be, quick);
+  std::vector<Result> results;
+  auto run = [&](Status s, Result r) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s failed: %s\n", r.name.c_str(), s.ToString().c_str());
+      return false;
+    }
+    results.push_back(r);
+    std::printf("%-18s batch %4d  %10.0f tok/s  %8.3f TFLOP/s (%.2f%% of 990)  %8.1f GB/s (%.1f%% of 4800)\n",
+                r.name.c_str(), r.batch, r.tok_s(), r.flops / r.seconds / 1e12,
+                100.0 * r.flops / r.seconds / kPeakFlops, r.bytes / r.seconds / 1e9,
+                100.0 * r.bytes / r.seconds / kPeakBytes);
+    std::fflush(stdout);
+    return true;
+  };
+  bool ok = true;
+  {
+    Result r;
+    ok &= run(bench.Decode("single_stream", 1, 128, quick ? 32 : 256, &r), r);
+  }
+  for (int B : {1, 8, 64, 256}) {
+    Result r;
+    ok &= run(bench.Decode("decode_batch", B, 128, quick ? 8 : 64, &r), r);
+  }
+  {
+    Result r;
+    ok &= run(bench.Prefill(2048, quick ? 2 : 10, &r), r);
+  }
+  if (!json.empty()) {
+    FILE* out = std::fopen(json.c_str(), "w");
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", json.c_str());
+      return 1;
+    }
+    std::fprintf(out, "{\n  \"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %lld,\n", d.name.c_str(),
+                 d.sm_count, static_cast<long long>(d.l2_bytes));
+    std::fprintf(out, "  \"model\": \"%s\", \"note\": \"%s\", \"params\": %.0f, \"weight_bytes_per_step\": %zu,\n",
+                 model.c_str(), note.c_str(), bench.params(), be->weight_bytes_per_token());
+    std::fprintf(out, "  \"graphs_captured\": %d, \"peak_flops\": %.0f, \"peak_bytes_per_s\": %.0f,\n",
+                 be->graphs_captured(), kPeakFlops, kPeakBytes);
+    std::fprintf(out, "  \"results\": [\n");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      std::fprintf(out,
+                   "    {\"name\": \"%s\", \"batch\": %d, \"tokens\": %d, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
+                   "\"flops\": %.4g, \"tflops_per_s\": %.4f, \"bytes\": %.4g, \"gb_per_s\": %.2f}%s\n",
+                   r.name.c_str(), r.batch, r.tokens, r.seconds, r.tok_s(), r.flops,
+                   r.flops / r.seconds / 1e12, r.bytes, r.bytes / r.seconds / 1e9,
+                   i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(out, "  ]\n}\n");
+    std::fclose(out);
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kinfer
+
+int main(int argc, char** argv) { return kinfer::Main(argc, argv); }
