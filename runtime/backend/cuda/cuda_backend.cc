@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -93,6 +94,9 @@ struct Layer {
   float* attn_norm = nullptr;
   float* ffn_norm = nullptr;
   DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  // Q|K|V and gate|up stored back to back when each group has one type: one product each on the
+  // matrix-vector path (null data: not fused).
+  DevMatrix wqkv, w_gate_up;
 };
 
 struct HostTensor {
@@ -146,6 +150,8 @@ struct CudaBackend::Impl {
   // Graphs by decode batch size.
   std::map<int, cudaGraphExec_t> graphs;
   float theta_scale = 1.0f;
+  // The first cuBLAS failure of the step being enqueued (reported when the step ends).
+  cublasStatus_t gemm_status = CUBLAS_STATUS_SUCCESS;
 
   ~Impl() {
     ClearGraphs();
@@ -171,7 +177,9 @@ struct CudaBackend::Impl {
   Status EnsureMeta(size_t elems);
   Status Step(std::span<const SequenceBatch> seqs, bool argmax, std::vector<float>* logits,
               std::vector<int32_t>* ids);
-  void Products(const float* x_in, int n, std::initializer_list<std::pair<const DevMatrix*, float*>> ws);
+  bool UseGemm(int n) const { return opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens; }
+  void Products(const float* x_in, int n,
+                std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws);
   void Layers(int n, int n_dec, int n_tiles);
   void Output(int row0, int rows, bool argmax);
 };
@@ -264,7 +272,12 @@ Status CudaBackend::Impl::UploadWeights() {
     HostTensor t;
     DevMatrix* dst;
   };
-  std::vector<Pending> mats;
+  // Matrices uploaded back to back (a group), optionally viewed as one fused matrix.
+  struct Group {
+    std::vector<Pending> mats;
+    DevMatrix* fused = nullptr;
+  };
+  std::vector<Group> groups;
   struct PendingVec {
     std::vector<float> v;
     float** dst;
@@ -273,11 +286,11 @@ Status CudaBackend::Impl::UploadWeights() {
   layers.resize(hp.n_layer);
 
   KINFER_ASSIGN_OR_RETURN(HostTensor embd, FindMatrix(f, "token_embd.weight", d, nv));
-  mats.push_back({embd, &tok_embd});
+  groups.push_back({{{embd, &tok_embd}}, nullptr});
   const bool tied = f.FindTensor("output.weight") == nullptr;
   if (!tied) {
     KINFER_ASSIGN_OR_RETURN(HostTensor out, FindMatrix(f, "output.weight", d, nv));
-    mats.push_back({out, &output});
+    groups.push_back({{{out, &output}}, nullptr});
   }
   KINFER_ASSIGN_OR_RETURN(std::vector<float> onorm, ReadVector(f, "output_norm.weight", d));
   vecs.push_back({std::move(onorm), &output_norm});
@@ -288,36 +301,57 @@ Status CudaBackend::Impl::UploadWeights() {
     vecs.push_back({std::move(an), &L.attn_norm});
     KINFER_ASSIGN_OR_RETURN(std::vector<float> fn, ReadVector(f, p + "ffn_norm.weight", d));
     vecs.push_back({std::move(fn), &L.ffn_norm});
-    const struct {
-      const char* name;
-      int64_t cols, rows;
-      DevMatrix* dst;
-    } specs[] = {{"attn_q.weight", d, dq, &L.wq},      {"attn_k.weight", d, dkv, &L.wk},
-                 {"attn_v.weight", d, dkv, &L.wv},     {"attn_output.weight", dq, d, &L.wo},
-                 {"ffn_gate.weight", d, ff, &L.w_gate}, {"ffn_up.weight", d, ff, &L.w_up},
-                 {"ffn_down.weight", ff, d, &L.w_down}};
-    for (const auto& s : specs) {
-      KINFER_ASSIGN_OR_RETURN(HostTensor t, FindMatrix(f, p + s.name, s.cols, s.rows));
-      mats.push_back({t, s.dst});
-    }
+    auto get = [&](const char* name, int64_t cols, int64_t rows) {
+      return FindMatrix(f, p + name, cols, rows);
+    };
+    KINFER_ASSIGN_OR_RETURN(HostTensor tq, get("attn_q.weight", d, dq));
+    KINFER_ASSIGN_OR_RETURN(HostTensor tk, get("attn_k.weight", d, dkv));
+    KINFER_ASSIGN_OR_RETURN(HostTensor tv, get("attn_v.weight", d, dkv));
+    KINFER_ASSIGN_OR_RETURN(HostTensor to, get("attn_output.weight", dq, d));
+    KINFER_ASSIGN_OR_RETURN(HostTensor tg, get("ffn_gate.weight", d, ff));
+    KINFER_ASSIGN_OR_RETURN(HostTensor tu, get("ffn_up.weight", d, ff));
+    KINFER_ASSIGN_OR_RETURN(HostTensor td, get("ffn_down.weight", ff, d));
+    const bool qkv_one_type = tq.info->type == tk.info->type && tk.info->type == tv.info->type;
+    groups.push_back({{{tq, &L.wq}, {tk, &L.wk}, {tv, &L.wv}}, qkv_one_type ? &L.wqkv : nullptr});
+    groups.push_back({{{to, &L.wo}}, nullptr});
+    groups.push_back({{{tg, &L.w_gate}, {tu, &L.w_up}}, tg.info->type == tu.info->type ? &L.w_gate_up : nullptr});
+    groups.push_back({{{td, &L.w_down}}, nullptr});
   }
+  std::vector<Pending> mats;
   size_t total = 0, f16_total = 0, largest = 0;
   weight_bytes_per_token = 0;
-  for (const Pending& m : mats) {
-    total += Align256(m.t.info->size_bytes);
-    const size_t e = static_cast<size_t>(m.t.rows * m.t.cols);
-    f16_total += Align256(e * 2);
-    largest = std::max(largest, e);
-    if (m.dst != &tok_embd || tied) weight_bytes_per_token += m.t.info->size_bytes;
+  for (const Group& g : groups) {
+    size_t bytes = 0;
+    for (const Pending& m : g.mats) {
+      bytes += m.t.info->size_bytes;
+      const size_t e = static_cast<size_t>(m.t.rows * m.t.cols);
+      f16_total += Align256(e * 2);
+      largest = std::max(largest, e);
+      if (m.dst != &tok_embd || tied) weight_bytes_per_token += m.t.info->size_bytes;
+      mats.push_back(m);
+    }
+    total += Align256(bytes);
   }
   for (const PendingVec& v : vecs) total += Align256(v.v.size() * sizeof(float));
   KINFER_RETURN_IF_ERROR(weights.Allocate(total, "weights"));
-  for (const Pending& m : mats) {
-    uint8_t* p = weights.Take<uint8_t>(m.t.info->size_bytes);
-    KINFER_CUDA_RETURN(cudaMemcpy(p, m.t.info->data, m.t.info->size_bytes, cudaMemcpyHostToDevice),
-                       "weight upload");
-    *m.dst = DevMatrix{m.t.info->type, p, m.t.rows, m.t.cols,
-                       static_cast<size_t>(m.t.info->size_bytes / m.t.rows), nullptr};
+  for (const Group& g : groups) {
+    size_t bytes = 0;
+    for (const Pending& m : g.mats) bytes += m.t.info->size_bytes;
+    uint8_t* p = weights.Take<uint8_t>(bytes);
+    uint8_t* at = p;
+    int64_t rows = 0;
+    for (const Pending& m : g.mats) {
+      KINFER_CUDA_RETURN(cudaMemcpy(at, m.t.info->data, m.t.info->size_bytes, cudaMemcpyHostToDevice),
+                         "weight upload");
+      *m.dst = DevMatrix{m.t.info->type, at, m.t.rows, m.t.cols,
+                         static_cast<size_t>(m.t.info->size_bytes / m.t.rows), nullptr};
+      at += m.t.info->size_bytes;
+      rows += m.t.rows;
+    }
+    if (g.fused) {
+      const DevMatrix& first = *g.mats[0].dst;
+      *g.fused = DevMatrix{first.type, p, rows, first.cols, first.row_bytes, nullptr};
+    }
   }
   for (const PendingVec& v : vecs) {
     float* p = weights.Take<float>(v.v.size());
@@ -399,14 +433,14 @@ Status CudaBackend::Impl::EnsureMeta(size_t elems) {
 }
 
 // Products of several matrices with the same input: the activations are quantized (or converted
-// to FP16) once per format.
+// to FP16) once per format. On the cuBLAS path `out` must be one part (beta = 1 accumulates).
 void CudaBackend::Impl::Products(const float* x_in, int n,
-                                 std::initializer_list<std::pair<const DevMatrix*, float*>> ws) {
-  const bool gemm = opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens;
+                                 std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws) {
+  const bool gemm = UseGemm(n);
   bool have_fmt = false;
   cuda::ActFormat fmt = cuda::ActFormat::kF32;
   bool have_x16 = false;
-  for (const auto& [w, y] : ws) {
+  for (const auto& [w, out] : ws) {
     if (gemm) {
       if (!have_x16) {
         cuda::F32ToF16(x_in, x16, static_cast<int64_t>(n) * w->cols, stream);
@@ -417,12 +451,13 @@ void CudaBackend::Impl::Products(const float* x_in, int n,
         cuda::DequantizeToF16(*w, w16_scratch, stream);
         w16 = w16_scratch;
       }
-      const float alpha = 1.0f, beta = 0.0f;
+      const float alpha = 1.0f, beta = out.accumulate ? 1.0f : 0.0f;
       // Row-major W [rows][cols] is column-major [cols x rows]: Y^T = W * X^T.
-      cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w->rows), n,
+      const cublasStatus_t st = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w->rows), n,
                    static_cast<int>(w->cols), &alpha, w16, CUDA_R_16F, static_cast<int>(w->cols),
-                   x16, CUDA_R_16F, static_cast<int>(w->cols), &beta, y, CUDA_R_32F,
+                   x16, CUDA_R_16F, static_cast<int>(w->cols), &beta, out.y[0], CUDA_R_32F,
                    static_cast<int>(w->rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS && gemm_status == CUBLAS_STATUS_SUCCESS) gemm_status = st;
     } else {
       const cuda::ActFormat f = cuda::ActFormatFor(w->type);
       if (!have_fmt || f != fmt) {
@@ -430,7 +465,7 @@ void CudaBackend::Impl::Products(const float* x_in, int n,
         fmt = f;
         have_fmt = true;
       }
-      cuda::MatVec(*w, act, n, y, stream);
+      cuda::MatVec(*w, act, n, out, stream);
     }
   }
 }
@@ -456,29 +491,56 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
   ap.block_size = block_size;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   const size_t layer_elems = static_cast<size_t>(num_blocks) * block_size * dkv;
+  using cuda::PlainOut;
+  const bool gemm = UseGemm(n);
   for (int l = 0; l < hp.n_layer; ++l) {
     const Layer& L = layers[l];
-    cuda::RmsNorm(x, L.attn_norm, n, d, hp.rms_eps, xn, stream);
-    Products(xn, n, {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}});
-    cuda::RopeNormal(q, pos, n, hp.n_head, hp.head_dim, hp.rope_dim, theta_scale,
-                     hp.rope_freq_scale, stream);
-    cuda::RopeNormal(k, pos, n, hp.n_head_kv, hp.head_dim, hp.rope_dim, theta_scale,
-                     hp.rope_freq_scale, stream);
+    // Attention block. The matrix-vector path: RmsNorm fused into the quantizer, one Q|K|V
+    // product, RoPE fused with the cache write, the residual add fused into the output product.
+    if (!gemm && L.wqkv.data) {
+      cuda::RmsNormQuantize(cuda::ActFormatFor(L.wqkv.type), x, L.attn_norm, n, d, hp.rms_eps, act, stream);
+      cuda::MatOut o;
+      o.y[0] = q;
+      o.y[1] = k;
+      o.y[2] = v;
+      o.begin[1] = dq;
+      o.begin[2] = dq + dkv;
+      o.parts = 3;
+      cuda::MatVec(L.wqkv, act, n, o, stream);
+    } else {
+      cuda::RmsNorm(x, L.attn_norm, n, d, hp.rms_eps, xn, stream);
+      Products(xn, n, {{&L.wq, PlainOut(q)}, {&L.wk, PlainOut(k)}, {&L.wv, PlainOut(v)}});
+    }
     uint16_t* kl = kc + l * layer_elems;
     uint16_t* vl = vc + l * layer_elems;
-    cuda::WriteKv(k, v, slots, n, dkv, kl, vl, stream);
+    cuda::RopeWriteKv(q, k, v, pos, slots, n, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim,
+                      theta_scale, hp.rope_freq_scale, kl, vl, stream);
     ap.k = kl;
     ap.v = vl;
     ap.n_tok = n_dec;
     cuda::AttentionDecode(ap, stream);
     cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, stream);
-    Products(attn, n, {{&L.wo, tmp}});
-    cuda::AddInPlace(x, tmp, static_cast<int64_t>(n) * d, stream);
-    cuda::RmsNorm(x, L.ffn_norm, n, d, hp.rms_eps, xn, stream);
-    Products(xn, n, {{&L.w_gate, gate}, {&L.w_up, up}});
-    cuda::SwiGlu(gate, up, static_cast<int64_t>(n) * hp.n_ff, stream);
-    Products(gate, n, {{&L.w_down, tmp}});
-    cuda::AddInPlace(x, tmp, static_cast<int64_t>(n) * d, stream);
+    Products(attn, n, {{&L.wo, PlainOut(x, true)}});
+    // Feed-forward block.
+    if (!gemm && L.w_gate_up.data) {
+      cuda::RmsNormQuantize(cuda::ActFormatFor(L.w_gate_up.type), x, L.ffn_norm, n, d, hp.rms_eps, act, stream);
+      cuda::MatOut o;
+      o.y[0] = gate;
+      o.y[1] = up;
+      o.begin[1] = hp.n_ff;
+      o.parts = 2;
+      cuda::MatVec(L.w_gate_up, act, n, o, stream);
+    } else {
+      cuda::RmsNorm(x, L.ffn_norm, n, d, hp.rms_eps, xn, stream);
+      Products(xn, n, {{&L.w_gate, PlainOut(gate)}, {&L.w_up, PlainOut(up)}});
+    }
+    if (!gemm) {
+      cuda::SwiGluQuantize(cuda::ActFormatFor(L.w_down.type), gate, up, n, hp.n_ff, act, stream);
+      cuda::MatVec(L.w_down, act, n, PlainOut(x, true), stream);
+    } else {
+      cuda::SwiGlu(gate, up, static_cast<int64_t>(n) * hp.n_ff, stream);
+      Products(gate, n, {{&L.w_down, PlainOut(x, true)}});
+    }
   }
   (void)dq;
 }
@@ -489,7 +551,7 @@ void CudaBackend::Impl::Output(int row0, int rows, bool argmax) {
   const int d = hp.n_embd;
   cuda::GatherRows(x, meta_dev + 4 * T + row0, rows, d, xo, stream);
   cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
-  Products(xo, rows, {{&output, logits}});
+  Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
   if (argmax) {
     cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev, stream);
     cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
@@ -497,6 +559,18 @@ void CudaBackend::Impl::Output(int row0, int rows, bool argmax) {
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
                     cudaMemcpyDeviceToHost, stream);
   }
+}
+
+// Launch-configuration errors (not sticky) and cuBLAS failures of the work just enqueued.
+static Status EnqueueErrors(cublasStatus_t* gemm_status) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return CudaError(e, "kernel launch");
+  if (*gemm_status != CUBLAS_STATUS_SUCCESS) {
+    const int code = static_cast<int>(*gemm_status);
+    *gemm_status = CUBLAS_STATUS_SUCCESS;
+    return Internal("cublasGemmEx failed with status " + std::to_string(code));
+  }
+  return Status::Ok();
 }
 
 Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
@@ -586,28 +660,44 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
     const int key = g * 2 + (argmax ? 1 : 0);
     auto it = graphs.find(key);
     if (it == graphs.end()) {
+      // A capture that fails (an op that cannot be captured, say) turns graphs off for this
+      // backend and the step runs as plain launches: graphs are a speed-up, never a requirement.
       cudaGraph_t graph = nullptr;
-      KINFER_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
-      Layers(g, n_dec, n_tiles);
-      Output(0, nrows, argmax);
-      KINFER_CUDA_RETURN(cudaStreamEndCapture(stream, &graph), "graph capture");
       cudaGraphExec_t exec = nullptr;
-      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      KINFER_CUDA_RETURN(e, "graph instantiate");
-      it = graphs.emplace(key, exec).first;
+      cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+      if (e == cudaSuccess) {
+        Layers(g, n_dec, n_tiles);
+        Output(0, nrows, argmax);
+        e = cudaStreamEndCapture(stream, &graph);
+        const Status enq = EnqueueErrors(&gemm_status);
+        if (e == cudaSuccess && !enq.ok()) e = cudaErrorStreamCaptureInvalidated;
+      }
+      if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+      if (graph) cudaGraphDestroy(graph);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        std::fprintf(stderr, "cuda backend: CUDA graph capture failed (%s); graphs off\n",
+                     cudaGetErrorString(e));
+        opt.cuda_graphs = false;
+      } else {
+        it = graphs.emplace(key, exec).first;
+      }
     }
-    KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
-    KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
-    if (out_logits) std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
-    if (out_ids) std::memcpy(out_ids->data(), argmax_host, rows * sizeof(int32_t));
-    return Status::Ok();
+    if (it != graphs.end()) {
+      KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
+      KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
+      if (out_logits) std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
+      if (out_ids) std::memcpy(out_ids->data(), argmax_host, rows * sizeof(int32_t));
+      return Status::Ok();
+    }
   }
 
   Layers(g, n_dec, n_tiles);
+  KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
   for (int r0 = 0; r0 < nrows; r0 += R) {
     const int nr = std::min(R, nrows - r0);
     Output(r0, nr, argmax);
+    KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
     KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
     if (out_logits) {
       std::memcpy(out_logits->data() + static_cast<size_t>(r0) * hp.n_vocab, logits_host,

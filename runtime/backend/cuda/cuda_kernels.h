@@ -54,11 +54,36 @@ struct ActBuffers {
 void QuantizeActivations(ActFormat fmt, const float* x, int64_t ntok, int64_t cols,
                          const ActBuffers& act, cudaStream_t stream);
 
-// y[t * w.rows + r] = dot(row r of W, activation row t) for t < ntok (any ntok >= 1; rows of 8
-// tokens share each weight read). act must hold the activations in ActFormatFor(w.type).
+// Where a product's rows go: rows [begin[i], begin[i+1]) (the last part to w.rows) of token t
+// land at y[i][t * part_rows + (r - begin[i])]. One part is the plain y[t * w.rows + r]; three
+// parts split a fused Q|K|V (or two a gate|up) matrix into separate buffers. accumulate: y += dot
+// (the residual add fused into the product).
+struct MatOut {
+  float* y[3] = {nullptr, nullptr, nullptr};
+  int64_t begin[3] = {0, 0, 0};
+  int parts = 1;
+  bool accumulate = false;
+};
+inline MatOut PlainOut(float* y, bool accumulate = false) {
+  MatOut o;
+  o.y[0] = y;
+  o.accumulate = accumulate;
+  return o;
+}
+
+// dot(row r of W, activation row t) for t < ntok (any ntok >= 1; rows of 8 tokens share each
+// weight read), written as `out` says. act must hold the activations in ActFormatFor(w.type).
 // Mirrors the CPU's matrix-vector kernels (MatMul with the GEMM off).
-void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, float* y,
+void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOut& out,
             cudaStream_t stream);
+
+// Fused producers of quantized activations (one launch instead of two):
+//   RmsNormQuantize: act = fmt(RmsNorm(x) * weight) for n rows of d (the same floats as RmsNorm)
+//   SwiGluQuantize:  act = fmt(silu(gate) * up) for n rows of ff (the same floats as SwiGlu)
+void RmsNormQuantize(ActFormat fmt, const float* x, const float* weight, int n, int d, float eps,
+                     const ActBuffers& act, cudaStream_t stream);
+void SwiGluQuantize(ActFormat fmt, const float* gate, const float* up, int n, int ff,
+                    const ActBuffers& act, cudaStream_t stream);
 
 // out[r][c] = dequantized W (FP16, round to nearest), for the cuBLAS path.
 void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream);
@@ -78,6 +103,12 @@ void RopeNormal(float* x, const int32_t* pos, int n, int n_heads, int head_dim, 
                 float theta_scale, float freq_scale, cudaStream_t stream);
 void SwiGlu(float* gate, const float* up, int64_t n, cudaStream_t stream);
 void AddInPlace(float* y, const float* x, int64_t n, cudaStream_t stream);
+
+// RoPE of q (n_head heads) and k (n_head_kv heads) and the K/V write into the cache, in one
+// launch: the same floats as RopeNormal on each, then WriteKv.
+void RopeWriteKv(float* q, float* k, const float* v, const int32_t* pos, const int32_t* slot_rows,
+                 int n, int n_head, int n_head_kv, int head_dim, int rope_dim, float theta_scale,
+                 float freq_scale, uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream);
 
 // Keys and values of n tokens (rows of n_embd_kv floats) into one layer of the paged FP16 cache:
 // row t goes to cache row slot_rows[t] (= block * block_size + slot).

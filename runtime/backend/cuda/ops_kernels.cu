@@ -55,6 +55,49 @@ __global__ void RopeKernel(float* __restrict__ x, const int32_t* __restrict__ po
   v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+// One thread per (token, head of q then of k, pair of dims): RoPE in place (RopeKernel's floats)
+// for the pairs below rope_dim / 2; a k head's thread then writes its K pair and the matching V
+// pair into the cache row of its token.
+__global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
+                                  const int32_t* __restrict__ pos, const int32_t* __restrict__ slot_rows,
+                                  int n, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                                  float theta_scale, float freq_scale, uint16_t* __restrict__ kc,
+                                  uint16_t* __restrict__ vc) {
+  const int pairs = head_dim / 2;
+  const int heads = n_head + n_head_kv;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(n) * heads * pairs) return;
+  const int i = static_cast<int>(idx % pairs);
+  const int hh = static_cast<int>((idx / pairs) % heads);
+  const int t = static_cast<int>(idx / (static_cast<int64_t>(pairs) * heads));
+  const bool is_q = hh < n_head;
+  const int h = is_q ? hh : hh - n_head;
+  const int nh = is_q ? n_head : n_head_kv;
+  float* row = (is_q ? q : k) + (static_cast<size_t>(t) * nh + h) * head_dim + 2 * i;
+  float x0 = row[0], x1 = row[1];
+  if (i < rope_dim / 2) {
+    float theta = __fmul_rn(static_cast<float>(pos[t]), freq_scale);
+    for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, theta_scale);
+    const float c = static_cast<float>(cos(static_cast<double>(theta)));
+    const float sn = static_cast<float>(sin(static_cast<double>(theta)));
+    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    const float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+    x0 = y0;
+    x1 = y1;
+    row[0] = x0;
+    row[1] = x1;
+  }
+  if (!is_q) {
+    const int dkv = n_head_kv * head_dim;
+    const size_t src = static_cast<size_t>(t) * dkv + h * head_dim + 2 * i;
+    const size_t dst = static_cast<size_t>(slot_rows[t]) * dkv + h * head_dim + 2 * i;
+    kc[dst] = FloatToHalfBits(x0);
+    kc[dst + 1] = FloatToHalfBits(x1);
+    vc[dst] = FloatToHalfBits(v[src]);
+    vc[dst + 1] = FloatToHalfBits(v[src + 1]);
+  }
+}
+
 __global__ void SwiGluKernel(float* __restrict__ g, const float* __restrict__ u, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -143,6 +186,17 @@ void RopeNormal(float* x, const int32_t* pos, int n, int n_heads, int head_dim, 
   if (total <= 0) return;
   RopeKernel<<<Blocks(total, 256), 256, 0, stream>>>(x, pos, n, n_heads, head_dim, rope_dim,
                                                       theta_scale, freq_scale);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void RopeWriteKv(float* q, float* k, const float* v, const int32_t* pos, const int32_t* slot_rows,
+                 int n, int n_head, int n_head_kv, int head_dim, int rope_dim, float theta_scale,
+                 float freq_scale, uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * (n_head + n_head_kv) * (head_dim / 2);
+  if (total <= 0) return;
+  RopeWriteKvKernel<<<Blocks(total, 256), 256, 0, stream>>>(q, k, v, pos, slot_rows, n, n_head, n_head_kv,
+                                                             head_dim, rope_dim, theta_scale, freq_scale,
+                                                             k_layer, v_layer);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 

@@ -11,14 +11,10 @@ namespace {
 
 // ---- activation quantizers -----------------------------------------------------------------
 
-// One warp per 32-block of a row: Q8_0 / Q8_1 exactly as the CPU's QuantizeQ8 (amax / 127 as the
-// scale, q = rint(x * (127 / amax)), d and s rounded through fp16).
-__global__ void QuantizeQ8Kernel(const float* __restrict__ x, int64_t nblocks_total, int cols,
-                                 ActBuffers act) {
-  const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (b >= nblocks_total) return;
-  const float v = x[b * 32 + lane];
+// One 32-block (lane i holds element i, b = the block's index over all rows): Q8_0 / Q8_1 exactly
+// as the CPU's QuantizeQ8 (amax / 127 as the scale, q = rint(x * (127 / amax)), d and s rounded
+// through fp16). The whole warp calls it.
+__device__ __forceinline__ void QuantBlock32(float v, int lane, int64_t b, const ActBuffers& act) {
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
@@ -31,35 +27,34 @@ __global__ void QuantizeQ8Kernel(const float* __restrict__ x, int64_t nblocks_to
     act.d[b] = HalfBitsToFloat(FloatToHalfBits(dv));
     act.s[b] = HalfBitsToFloat(FloatToHalfBits(__fmul_rn(dv, static_cast<float>(sum))));
   }
-  (void)cols;
 }
 
-// One warp per 256-block: the CPU's Q8_K (the value of largest magnitude, first on ties, sets
-// iscale = -127 / max; q = min(127, rint(iscale * x)); d = 1 / iscale). s gets each 32-unit's sum.
-__global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total, ActBuffers act) {
-  const int64_t sb = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (sb >= nsb_total) return;
-  const float* xb = x + sb * 256;
-  float vals[8];
-  float amax = -1.0f;
+// One 256-block (lane holds elements 8*lane .. 8*lane+7, sb = the block's index over all rows):
+// the CPU's Q8_K (the value of largest magnitude, first on ties, sets iscale = -127 / max;
+// q = min(127, rint(iscale * x)); d = 1 / iscale). s gets each 32-unit's sum. The whole warp
+// calls it.
+__device__ __forceinline__ void QuantBlock256(const float (&vals)[8], int lane, int64_t sb,
+                                              const ActBuffers& act) {
+  float amax = -1.0f, maxv = 0.0f;
   int imax = 0;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    vals[k] = xb[lane * 8 + k];  // lane owns elements 8*lane .. 8*lane+7 (one 32-unit per 4 lanes)
     const float ax = fabsf(vals[k]);
     if (ax > amax) {
       amax = ax;
       imax = lane * 8 + k;
+      maxv = vals[k];
     }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float oa = __shfl_xor_sync(kFullMask, amax, o);
     const int oi = __shfl_xor_sync(kFullMask, imax, o);
+    const float ov = __shfl_xor_sync(kFullMask, maxv, o);
     if (oa > amax || (oa == amax && oi < imax)) {
       amax = oa;
       imax = oi;
+      maxv = ov;
     }
   }
   int8_t* q = act.qs + sb * 256 + lane * 8;
@@ -72,7 +67,6 @@ __global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total
     }
     return;
   }
-  const float maxv = xb[imax];
   const float iscale = -127.0f / maxv;
   int sum = 0;
 #pragma unroll
@@ -87,6 +81,108 @@ __global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total
   if ((lane & 3) == 0) {
     act.d[sb * 8 + lane / 4] = 1.0f / iscale;
     act.s[sb * 8 + lane / 4] = static_cast<float>(sum);
+  }
+}
+
+__device__ __forceinline__ float RoundAct(ActFormat fmt, float v) {
+  if (fmt == ActFormat::kF16) return __half2float(__float2half_rn(v));
+  if (fmt == ActFormat::kBF16) return __bfloat162float(__float2bfloat16_rn(v));
+  return v;
+}
+
+// A warp per 32-block of the flattened rows.
+__global__ void QuantizeQ8Kernel(const float* __restrict__ x, int64_t nblocks_total, ActBuffers act) {
+  const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (b >= nblocks_total) return;
+  QuantBlock32(x[b * 32 + lane], lane, b, act);
+}
+
+// A warp per 256-block of the flattened rows.
+__global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total, ActBuffers act) {
+  const int64_t sb = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (sb >= nsb_total) return;
+  float vals[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) vals[k] = x[sb * 256 + lane * 8 + k];
+  QuantBlock256(vals, lane, sb, act);
+}
+
+// RmsNorm of one row per block (the CPU's floats: double sum of squares, (x * scale) * w), its
+// result quantized (or rounded) straight into act.
+__global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x,
+                                      const float* __restrict__ w, int d, float eps, ActBuffers act) {
+  const int row = blockIdx.x;
+  const float* xr = x + static_cast<size_t>(row) * d;
+  double s = 0.0;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) s += static_cast<double>(xr[i]) * xr[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+  __shared__ double part[32];
+  __shared__ float scale_sh;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  if (lane == 0) part[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double tot = 0.0;
+    for (int i = 0; i < nwarps; ++i) tot += part[i];
+    const float mean = static_cast<float>(tot / d);
+    scale_sh = 1.0f / sqrtf(__fadd_rn(mean, eps));
+  }
+  __syncthreads();
+  const float scale = scale_sh;
+  if (fmt == ActFormat::kQ8_0 || fmt == ActFormat::kQ8_1) {
+    for (int b = warp; b < d / 32; b += nwarps) {
+      const int i = b * 32 + lane;
+      QuantBlock32(__fmul_rn(__fmul_rn(xr[i], scale), w[i]), lane, static_cast<int64_t>(row) * (d / 32) + b, act);
+    }
+  } else if (fmt == ActFormat::kQ8K) {
+    for (int b = warp; b < d / 256; b += nwarps) {
+      float vals[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = b * 256 + lane * 8 + k;
+        vals[k] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+      }
+      QuantBlock256(vals, lane, static_cast<int64_t>(row) * (d / 256) + b, act);
+    }
+  } else {
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      act.xr[static_cast<size_t>(row) * d + i] = RoundAct(fmt, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
+    }
+  }
+}
+
+__device__ __forceinline__ float SwiGluValue(float g, float u) {
+  const float e = static_cast<float>(exp(-static_cast<double>(g)));
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+}
+
+// silu(gate) * up, quantized straight into act: a warp per 32-block (or 256-block), or a thread
+// per element for the float formats.
+__global__ void SwiGluQuantizeKernel(ActFormat fmt, const float* __restrict__ g,
+                                     const float* __restrict__ u, int64_t n, ActBuffers act) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int lane = threadIdx.x & 31;
+  if (fmt == ActFormat::kQ8_0 || fmt == ActFormat::kQ8_1) {
+    const int64_t b = tid / 32;
+    if (b >= n / 32) return;
+    const int64_t i = b * 32 + lane;
+    QuantBlock32(SwiGluValue(g[i], u[i]), lane, b, act);
+  } else if (fmt == ActFormat::kQ8K) {
+    const int64_t sb = tid / 32;
+    if (sb >= n / 256) return;
+    float vals[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int64_t i = sb * 256 + lane * 8 + k;
+      vals[k] = SwiGluValue(g[i], u[i]);
+    }
+    QuantBlock256(vals, lane, sb, act);
+  } else {
+    if (tid >= n) return;
+    act.xr[tid] = RoundAct(fmt, SwiGluValue(g[tid], u[tid]));
   }
 }
 
@@ -226,11 +322,22 @@ __device__ __forceinline__ float DotUnit(const WUnit& w, const int* aq, float ad
   }
 }
 
+// Row r of token t of a product, as MatOut says.
+__device__ __forceinline__ void StoreOut(const MatOut& out, int rows, int row, int t, float s) {
+  int part = 0;
+  if (out.parts > 1 && row >= out.begin[1]) part = 1;
+  if (out.parts > 2 && row >= out.begin[2]) part = 2;
+  const int64_t end = part + 1 < out.parts ? out.begin[part + 1] : rows;
+  const int64_t len = end - out.begin[part];
+  float* dst = out.y[part] + static_cast<int64_t>(t) * len + (row - out.begin[part]);
+  *dst = out.accumulate ? __fadd_rn(*dst, s) : s;
+}
+
 // One warp per weight row, lanes over the row's 32-units; NT tokens share each weight unit.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                      int rows, int cols, ActBuffers act, int ntok,
-                                                     float* __restrict__ y) {
+                                                     MatOut out) {
   const int row = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -256,7 +363,7 @@ __global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__
   for (int t = 0; t < NT; ++t) {
     if (t < ntok) {
       const float s = WarpSum(acc[t]);
-      if (lane == 0) y[static_cast<size_t>(t) * rows + row] = s;
+      if (lane == 0) StoreOut(out, rows, row, t, s);
     }
   }
 }
@@ -273,7 +380,7 @@ __device__ __forceinline__ float LoadPlain(const uint8_t* row, int i) {
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128) MatVecPlainKernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                          int rows, int cols, const float* __restrict__ xr,
-                                                         int ntok, float* __restrict__ y) {
+                                                         int ntok, MatOut out) {
   const int row = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -292,13 +399,23 @@ __global__ void __launch_bounds__(128) MatVecPlainKernel(const uint8_t* __restri
   for (int t = 0; t < NT; ++t) {
     if (t < ntok) {
       const float s = WarpSum(acc[t]);
-      if (lane == 0) y[static_cast<size_t>(t) * rows + row] = s;
+      if (lane == 0) StoreOut(out, rows, row, t, s);
     }
   }
 }
 
+// The part of `out` that starts at token t0.
+MatOut OffsetOut(const MatOut& out, int64_t rows, int64_t t0) {
+  MatOut o = out;
+  for (int i = 0; i < out.parts; ++i) {
+    const int64_t end = i + 1 < out.parts ? out.begin[i + 1] : rows;
+    o.y[i] = out.y[i] + t0 * (end - out.begin[i]);
+  }
+  return o;
+}
+
 template <GgmlType T>
-void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, float* y,
+void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOut& out,
                       cudaStream_t stream) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const dim3 grid((rows + 3) / 4), block(128);
@@ -306,22 +423,22 @@ void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, f
   constexpr bool kPlain = T == GgmlType::kF32 || T == GgmlType::kF16 || T == GgmlType::kBF16;
   for (int64_t t0 = 0; t0 < ntok; t0 += 8) {
     const int n = static_cast<int>(ntok - t0 < 8 ? ntok - t0 : 8);
-    float* yt = y + t0 * rows;
+    const MatOut o = OffsetOut(out, rows, t0);
     if constexpr (kPlain) {
       const float* xr = act.xr + t0 * cols;
-      if (n == 1) MatVecPlainKernel<T, 1><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
-      else if (n == 2) MatVecPlainKernel<T, 2><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
-      else if (n <= 4) MatVecPlainKernel<T, 4><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
-      else MatVecPlainKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, yt);
+      if (n == 1) MatVecPlainKernel<T, 1><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, o);
+      else if (n == 2) MatVecPlainKernel<T, 2><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, o);
+      else if (n <= 4) MatVecPlainKernel<T, 4><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, o);
+      else MatVecPlainKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, xr, n, o);
     } else {
       ActBuffers a = act;
       a.qs += t0 * cols;
       a.d += t0 * (cols / 32);
       a.s += t0 * (cols / 32);
-      if (n == 1) MatVecQKernel<T, 1><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
-      else if (n == 2) MatVecQKernel<T, 2><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
-      else if (n <= 4) MatVecQKernel<T, 4><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
-      else MatVecQKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, yt);
+      if (n == 1) MatVecQKernel<T, 1><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, o);
+      else if (n == 2) MatVecQKernel<T, 2><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, o);
+      else if (n <= 4) MatVecQKernel<T, 4><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, o);
+      else MatVecQKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, o);
     }
   }
   KINFER_CUDA_LAUNCH_CHECK();
@@ -456,7 +573,7 @@ void QuantizeActivations(ActFormat fmt, const float* x, int64_t ntok, int64_t co
     case ActFormat::kQ8_0:
     case ActFormat::kQ8_1: {
       const int64_t nb = n / 32;
-      QuantizeQ8Kernel<<<Blocks(nb * 32, 256), 256, 0, stream>>>(x, nb, static_cast<int>(cols), act);
+      QuantizeQ8Kernel<<<Blocks(nb * 32, 256), 256, 0, stream>>>(x, nb, act);
       break;
     }
     case ActFormat::kQ8K: {
@@ -471,7 +588,25 @@ void QuantizeActivations(ActFormat fmt, const float* x, int64_t ntok, int64_t co
   KINFER_CUDA_LAUNCH_CHECK();
 }
 
-void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, float* y, cudaStream_t stream) {
+void RmsNormQuantize(ActFormat fmt, const float* x, const float* weight, int n, int d, float eps,
+                     const ActBuffers& act, cudaStream_t stream) {
+  if (n <= 0) return;
+  RmsNormQuantizeKernel<<<n, 256, 0, stream>>>(fmt, x, weight, d, eps, act);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void SwiGluQuantize(ActFormat fmt, const float* gate, const float* up, int n, int ff,
+                    const ActBuffers& act, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * ff;
+  if (total <= 0) return;
+  int64_t threads = total;
+  if (fmt == ActFormat::kQ8_0 || fmt == ActFormat::kQ8_1) threads = total;  // a lane per element
+  if (fmt == ActFormat::kQ8K) threads = total / 8;                          // 8 elements a lane
+  SwiGluQuantizeKernel<<<Blocks(threads, 256), 256, 0, stream>>>(fmt, gate, up, total, act);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOut& y, cudaStream_t stream) {
   switch (w.type) {
     case GgmlType::kF32: return LaunchMatVecType<GgmlType::kF32>(w, act, ntok, y, stream);
     case GgmlType::kF16: return LaunchMatVecType<GgmlType::kF16>(w, act, ntok, y, stream);

@@ -10,6 +10,8 @@
 //                                                                 fp32 summation order differs)
 //   matrix-vector, F32/F16/BF16                                   NMSE < 1e-9
 //   attention (decode and tiled prefill) vs a double reference   NMSE < 1e-6
+//   fused kernels (RmsNorm+quantize, SwiGLU+quantize, RoPE+KV      exact against the unfused
+//   write, split / accumulating products)                         kernels' results
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,7 +113,7 @@ class CudaKernelsTest : public ::testing::Test {
     DevAct act(ntok, cols);
     cuda::DevMatrix dm{type, w.get(), rows, cols, RowBytes(type, cols), nullptr};
     cuda::QuantizeActivations(cuda::ActFormatFor(type), xd.get(), ntok, cols, act.a, nullptr);
-    cuda::MatVec(dm, act.a, ntok, y.get(), nullptr);
+    cuda::MatVec(dm, act.a, ntok, cuda::PlainOut(y.get()), nullptr);
     const std::vector<float> got = y.ToHost();
     const double e = Nmse(got, want);
     EXPECT_LT(e, bound) << what << " " << GgmlTypeName(type) << " ntok " << ntok;
@@ -368,6 +370,97 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   p.n_tok = n_tok;
   cuda::AttentionDecode(p, nullptr);
   EXPECT_LT(Nmse(out_all.ToHost(), ref), 1e-6);
+}
+
+// The fused producers give exactly what the unfused kernels give.
+TEST_F(CudaKernelsTest, FusedKernelsEqualTheUnfusedOnes) {
+  const int n = 3, d = 576, ff = 1536;
+  const std::vector<float> x = RandomFloats(n * ff, 21, -3.0f, 3.0f);
+  const std::vector<float> u = RandomFloats(n * ff, 22, -2.0f, 2.0f);
+  const std::vector<float> w = RandomFloats(ff, 23);
+  DeviceBuffer<float> xd(x), ud(u), wd(w), tmp(n * ff);
+  for (cuda::ActFormat fmt : {cuda::ActFormat::kQ8_1, cuda::ActFormat::kQ8_0, cuda::ActFormat::kQ8K,
+                              cuda::ActFormat::kF16, cuda::ActFormat::kBF16, cuda::ActFormat::kF32}) {
+    const int cols = fmt == cuda::ActFormat::kQ8K ? 512 : d;
+    DevAct fused(n, ff), plain(n, ff);
+    cuda::RmsNormQuantize(fmt, xd.get(), wd.get(), n, cols, 1e-5f, fused.a, nullptr);
+    cuda::RmsNorm(xd.get(), wd.get(), n, cols, 1e-5f, tmp.get(), nullptr);
+    cuda::QuantizeActivations(fmt, tmp.get(), n, cols, plain.a, nullptr);
+    const bool q8 = fmt != cuda::ActFormat::kF16 && fmt != cuda::ActFormat::kBF16 && fmt != cuda::ActFormat::kF32;
+    if (q8) {
+      EXPECT_EQ(fused.qs.ToHost(), plain.qs.ToHost()) << "RmsNormQuantize " << static_cast<int>(fmt);
+      EXPECT_EQ(fused.d.ToHost(), plain.d.ToHost());
+    } else {
+      EXPECT_EQ(fused.xr.ToHost(), plain.xr.ToHost()) << "RmsNormQuantize " << static_cast<int>(fmt);
+    }
+    DevAct fused2(n, ff), plain2(n, ff);
+    DeviceBuffer<float> g(x);
+    cuda::SwiGluQuantize(fmt, xd.get(), ud.get(), n, ff, fused2.a, nullptr);
+    cuda::SwiGlu(g.get(), ud.get(), static_cast<int64_t>(n) * ff, nullptr);
+    cuda::QuantizeActivations(fmt, g.get(), n, ff, plain2.a, nullptr);
+    if (q8) {
+      EXPECT_EQ(fused2.qs.ToHost(), plain2.qs.ToHost()) << "SwiGluQuantize " << static_cast<int>(fmt);
+      EXPECT_EQ(fused2.s.ToHost(), plain2.s.ToHost());
+    } else {
+      EXPECT_EQ(fused2.xr.ToHost(), plain2.xr.ToHost()) << "SwiGluQuantize " << static_cast<int>(fmt);
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, RopeWithTheCacheWriteEqualsRopeThenWrite) {
+  const int n = 4, nh = 9, nkv = 3, hd = 64, dkv = nkv * hd, rows = 64;
+  const std::vector<float> q = RandomFloats(n * nh * hd, 31), k = RandomFloats(n * dkv, 32),
+                           v = RandomFloats(n * dkv, 33);
+  const std::vector<int32_t> pos = {5, 6, 7, 300}, slots = {9, 10, 11, 40};
+  const float ts = std::pow(100000.0f, -2.0f / hd);
+  DeviceBuffer<float> q1(q), k1(k), v1(v), q2(q), k2(k);
+  DeviceBuffer<int32_t> pd(pos), sd(slots);
+  DeviceBuffer<uint16_t> kc1(rows * dkv), vc1(rows * dkv), kc2(rows * dkv), vc2(rows * dkv);
+  cuda::RopeWriteKv(q1.get(), k1.get(), v1.get(), pd.get(), sd.get(), n, nh, nkv, hd, hd, ts, 1.0f,
+                    kc1.get(), vc1.get(), nullptr);
+  cuda::RopeNormal(q2.get(), pd.get(), n, nh, hd, hd, ts, 1.0f, nullptr);
+  cuda::RopeNormal(k2.get(), pd.get(), n, nkv, hd, hd, ts, 1.0f, nullptr);
+  cuda::WriteKv(k2.get(), v1.get(), sd.get(), n, dkv, kc2.get(), vc2.get(), nullptr);
+  EXPECT_EQ(q1.ToHost(), q2.ToHost());
+  EXPECT_EQ(kc1.ToHost(), kc2.ToHost());
+  EXPECT_EQ(vc1.ToHost(), vc2.ToHost());
+  // And the rotation itself is the CPU's (positions one after another from 5 for the first 3).
+  std::vector<float> ref(q.begin(), q.begin() + 3 * nh * hd);
+  RopeNormal(ref.data(), 3, nh, hd, hd, 5, 100000.0f, 1.0f);
+  const std::vector<float> got = q1.ToHost();
+  EXPECT_LT(Nmse(got.data(), ref.data(), ref.size()), 1e-10);
+}
+
+TEST_F(CudaKernelsTest, SplitAndAccumulatingProductsEqualPlainOnes) {
+  const int64_t cols = 576, r0 = 576, r1 = 192, r2 = 192, rows = r0 + r1 + r2;
+  const int ntok = 11;
+  const std::vector<uint8_t> w = RandomMatrix(GgmlType::kQ4_1, rows, cols, 41);
+  const std::vector<float> x = RandomFloats(ntok * cols, 42);
+  const std::vector<float> base = RandomFloats(ntok * rows, 43);
+  DeviceBuffer<uint8_t> wd(w.data(), w.size());
+  DeviceBuffer<float> xd(x), y(ntok * rows), acc(base), a(ntok * r0), b(ntok * r1), c(ntok * r2);
+  DevAct act(ntok, cols);
+  const cuda::DevMatrix m{GgmlType::kQ4_1, wd.get(), rows, cols, RowBytes(GgmlType::kQ4_1, cols), nullptr};
+  cuda::QuantizeActivations(cuda::ActFormat::kQ8_1, xd.get(), ntok, cols, act.a, nullptr);
+  cuda::MatVec(m, act.a, ntok, cuda::PlainOut(y.get()), nullptr);
+  cuda::MatVec(m, act.a, ntok, cuda::PlainOut(acc.get(), true), nullptr);
+  cuda::MatOut o;
+  o.y[0] = a.get();
+  o.y[1] = b.get();
+  o.y[2] = c.get();
+  o.begin[1] = r0;
+  o.begin[2] = r0 + r1;
+  o.parts = 3;
+  cuda::MatVec(m, act.a, ntok, o, nullptr);
+  const auto yy = y.ToHost(), aa = a.ToHost(), bb = b.ToHost(), cc = c.ToHost(), ac = acc.ToHost();
+  for (int t = 0; t < ntok; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float want = yy[t * rows + r];
+      const float got = r < r0 ? aa[t * r0 + r] : r < r0 + r1 ? bb[t * r1 + r - r0] : cc[t * r2 + r - r0 - r1];
+      ASSERT_EQ(got, want) << t << " " << r;
+      ASSERT_EQ(ac[t * rows + r], base[t * rows + r] + want);
+    }
+  }
 }
 
 }  // namespace

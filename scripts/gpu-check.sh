@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The CUDA backend's check on a GPU machine: build (CUDA, sm_90), the gpu tests, the benchmark.
+#
+#   scripts/gpu-check.sh --prepare          here (no GPU needed): fill the ignored .gpu/ folder
+#                                            with what the device machine lacks (see below)
+#   scripts/gpu-check.sh OUTDIR             on the GPU machine: build, test, bench; logs and JSON
+#                                            into OUTDIR (at most 8 files); within ~8 minutes
+#   scripts/gpu-check.sh OUTDIR --stash     on the GPU machine, first of two calls: keep the
+#                                            carried second half of the model in /tmp and build
+#
+# Why .gpu/: the device tool sends the git working tree plus at most 64 MiB of carried ignored
+# paths, and the bundled model (93.8 MiB) is ignored and too big. --prepare splits it
+# (bench/gpu/gguf_pieces.py): .gpu/model/ holds its first 54 MB (header, tokenizer, embedding,
+# 9 whole layers) and its 2 KB tail (output_norm); .gpu/rest/ the remaining 44 MB. It also packs
+# GoogleTest's source (.gpu/googletest.tar.gz), in case the machine has no GTest.
+#
+#   one call:   carry [".gpu/model", ".gpu/googletest.tar.gz"], command: scripts/gpu-check.sh $OUT
+#               -> tests on a 9-layer model of the real weights and tokenizer; benchmark on a
+#                  30-layer model of the same shapes and types, its layers cycled from those 9
+#   two calls:  1) carry [".gpu/rest", ".gpu/googletest.tar.gz"]: scripts/gpu-check.sh $OUT --stash
+#               2) at once (the machine stays warm 30 s): carry [".gpu/model"]:
+#                  scripts/gpu-check.sh $OUT    -> the whole bundled model, sha256-checked
+#   A models/smollm2-135m-instruct-q4_1.gguf already there is used as is.
+#
+# Needs on the machine: bash, python3, cmake >= 3.22, g++, nvcc and cuBLAS (CUDA 13), ninja or
+# make. Nothing else (no cpprest, yaml, spdlog: runtime/backend/cuda/standalone builds without).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+MODEL_NAME=smollm2-135m-instruct-q4_1.gguf
+STASH=/tmp/kinfer-gpu
+
+if [ "${1:-}" = "--prepare" ]; then
+  src=models/$MODEL_NAME
+  [ -f "$src" ] || { echo "gpu-check --prepare: $src not found (run scripts/setup.sh)"; exit 1; }
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
+  rm -rf .gpu && mkdir -p .gpu/model .gpu/rest
+  python3 bench/gpu/gguf_pieces.py split "$src" .gpu/model --head-bytes 54000000 || exit 1
+  mv .gpu/model/model.rest .gpu/rest/model.rest
+  cp .gpu/model/manifest.json .gpu/rest/manifest.json
+  if [ -d /usr/src/googletest ]; then
+    tar -C /usr/src -czf .gpu/googletest.tar.gz googletest || exit 1
+  fi
+  du -sh .gpu/* ; echo "tree that travels: $(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1)"
+  exit 0
+fi
+
+OUT=${1:?usage: scripts/gpu-check.sh OUTDIR [--stash] | --prepare}
+MODE=${2:-run}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+BUILD=$ROOT/build-gpu
+LOG_BUILD=$OUT/build.log
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
+say() { echo "[gpu-check +$(elapsed)s] $*" | tee -a "$LOG_BUILD"; }
+: > "$LOG_BUILD"
+
+# ---- the machine ------------------------------------------------------------------------------
+say "machine: $(uname -m), $(nproc) cores"
+{ nvidia-smi 2>&1 | head -20; command -v nvcc || ls /usr/local/cuda/bin/nvcc; } >> "$LOG_BUILD" 2>&1
+export PATH=$PATH:/usr/local/cuda/bin
+NVCC=$(command -v nvcc || true)
+[ -n "$NVCC" ] || { say "no nvcc on this machine"; exit 1; }
+{ "$NVCC" --version | tail -2; cmake --version | head -1; g++ --version | head -1; } >> "$LOG_BUILD" 2>&1
+GEN="Unix Makefiles"
+command -v ninja >/dev/null 2>&1 && GEN=Ninja
+JOBS=$(nproc)
+
+# ---- the model --------------------------------------------------------------------------------
+mkdir -p "$STASH"
+if [ -f .gpu/rest/model.rest ]; then
+  cp .gpu/rest/model.rest .gpu/rest/manifest.json "$STASH/" && say "stashed the model's second half in $STASH"
+fi
+if [ -f .gpu/googletest.tar.gz ] && [ ! -d "$STASH/googletest" ]; then
+  tar -C "$STASH" -xzf .gpu/googletest.tar.gz
+fi
+GTEST_ARG=()
+[ -d "$STASH/googletest" ] && GTEST_ARG=(-DKINFER_GTEST_SRC="$STASH/googletest")
+
+MODEL=""
+BENCH_MODEL=""
+MODEL_NOTE=""
+if [ "$MODE" != "--stash" ]; then
+  # GPU_CHECK_IGNORE_MODELS=1 exercises the upload path on a machine that has models/.
+  if [ -f "models/$MODEL_NAME" ] && [ -z "${GPU_CHECK_IGNORE_MODELS:-}" ]; then
+    MODEL=$ROOT/models/$MODEL_NAME
+    MODEL_NOTE="the bundled model"
+  elif [ -f .gpu/model/model.head ] && [ -f "$STASH/model.rest" ]; then
+    python3 bench/gpu/gguf_pieces.py join .gpu/model "$STASH/model.rest" "$STASH/$MODEL_NAME" >> "$LOG_BUILD" 2>&1 \
+      && MODEL=$STASH/$MODEL_NAME && MODEL_NOTE="the bundled model (joined from two uploads, sha256 checked)"
+  fi
+  if [ -z "$MODEL" ] && [ -f .gpu/model/model.head ]; then
+    python3 bench/gpu/gguf_pieces.py trim .gpu/model "$STASH/trimmed.gguf" >> "$LOG_BUILD" 2>&1 || exit 1
+    python3 bench/gpu/gguf_pieces.py cycle "$STASH/trimmed.gguf" "$STASH/cycled.gguf" --layers 30 >> "$LOG_BUILD" 2>&1 || exit 1
+    MODEL=$STASH/trimmed.gguf
+    BENCH_MODEL=$STASH/cycled.gguf
+    MODEL_NOTE="tests: the bundled model's first upload half (real weights, 9 of 30 layers); bench: 30 layers cycled from them (same shapes and types)"
+  fi
+  [ -n "$MODEL" ] || say "no model: the tests that need one will skip"
+  [ -n "$BENCH_MODEL" ] || BENCH_MODEL=$MODEL
+  say "model: ${MODEL:-none} ($MODEL_NOTE)"
+fi
+
+# ---- build ------------------------------------------------------------------------------------
+say "configure ($GEN)"
+cmake -S runtime/backend/cuda/standalone -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_COMPILER="$NVCC" "${GTEST_ARG[@]}" >> "$LOG_BUILD" 2>&1 || { say "configure failed"; exit 1; }
+say "build"
+cmake --build "$BUILD" -j"$JOBS" --target cuda_kernels_test cuda_backend_test cpu_backend_test \
+  backend_factory_test kinfer-gpu-bench >> "$LOG_BUILD" 2>&1 || { say "build failed"; tail -40 "$LOG_BUILD"; exit 1; }
+say "built"
+if [ "$MODE" = "--stash" ]; then
+  say "stash + build done; now the second call"
+  exit 0
+fi
+
+# ---- tests and bench --------------------------------------------------------------------------
+export KINFER_MODEL=${MODEL:-/nonexistent}
+RC_TESTS=0
+: > "$OUT/tests.log"
+for t in cuda_kernels_test cuda_backend_test backend_factory_test; do
+  say "test $t"
+  timeout 240 "$BUILD/bin/$t" --gtest_output="json:$OUT/$t.json" >> "$OUT/tests.log" 2>&1 || RC_TESTS=1
+done
+grep -E '^\[  (PASSED  \] [0-9]+ test|SKIPPED \] [0-9]+ test|FAILED  \])' "$OUT/tests.log" | tee -a "$LOG_BUILD"
+say "bench"
+RC_BENCH=0
+timeout 200 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/bench.json" \
+  --note "$MODEL_NOTE" > "$OUT/bench.log" 2>&1 || RC_BENCH=1
+tee -a "$LOG_BUILD" < "$OUT/bench.log"
+cat > "$OUT/summary.json" <<JSON
+{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"}
+JSON
+say "done: tests rc $RC_TESTS, bench rc $RC_BENCH"
+[ $RC_TESTS -eq 0 ] && [ $RC_BENCH -eq 0 ]
