@@ -124,6 +124,14 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
       SimRun run = Simulate(run_trace, model, run_sim, *policies[i]);
       PolicyResult& r = result.results[i];
       r.summary = Summarize(run_trace, run, sim.slo_ttft_s, warmup);
+      const size_t replayed = run_trace.requests.size() - trace.requests.size();
+      for (size_t q = replayed; q < run_trace.requests.size(); ++q) {
+        const RequestOutcome& o = run.outcomes[q];
+        if (o.ttft_s >= 0 && o.ttft_s <= sim.slo_ttft_s) continue;
+        const TraceRequest& req = run_trace.requests[q];
+        r.misses.push_back(MissRecord{q - replayed, req.arrival_s - warmup, o.ttft_s, o.shed, o.pod,
+                                      req.input_tokens, req.output_tokens});
+      }
       r.counters = policies[i]->Counters();
       r.timeline = std::move(run.timeline);
     }
@@ -168,6 +176,7 @@ nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
   j["slo_target_attainment"] = options.plan.target_attainment;
   j["cold_start_s"] = sim.cold_start_s;
   j["seed"] = sim.seed;
+  j["balancer_choices"] = sim.balancer_choices;
   j["warmup_s"] = options.warmup_s;
   j["min_replicas"] = sim.min_replicas;
   j["max_replicas"] = sim.max_replicas;

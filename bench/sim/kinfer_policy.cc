@@ -63,7 +63,9 @@ std::optional<int> KinferPolicy::Tick(const ClusterSnapshot& cluster) {
   if (record_) {
     decisions_.push_back(KinferDecisionRow{
         now, cluster.requested, cluster.ready, cluster.starting, d.desired, d.reason, d.panic,
-        d.observed_load, d.p99_ttft_panic.value_or(-1), d.p99_ttft_stable.value_or(-1)});
+        d.observed_load, d.p99_ttft_panic.value_or(-1), d.p99_ttft_stable.value_or(-1),
+        d.load_stable, d.load_panic, d.request_rate_stable, d.desired_by_load, d.desired_by_rate,
+        d.desired_by_slo, d.ttft_observations_panic, d.cold_start_hold});
   }
   return d.desired;
 }

@@ -10,6 +10,7 @@
 // Thread safety: not thread-safe; one instance per simulation run.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,15 @@ struct KinferDecisionRow {
   double observed_load = 0;
   double p99_ttft_panic_s = -1;  // < 0: no data
   double p99_ttft_stable_s = -1;
+  // The terms and their inputs (autoscaler.h Decision).
+  double load_stable = 0;
+  double load_panic = 0;
+  double request_rate_stable = 0;
+  int desired_by_load = 0;
+  int desired_by_rate = 0;
+  int desired_by_slo = 0;
+  uint64_t ttft_observations_panic = 0;
+  bool cold_start_hold = false;
 };
 
 class KinferPolicy : public Policy {

@@ -29,11 +29,15 @@ policy, and reports SLO attainment and replica-hours per policy.
   --json OUT                 write the results document here
   --timeline OUT.csv         write load, replicas and P99 per policy and period
   --timeline-period SECONDS  timeline row length (default 10)
-  --kinfer-log OUT.csv       write every decision of kinfer's core (time, inputs, reason)
+  --kinfer-log OUT.csv       write every decision of kinfer's core (time, inputs, terms, reason)
+  --misses OUT.csv           write every request over the SLO (or shed), per policy
   --policies LIST            comma-separated from kinfer,static,hpa,kpa,oracle (default: all)
   --cold-start SECONDS       pod creation to ready (default 60)
   --seed N                   load-balancer ties and calibration draws (default 1)
+  --balancer-choices K       0: least request over all ready pods (default); K >= 1: the
+                             fewest outstanding of K random pods (2 = Envoy's default P2C)
   --time-scale X             multiply arrival times by X (0.5 = twice the rate; default 1)
+  --length-scale X           multiply prompt and output lengths by X (default 1)
   --perf-model FILE          perf_model.csv (default )" KINFER_SIM_DEFAULT_PERF_MODEL R"()
   --model NAME               perf model rows: model (default llama2-70b)
   --hardware NAME            ... hardware (default h100-80gb)
@@ -99,9 +103,10 @@ void PrintTable(const kinfer::sim::ExperimentResult& r) {
 int main(int argc, char** argv) {
   using namespace kinfer::sim;
   kinfer::FlagReader flags(argc, argv, "kinfer-sim");
-  std::string trace_path, json_path, timeline_path, kinfer_log_path,
+  std::string trace_path, json_path, timeline_path, kinfer_log_path, misses_path,
       perf_path = KINFER_SIM_DEFAULT_PERF_MODEL;
   double time_scale = 1;
+  double length_scale = 1;
   ServiceModelSpec spec;
   ExperimentOptions opt;
   opt.sim.timeline_period_s = 10;
@@ -122,6 +127,8 @@ int main(int argc, char** argv) {
     } else if (flags.Is("--kinfer-log")) {
       kinfer_log_path = flags.Value();
       opt.record_kinfer_decisions = true;
+    } else if (flags.Is("--misses")) {
+      misses_path = flags.Value();
     } else if (flags.Is("--timeline-period")) {
       opt.sim.timeline_period_s = Double(flags, 1, 3600);
     } else if (flags.Is("--policies")) {
@@ -130,8 +137,12 @@ int main(int argc, char** argv) {
       opt.sim.cold_start_s = Double(flags, 0, 3600);
     } else if (flags.Is("--seed")) {
       opt.sim.seed = static_cast<uint64_t>(flags.Int(0, INT64_MAX));
+    } else if (flags.Is("--balancer-choices")) {
+      opt.sim.balancer_choices = static_cast<int>(flags.Int(0, 64));
     } else if (flags.Is("--time-scale")) {
       time_scale = Double(flags, 1e-6, 1e6);
+    } else if (flags.Is("--length-scale")) {
+      length_scale = Double(flags, 1e-6, 1e6);
     } else if (flags.Is("--perf-model")) {
       perf_path = flags.Value();
     } else if (flags.Is("--model")) {
@@ -198,6 +209,7 @@ int main(int argc, char** argv) {
   kinfer::StatusOr<Trace> trace = LoadTrace(trace_path);
   if (!trace.ok()) return fail(trace.status());
   if (kinfer::Status st = ScaleTraceTime(*trace, time_scale); !st.ok()) return fail(st);
+  if (kinfer::Status st = ScaleTraceLengths(*trace, length_scale); !st.ok()) return fail(st);
   kinfer::StatusOr<ServiceModel> model = ServiceModel::LoadPerfCsv(perf_path, spec);
   if (!model.ok()) return fail(model.status());
 
@@ -205,6 +217,7 @@ int main(int argc, char** argv) {
   if (!result.ok()) return fail(result.status());
   nlohmann::json doc = ExperimentJson(*trace, *model, opt, *result);
   doc["time_scale"] = time_scale;
+  doc["length_scale"] = length_scale;
 
   std::printf("trace %s: %zu requests over %.0f s; %s; SLO TTFT %.3g s; cold start %.0f s\n",
               trace->source.c_str(), trace->requests.size(), trace->span_s(),
@@ -229,15 +242,26 @@ int main(int argc, char** argv) {
   if (!kinfer_log_path.empty()) {
     std::ofstream out(kinfer_log_path);
     out << "t_s,current,ready,starting,desired,reason,panic,observed_load,p99_ttft_panic_s,"
-           "p99_ttft_stable_s\n";
-    char buf[256];
+           "p99_ttft_stable_s,load_stable,load_panic,request_rate_stable,desired_by_load,"
+           "desired_by_rate,desired_by_slo,ttft_observations_panic,cold_start_hold\n";
+    char buf[384];
     for (const KinferDecisionRow& d : result->kinfer_decisions) {
-      std::snprintf(buf, sizeof buf, "%.0f,%d,%d,%d,%d,%s,%d,%.1f,%.3f,%.3f\n", d.t_s, d.current,
-                    d.ready, d.starting, d.desired, d.reason.c_str(), d.panic ? 1 : 0,
-                    d.observed_load, d.p99_ttft_panic_s, d.p99_ttft_stable_s);
+      std::snprintf(buf, sizeof buf,
+                    "%.0f,%d,%d,%d,%d,%s,%d,%.1f,%.3f,%.3f,%.2f,%.2f,%.3f,%d,%d,%d,%llu,%d\n",
+                    d.t_s, d.current, d.ready, d.starting, d.desired, d.reason.c_str(),
+                    d.panic ? 1 : 0, d.observed_load, d.p99_ttft_panic_s, d.p99_ttft_stable_s,
+                    d.load_stable, d.load_panic, d.request_rate_stable, d.desired_by_load,
+                    d.desired_by_rate, d.desired_by_slo,
+                    static_cast<unsigned long long>(d.ttft_observations_panic),
+                    d.cold_start_hold ? 1 : 0);
       out << buf;
     }
     if (!out) return fail(kinfer::Internal("cannot write '" + kinfer_log_path + "'"));
+  }
+  if (!misses_path.empty()) {
+    std::ofstream out(misses_path);
+    WriteMissesCsv(out, result->results);
+    if (!out) return fail(kinfer::Internal("cannot write '" + misses_path + "'"));
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -59,4 +59,19 @@ void WriteTimelineCsv(std::ostream& out, const std::vector<PolicyResult>& result
   }
 }
 
+void WriteMissesCsv(std::ostream& out, const std::vector<PolicyResult>& results) {
+  out << "policy,request,arrival_s,ttft_s,shed,pod,input_tokens,output_tokens\n";
+  char buf[256];
+  for (const PolicyResult& r : results) {
+    for (const MissRecord& m : r.misses) {
+      char ttft[32] = "";
+      if (m.ttft_s >= 0) std::snprintf(ttft, sizeof ttft, "%.4f", m.ttft_s);
+      std::snprintf(buf, sizeof buf, "%s,%zu,%.3f,%s,%d,%d,%d,%d\n", r.summary.policy.c_str(),
+                    m.request, m.arrival_s, ttft, m.shed ? 1 : 0, m.pod, m.input_tokens,
+                    m.output_tokens);
+      out << buf;
+    }
+  }
+}
+
 }  // namespace kinfer::sim

@@ -63,10 +63,16 @@ ServiceModel::ServiceModel(PiecewiseLinear prefill_ms, PiecewiseLinear decode_ms
       decode_ms_(std::move(decode_ms)),
       description_(std::move(description)) {}
 
-StatusOr<ServiceModel> ServiceModel::FromPerfCsv(std::istream& in, const ServiceModelSpec& spec) {
+StatusOr<ServiceModel> ServiceModel::FromPerfCsv(std::istream& in, const ServiceModelSpec& spec,
+                                                 const std::string& source) {
   std::string line;
-  if (!std::getline(in, line)) return InvalidArgument("perf model: empty input");
-  if (!line.empty() && line.back() == '\r') line.pop_back();
+  size_t line_no = 0;
+  // Lines that start with '#' are comments (how and where a calibration was measured).
+  do {
+    if (!std::getline(in, line)) return InvalidArgument("perf model: empty input");
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+  } while (!line.empty() && line.front() == '#');
   const std::vector<std::string> header = Split(line);
   auto col = [&](const char* name) {
     auto it = std::find(header.begin(), header.end(), name);
@@ -82,11 +88,10 @@ StatusOr<ServiceModel> ServiceModel::FromPerfCsv(std::istream& in, const Service
   }
   std::map<double, std::pair<double, int>> prefill, decode;  // x -> (sum of ms, rows)
   std::set<std::string> present;
-  size_t line_no = 1;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
+    if (line.empty() || line.front() == '#') continue;
     const std::vector<std::string> cells = Split(line);
     if (cells.size() != header.size()) {
       return InvalidArgument("perf model line " + std::to_string(line_no) + ": expected " +
@@ -119,14 +124,15 @@ StatusOr<ServiceModel> ServiceModel::FromPerfCsv(std::istream& in, const Service
     return NotFound("perf model: no rows for " + name + " (present: " + list + ")");
   }
   return ServiceModel(PiecewiseLinear(MonotoneMeans(prefill)),
-                      PiecewiseLinear(MonotoneMeans(decode)), name + " (perf_model.csv)");
+                      PiecewiseLinear(MonotoneMeans(decode)), name + " (" + source + ")");
 }
 
 StatusOr<ServiceModel> ServiceModel::LoadPerfCsv(const std::string& path,
                                                  const ServiceModelSpec& spec) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot open perf model '" + path + "'");
-  return FromPerfCsv(in, spec);
+  const size_t slash = path.find_last_of('/');
+  return FromPerfCsv(in, spec, slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
 }  // namespace kinfer::sim

@@ -50,9 +50,13 @@ struct ServiceModelSpec {
 
 class ServiceModel {
  public:
-  // Builds the curves from perf_model.csv text. NOT_FOUND when no row matches `spec` (the message
-  // lists the combinations present); INVALID_ARGUMENT for a malformed row or header.
-  static StatusOr<ServiceModel> FromPerfCsv(std::istream& in, const ServiceModelSpec& spec);
+  // Builds the curves from perf_model.csv text (lines starting with '#' are comments: a measured
+  // calibration such as bench/sim/perf_kinfer_runtime_cpu.csv says there how and where it was
+  // taken). NOT_FOUND when no row matches `spec` (the message lists the combinations present);
+  // INVALID_ARGUMENT for a malformed row or header.
+  // `source` names the input in the description ("llama2-70b/h100-80gb/tp4 (perf_model.csv)").
+  static StatusOr<ServiceModel> FromPerfCsv(std::istream& in, const ServiceModelSpec& spec,
+                                            const std::string& source = "perf_model.csv");
   static StatusOr<ServiceModel> LoadPerfCsv(const std::string& path, const ServiceModelSpec& spec);
   // Direct construction (tests, other calibrations): prefill in ms by total prompt tokens, decode
   // in ms by batch size. REQUIRES: both non-empty with increasing x.

@@ -91,6 +91,7 @@ class Run {
   uint64_t seq_ = 0;
   std::vector<std::unique_ptr<Replica>> pods_;  // index = pod id
   std::deque<int> pending_;                     // requests that arrived while no pod was ready
+  std::vector<int> ready_scratch_;              // Dispatch's list of ready pods (k choices)
   int requested_ = 0;                           // ready + starting
 
   // Timeline accumulators for the current period.
@@ -135,6 +136,25 @@ void Run::MaybeGone(Replica& pod, double now) {
 }
 
 void Run::Dispatch(int r, double now) {
+  if (config_.balancer_choices > 0) {
+    // k random ready pods (with replacement); the fewest outstanding wins, the first on ties.
+    ready_scratch_.clear();
+    for (const auto& p : pods_) {
+      if (p->phase() == Replica::Phase::kReady) ready_scratch_.push_back(p->id());
+    }
+    if (ready_scratch_.empty()) {
+      pending_.push_back(r);
+      return;
+    }
+    int best = -1;
+    for (int k = 0; k < config_.balancer_choices; ++k) {
+      const int id = ready_scratch_[rng_() % ready_scratch_.size()];
+      if (best < 0 || Pod(id).outstanding() < Pod(best).outstanding()) best = id;
+    }
+    Pod(best).Enqueue(r, now);
+    Kick(Pod(best), now);
+    return;
+  }
   // Least outstanding requests among ready pods; ties at random (seeded).
   int best = -1, ties = 0;
   for (const auto& p : pods_) {

@@ -45,6 +45,11 @@ struct SimConfig {
   int min_replicas = 1;
   int max_replicas = 64;
   uint64_t seed = 1;
+  // Ready pods the balancer compares per request: 0 = all of them (least request over every
+  // pod, ties at random); k >= 1 = k picked at random (with replacement), the one with the
+  // fewest outstanding requests wins (Envoy's LEAST_REQUEST default is k = 2, "power of two
+  // choices").
+  int balancer_choices = 0;
   double timeline_period_s = 0;  // > 0: record a timeline row every this many seconds
   // Horizon for the cost (and the last policy tick); < 0: the trace's last arrival.
   double horizon_s = -1;

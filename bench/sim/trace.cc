@@ -224,6 +224,21 @@ Status ScaleTraceTime(Trace& trace, double factor) {
   return Status::Ok();
 }
 
+Status ScaleTraceLengths(Trace& trace, double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) {
+    return InvalidArgument("length scale must be a positive number, got " +
+                           std::to_string(factor));
+  }
+  auto scaled = [factor](int tokens) {
+    return static_cast<int>(std::clamp<double>(std::llround(tokens * factor), 1, 1 << 30));
+  };
+  for (TraceRequest& r : trace.requests) {
+    r.input_tokens = scaled(r.input_tokens);
+    r.output_tokens = scaled(r.output_tokens);
+  }
+  return Status::Ok();
+}
+
 Trace SliceTrace(const Trace& trace, double from_s, double to_s) {
   Trace out;
   out.source = trace.source;

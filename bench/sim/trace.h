@@ -54,6 +54,11 @@ StatusOr<Trace> LoadTrace(const std::string& path);
 // the request rate), 2 half as fast. INVALID_ARGUMENT when factor is not a positive number.
 Status ScaleTraceTime(Trace& trace, double factor);
 
+// Multiplies every prompt and output length by `factor` (> 0), rounded, at least 1 token each:
+// a trace of GPU-sized requests made to fit a smaller service model (kinfer-runtime on a CPU).
+// INVALID_ARGUMENT when factor is not a positive number.
+Status ScaleTraceLengths(Trace& trace, double factor);
+
 // The requests with arrival in [from_s, to_s), arrival times kept as they are.
 Trace SliceTrace(const Trace& trace, double from_s, double to_s);
 

@@ -4,6 +4,7 @@
 #include "bench/sim/experiment.h"
 
 #include <chrono>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -126,6 +127,55 @@ TEST_F(ExperimentTest, AnSloNoReplicaCanMeetIsAClearErrorQuickly) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("--capacity"), std::string::npos);
+}
+
+TEST_F(ExperimentTest, MissesListEveryRequestOverTheSlo) {
+  options_.policies = {"oracle", "kpa"};
+  options_.sim.slo_ttft_s = 1;  // tight enough that some requests miss
+  auto r = RunExperiment(trace_, *model_, options_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const PolicyResult& p : r->results) {
+    const double missed =
+        static_cast<double>(p.summary.requests) * (1 - p.summary.slo_attainment);
+    EXPECT_NEAR(static_cast<double>(p.misses.size()), missed, 0.5) << p.summary.policy;
+    for (const MissRecord& m : p.misses) {
+      ASSERT_LT(m.request, trace_.requests.size());
+      EXPECT_EQ(m.input_tokens, trace_.requests[m.request].input_tokens);
+      EXPECT_NEAR(m.arrival_s, trace_.requests[m.request].arrival_s, 1e-6);
+      EXPECT_TRUE(m.ttft_s > 1 || m.ttft_s < 0) << m.ttft_s;
+    }
+  }
+  std::ostringstream csv;
+  WriteMissesCsv(csv, r->results);
+  EXPECT_EQ(csv.str().rfind("policy,request,arrival_s,ttft_s,", 0), 0u);
+}
+
+// kinfer-sim on kinfer-runtime's measured CPU curve: the fixture's requests cut to a sixteenth of
+// their lengths (CPU-sized prompts), half the rate, a 5 s SLO and a 30 s cold start: every policy
+// runs and the kinfer core scales on it.
+TEST_F(ExperimentTest, RunsEveryPolicyOnKinferRuntimesMeasuredCurve) {
+  auto m = ServiceModel::LoadPerfCsv(
+      std::string(KINFER_SOURCE_DIR) + "/bench/sim/perf_kinfer_runtime_cpu.csv",
+      ServiceModelSpec{"smollm2-135m-q4_1", "cpu-2t", 1});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_TRUE(ScaleTraceLengths(trace_, 1.0 / 16).ok());
+  ASSERT_TRUE(ScaleTraceTime(trace_, 2).ok());
+  options_.sim.slo_ttft_s = 5;
+  options_.sim.cold_start_s = 30;
+  options_.sim.limits.max_running = 16;
+  options_.sim.limits.max_prefill_tokens = 256;
+  auto r = RunExperiment(trace_, *m, options_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->calibration.max_rps, 0.05);
+  ASSERT_EQ(r->results.size(), 5u);
+  for (const PolicyResult& p : r->results) {
+    EXPECT_EQ(p.summary.requests, trace_.requests.size()) << p.summary.policy;
+    EXPECT_EQ(p.summary.unserved, 0u) << p.summary.policy;
+    EXPECT_GT(p.summary.slo_attainment, 0.8) << p.summary.policy;
+  }
+  const PolicyResult& kinfer = Get(*r, "kinfer");
+  EXPECT_GT(kinfer.summary.peak_replicas, 1);  // a CPU replica cannot carry this alone
+  EXPECT_GE(kinfer.summary.slo_attainment, 0.95);
 }
 
 TEST(KinferPolicyTest, AskTheCoreForMoreReplicasUnderADeepQueue) {

@@ -144,6 +144,36 @@ TEST(ServiceModelTest, UnknownCombinationIsNotFoundAndListsWhatIsThere) {
             StatusCode::kNotFound);
 }
 
+TEST(ServiceModelTest, CommentLinesAreSkippedAndTheSourceIsNamed) {
+  std::istringstream in(
+      "# measured somewhere\n# on some date\n"
+      "model,hardware,prompt_size,batch_size,prompt_time,token_time,tensor_parallel\n"
+      "m,cpu,100,1,50,10,1\n# a note between rows\nm,cpu,100,4,180,25,1\n");
+  ServiceModelSpec spec{"m", "cpu", 1};
+  auto m = ServiceModel::FromPerfCsv(in, spec, "calibration.csv");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->description(), "m/cpu/tp1 (calibration.csv)");
+  EXPECT_DOUBLE_EQ(m->PrefillSeconds(100), 0.050);
+  EXPECT_DOUBLE_EQ(m->PrefillSeconds(400), 0.180);
+  EXPECT_DOUBLE_EQ(m->DecodeStepSeconds(4), 0.025);
+}
+
+// kinfer-runtime's own curve, measured on the development machine (bench/sim/measure_runtime.py):
+// it loads under the names its comment gives, and both curves grow with the work.
+TEST(ServiceModelTest, LoadsKinferRuntimesMeasuredCpuCurve) {
+  const std::string path = std::string(KINFER_SOURCE_DIR) + "/bench/sim/perf_kinfer_runtime_cpu.csv";
+  auto m = ServiceModel::LoadPerfCsv(path, ServiceModelSpec{"smollm2-135m-q4_1", "cpu-2t", 1});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_NE(m->description().find("perf_kinfer_runtime_cpu.csv"), std::string::npos);
+  ASSERT_GE(m->prefill_ms().points().size(), 3u);
+  ASSERT_GE(m->decode_ms().points().size(), 3u);
+  EXPECT_GT(m->PrefillSeconds(1024), m->PrefillSeconds(128));
+  EXPECT_GT(m->DecodeStepSeconds(16), m->DecodeStepSeconds(1));
+  // A CPU at 2 threads: tens of milliseconds a decode step, not the GPU's few.
+  EXPECT_GT(m->DecodeStepSeconds(1), 0.005);
+  EXPECT_LT(m->DecodeStepSeconds(1), 1.0);
+}
+
 TEST(ServiceModelTest, MalformedInputIsInvalidArgument) {
   const char* cases[] = {
       "",

@@ -113,6 +113,34 @@ TEST(SimulatorTest, BalancerAvoidsThePodHoldingARequest) {
   for (size_t i = 1; i < run.outcomes.size(); ++i) EXPECT_NE(run.outcomes[i].pod, long_pod) << i;
 }
 
+TEST(SimulatorTest, KRandomChoicesBalancerIsSeededAndServesEveryRequest) {
+  // The long-request trace above: with one random choice (k = 1) short requests land on the
+  // busy pod too; with two (Envoy's P2C) fewer do; the same seed gives the same placement.
+  Trace trace;
+  trace.requests.push_back({0, 100, 100000});
+  for (int i = 1; i <= 200; ++i) trace.requests.push_back({i * 0.5, 100, 1});
+  auto on_long_pod = [&](int choices, uint64_t seed) {
+    SimConfig config;
+    config.balancer_choices = choices;
+    config.seed = seed;
+    SchedulePolicy two = SchedulePolicy::Constant("two", 2);
+    const SimRun run = Simulate(trace, Model(), config, two);
+    int n = 0;
+    for (size_t i = 1; i < run.outcomes.size(); ++i) {
+      EXPECT_GE(run.outcomes[i].ttft_s, 0) << i;
+      n += run.outcomes[i].pod == run.outcomes[0].pod;
+    }
+    return n;
+  };
+  const int random = on_long_pod(1, 3);
+  const int p2c = on_long_pod(2, 3);
+  EXPECT_GT(random, 60);   // about half of 200
+  EXPECT_LT(p2c, random);  // two choices avoid it unless both picks are the busy pod
+  EXPECT_GT(p2c, 20);      // ... which is a quarter of the time
+  EXPECT_EQ(on_long_pod(2, 3), p2c);
+  EXPECT_EQ(on_long_pod(0, 3), 0);  // least request over all pods: never
+}
+
 TEST(SimulatorTest, ScaleDownDrainsTheRemovedPodAndCostsUntilItIsEmpty) {
   const Trace trace = Steady(4, 60, 400);  // long outputs: each request holds ~4 s of decode
   SimConfig config;

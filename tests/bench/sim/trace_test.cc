@@ -181,6 +181,21 @@ TEST(TraceTimeTest, ScalingStretchesArrivalsAndRejectsNonPositiveFactors) {
   EXPECT_DOUBLE_EQ(t->requests[1].arrival_s, 5);
 }
 
+TEST(TraceLengthTest, ScalingRoundsLengthsKeepsAtLeastOneTokenAndRejectsBadFactors) {
+  auto t = Csv("timestamp,input_tokens,output_tokens\n0,1000,211\n1,7,3\n");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(ScaleTraceLengths(*t, 1.0 / 16).ok());
+  EXPECT_EQ(t->requests[0].input_tokens, 63);  // 62.5 rounds half away from zero
+  EXPECT_EQ(t->requests[0].output_tokens, 13);
+  EXPECT_EQ(t->requests[1].input_tokens, 1);  // 0.44: never below one token
+  EXPECT_EQ(t->requests[1].output_tokens, 1);
+  EXPECT_DOUBLE_EQ(t->requests[1].arrival_s, 1);  // arrivals untouched
+  for (double bad : {0.0, -2.0, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_EQ(ScaleTraceLengths(*t, bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(t->requests[0].input_tokens, 63);
+}
+
 TEST(TraceTimeTest, WarmupReplaysTheStartBeforeTheDelayedTrace) {
   auto t = Csv("timestamp,input_tokens,output_tokens\n0,1,1\n30,2,1\n70,3,1\n");
   ASSERT_TRUE(t.ok());
