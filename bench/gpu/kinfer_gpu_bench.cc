@@ -5,7 +5,9 @@
 // Measures, with greedy sampling on the device (ForwardBatchArgmax: only token ids cross PCIe):
 //   single-stream decode tokens/s (128-token prompt, then 256 steps);
 //   decode throughput at batch 1, 8, 64, 256 (each sequence 128 tokens of context, 64 steps);
-//   prefill tokens/s on 2048-token prompts (one prompt a step).
+//   prefill tokens/s on 2048-token prompts (one prompt a step);
+//   and, to settle two defaults: decode at batch 8/32/64 with every product on the fused
+//   matrix-vector kernels, and prefill with the tensor-core attention.
 // Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
 // weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // H200's datasheet ceilings (990 TFLOP/s dense bf16, 4.8 TB/s). Prints a table, writes JSON.
@@ -108,7 +110,7 @@ class Bench {
     return Status::Ok();
   }
 
-  Status Prefill(int len, int reps, Result* r) {
+  Status Prefill(int len, int reps, Result* r, const std::string& suffix = "") {
     std::vector<int32_t> table;
     for (int k = 0; k < (len + kBlock - 1) / kBlock; ++k) table.push_back(k);
     const std::vector<int32_t> toks = RandomTokens(len, 99);
@@ -121,7 +123,7 @@ class Bench {
     for (int i = 0; i < reps; ++i) {
       KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(std::span<const SequenceBatch>(&s, 1), &ids));
     }
-    r->name = "prefill_" + std::to_string(len);
+    r->name = "prefill_" + std::to_string(len) + suffix;
     r->batch = 1;
     r->tokens = len * reps;
     r->seconds = Now() - t0;
@@ -210,6 +212,30 @@ int Main(int argc, char** argv) {
   {
     Result r;
     ok &= run(bench.Prefill(2048, quick ? 2 : 10, &r), r);
+  }
+  // The choices still to be settled by measurement: the products' path at mid batch sizes
+  // (fused matrix-vector kernels vs cuBLAS) and the prefill attention (FMA vs tensor cores).
+  {
+    CudaBackendOptions o2 = opt;
+    o2.gemm_min_tokens = 0;
+    auto mv = CudaBackend::Create(file, o2);
+    if (mv.ok() && (*mv)->InitKvCache(kBlock, 64 * ((128 + 64 + 3 + kBlock) / kBlock + 1) + 64).ok()) {
+      Bench b2(mv->get(), quick);
+      for (int B : {8, 32, 64}) {
+        Result r;
+        ok &= run(b2.Decode("decode_matvec_only", B, 128, quick ? 8 : 64, &r), r);
+      }
+    }
+  }
+  {
+    CudaBackendOptions o3 = opt;
+    o3.tensor_core_attention = true;
+    auto tc = CudaBackend::Create(file, o3);
+    if (tc.ok() && (*tc)->InitKvCache(kBlock, 2048 / kBlock + 1).ok()) {
+      Bench b3(tc->get(), quick);
+      Result r;
+      ok &= run(b3.Prefill(2048, quick ? 2 : 10, &r, "_tc_attention"), r);
+    }
   }
   if (!json.empty()) {
     FILE* out = std::fopen(json.c_str(), "w");

@@ -10,6 +10,8 @@
 // path): a relative difference of at most ~2^-11 per probability, inside the stated tolerance.
 #include <cfloat>
 
+#include <mma.h>
+
 #include "runtime/backend/cuda/cuda_common.cuh"
 #include "runtime/backend/cuda/cuda_kernels.h"
 
@@ -191,6 +193,154 @@ void LaunchPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* til
   AttnPrefillKernel<D><<<dim3(n_tiles, p.n_head), 128, smem, stream>>>(p, tiles, tile_len);
 }
 
+// ---- prefill on the tensor cores (WMMA 16x16x16, FP16 in, fp32 accumulate) ------------------
+//
+//   block of 4 warps per (tile of 64 queries of one sequence, head); warp w owns query rows
+//   [16w, 16w + 16). Per 64-position K/V tile:
+//     S_w = Q_w K^T          (WMMA, fp32, into shared memory)
+//     online softmax on S_w  (2 lanes a row; P = exp(s - m) rounded to FP16)
+//     O_w = O_w * corr + P_w V  (O kept in shared memory: WMMA fragments cannot be scaled by row)
+template <int D>
+__global__ void __launch_bounds__(128) AttnPrefillTcKernel(AttnParams p, const int32_t* __restrict__ tiles,
+                                                           const int32_t* __restrict__ tile_len) {
+  using namespace nvcuda;
+  constexpr int BQ = kPrefillTileTc, BK = 64;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  half* Qh = reinterpret_cast<half*>(smem_raw);  // [BQ][D]
+  half* Kh = Qh + BQ * D;                        // [BK][D]
+  half* Vh = Kh + BK * D;                        // [BK][D]
+  half* Ph = Vh + BK * D;                        // [BQ][BK]
+  float* S = reinterpret_cast<float*>(Ph + BQ * BK);  // [BQ][BK]
+  float* O = S + BQ * BK;                             // [BQ][D]
+  float* row_m = O + BQ * D;
+  float* row_l = row_m + BQ;
+  float* row_c = row_l + BQ;
+  const int tile = blockIdx.x, h = blockIdx.y;
+  const int g0 = tiles[tile], n = tile_len[tile];
+  const int seq = p.tok_seq[g0];
+  const int pos0 = p.tok_pos[g0];
+  const int maxpos = pos0 + n - 1;
+  const int dkv = p.n_head_kv * D;
+  const int kvh = h / (p.n_head / p.n_head_kv);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
+
+  for (int i = tid; i < BQ * D; i += blockDim.x) {
+    const int r = i / D, c = i % D;
+    const int gg = g0 + (r < n ? r : n - 1);
+    Qh[i] = __float2half_rn(p.q[static_cast<size_t>(gg) * p.n_head * D + h * D + c]);
+    O[i] = 0.0f;
+  }
+  if (tid < BQ) {
+    row_m[tid] = -FLT_MAX;
+    row_l[tid] = 0.0f;
+  }
+  // The softmax lanes: row r of the tile, columns [c0, c0 + 32).
+  const int sr = warp * 16 + lane / 2;
+  const int c0 = (lane & 1) * 32;
+  const int qpos = pos0 + (sr < n ? sr : n - 1);
+
+  for (int j0 = 0; j0 <= maxpos; j0 += BK) {
+    __syncthreads();  // the previous tile's K/V are no longer read (and Q, O, rows are set)
+    for (int i = tid; i < BK * D; i += blockDim.x) {
+      const int r = i / D, c = i % D;
+      const int pos = j0 + r;
+      uint16_t kb = 0, vb = 0;
+      if (pos <= maxpos) {
+        const size_t off = CacheRow(p, seq, pos) * dkv + kvh * D + c;
+        kb = p.k[off];
+        vb = p.v[off];
+      }
+      Kh[i] = __ushort_as_half(kb);
+      Vh[i] = __ushort_as_half(vb);
+    }
+    __syncthreads();
+    // S_w = Q_w K^T
+#pragma unroll
+    for (int cb = 0; cb < BK / 16; ++cb) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> b;
+        wmma::load_matrix_sync(a, Qh + warp * 16 * D + kk * 16, D);
+        wmma::load_matrix_sync(b, Kh + cb * 16 * D + kk * 16, D);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(S + warp * 16 * BK + cb * 16, acc, BK, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax, two lanes a row.
+    float tmax = -FLT_MAX;
+    for (int c = c0; c < c0 + 32; ++c) {
+      if (j0 + c <= qpos) tmax = fmaxf(tmax, S[sr * BK + c] * p.scale);
+    }
+    tmax = fmaxf(tmax, __shfl_xor_sync(kFullMask, tmax, 1));
+    const float m_old = row_m[sr];
+    const float m_new = fmaxf(m_old, tmax);
+    float sum = 0.0f;
+    for (int c = c0; c < c0 + 32; ++c) {
+      const float e = (j0 + c <= qpos) ? __expf(S[sr * BK + c] * p.scale - m_new) : 0.0f;
+      const half eh = __float2half_rn(e);
+      Ph[sr * BK + c] = eh;
+      sum += __half2float(eh);
+    }
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    const float corr = __expf(m_old - m_new);
+    __syncwarp();
+    if ((lane & 1) == 0) {
+      row_m[sr] = m_new;
+      row_l[sr] = row_l[sr] * corr + sum;
+      row_c[sr] = corr;
+    }
+    __syncwarp();
+    for (int i = lane; i < 16 * D; i += 32) {
+      const int r = warp * 16 + i / D;
+      O[r * D + i % D] *= row_c[r];
+    }
+    __syncwarp();
+    // O_w += P_w V
+#pragma unroll
+    for (int db = 0; db < D / 16; ++db) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, O + warp * 16 * D + db * 16, D, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::row_major> b;
+        wmma::load_matrix_sync(a, Ph + warp * 16 * BK + kk * 16, BK);
+        wmma::load_matrix_sync(b, Vh + kk * 16 * D + db * 16, D);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(O + warp * 16 * D + db * 16, acc, D, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < BQ * D; i += blockDim.x) {
+    const int r = i / D;
+    if (r < n) p.out[static_cast<size_t>(g0 + r) * p.n_head * D + h * D + i % D] = O[i] / row_l[r];
+  }
+}
+
+template <int D>
+size_t PrefillTcSmem() {
+  constexpr int BQ = kPrefillTileTc, BK = 64;
+  return sizeof(half) * (BQ * D + 2 * BK * D + BQ * BK) + sizeof(float) * (BQ * BK + BQ * D + 3 * BQ);
+}
+
+template <int D>
+void LaunchPrefillTc(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len, int n_tiles,
+                     cudaStream_t stream) {
+  static bool configured = false;  // engine thread only
+  const size_t smem = PrefillTcSmem<D>();
+  if (!configured) {
+    cudaFuncSetAttribute(AttnPrefillTcKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem));
+    configured = true;
+  }
+  AttnPrefillTcKernel<D><<<dim3(n_tiles, p.n_head), 128, smem, stream>>>(p, tiles, tile_len);
+}
+
 }  // namespace
 
 void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
@@ -213,10 +363,15 @@ void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
 bool AttentionPrefillSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 void AttentionPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len, int n_tiles,
-                      cudaStream_t stream) {
+                      bool tensor_cores, cudaStream_t stream) {
   if (n_tiles <= 0) return;
-  if (p.head_dim == 64) LaunchPrefill<64>(p, tiles, tile_len, n_tiles, stream);
-  else if (p.head_dim == 128) LaunchPrefill<128>(p, tiles, tile_len, n_tiles, stream);
+  if (tensor_cores) {
+    if (p.head_dim == 64) LaunchPrefillTc<64>(p, tiles, tile_len, n_tiles, stream);
+    else if (p.head_dim == 128) LaunchPrefillTc<128>(p, tiles, tile_len, n_tiles, stream);
+  } else {
+    if (p.head_dim == 64) LaunchPrefill<64>(p, tiles, tile_len, n_tiles, stream);
+    else if (p.head_dim == 128) LaunchPrefill<128>(p, tiles, tile_len, n_tiles, stream);
+  }
   KINFER_CUDA_LAUNCH_CHECK();
 }
 

@@ -224,6 +224,7 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   opt = o;
   opt.gemm_min_tokens = EnvInt("KINFER_CUDA_GEMM_MIN_TOKENS", opt.gemm_min_tokens);
   opt.cuda_graphs = opt.cuda_graphs && EnvInt("KINFER_CUDA_GRAPHS", 1) != 0;
+  opt.tensor_core_attention = EnvInt("KINFER_CUDA_TC_ATTENTION", opt.tensor_core_attention ? 1 : 0) != 0;
   KINFER_RETURN_IF_ERROR(CudaDeviceUsable(opt.device));
   KINFER_ASSIGN_OR_RETURN(hp, ReadLlamaHParams(*file));
   if (hp.head_dim % 32 != 0 || hp.head_dim > 256) {
@@ -519,7 +520,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
     ap.v = vl;
     ap.n_tok = n_dec;
     cuda::AttentionDecode(ap, stream);
-    cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, stream);
+    cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, opt.tensor_core_attention, stream);
     Products(attn, n, {{&L.wo, PlainOut(x, true)}});
     // Feed-forward block.
     if (!gemm && L.w_gate_up.data) {
@@ -638,9 +639,10 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
       if (!tiled) m[8 * T + n_dec++] = g + t;
     }
     if (tiled) {
-      for (int t0 = 0; t0 < n; t0 += cuda::kPrefillTile) {
+      const int tile = cuda::PrefillTileSize(opt.tensor_core_attention);
+      for (int t0 = 0; t0 < n; t0 += tile) {
         m[6 * T + n_tiles] = g + t0;
-        m[7 * T + n_tiles] = std::min(cuda::kPrefillTile, n - t0);
+        m[7 * T + n_tiles] = std::min(tile, n - t0);
         ++n_tiles;
       }
     }

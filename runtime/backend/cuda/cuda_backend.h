@@ -41,6 +41,8 @@ struct CudaBackendOptions {
   int prefill_min_tokens = 8;    // a sequence with this many tokens in a step takes the tiled
                                  // attention kernel
   bool fp16_weight_copies = true;
+  bool tensor_core_attention = false;  // the WMMA prefill attention (env KINFER_CUDA_TC_ATTENTION=1);
+                                       // off until a GPU run has checked and timed it
   bool cuda_graphs = true;       // env KINFER_CUDA_GRAPHS=0 turns them off
 };
 

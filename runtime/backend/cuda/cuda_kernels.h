@@ -156,9 +156,15 @@ void AttentionDecode(const AttnParams& p, cudaStream_t stream);
 // sequence, head); K/V tiles staged in shared memory. tiles[i] = first token g of tile i; a tile
 // never crosses a sequence (the caller cuts tiles per sequence; tile_len[i] tokens). head_dim 64
 // or 128; anything else falls back to AttentionDecode.
+//
+// tensor_cores: the WMMA variant (FP16 Q.K^T and P.V on the tensor cores, fp32 accumulation,
+// tiles of kPrefillTileTc queries and 64 positions; P rounded to FP16 before it meets V); else
+// the fp32 FMA variant (tiles of kPrefillTile).
 constexpr int kPrefillTile = 32;
+constexpr int kPrefillTileTc = 64;
+inline int PrefillTileSize(bool tensor_cores) { return tensor_cores ? kPrefillTileTc : kPrefillTile; }
 void AttentionPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len,
-                      int n_tiles, cudaStream_t stream);
+                      int n_tiles, bool tensor_cores, cudaStream_t stream);
 bool AttentionPrefillSupports(int head_dim);
 
 }  // namespace kinfer::cuda

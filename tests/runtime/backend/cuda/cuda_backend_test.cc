@@ -121,6 +121,16 @@ TEST_F(CudaBackendTest, PerTokenAttentionForPromptsMatchesTheCpu) {
   CompareSteps(g.get(), 2e-3, 1);
 }
 
+TEST_F(CudaBackendTest, TensorCoreAttentionLogitsMatchTheCpu) {
+  CudaBackendOptions o;
+  o.gemm_min_tokens = 0;
+  o.tensor_core_attention = true;
+  o.prefill_min_tokens = 2;  // every prompt through the WMMA kernel
+  auto g = Cuda(o);
+  ASSERT_NE(g, nullptr);
+  CompareSteps(g.get(), 2e-3, 1);
+}
+
 TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
   CudaBackendOptions o;
   o.gemm_min_tokens = 1;  // every product through cuBLAS on the FP16 copies
