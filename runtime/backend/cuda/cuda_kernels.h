@@ -122,6 +122,14 @@ void GatherRows(const float* x, const int32_t* rows, int n, int d, float* out,
 // out[r] = the index of the largest of logits[r][0..n_vocab) (the first on ties).
 void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaStream_t stream);
 
+// out[r] = a token drawn from row r: the top_k largest logits (1..kMaxTopK; ties by lower index),
+// softmax at `temperature` (> 0) over them, cut to the smallest prefix whose mass reaches top_p
+// (at least one), renormalized; uniforms[r] in [0, 1) picks by inverse CDF. The same rule as
+// SampleTopKTopPReference (tests) on the host.
+constexpr int kMaxTopK = 64;
+void SampleTopKTopP(const float* logits, int rows, int n_vocab, int top_k, float top_p,
+                    float temperature, const float* uniforms, int32_t* out, cudaStream_t stream);
+
 // ---- attention over the paged cache ------------------------------------------------------
 //
 //   token g of the step: seq = tok_seq[g], position = tok_pos[g]; it attends positions

@@ -171,7 +171,105 @@ __global__ void ArgmaxKernel(const float* __restrict__ logits, int n_vocab, int3
   }
 }
 
+// (v, i) ranks before (v2, i2) when v > v2, or v == v2 and i < i2.
+__device__ __forceinline__ bool Before(float v, int i, float v2, int i2) {
+  return v > v2 || (v == v2 && i < i2);
+}
+
+// One block per row: k rounds of a block-wide argmax, each over the elements ranked after the
+// previous round's winner (no membership tests), then thread 0 does the softmax, the top-p cut
+// and the draw.
+__global__ void SampleTopKTopPKernel(const float* __restrict__ logits, int n_vocab, int top_k, float top_p,
+                                     float temperature, const float* __restrict__ uniforms,
+                                     int32_t* __restrict__ out) {
+  const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+  __shared__ float cv[kMaxTopK];
+  __shared__ int ci[kMaxTopK];
+  __shared__ float wv[32];
+  __shared__ int wi[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  float last_v = FLT_MAX;
+  int last_i = -1;
+  for (int j = 0; j < top_k; ++j) {
+    float best = -FLT_MAX;
+    int bi = n_vocab;
+    for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+      const float v = row[i];
+      const bool after = j == 0 || Before(last_v, last_i, v, i);
+      if (after && (bi == n_vocab || Before(v, i, best, bi))) {
+        best = v;
+        bi = i;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(kFullMask, best, o);
+      const int oi = __shfl_xor_sync(kFullMask, bi, o);
+      if (oi != n_vocab && (bi == n_vocab || Before(ov, oi, best, bi))) {
+        best = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      wv[warp] = best;
+      wi[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < nwarps; ++w) {
+        if (wi[w] != n_vocab && (bi == n_vocab || Before(wv[w], wi[w], best, bi))) {
+          best = wv[w];
+          bi = wi[w];
+        }
+      }
+      cv[j] = best;
+      ci[j] = bi;
+    }
+    __syncthreads();
+    last_v = cv[j];
+    last_i = ci[j];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float p[kMaxTopK];
+    float sum = 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      p[j] = expf((cv[j] - cv[0]) / temperature);
+      sum += p[j];
+    }
+    int keep = 0;
+    float mass = 0.0f;
+    while (keep < top_k) {
+      mass += p[keep] / sum;
+      ++keep;
+      if (mass >= top_p) break;
+    }
+    float kept = 0.0f;
+    for (int j = 0; j < keep; ++j) kept += p[j];
+    const float target = uniforms[blockIdx.x] * kept;
+    float acc = 0.0f;
+    int pick = keep - 1;
+    for (int j = 0; j < keep; ++j) {
+      acc += p[j];
+      if (target < acc) {
+        pick = j;
+        break;
+      }
+    }
+    out[blockIdx.x] = ci[pick];
+  }
+}
+
 }  // namespace
+
+void SampleTopKTopP(const float* logits, int rows, int n_vocab, int top_k, float top_p,
+                    float temperature, const float* uniforms, int32_t* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  top_k = top_k < 1 ? 1 : (top_k > kMaxTopK ? kMaxTopK : top_k);
+  if (top_k > n_vocab) top_k = n_vocab;
+  SampleTopKTopPKernel<<<rows, 256, 0, stream>>>(logits, n_vocab, top_k, top_p, temperature, uniforms, out);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
 
 void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float* y,
              cudaStream_t stream) {

@@ -3,7 +3,8 @@
 // stated bound). Skipped, with the CUDA error, where no device works.
 //
 // Bounds and why:
-//   quantizers, dequantization, embedding rows, argmax            exact (same arithmetic)
+//   quantizers, dequantization, embedding rows, argmax,          exact (same arithmetic)
+//   top-k / top-p draw (same rule and float order as a host copy)
 //   RmsNorm, RoPE, SwiGLU, add                                    NMSE < 1e-10 (same float
 //                                                                 expressions; libm ulps)
 //   matrix-vector, quantized weights                              NMSE < 1e-7 (same integer dots,
@@ -471,6 +472,53 @@ TEST_F(CudaKernelsTest, SplitAndAccumulatingProductsEqualPlainOnes) {
       const float got = r < r0 ? aa[t * r0 + r] : r < r0 + r1 ? bb[t * r1 + r - r0] : cc[t * r2 + r - r0 - r1];
       ASSERT_EQ(got, want) << t << " " << r;
       ASSERT_EQ(ac[t * rows + r], base[t * rows + r] + want);
+    }
+  }
+}
+
+// The host statement of SampleTopKTopP's rule (cuda_kernels.h), in the kernel's float order.
+int SampleTopKTopPReference(const float* row, int nv, int k, float top_p, float temp, float u) {
+  std::vector<int> idx(nv);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
+    return row[a] > row[b] || (row[a] == row[b] && a < b);
+  });
+  std::vector<float> p(k);
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum += (p[j] = std::exp((row[idx[j]] - row[idx[0]]) / temp));
+  int keep = 0;
+  float mass = 0.0f;
+  while (keep < k) {
+    mass += p[keep] / sum;
+    ++keep;
+    if (mass >= top_p) break;
+  }
+  float kept = 0.0f;
+  for (int j = 0; j < keep; ++j) kept += p[j];
+  const float target = u * kept;
+  float acc = 0.0f;
+  for (int j = 0; j < keep; ++j) {
+    acc += p[j];
+    if (target < acc) return idx[j];
+  }
+  return idx[keep - 1];
+}
+
+TEST_F(CudaKernelsTest, TopKTopPSamplingFollowsTheReferenceRule) {
+  const int rows = 16, nv = 49152;
+  std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 51, -5.0f, 5.0f);
+  for (int r = 0; r < rows; ++r) l[r * nv + 100 + r] = 7.0f;  // a few clear leaders
+  l[3 * nv + 7] = l[3 * nv + 100 + 3];                       // a tie with the leader
+  const std::vector<float> u = RandomFloats(rows, 52, 0.0f, 0.999f);
+  DeviceBuffer<float> ld(l), ud(u);
+  DeviceBuffer<int32_t> out(rows);
+  const struct { int k; float p, t; } cases[] = {{1, 1.0f, 1.0f}, {40, 0.9f, 0.8f}, {64, 0.5f, 1.5f}, {8, 1.0f, 0.3f}};
+  for (const auto& c : cases) {
+    cuda::SampleTopKTopP(ld.get(), rows, nv, c.k, c.p, c.t, ud.get(), out.get(), nullptr);
+    const auto got = out.ToHost();
+    for (int r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[r], SampleTopKTopPReference(&l[r * nv], nv, c.k, c.p, c.t, u[r]))
+          << "row " << r << " k " << c.k;
     }
   }
 }
