@@ -18,7 +18,7 @@
 #               -> tests on a 9-layer model of the real weights and tokenizer; benchmark on a
 #                  30-layer model of the same shapes and types, its layers cycled from those 9
 #   two calls:  1) carry [".gpu/rest", ".gpu/googletest.tar.gz"]: scripts/gpu-check.sh $OUT --stash
-#               2) at once (the machine stays warm 30 s): carry [".gpu/model"]:
+#               2) at once (the machine stays warm 30 s): carry [".gpu/model", ".gpu/googletest.tar.gz"]:
 #                  scripts/gpu-check.sh $OUT    -> the whole bundled model, sha256-checked
 #   A models/smollm2-135m-instruct-q4_1.gguf already there is used as is.
 #
