@@ -9,7 +9,11 @@ peak, HPA, Knative KPA, the oracle) and writes
   bench/results/autoscaling_<policy>.png    load, replicas and P99 TTFT over time, per policy
 
   python3 bench/run_autoscaling.py [--sim build/bin/kinfer-sim] [--slo-ttft 2] [--cold-start 60]
-                                   [--seed 1] [-- extra kinfer-sim flags]
+                                   [--seed 1] [--seeds 1,2,3] [-- extra kinfer-sim flags]
+
+With --seeds the run is repeated per seed (outputs <name>_s<seed>.*) and <name>.md gets one line
+per seed (attainment, requests over the SLO and replica-hours vs the oracle of every policy, and
+the goal's checks); plots are written for the first seed only.
 
 Plots use matplotlib when it is importable, else a small built-in PNG writer (zlib + struct).
 """
@@ -115,6 +119,28 @@ def plot_builtin(path, title, t, panels):
     path.write_bytes(cv.png())
 
 
+def missed(p):
+    return round(p["requests"] * (1 - p["slo_attainment"]))
+
+
+def seeds_table(docs):
+    """docs: [(seed, kinfer-sim document)] -> markdown lines, one row per seed."""
+    names = [p["policy"] for p in docs[0][1]["policies"]]
+    lines = ["| seed | " + " | ".join(names) + " | goal |", "|---" * (len(names) + 2) + "|"]
+    for seed, doc in docs:
+        by = {p["policy"]: p for p in doc["policies"]}
+        cells = []
+        for n in names:
+            p, vs = by[n], by[n]["replica_hours_vs_oracle"]
+            cells.append(f"{100 * p['slo_attainment']:.3f}% ({missed(p)}) / "
+                         f"{'' if vs is None else f'{vs:.3f}x'}")
+        checks = goal_checks(by)
+        goal = "met" if checks and all(ok for _, ok in checks) else "not met: " + ", ".join(
+            name for name, ok in checks if not ok)
+        lines.append(f"| {seed} | " + " | ".join(cells) + f" | {goal} |")
+    return lines
+
+
 def plot(path, policy, rows, slo):
     t = [float(r["t_s"]) for r in rows]
     load = [float(r["arrival_rps"]) for r in rows]
@@ -159,6 +185,7 @@ def main():
     ap.add_argument("--slo-ttft", default="2")
     ap.add_argument("--cold-start", default="60")
     ap.add_argument("--seed", default="1")
+    ap.add_argument("--seeds", help="comma-separated seeds: one run each and a table of them")
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--name", default="autoscaling", help="output file stem")
     ap.add_argument("extra", nargs="*", help="more kinfer-sim flags, after --")
@@ -167,12 +194,18 @@ def main():
     out = pathlib.Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sim = find_sim(args.sim)
-    js, tl = out / f"{args.name}.json", out / f"{args.name}_timeline.csv"
-    cmd = [str(sim), "--trace", args.trace, "--perf-model", args.perf_model, "--slo-ttft",
-           args.slo_ttft, "--cold-start", args.cold_start, "--seed", args.seed,
-           "--json", str(js), "--timeline", str(tl)] + args.extra
-    print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    seeds = args.seeds.split(",") if args.seeds else [args.seed]
+    runs = []
+    for seed in seeds:
+        stem = f"{args.name}_s{seed}" if args.seeds else args.name
+        js, tl = out / f"{stem}.json", out / f"{stem}_timeline.csv"
+        cmd = [str(sim), "--trace", args.trace, "--perf-model", args.perf_model, "--slo-ttft",
+               args.slo_ttft, "--cold-start", args.cold_start, "--seed", seed,
+               "--json", str(js), "--timeline", str(tl)] + args.extra
+        print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        runs.append((seed, cmd, js, tl))
+    seed, cmd, js, tl = runs[0]
 
     doc = json.loads(js.read_text())
     by = {p["policy"]: p for p in doc["policies"]}
@@ -204,15 +237,18 @@ def main():
              "mean replicas | scale events | shed |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in doc["policies"]:
         vs = p["replica_hours_vs_oracle"]
-        missed = round(p["requests"] * (1 - p["slo_attainment"]))
-        lines.append(f"| {p['policy']} | {100 * p['slo_attainment']:.3f}% | {missed} | {p['p99_ttft_s']:.3f} | "
+        lines.append(f"| {p['policy']} | {100 * p['slo_attainment']:.3f}% | {missed(p)} | {p['p99_ttft_s']:.3f} | "
                      f"{p['replica_hours']:.3f} | {'' if vs is None else f'{vs:.3f}x'} | "
                      f"{p['mean_replicas']:.2f} | {p['scale_events']} | {p['shed_requests']} |")
     checks = goal_checks(by)
     if checks:
-        lines += ["", "Goal (issue 6): " + "; ".join(f"{name}: {'yes' if ok else 'NO'}"
+        lines += ["", "Goal checks (issue 6's criteria, stated for Azure on H100 TP4): " + "; ".join(f"{name}: {'yes' if ok else 'NO'}"
                                                      for name, ok in checks) + "."]
-    lines += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ".", ""]
+    if args.seeds:
+        lines += ["", f"Every seed ({', '.join(seeds)}; the same command with --seed N): "
+                  "attainment (requests over the SLO) / replica-hours vs the oracle.", ""]
+        lines += seeds_table([(s, json.loads(j.read_text())) for s, _, j, _ in runs])
+    lines += ["", f"Plots (seed {seed}): " + ", ".join(f"`{p}`" for p in pngs) + ".", ""]
     (out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
