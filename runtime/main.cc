@@ -46,6 +46,12 @@ Options:
   --prefix-caching[=BOOL]  reuse cached KV of earlier prompts with the same prefix (default true)
   --batch-invariant[=BOOL] a request's output does not depend on its batch, cache hits or
                          preemption; false = faster prefill (the GEMM kernels) (default true)
+  --spec-tokens N        speculative decoding: draft tokens verified per step at most, for
+                         requests that ask ("speculative": true) (default 3; 0 = never)
+  --spec-default[=BOOL]  speculate for requests that do not say (default false)
+  --spec-ngram-min N     prompt lookup: shortest suffix matched (default 2)
+  --spec-ngram-max N     prompt lookup: longest suffix matched first (default 4)
+  --draft-model PATH     draft with this GGUF model (same vocabulary) instead of prompt lookup
   --log-level LEVEL      trace, debug, info, warn, error, critical or off (default info)
   -h, --help             show this help and exit
 )";
@@ -59,6 +65,7 @@ struct Flags {
   std::string model_name;
   long long max_body_bytes = 1 << 20;
   std::string log_level = "info";
+  std::string draft_model;
   kinfer::EngineOptions engine;
 };
 
@@ -105,12 +112,25 @@ Flags ParseFlags(int argc, char** argv) {
       f.engine.prefix_caching = flags.Bool();
     } else if (flags.Is("--batch-invariant")) {
       f.engine.batch_invariant = flags.Bool();
+    } else if (flags.Is("--spec-tokens")) {
+      f.engine.spec.max_tokens = static_cast<int>(flags.Int(0, 64));
+    } else if (flags.Is("--spec-default")) {
+      f.engine.spec.default_on = flags.Bool();
+    } else if (flags.Is("--spec-ngram-min")) {
+      f.engine.spec.ngram_min = static_cast<int>(flags.Int(1, 64));
+    } else if (flags.Is("--spec-ngram-max")) {
+      f.engine.spec.ngram_max = static_cast<int>(flags.Int(1, 64));
+    } else if (flags.Is("--draft-model")) {
+      f.draft_model = flags.Value();
     } else {
       flags.Unknown();
     }
   }
   if (f.model.empty()) BadFlag("--model PATH is required");
   if (f.host.empty()) BadFlag("--host must not be empty");
+  if (f.engine.spec.ngram_min > f.engine.spec.ngram_max) {
+    BadFlag("--spec-ngram-min must not exceed --spec-ngram-max");
+  }
   int level = 0;
   if (kinfer::Status s = kinfer::ParseLogLevel(f.log_level, &level); !s.ok()) {
     BadFlag(s.message());
@@ -154,6 +174,7 @@ int main(int argc, char** argv) {
   model_options.n_threads = flags.threads;
   model_options.context_length = flags.ctx_size;
   model_options.engine = flags.engine;
+  model_options.draft_path = flags.draft_model;
   auto loaded = kinfer::ServedModel::Load(model_options);
   if (!loaded.ok()) {
     spdlog::critical("cannot load the model: {}", loaded.status().ToString());

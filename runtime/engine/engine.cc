@@ -8,6 +8,8 @@
 #include "runtime/sample/sampler.h"
 #include "runtime/sample/stop_matcher.h"
 #include "runtime/sched/scheduler.h"
+#include "runtime/spec/draft_model_proposer.h"
+#include "runtime/spec/draft_proposer.h"
 #include "runtime/tokenizer/streaming_decoder.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -76,6 +78,9 @@ struct Engine::Active {
   bool first_event = true;
   bool cancel_sent = false;
   bool finished = false;  // its final event is pushed
+  int spec_tokens = 0;    // draft tokens per step at most; 0 = no speculation
+  // The distributions the draft offered to the scheduler was drawn from (empty: deterministic).
+  std::vector<TokenDistribution> draft_probs;
 };
 
 Engine::Engine(LlamaModel* model, const Tokenizer* tokenizer, EngineOptions options)
@@ -144,6 +149,8 @@ EngineStats Engine::Stats() const {
   s.prefix_cache_queries_tokens = prefix_queries_.load();
   s.prefix_cache_hits_tokens = prefix_hits_.load();
   s.preemptions = preemptions_.load();
+  s.spec_draft_tokens = spec_draft_.load();
+  s.spec_accepted_tokens = spec_accepted_.load();
   return s;
 }
 
@@ -189,6 +196,12 @@ void Engine::Loop() {
   }
   scheduler_ = std::make_unique<Scheduler>(sc);
   kv_blocks_total_.store(num_blocks);
+  if (options_.spec.draft_model != nullptr) {
+    proposer_ = std::make_unique<DraftModelProposer>(options_.spec.draft_model);
+  } else {
+    proposer_ = std::make_unique<NgramProposer>(
+        NgramOptions{options_.spec.ngram_min, options_.spec.ngram_max});
+  }
 
   for (;;) {
     std::deque<Pending> inbox;
@@ -207,6 +220,7 @@ void Engine::Loop() {
         a->cancel_sent = true;
       }
     }
+    ProposeDrafts();
     RunStep();
     PublishStats();
   }
@@ -221,6 +235,10 @@ void Engine::Admit(std::deque<Pending>* inbox) {
   for (Pending& p : *inbox) {
     auto a = std::make_unique<Active>(std::move(p.request), std::move(p.stream), *tokenizer_,
                                       p.enqueued);
+    const int want = a->req.speculative_tokens;
+    const int server_max = std::max(0, options_.spec.max_tokens);
+    a->spec_tokens = want < 0 ? (options_.spec.default_on ? server_max : 0)
+                              : std::min(want, server_max);
     SchedRequest r;
     r.id = p.id;
     r.prompt = a->req.prompt_tokens;
@@ -256,13 +274,9 @@ void Engine::Finish(Active& a, FinishReason reason, Status error) {
   a.stream->Push(std::move(ev));
 }
 
-bool Engine::SampleAndStream(Active& a, std::span<float> logits, int32_t* token) {
+bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
   const GenerationRequest& req = a.req;
   StreamEvent ev;
-  TokenLogprob lp;
-  const int32_t tok =
-      a.sampler.Sample(logits, a.history, req.sampling.logprobs >= 0 ? &lp : nullptr);
-  *token = tok;
   ++a.generated;
   a.history.push_back(tok);
   FinishReason reason = FinishReason::kNone;
@@ -280,11 +294,11 @@ bool Engine::SampleAndStream(Active& a, std::span<float> logits, int32_t* token)
     if (stopped) reason = FinishReason::kStop;
   }
   ev.tokens.push_back(tok);
-  if (req.sampling.logprobs >= 0) {
-    lp.token = tok;
-    lp.text = tokenizer_->TokenToPiece(tok, true);
-    for (TopLogprob& top : lp.top) top.text = tokenizer_->TokenToPiece(top.token, true);
-    ev.logprobs.push_back(std::move(lp));
+  if (req.sampling.logprobs >= 0 && lp != nullptr) {
+    lp->token = tok;
+    lp->text = tokenizer_->TokenToPiece(tok, true);
+    for (TopLogprob& top : lp->top) top.text = tokenizer_->TokenToPiece(top.token, true);
+    ev.logprobs.push_back(std::move(*lp));
   }
   if (reason == FinishReason::kNone && a.generated >= req.max_tokens) {
     reason = FinishReason::kLength;
@@ -307,6 +321,64 @@ bool Engine::SampleAndStream(Active& a, std::span<float> logits, int32_t* token)
   }
   a.stream->Push(std::move(ev));
   return reason != FinishReason::kNone;
+}
+
+void Engine::SampleItem(Active& a, const ScheduledSeq& item, const float* rows,
+                        SampledToken* out) {
+  const size_t nv = model_->hparams().n_vocab;
+  const bool want_lp = a.req.sampling.logprobs >= 0;
+  out->id = item.id;
+  out->accepted = 0;
+  std::vector<float> row;
+  // Draft position j is checked against the target's logits at the position before it; every
+  // accepted draft token is emitted as it is (its stop rules apply), the first rejection emits the
+  // target's own token there, and a fully accepted draft earns one more token from the last row.
+  for (size_t j = 0;; ++j) {
+    row.assign(rows + j * nv, rows + (j + 1) * nv);
+    TokenLogprob lp;
+    int32_t tok;
+    bool accepted = false;
+    if (j < item.draft.size()) {
+      const TokenDistribution* q = j < a.draft_probs.size() ? &a.draft_probs[j] : nullptr;
+      tok = a.sampler.Verify(row, a.history, item.draft[j], q, &accepted, want_lp ? &lp : nullptr);
+    } else {
+      tok = a.sampler.Sample(row, a.history, want_lp ? &lp : nullptr);
+    }
+    const bool ended = EmitToken(a, tok, want_lp ? &lp : nullptr);
+    if (ended || !accepted) {
+      out->token = tok;
+      out->stop = ended;
+      break;
+    }
+    ++out->accepted;
+  }
+  a.draft_probs.clear();
+}
+
+void Engine::ProposeDrafts() {
+  for (auto& [id, a] : active_) {
+    a->draft_probs.clear();
+    if (a->spec_tokens <= 0 || a->finished) continue;
+    std::optional<SeqView> v = scheduler_->Find(id);
+    if (!v || !v->decoding) continue;
+    const int room = a->req.max_tokens - v->generated - 1;  // the last verified token is extra
+    if (room <= 0) continue;
+    DraftRequest dr;
+    dr.seq = id;
+    dr.history = v->tokens;
+    dr.max_tokens = std::min(a->spec_tokens, room);
+    dr.sampling = &a->req.sampling;
+    dr.max_positions = static_cast<int>(a->req.prompt_tokens.size()) + a->req.max_tokens;
+    DraftProposal d = proposer_->Propose(dr);
+    if (d.tokens.empty()) continue;
+    a->draft_probs = std::move(d.probs);
+    scheduler_->SetDraft(id, std::move(d.tokens));
+  }
+}
+
+void Engine::Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it) {
+  proposer_->Release(it->first);
+  active_.erase(it);
 }
 
 bool Engine::RunStep() {
@@ -333,12 +405,16 @@ bool Engine::RunStep() {
         Finish(*it->second, FinishReason::kLength, Status::Ok());
         break;
     }
-    active_.erase(it);
+    Retire(it);
   }
   if (plan.idle()) return false;
 
   std::vector<SequenceBatch> batch;
-  std::vector<SchedSeqId> sampled_ids;
+  std::vector<const ScheduledSeq*> sampled;  // items with logits, in batch order
+  // Decode items with a draft feed their last token and the draft: tokens not yet in the
+  // sequence, kept here until the forward pass has run.
+  std::vector<std::vector<int32_t>> drafted;
+  drafted.reserve(plan.decodes.size());
   batch.reserve(plan.decodes.size() + plan.prefills.size());
   for (const std::vector<ScheduledSeq>* items : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *items) {
@@ -351,13 +427,21 @@ bool Engine::RunStep() {
             std::chrono::duration<double>(now - it->second->enqueued).count();
       }
       SequenceBatch b;
-      b.tokens = v->tokens.subspan(item.start, item.length);
+      if (item.draft.empty()) {
+        b.tokens = v->tokens.subspan(item.start, item.length);
+      } else {
+        std::vector<int32_t>& t = drafted.emplace_back();
+        t.push_back(v->tokens[item.start]);
+        t.insert(t.end(), item.draft.begin(), item.draft.end());
+        b.tokens = t;
+        b.num_logits = item.length;  // every position verifies the next one
+      }
       b.pos0 = item.start;
       b.blocks = scheduler_->BlockTable(item.id);
       b.want_logits = item.sample;
       b.mode = ForwardMode::kPrompt;  // see cache_generated_blocks above
       batch.push_back(b);
-      if (item.sample) sampled_ids.push_back(item.id);
+      if (item.sample) sampled.push_back(&item);
     }
   }
   std::vector<float> logits;
@@ -367,20 +451,22 @@ bool Engine::RunStep() {
       auto it = active_.find(f.id);
       if (it == active_.end()) continue;
       Finish(*it->second, FinishReason::kError, f.status);
-      active_.erase(it);
+      Retire(it);
     }
     return true;
   }
   const size_t nv = model_->hparams().n_vocab;
   StepResult result;
-  for (size_t row = 0; row < sampled_ids.size(); ++row) {
-    const SchedSeqId id = sampled_ids[row];
-    auto it = active_.find(id);
-    if (it == active_.end()) continue;
-    int32_t tok = 0;
-    const bool ended =
-        SampleAndStream(*it->second, std::span<float>(logits.data() + row * nv, nv), &tok);
-    result.sampled.push_back({id, tok, ended});
+  size_t row = 0;
+  for (const ScheduledSeq* item : sampled) {
+    const size_t rows = item->draft.empty() ? 1 : static_cast<size_t>(item->length);
+    auto it = active_.find(item->id);
+    if (it != active_.end()) {
+      SampledToken t;
+      SampleItem(*it->second, *item, logits.data() + row * nv, &t);
+      result.sampled.push_back(t);
+    }
+    row += rows;
   }
   StatusOr<std::vector<FinishedSeq>> done = scheduler_->OnStepDone(result);
   if (!done.ok()) {  // a mismatch between plan and result is a bug: fail the step's sequences
@@ -388,7 +474,7 @@ bool Engine::RunStep() {
       auto it = active_.find(f.id);
       if (it == active_.end()) continue;
       Finish(*it->second, FinishReason::kError, f.status);
-      active_.erase(it);
+      Retire(it);
     }
     return true;
   }
@@ -397,7 +483,7 @@ bool Engine::RunStep() {
     if (it == active_.end()) continue;
     Finish(*it->second, f.reason == SeqEnd::kLength ? FinishReason::kLength : FinishReason::kStop,
            Status::Ok());
-    active_.erase(it);
+    Retire(it);
   }
   return true;
 }
@@ -411,6 +497,8 @@ void Engine::PublishStats() {
   prefix_queries_.store(s.kv.prefix_query_tokens);
   prefix_hits_.store(s.kv.prefix_hit_tokens);
   preemptions_.store(s.preemptions);
+  spec_draft_.store(s.draft_tokens);
+  spec_accepted_.store(s.accepted_tokens);
 }
 
 }  // namespace kinfer

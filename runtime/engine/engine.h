@@ -16,6 +16,13 @@
 // LlamaModel::ForwardBatch over the paged cache, samples each sequence that needs a token, applies
 // its stop rules, streams the text, and reports back (Scheduler::OnStepDone).
 //
+// Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
+// thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before
+// each step and offers them to the Scheduler (SetDraft); the step computes the sequence's last
+// token and the draft together (k + 1 logits rows), and the engine verifies the draft position by
+// position with the request's Sampler (Sampler::Verify): greedy output is token for token what it
+// is without drafts, and sampled output keeps its distribution.
+//
 // Determinism: with batch_invariant (the default) the matrix products take the same kernels for a
 // row whatever else is in the step and every token takes the same (batch-path) attention
 // numerics, so a
@@ -42,10 +49,13 @@
 
 namespace kinfer {
 
+class DraftProposer;
 class LlamaModel;
 class PagedKvCache;
 class Scheduler;
 class Tokenizer;
+struct ScheduledSeq;
+struct SampledToken;
 
 // A request's output channel. Shared by the engine (producer) and the caller (consumer).
 class RequestStream {
@@ -70,6 +80,16 @@ class RequestStream {
   std::atomic<bool> cancelled_{false};
 };
 
+struct SpeculativeOptions {
+  int max_tokens = 3;       // draft tokens per step at most (3 + 1 fill one matrix-vector pass)
+  bool default_on = false;  // for requests that do not say (GenerationRequest::speculative_tokens)
+  int ngram_min = 2;        // prompt lookup suffix lengths (vLLM prompt_lookup_min / _max)
+  int ngram_max = 4;
+  // A draft model sharing the target's vocabulary; null = n-gram prompt lookup. Not owned; may be
+  // the target itself (tests: every greedy draft is accepted).
+  LlamaModel* draft_model = nullptr;
+};
+
 struct EngineOptions {
   int n_threads = 2;
   int max_queued_requests = 256;  // waiting requests; Submit() returns RESOURCE_EXHAUSTED beyond
@@ -82,6 +102,7 @@ struct EngineOptions {
   bool batch_invariant = true;    // see Determinism above; false = faster prefill (the GEMM)
   // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
   int64_t max_waiting_prompt_tokens = 0;
+  SpeculativeOptions spec;
 };
 
 struct EngineStats {
@@ -94,6 +115,8 @@ struct EngineStats {
   int64_t prefix_cache_queries_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits_tokens = 0;     // of those, served from it
   int64_t preemptions = 0;
+  int64_t spec_draft_tokens = 0;     // draft tokens verified
+  int64_t spec_accepted_tokens = 0;  // of those, accepted
 };
 
 class Engine {
@@ -123,9 +146,16 @@ class Engine {
   void Admit(std::deque<Pending>* inbox);
   // Runs one planned step; false when there was nothing to compute.
   bool RunStep();
-  // Samples sequence `a`'s next token from `logits`, applies its stop rules and streams the text;
-  // returns true when the sequence ended (its final event is pushed).
-  bool SampleAndStream(Active& a, std::span<float> logits, int32_t* token);
+  // Offers a draft to the scheduler for every decoding sequence that wants speculation.
+  void ProposeDrafts();
+  // Appends `tok` to sequence `a`, applies its stop rules and streams the text; returns true when
+  // the sequence ended (its final event is pushed).
+  bool EmitToken(Active& a, int32_t tok, TokenLogprob* lp);
+  // Samples (or, for a planned item with a draft, verifies) sequence `a`'s new tokens from its
+  // logits rows (one per position of the item that has logits) and streams them; fills *out.
+  void SampleItem(Active& a, const ScheduledSeq& item, const float* rows, SampledToken* out);
+  // Removes a finished request (and what the proposer keeps for it).
+  void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);
   void Finish(Active& a, FinishReason reason, Status error);
   void PublishStats();
 
@@ -147,9 +177,12 @@ class Engine {
   std::atomic<int64_t> prefix_queries_{0};
   std::atomic<int64_t> prefix_hits_{0};
   std::atomic<int64_t> preemptions_{0};
+  std::atomic<int64_t> spec_draft_{0};
+  std::atomic<int64_t> spec_accepted_{0};
   // Engine-thread state.
   std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DraftProposer> proposer_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::thread thread_;
 };

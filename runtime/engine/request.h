@@ -24,7 +24,12 @@ struct GenerationRequest {
   uint64_t cache_salt = 0;           // prefix-cache tenant: different salts share no KV blocks
   // The request ends with DEADLINE_EXCEEDED once this passes (waiting or generating).
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Speculative decoding: draft tokens verified per step at most. -1 = the server's default
+  // (EngineOptions::spec), 0 = off; more than the server's maximum is clamped to it
+  // (kSpeculativeServerMax: as many as the server allows).
+  int speculative_tokens = -1;
 };
+inline constexpr int kSpeculativeServerMax = 1 << 30;
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 // "stop", "length", "cancelled", "error"; "" for kNone.

@@ -230,6 +230,19 @@ bool KvBlockManager::Grow(KvSeqId seq, int n) {
   return true;
 }
 
+void KvBlockManager::Shrink(KvSeqId seq, int num_slots) {
+  Seq& s = GetSeq(seq);
+  assert(num_slots >= s.num_computed && num_slots <= s.num_slots);
+  const int keep = BlocksForTokens(num_slots);
+  while (static_cast<int>(s.table.size()) > keep) {
+    const int32_t b = s.table.back();
+    assert(blocks_[b].ref == 1 && blocks_[b].entry == 0);  // past num_computed: private, uncached
+    s.table.pop_back();
+    Unref(b);
+  }
+  s.num_slots = num_slots;
+}
+
 void KvBlockManager::Commit(KvSeqId seq, std::span<const int32_t> tokens, int num_computed,
                             int cacheable) {
   Seq& s = GetSeq(seq);

@@ -118,6 +118,12 @@ class KvBlockManager {
   // REQUIRES: `seq` registered; n >= 0.
   [[nodiscard]] bool Grow(KvSeqId seq, int n);
 
+  // Gives back the slots of `seq` from `num_slots` on (speculative decoding reserved slots for
+  // draft tokens that were rejected): blocks left wholly past the end are released (they hold no
+  // committed position, so no cache entry). REQUIRES: `seq` registered;
+  // num_computed(seq) <= num_slots <= num_slots(seq).
+  void Shrink(KvSeqId seq, int num_slots);
+
   // Marks positions [0, num_computed) of `seq` as written. Every block that becomes full is
   // hashed and, with prefix caching on, becomes a cache entry (unless an identical entry already
   // exists in another block: then this block stays private and is never served).

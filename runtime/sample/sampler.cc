@@ -132,6 +132,93 @@ int32_t Sampler::Draw() {
   return c[0].second;
 }
 
+double ProbabilityOf(const TokenDistribution& d, int32_t id) {
+  auto it = std::lower_bound(d.begin(), d.end(), id,
+                             [](const std::pair<int32_t, double>& e, int32_t v) { return e.first < v; });
+  return it != d.end() && it->first == id ? it->second : 0.0;
+}
+
+void Sampler::SurvivorDistribution(TokenDistribution* out) {
+  const auto& c = candidates_;
+  out->clear();
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const auto& e : c) max_logit = std::max(max_logit, e.first);
+  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
+  double total = 0.0;
+  for (const auto& [logit, id] : c) {
+    const double p = std::exp(static_cast<double>(logit - max_logit) * inv_t);
+    if (p > 0.0) {
+      out->emplace_back(id, p);
+      total += p;
+    }
+  }
+  for (auto& e : *out) e.second /= total;
+  std::sort(out->begin(), out->end());
+}
+
+void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> history,
+                           TokenDistribution* out) {
+  assert(!logits.empty());
+  ApplyPenalties(params_, history, logits);
+  if (params_.temperature <= 0.0f) {
+    out->assign(1, {Argmax(logits), 1.0});
+    return;
+  }
+  candidates_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  Truncate();
+  SurvivorDistribution(out);
+}
+
+int32_t Sampler::DrawFrom(const TokenDistribution& d) {
+  assert(!d.empty());
+  double total = 0.0;
+  for (const auto& e : d) total += e.second;
+  const double u = Uniform01() * total;
+  double cum = 0.0;
+  for (const auto& [id, p] : d) {
+    cum += p;
+    if (u < cum) return id;
+  }
+  for (size_t i = d.size(); i-- > 0;) {
+    if (d[i].second > 0.0) return d[i].first;
+  }
+  return d[0].first;
+}
+
+int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
+                        const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp) {
+  assert(!logits.empty());
+  int32_t chosen;
+  if (params_.temperature <= 0.0f) {
+    ApplyPenalties(params_, history, logits);
+    chosen = Argmax(logits);
+    *accepted = chosen == draft;
+  } else {
+    thread_local TokenDistribution p;
+    Distribution(logits, history, &p);
+    const double px = ProbabilityOf(p, draft);
+    const double qx = draft_dist != nullptr ? ProbabilityOf(*draft_dist, draft) : 1.0;
+    // Accept with probability min(1, p/q): u < p/q  <=>  u * q < p (q > 0 for a drawn draft).
+    *accepted = px > 0.0 && (qx <= 0.0 || Uniform01() * qx < px);
+    if (*accepted) {
+      chosen = draft;
+    } else {
+      thread_local TokenDistribution residual;
+      residual.clear();
+      for (const auto& [id, pi] : p) {
+        const double qi = draft_dist != nullptr ? ProbabilityOf(*draft_dist, id)
+                                                : (id == draft ? 1.0 : 0.0);
+        if (pi > qi) residual.emplace_back(id, pi - qi);
+      }
+      // p == q leaves nothing (and then rejection cannot happen); fall back to p itself.
+      chosen = DrawFrom(residual.empty() ? p : residual);
+    }
+  }
+  if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
+  return chosen;
+}
+
 void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp) {
   float max_logit = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_logit = std::max(max_logit, l);

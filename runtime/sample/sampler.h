@@ -37,6 +37,14 @@
 
 namespace kinfer {
 
+// A probability distribution over token ids as a sparse list of (id, p), sorted by id, p > 0,
+// summing to 1: what a Sampler draws from after penalties, truncation and temperature (greedy:
+// one entry).
+using TokenDistribution = std::vector<std::pair<int32_t, double>>;
+
+// p(id) in `d` (binary search); 0 when absent.
+double ProbabilityOf(const TokenDistribution& d, int32_t id);
+
 class Sampler {
  public:
   // REQUIRES: params passed ValidateSamplingParams (sampling_validation.h). Values outside the ranges
@@ -59,6 +67,28 @@ class Sampler {
   // Returns the token id, in [0, logits.size()).
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history, TokenLogprob* lp);
 
+  // The distribution Sample() would draw the next token from, without drawing (no randomness is
+  // consumed). `logits` and `history` as for Sample(); logits are left holding the post-penalty
+  // logits. Greedy (temperature <= 0): {argmax, 1}.
+  void Distribution(std::span<float> logits, std::span<const int32_t> history,
+                    TokenDistribution* out);
+
+  // Draws a token from `d` (one PRNG output). REQUIRES: d non-empty.
+  int32_t DrawFrom(const TokenDistribution& d);
+
+  // Speculative verification of a draft token at this position (the rejection rule of Leviathan
+  // et al. 2023 and Chen et al. 2023), so that accepted drafts plus the returned tokens follow
+  // exactly the distribution Sample() gives:
+  //   * greedy (temperature <= 0): the target's argmax; accepted iff it equals `draft`. Consumes no
+  //     randomness, so greedy output is the same token for token with and without drafts.
+  //   * otherwise, with p this sampler's distribution (as Distribution()) and q the draft's
+  //     (`draft_dist`; null = a deterministic draft, q = 1 at `draft`, as n-gram lookup): accept
+  //     `draft` with probability min(1, p(draft) / q(draft)); else return a token drawn from the
+  //     residual max(0, p - q), renormalised. One PRNG output for the test, one more on rejection.
+  // *accepted says which happened; the returned token is `draft` when accepted. lp as Sample().
+  int32_t Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
+                 const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
+
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -68,6 +98,8 @@ class Sampler {
   void Truncate();
   // Draws from the survivors in candidates_ at params_.temperature.
   int32_t Draw();
+  // The survivors' probabilities at params_.temperature, into out (sorted by id).
+  void SurvivorDistribution(TokenDistribution* out);
   // A uniform double in [0, 1) from one PRNG output.
   double Uniform01();
 

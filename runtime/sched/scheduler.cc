@@ -62,6 +62,7 @@ struct Scheduler::Seq {
   int preemptions = 0;
   int cached_tokens = 0;
   bool cancelled = false;
+  std::vector<int32_t> draft;  // SetDraft's offer for the next step
 
   int len() const { return static_cast<int>(tokens.size()); }
   // Feeding its last sampled token: one decode token per step.
@@ -153,6 +154,13 @@ bool Scheduler::Cancel(SchedSeqId id) {
   return true;
 }
 
+bool Scheduler::SetDraft(SchedSeqId id, std::vector<int32_t> draft) {
+  Seq* s = Get(id);
+  if (s == nullptr || s->state != SeqState::kRunning || !s->decoding()) return false;
+  s->draft = std::move(draft);
+  return true;
+}
+
 // ---- one step -------------------------------------------------------------------------------
 
 StepPlan Scheduler::Step(SchedTime now) {
@@ -176,6 +184,7 @@ StepPlan Scheduler::Step(SchedTime now) {
 
   ScheduleRunning(st);
   AdmitWaiting(st, now);
+  ScheduleDrafts(st);
   ExtendPrefills(st);
   assert(st.plan.num_tokens <= config_.max_batch_tokens);
   if (!st.plan.idle()) outstanding_ = st.plan;
@@ -266,6 +275,7 @@ void Scheduler::Preempt(SchedSeqId id, StepState& st) {
   running_.erase(std::find(running_.begin(), running_.end(), id));
   s.state = SeqState::kWaiting;
   s.num_computed = 0;
+  s.draft.clear();
   ++s.preemptions;
   ++preemptions_;
   waiting_.push_back(id);
@@ -362,6 +372,30 @@ void Scheduler::AdmitWaiting(StepState& st, SchedTime now) {
   }
 }
 
+int Scheduler::FreeRoom(SchedSeqId id) const {
+  return static_cast<int>(kv_->BlockTable(id).size()) * kv_->block_size() - kv_->num_slots(id) +
+         kv_->num_free_blocks() * kv_->block_size();
+}
+
+void Scheduler::ScheduleDrafts(StepState& st) {
+  for (ScheduledSeq& item : st.plan.decodes) {
+    Seq& s = *Get(item.id);
+    std::vector<int32_t> draft = std::move(s.draft);
+    s.draft.clear();
+    if (draft.empty()) continue;
+    const int budget = PrefillBudget(config_, st.plan, st.decode_reserved.size());
+    // Verifying k drafts can yield k + 1 tokens: stay within max_tokens.
+    const int k = std::min({static_cast<int>(draft.size()), s.max_tokens - s.generated - 1, budget,
+                            FreeRoom(item.id)});
+    if (k <= 0 || !kv_->Grow(item.id, k)) continue;
+    draft.resize(k);
+    item.length += k;
+    item.draft = std::move(draft);
+    st.plan.num_tokens += k;
+    st.plan.num_draft_tokens += k;
+  }
+}
+
 void Scheduler::ExtendPrefills(StepState& st) {
   for (ScheduledSeq& item : st.plan.prefills) {
     const int budget = PrefillBudget(config_, st.plan, st.decode_reserved.size());
@@ -370,9 +404,7 @@ void Scheduler::ExtendPrefills(StepState& st) {
     const int remaining = s.len() - (item.start + item.length);
     if (remaining <= 0) continue;
     // Only what free blocks (plus the room left in its last block) can hold; never preempts.
-    const int room = static_cast<int>(kv_->BlockTable(item.id).size()) * kv_->block_size() -
-                     kv_->num_slots(item.id) + kv_->num_free_blocks() * kv_->block_size();
-    const int extra = std::min({remaining, budget, room});
+    const int extra = std::min({remaining, budget, FreeRoom(item.id)});
     if (extra <= 0 || !kv_->Grow(item.id, extra)) continue;
     item.length += extra;
     item.sample = item.start + item.length == s.len();
@@ -396,8 +428,15 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
     for (const ScheduledSeq& item : *list) {
       if (!item.sample) continue;
       ++expected;
-      if (sampled.count(item.id) == 0) {
+      auto it = sampled.find(item.id);
+      if (it == sampled.end()) {
         return InvalidArgument("no sampled token for sequence " + std::to_string(item.id));
+      }
+      const int accepted = it->second->accepted;
+      if (accepted < 0 || accepted > static_cast<int>(item.draft.size())) {
+        return InvalidArgument("sequence " + std::to_string(item.id) + ": " +
+                               std::to_string(accepted) + " draft tokens accepted of " +
+                               std::to_string(item.draft.size()));
       }
     }
   }
@@ -409,14 +448,32 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
   for (const auto* list : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *list) {
       Seq& s = *Get(item.id);
-      s.num_computed = item.start + item.length;
+      const SampledToken* t = item.sample ? sampled.at(item.id) : nullptr;
+      const int accepted = t != nullptr ? t->accepted : 0;
+      // Accepted draft tokens join the sequence (their KV is valid); rejected ones give their
+      // slots back.
+      s.tokens.insert(s.tokens.end(), item.draft.begin(), item.draft.begin() + accepted);
+      s.num_computed = item.start + item.length - static_cast<int>(item.draft.size()) + accepted;
+      if (kv_->num_slots(s.id) > s.num_computed && !item.draft.empty()) {
+        kv_->Shrink(s.id, s.num_computed);
+      }
+      const int ndraft = static_cast<int>(item.draft.size());
+      if (t != nullptr && t->stop && ndraft > 0) {
+        // Ended inside the draft: a stop token that was the draft's counts as accepted, and the
+        // drafts after it were never checked against anything (the sequence is over).
+        const bool stop_was_drafted = accepted < ndraft && t->token == item.draft[accepted];
+        draft_tokens_ += std::min(ndraft, accepted + 1);
+        accepted_tokens_ += accepted + (stop_was_drafted ? 1 : 0);
+      } else {
+        draft_tokens_ += ndraft;
+        accepted_tokens_ += accepted;
+      }
       kv_->Commit(s.id, s.tokens, s.num_computed,
                   config_.cache_generated_blocks ? std::numeric_limits<int>::max() : s.prompt_len);
-      if (!item.sample) continue;
-      const SampledToken& t = *sampled.at(item.id);
-      s.tokens.push_back(t.token);
-      ++s.generated;
-      if (t.stop) {
+      if (t == nullptr) continue;
+      s.tokens.push_back(t->token);
+      s.generated += accepted + 1;
+      if (t->stop) {
         EndSequence(s.id, SeqEnd::kStop, Status::Ok(), &done);
       } else if (s.generated >= s.max_tokens) {
         EndSequence(s.id, SeqEnd::kLength, Status::Ok(), &done);
@@ -478,6 +535,7 @@ std::optional<SeqView> Scheduler::Find(SchedSeqId id) const {
   v.priority = s.priority;
   v.preemptions = s.preemptions;
   v.cached_tokens = s.cached_tokens;
+  v.decoding = s.state == SeqState::kRunning && s.decoding();
   return v;
 }
 
@@ -491,6 +549,8 @@ SchedulerStats Scheduler::stats() const {
   st.preemptions = preemptions_;
   st.rejected = rejected_;
   st.finished = finished_;
+  st.draft_tokens = draft_tokens_;
+  st.accepted_tokens = accepted_tokens_;
   st.kv = kv_->stats();
   return st;
 }

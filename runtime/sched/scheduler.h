@@ -28,7 +28,13 @@
 //      waiting sequence that does not fit (no skipping ahead, so a long prompt is never passed over
 //      forever by shorter ones). A newcomer of a strictly more important class (base priority) may
 //      preempt running sequences of less important classes to fit.
-//   4. Budget left over extends this step's prefill chunks (work-conserving).
+//   4. Speculative decoding: a decoding sequence that was given a draft (SetDraft) verifies up to
+//      its whole draft in this step (length 1 + k), most important first, with the budget left
+//      after every decode and first-pass prompt chunk, within max_tokens, and only in free KV
+//      blocks (drafts never preempt and never delay a prompt's first chunk). A draft that does
+//      not fit is shortened or dropped; drafts last one step (the engine proposes anew each step).
+//      OnStepDone keeps the accepted draft tokens' KV and gives back the rejected ones' slots.
+//   5. Budget left over extends this step's prefill chunks (work-conserving).
 //
 // Priority: `priority` is the sidecar's class index: SMALLER IS MORE IMPORTANT (0 = "critical",
 // 1 = "standard", 2 = "batch" by default; the same way as vLLM's `priority`). The runtime takes it
@@ -120,6 +126,7 @@ struct SeqView {
   int priority = 0;
   int preemptions = 0;
   int cached_tokens = 0;  // served from the prefix cache at the last admission
+  bool decoding = false;  // running and feeding its last sampled token (SetDraft applies)
 };
 
 struct SchedulerStats {
@@ -131,6 +138,10 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t rejected = 0;  // Submit refusals (any reason)
   int64_t finished = 0;  // sequences ended, any reason
+  // Draft tokens verified (scheduled and computed; when a stop ends a sequence inside its draft,
+  // only those up to the stop), and of those, accepted (a stop token that was drafted counts).
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
   KvStats kv;
 };
 
@@ -154,6 +165,11 @@ class Scheduler {
   // Marks a live sequence to end with kCancelled at the next Step (which frees its KV), even when
   // it is in the step now being computed. False for an unknown id. Idempotent.
   bool Cancel(SchedSeqId id);
+
+  // Offers `draft` as the tokens that follow decoding sequence `id`'s last token, for the next
+  // Step to verify (rule 4). Replaces an earlier draft; an empty draft clears it. False, with
+  // nothing stored, for an unknown id or a sequence that is not decoding.
+  bool SetDraft(SchedSeqId id, std::vector<int32_t> draft);
 
   // Plans one step (see the header comment). REQUIRES: the previous non-idle plan was answered
   // with OnStepDone or OnStepFailed.
@@ -188,7 +204,10 @@ class Scheduler {
   void SortRunning();
   void ScheduleRunning(StepState& st);
   void AdmitWaiting(StepState& st, SchedTime now);
+  void ScheduleDrafts(StepState& st);
   void ExtendPrefills(StepState& st);
+  // Slots `id` can add without taking blocks from anyone: room in its last block plus free blocks.
+  int FreeRoom(SchedSeqId id) const;
   bool GrowOrPreempt(Seq& s, int n, StepState& st);
   bool MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed, StepState& st);
   void Preempt(SchedSeqId id, StepState& st);
@@ -210,6 +229,8 @@ class Scheduler {
   int64_t preemptions_ = 0;
   int64_t rejected_ = 0;
   int64_t finished_ = 0;
+  int64_t draft_tokens_ = 0;
+  int64_t accepted_tokens_ = 0;
 };
 
 }  // namespace kinfer

@@ -21,11 +21,17 @@ using SchedSeqId = uint64_t;
 
 // One sequence's work in a step: positions [start, start + length) of its tokens (prompt, then
 // generated) are fed to the model; their keys and values go to those positions of its block table.
+//
+// Speculative decoding: a decode item may carry `draft`, tokens proposed to follow the sequence's
+// last one (Scheduler::SetDraft). Then length == 1 + draft.size(): positions [start, start + 1)
+// hold the sequence's last token and [start + 1, start + length) the draft, and the engine needs
+// the logits of all `length` positions to verify the draft (SampledToken::accepted).
 struct ScheduledSeq {
   SchedSeqId id = 0;
   int start = 0;        // first position computed (== tokens before it already in the KV cache)
   int length = 0;       // tokens computed this step, >= 1
   bool sample = false;  // the last position's logits are needed: sample the next token from them
+  std::vector<int32_t> draft;  // decode items only: draft tokens verified in this step
 };
 
 enum class SeqEnd {
@@ -49,7 +55,8 @@ struct StepPlan {
   std::vector<ScheduledSeq> prefills;  // prompt chunks (or a recompute after preemption)
   std::vector<SchedSeqId> preempted;   // lost their KV this step; back in the waiting queue
   std::vector<FinishedSeq> finished;   // ended before this step's compute; KV already freed
-  int num_tokens = 0;                  // sum of lengths; <= max_batch_tokens
+  int num_tokens = 0;                  // sum of lengths (draft tokens included); <= max_batch_tokens
+  int num_draft_tokens = 0;            // of those, draft tokens to verify
 
   // True when there is nothing to compute (OnStepDone need not be called).
   bool idle() const { return decodes.empty() && prefills.empty(); }
@@ -60,6 +67,12 @@ struct SampledToken {
   SchedSeqId id = 0;
   int32_t token = 0;
   bool stop = false;  // the engine's stop rules ended the sequence with this token
+  // For an item with a draft: how many leading draft tokens were accepted (0..draft.size()). The
+  // sequence's new tokens are draft[0, accepted) followed by `token` (the target's own token at
+  // the first rejected position, or one past the draft when all were accepted). When the engine's
+  // stop rules end the sequence at an accepted draft token, it reports that token as `token` and
+  // the drafts before it as accepted.
+  int accepted = 0;
 };
 
 struct StepResult {

@@ -187,6 +187,24 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     }
     r->priority = p->get<int>();
   }
+  constexpr int64_t kMaxSpecTokens = 64;
+  if (const json* sp = Field(obj, "speculative")) {
+    if (sp->is_boolean()) {
+      r->speculative_tokens = sp->get<bool>() ? kSpeculativeServerMax : 0;
+    } else if (sp->is_object()) {
+      int n = kSpeculativeServerMax;
+      if (Status st = GetIntField(*sp, "n_max", 0, kMaxSpecTokens, &n, d); !st.ok()) {
+        if (d != nullptr) d->param = "speculative.n_max";
+        return st;
+      }
+      r->speculative_tokens = n;
+    } else {
+      return Invalid(d, "speculative",
+                     "'speculative' must be a boolean or an object like {\"n_max\": 4}");
+    }
+  }
+  KINFER_RETURN_IF_ERROR(
+      GetIntField(obj, "speculative.n_max", 0, kMaxSpecTokens, &r->speculative_tokens, d));
 
   bool echo = false;
   KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &echo, d));
@@ -444,6 +462,7 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.sampling = req.sampling;
   g.stop = req.stop;
   g.ignore_eos = req.ignore_eos;
+  g.speculative_tokens = req.speculative_tokens;
   return g;
 }
 

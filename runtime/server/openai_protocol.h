@@ -62,6 +62,9 @@ struct ParsedRequest {
   std::optional<int> priority;
   // llama.cpp's `cache_prompt`: false = this request neither reads nor feeds the prefix cache.
   bool cache_prompt = true;
+  // Speculative decoding: `speculative` true / false, or {"n_max": N} (also llama.cpp's flat
+  // "speculative.n_max": N); as GenerationRequest::speculative_tokens (true = the server's max).
+  int speculative_tokens = -1;
 };
 
 // The scheduling class of a request: the body's `priority` when given, else the

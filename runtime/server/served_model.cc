@@ -14,7 +14,7 @@ std::string ModelNameFromPath(const std::string& path) {
 }
 
 ServedModel::~ServedModel() {
-  engine_.reset();  // explicit: the engine thread uses the model and tokenizer
+  engine_.reset();  // explicit: the engine thread uses the models and tokenizer
 }
 
 StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions& o) {
@@ -38,6 +38,29 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   m->model_ = std::move(model).value();
 
   EngineOptions eo = o.engine;
+  if (!o.draft_path.empty()) {
+    StatusOr<std::unique_ptr<GgufFile>> df = GgufFile::Open(o.draft_path);
+    if (!df.ok()) return df.status().WithContext("draft model");
+    m->draft_file_ = std::shared_ptr<const GgufFile>(std::move(df).value());
+    StatusOr<std::unique_ptr<Tokenizer>> dtok = Tokenizer::FromGguf(*m->draft_file_);
+    if (!dtok.ok()) return dtok.status().WithContext(o.draft_path + ": tokenizer");
+    // The draft's token ids must mean what the target's mean.
+    const Tokenizer& a = *m->tokenizer_;
+    const Tokenizer& b = **dtok;
+    bool same = a.vocab_size() == b.vocab_size();
+    for (int32_t id = 0; same && id < a.vocab_size(); ++id) {
+      same = a.TokenToPiece(id, true) == b.TokenToPiece(id, true);
+    }
+    if (!same) {
+      return InvalidArgument(o.draft_path + ": the draft model's vocabulary (" +
+                             std::to_string(b.vocab_size()) + " tokens) is not the served model's (" +
+                             std::to_string(a.vocab_size()) + " tokens)");
+    }
+    StatusOr<std::unique_ptr<LlamaModel>> dm = LlamaModel::Load(m->draft_file_, o.n_threads);
+    if (!dm.ok()) return dm.status().WithContext(o.draft_path + ": draft model");
+    m->draft_model_ = std::move(dm).value();
+    eo.spec.draft_model = m->draft_model_.get();
+  }
   eo.n_threads = o.n_threads;
   eo.context_length = o.context_length;
   m->engine_ = std::make_unique<Engine>(m->model_.get(), m->tokenizer_.get(), eo);

@@ -26,6 +26,9 @@ struct ServedModelOptions {
   int n_threads = 2;
   int context_length = 0;  // 0 = the model's trained context
   EngineOptions engine;    // batching settings; n_threads and context_length are taken from above
+  // Speculative decoding with a draft model: a second GGUF file whose vocabulary is the served
+  // model's (checked at load). Empty = n-gram prompt lookup.
+  std::string draft_path;
 };
 
 // "models/smollm2.Q4_1.gguf" -> "smollm2.Q4_1".
@@ -53,6 +56,8 @@ class ServedModel {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;
   std::unique_ptr<LlamaModel> model_;
+  std::shared_ptr<const GgufFile> draft_file_;
+  std::unique_ptr<LlamaModel> draft_model_;
   std::unique_ptr<Engine> engine_;  // declared last: destroyed first
 };
 

@@ -79,6 +79,13 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
                                 "Sequences preempted (KV freed, recomputed later) when the KV "
                                 "cache ran out of blocks.")
                       .Get()),
+      spec_draft_tokens(r->AddCounter("kinfer_runtime_spec_decode_num_draft_tokens_total",
+                                      "Speculative draft tokens verified by the target model.")
+                            .Get()),
+      spec_accepted_tokens(
+          r->AddCounter("kinfer_runtime_spec_decode_num_accepted_tokens_total",
+                        "Speculative draft tokens accepted (emitted without their own step).")
+              .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
                                "Generation requests (chat and completions) by outcome.",
                                {"status"})),
@@ -107,6 +114,8 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   add(prefix_queries, s.prefix_cache_queries_tokens, &seen_.prefix_cache_queries_tokens);
   add(prefix_hits, s.prefix_cache_hits_tokens, &seen_.prefix_cache_hits_tokens);
   add(preemptions, s.preemptions, &seen_.preemptions);
+  add(spec_draft_tokens, s.spec_draft_tokens, &seen_.spec_draft_tokens);
+  add(spec_accepted_tokens, s.spec_accepted_tokens, &seen_.spec_accepted_tokens);
 }
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {

@@ -51,6 +51,10 @@ class RuntimeMetrics {
   metrics::Counter& prefix_queries;
   metrics::Counter& prefix_hits;
   metrics::Counter& preemptions;
+  // Speculative decoding (vLLM's spec_decode_num_draft_tokens / _num_accepted_tokens): the
+  // acceptance rate is accepted / draft.
+  metrics::Counter& spec_draft_tokens;
+  metrics::Counter& spec_accepted_tokens;
 
  private:
   std::mutex mu_;

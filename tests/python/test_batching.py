@@ -108,3 +108,49 @@ def test_cache_prompt_false_neither_reads_nor_feeds_the_cache(client, server):
     greedy(client, server, prompt, 2)  # now the preamble too
     h3 = hits()
     assert h3 - h2 >= (h2 - h1) + 48, "the uncached runs fed the cache, or the cached ones missed"
+
+
+COPY_PROMPT = ("Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, "
+               "honeydew, kiwi, lemon, mango, nectarine.")
+
+
+def test_speculative_decoding_is_lossless_and_counted(client, server):
+    """Prompt-lookup drafts ("speculative": true) change neither the greedy text nor the usage,
+    streaming or not; the draft and accepted counters move on /metrics."""
+    def counters():
+        text = scrape(server)
+        return (metric_value(text, "kinfer_runtime_spec_decode_num_draft_tokens_total"),
+                metric_value(text, "kinfer_runtime_spec_decode_num_accepted_tokens_total"))
+
+    plain = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": COPY_PROMPT}], temperature=0,
+        max_tokens=40)
+    d0, a0 = counters()
+    spec = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": COPY_PROMPT}], temperature=0,
+        max_tokens=40, extra_body={"speculative": True})
+    d1, a1 = counters()
+    assert spec.choices[0].message.content == plain.choices[0].message.content
+    assert spec.usage.completion_tokens == plain.usage.completion_tokens
+    assert d1 > d0 and a1 > a0, "no draft was verified or none accepted"
+    assert a1 - a0 <= d1 - d0
+
+    stream = client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": COPY_PROMPT}], temperature=0,
+        max_tokens=40, stream=True, extra_body={"speculative": {"n_max": 2}})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == plain.choices[0].message.content
+    # Off by request: nothing drafted.
+    d2, _ = counters()
+    client.chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": COPY_PROMPT}], temperature=0,
+        max_tokens=40, extra_body={"speculative": False})
+    assert counters()[0] == d2
+
+
+def test_bad_speculative_field_is_a_400_naming_it(client, server):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+            extra_body={"speculative": {"n_max": "four"}})
+    assert e.value.body["param"] == "speculative.n_max"

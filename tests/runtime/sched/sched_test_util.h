@@ -64,19 +64,41 @@ class FakeEngine {
         if (!view) continue;
         // The plan is consistent with the sequence and its reserved KV slots.
         const int end = item.start + item.length;
+        const int ndraft = static_cast<int>(item.draft.size());
         const int len = static_cast<int>(view->tokens.size());
         EXPECT_EQ(view->state, SeqState::kRunning);
         EXPECT_EQ(item.start, view->num_computed);
-        EXPECT_LE(end, len);
-        EXPECT_EQ(item.sample, end == len);
+        EXPECT_LE(end - ndraft, len);
+        EXPECT_EQ(item.sample, end - ndraft == len);
+        if (ndraft > 0) {
+          EXPECT_TRUE(view->decoding);
+          EXPECT_EQ(item.length, 1 + ndraft);
+        }
         EXPECT_GE(s_->kv().num_slots(item.id), end);
         EXPECT_GE(static_cast<int>(s_->BlockTable(item.id).size()) * s_->kv().block_size(), end);
         if (!item.sample) continue;
+        // Verification as a real engine does it: draft token j (at position len + j) is accepted
+        // while it equals the target's token there; a stop ends the sequence at its token.
+        auto it = stop_at.find(item.id);
+        const int stop_n = it != stop_at.end() ? it->second : -1;
         SampledToken t;
         t.id = item.id;
-        t.token = TokenFor(item.id, static_cast<int>(view->tokens.size()));
-        auto it = stop_at.find(item.id);
-        t.stop = it != stop_at.end() && view->generated + 1 >= it->second;
+        int j = 0;
+        for (;;) {
+          const int32_t target = TokenFor(item.id, len + j);
+          const bool stop = stop_n > 0 && view->generated + j + 1 >= stop_n;
+          if (j == ndraft || item.draft[j] != target || stop) {
+            t.token = target;
+            t.stop = stop;
+            break;
+          }
+          ++j;
+        }
+        t.accepted = j;
+        accepted_total += j;
+        auto& out = emitted[item.id];
+        out.insert(out.end(), item.draft.begin(), item.draft.begin() + j);
+        out.push_back(t.token);
         r.sampled.push_back(t);
       }
     }
@@ -90,6 +112,8 @@ class FakeEngine {
 
   std::map<SchedSeqId, SeqEnd> ended;
   std::map<SchedSeqId, int> stop_at;
+  int64_t accepted_total = 0;
+  std::map<SchedSeqId, std::vector<int32_t>> emitted;  // every sequence's generated tokens
 
  private:
   Scheduler* s_;

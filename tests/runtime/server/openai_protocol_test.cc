@@ -361,5 +361,37 @@ TEST(RequestHeadersTest, PriorityBodyFieldIsValidated) {
   EXPECT_EQ(d.param, "priority");
 }
 
+TEST(SpeculativeFieldTest, BooleanObjectAndLlamaCppFlatKey) {
+  ErrorDetail d;
+  auto parse = [&](const std::string& extra) {
+    return ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}", &d);
+  };
+  auto none = parse("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->speculative_tokens, -1);  // the server's default
+  auto on = parse(R"(,"speculative":true)");
+  ASSERT_TRUE(on.ok());
+  EXPECT_EQ(on->speculative_tokens, kSpeculativeServerMax);
+  auto off = parse(R"(,"speculative":false)");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->speculative_tokens, 0);
+  auto n = parse(R"(,"speculative":{"n_max":5})");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->speculative_tokens, 5);
+  auto flat = parse(R"(,"speculative.n_max":2)");
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(flat->speculative_tokens, 2);
+  EXPECT_EQ(ToGenerationRequest(*flat, {1, 2}, 4).speculative_tokens, 2);
+
+  EXPECT_FALSE(parse(R"(,"speculative":"yes")").ok());
+  EXPECT_EQ(d.param, "speculative");
+  EXPECT_FALSE(parse(R"(,"speculative":{"n_max":-1})").ok());
+  EXPECT_EQ(d.param, "speculative.n_max");
+  EXPECT_FALSE(parse(R"(,"speculative":{"n_max":1000})").ok());
+  EXPECT_EQ(d.param, "speculative.n_max");
+  EXPECT_FALSE(parse(R"(,"speculative.n_max":1.5)").ok());
+  EXPECT_EQ(d.param, "speculative.n_max");
+}
+
 }  // namespace
 }  // namespace kinfer

@@ -1,0 +1,64 @@
+#include "runtime/spec/draft_model_proposer.h"
+
+#include <algorithm>
+
+#include "runtime/model/llama_model.h"
+
+namespace kinfer {
+
+DraftModelProposer::DraftModelProposer(LlamaModel* draft) : draft_(draft) {}
+DraftModelProposer::~DraftModelProposer() = default;
+
+DraftProposal DraftModelProposer::Propose(const DraftRequest& request) {
+  DraftProposal out;
+  const std::span<const int32_t> h = request.history;
+  const int len = static_cast<int>(h.size());
+  if (request.max_tokens <= 0 || len == 0) return out;
+  SeqState& st = seqs_[request.seq];
+  const int capacity = std::min(std::max(request.max_positions, len + request.max_tokens),
+                                draft_->hparams().n_ctx_train);
+  if (!st.cache || st.cache->capacity() < std::min(capacity, len + request.max_tokens)) {
+    st.cache = draft_->NewKvCache(capacity);
+    st.computed.clear();
+  }
+  if (!st.sampler) {
+    SamplingParams p = request.sampling != nullptr ? *request.sampling : SamplingParams{};
+    if (request.sampling == nullptr) p.temperature = 0.0f;
+    // Its own stream of randomness: the target's draws stay what they would be without drafts.
+    if (p.seed) p.seed = *p.seed ^ 0x9e3779b97f4a7c15ull;
+    p.logprobs = -1;
+    st.sampler = std::make_unique<Sampler>(p);
+  }
+  // Keep the common prefix, but always feed at least the last token: its logits are needed.
+  size_t keep = 0;
+  while (keep < st.computed.size() && keep < h.size() && st.computed[keep] == h[keep]) ++keep;
+  keep = std::min(keep, h.size() - 1);
+  st.cache->Truncate(static_cast<int>(keep));
+  st.computed.resize(keep);
+
+  const int k = std::min(request.max_tokens, st.cache->capacity() - len);
+  if (k <= 0) return out;
+  std::vector<float> logits;
+  if (!draft_->Forward(h.subspan(keep), st.cache.get(), false, &logits, ForwardMode::kPrompt).ok()) {
+    seqs_.erase(request.seq);  // an inconsistent cache is worse than a missed draft
+    return out;
+  }
+  st.computed.assign(h.begin(), h.end());
+  const bool greedy = st.sampler->params().temperature <= 0.0f;
+  std::vector<int32_t> context(h.begin(), h.end());
+  for (int j = 0; j < k; ++j) {
+    TokenDistribution q;
+    st.sampler->Distribution(logits, context, &q);
+    const int32_t t = greedy ? q[0].first : st.sampler->DrawFrom(q);
+    out.tokens.push_back(t);
+    if (!greedy) out.probs.push_back(std::move(q));
+    context.push_back(t);
+    if (j + 1 == k) break;
+    const int32_t one[1] = {t};
+    if (!draft_->Forward(one, st.cache.get(), false, &logits, ForwardMode::kPrompt).ok()) break;
+    st.computed.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace kinfer
