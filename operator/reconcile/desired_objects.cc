@@ -58,10 +58,10 @@ int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
 }
 
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
-  // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads and the
-  // batching flags --max-batch-tokens, --max-running (runtime/main.cc). kvCacheFraction and
-  // speculative have no flag in it yet: they are not passed (docs/operator.md), so a change to
-  // them does not roll pods.
+  // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads, the
+  // batching flags --max-batch-tokens, --max-running and the speculative-decoding flags
+  // (runtime/main.cc). kvCacheFraction has no flag in it yet: it is not passed
+  // (docs/operator.md), so a change to it does not roll pods.
   const std::string model_path = ModelFilePath(spec.model, "/models/model");
   std::vector<std::string> args = {
       "--model", model_path,  "--model-name", spec.model.name,
@@ -71,6 +71,14 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   }
   args.insert(args.end(), {"--max-batch-tokens", std::to_string(spec.runtime.max_batch_tokens),
                            "--max-running", std::to_string(spec.runtime.max_running_requests)});
+  if (const auto& sp = spec.runtime.speculative; sp && sp->enabled) {
+    // The CR turns speculation on for the service: every request speculates unless it says not.
+    args.insert(args.end(), {"--spec-default=true", "--spec-tokens",
+                             std::to_string(sp->num_speculative_tokens)});
+    if (std::optional<std::string> draft = DraftModelFilePath(spec)) {
+      args.insert(args.end(), {"--draft-model", *draft});
+    }
+  }
   if (!spec.resources.cpu.empty()) {
     auto cores = api::ParseQuantity(spec.resources.cpu);
     const long double whole = cores.ok() ? std::floor(*cores) : 1;

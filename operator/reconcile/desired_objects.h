@@ -18,6 +18,7 @@
 // Pure; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,12 @@ int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
 
 // Where a model's file is inside the pod, with its volume mounted at `mount_dir`.
 std::string ModelFilePath(const api::ModelSpec& model, const std::string& mount_dir);
+// Where the runtime container finds the draft model for speculative decoding: the draftModel's
+// file under /models/draft, else the fallback model's under /models/fallback (both mounted into
+// the runtime container); nullopt when speculation is off or its method is ngram.
+std::optional<std::string> DraftModelFilePath(const api::InferenceServiceSpec& spec);
+inline constexpr char kDraftMountDir[] = "/models/draft";
+inline constexpr char kFallbackMountDir[] = "/models/fallback";
 
 // kinfer-runtime's arguments for the primary model (extraArgs last).
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec);

@@ -134,6 +134,14 @@ std::string ModelFilePath(const api::ModelSpec& model, const std::string& mount_
   return mount_dir + "/model.gguf";
 }
 
+std::optional<std::string> DraftModelFilePath(const api::InferenceServiceSpec& spec) {
+  const auto& sp = spec.runtime.speculative;
+  if (!sp || !sp->enabled || sp->method != "draft") return std::nullopt;
+  if (sp->draft_model) return ModelFilePath(*sp->draft_model, kDraftMountDir);
+  if (spec.fallback_model) return ModelFilePath(*spec.fallback_model, kFallbackMountDir);
+  return std::nullopt;  // refused by validation (InvalidSpec) before it gets here
+}
+
 json BuildPodTemplate(const api::InferenceService& isvc, const PlannerOptions& options) {
   const api::InferenceServiceSpec& spec = isvc.spec;
   const std::string runtime_image =
@@ -149,17 +157,29 @@ json BuildPodTemplate(const api::InferenceService& isvc, const PlannerOptions& o
   containers.push_back(RuntimeContainer("runtime", runtime_image, RuntimeArgs(spec),
                                         RuntimeResources(spec.resources), "model", "/models/model",
                                         api::kRuntimePort));
+  // Speculative decoding with a draft model: the runtime container reads it too.
+  if (DraftModelFilePath(spec)) {
+    const auto& draft = spec.runtime.speculative->draft_model;
+    const std::string volume = draft ? "draft-model" : "fallback-model";
+    if (draft) {
+      init.push_back(ModelInitContainer(*draft, volume, kDraftMountDir, fetcher_image));
+      volumes.push_back(ModelVolume(*draft, volume));
+    }
+    containers.back()["volumeMounts"].push_back(
+        {{"name", volume}, {"mountPath", draft ? kDraftMountDir : kFallbackMountDir},
+         {"readOnly", true}});
+  }
   if (spec.fallback_model) {
     const api::ModelSpec& fb = *spec.fallback_model;
-    init.push_back(ModelInitContainer(fb, "fallback-model", "/models/fallback", fetcher_image));
+    init.push_back(ModelInitContainer(fb, "fallback-model", kFallbackMountDir, fetcher_image));
     volumes.push_back(ModelVolume(fb, "fallback-model"));
     // The fallback model runs in its own kinfer-runtime, on CPU (a pod's GPUs belong to one
     // container); the sidecar degrades to it through degrade.fallback_upstream.
     containers.push_back(RuntimeContainer(
         "runtime-fallback", runtime_image,
-        {"--model", ModelFilePath(fb, "/models/fallback"), "--model-name", fb.name, "--host",
+        {"--model", ModelFilePath(fb, kFallbackMountDir), "--model-name", fb.name, "--host",
          "127.0.0.1", "--port", std::to_string(api::kFallbackRuntimePort)},
-        json::object(), "fallback-model", "/models/fallback", api::kFallbackRuntimePort));
+        json::object(), "fallback-model", kFallbackMountDir, api::kFallbackRuntimePort));
   }
 
   json config_items = json::array();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +112,10 @@ TEST(PodTemplateTest, FullPodLayout) {
   EXPECT_TRUE(Contains(args, "--ctx-size", "8192"));
   EXPECT_TRUE(Contains(args, "--threads", "4"));
   EXPECT_EQ(args[args.size() - 2], "--log-level");  // extraArgs last
+  // speculative: ngram, 4 tokens: on for every request, no draft model.
+  EXPECT_NE(std::find(args.begin(), args.end(), "--spec-default=true"), args.end());
+  EXPECT_TRUE(Contains(args, "--spec-tokens", "4"));
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--draft-model"), args.end());
   EXPECT_EQ(runtime["resources"]["limits"],
             (json{{"nvidia.com/gpu", "1"}, {"cpu", "4"}, {"memory", "16Gi"}}));
   // The model over https: an emptyDir filled and checked by an init container.
@@ -138,6 +143,40 @@ TEST(PodTemplateTest, FullPodLayout) {
   EXPECT_EQ(pod["priorityClassName"], "inference-high");
   // batch has a 300 s timeout: 5 + 300 + 10.
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 315);
+}
+
+TEST(PodTemplateTest, SpeculativeDecodingWithADraftModelMountsItIntoTheRuntime) {
+  // An explicit draftModel: its own volume, checked by an init container, mounted read-only.
+  const api::InferenceService own = Parse("minimal.yaml", [](json& s) {
+    s["runtime"]["speculative"] = {
+        {"enabled", true},
+        {"method", "draft"},
+        {"numSpeculativeTokens", 3},
+        {"draftModel", {{"name", "draft"}, {"uri", "file:///mnt/models/draft-q8.gguf"}}}};
+  });
+  json pod = BuildPodTemplate(own, {})["spec"];
+  const json& runtime = Named(pod["containers"], "runtime");
+  EXPECT_TRUE(Contains(Args(runtime), "--draft-model", "/models/draft/draft-q8.gguf"));
+  EXPECT_TRUE(Contains(Args(runtime), "--spec-tokens", "3"));
+  EXPECT_TRUE(HasNamed(runtime["volumeMounts"], "draft-model"));
+  EXPECT_TRUE(HasNamed(pod["volumes"], "draft-model"));
+  EXPECT_TRUE(HasNamed(pod["initContainers"], "verify-draft-model"));
+
+  // No draftModel: the fallback model's volume drafts.
+  const api::InferenceService fb = Parse("full.yaml", [](json& s) {
+    s["runtime"]["speculative"]["method"] = "draft";
+  });
+  pod = BuildPodTemplate(fb, {})["spec"];
+  const json& rt = Named(pod["containers"], "runtime");
+  EXPECT_TRUE(
+      Contains(Args(rt), "--draft-model", "/models/fallback/smollm2-135m-instruct-q4_1.gguf"));
+  EXPECT_TRUE(HasNamed(rt["volumeMounts"], "fallback-model"));
+  EXPECT_FALSE(HasNamed(pod["volumes"], "draft-model"));
+
+  // Off: no flag at all, so turning it off rolls the pods back to plain decoding.
+  const api::InferenceService off = Parse("minimal.yaml");
+  const auto args = Args(Named(BuildPodTemplate(off, {})["spec"]["containers"], "runtime"));
+  for (const std::string& a : args) EXPECT_EQ(a.rfind("--spec", 0), std::string::npos) << a;
 }
 
 TEST(PodTemplateTest, GraceCoversTheDrainTimeoutToo) {
