@@ -30,8 +30,11 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt \
-    --dry-run 2>/dev/null | grep -q "Would install"; then
+# The dry run runs without -q (which hides its "Would install" line) and is captured first (piped
+# into `grep -q` under pipefail, a SIGPIPE'd pip reads as "nothing to install"). A failed dry run
+# installs (and fails loudly) too.
+if dry=$(.venv/bin/python -m pip install --disable-pip-version-check \
+           -r scripts/requirements-test.txt --dry-run 2>&1) && ! grep -q "Would install" <<<"$dry"; then
   log "Python test packages present"
 else
   log "installing Python test packages"
