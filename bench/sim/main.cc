@@ -246,14 +246,13 @@ int main(int argc, char** argv) {
            "desired_by_rate,desired_by_slo,ttft_observations_panic,cold_start_hold\n";
     char buf[384];
     for (const KinferDecisionRow& d : result->kinfer_decisions) {
-      std::snprintf(buf, sizeof buf,
-                    "%.0f,%d,%d,%d,%d,%s,%d,%.1f,%.3f,%.3f,%.2f,%.2f,%.3f,%d,%d,%d,%llu,%d\n",
-                    d.t_s, d.current, d.ready, d.starting, d.desired, d.reason.c_str(),
-                    d.panic ? 1 : 0, d.observed_load, d.p99_ttft_panic_s, d.p99_ttft_stable_s,
-                    d.load_stable, d.load_panic, d.request_rate_stable, d.desired_by_load,
-                    d.desired_by_rate, d.desired_by_slo,
-                    static_cast<unsigned long long>(d.ttft_observations_panic),
-                    d.cold_start_hold ? 1 : 0);
+      std::snprintf(
+          buf, sizeof buf,
+          "%.0f,%d,%d,%d,%d,%s,%d,%.1f,%.3f,%.3f,%.2f,%.2f,%.3f,%d,%d,%d,%llu,%d\n", d.t_s,
+          d.current, d.ready, d.starting, d.desired, d.reason.c_str(), d.panic ? 1 : 0,
+          d.observed_load, d.p99_ttft_panic_s, d.p99_ttft_stable_s, d.load_stable, d.load_panic,
+          d.request_rate_stable, d.desired_by_load, d.desired_by_rate, d.desired_by_slo,
+          static_cast<unsigned long long>(d.ttft_observations_panic), d.cold_start_hold ? 1 : 0);
       out << buf;
     }
     if (!out) return fail(kinfer::Internal("cannot write '" + kinfer_log_path + "'"));

@@ -18,18 +18,18 @@ namespace kinfer::sim {
 
 // One request of the trace that missed the SLO (over it, shed, or never served).
 struct MissRecord {
-  size_t request = 0;     // index in the trace (without the warm-up replay)
-  double arrival_s = 0;   // from the warm-up's end, like the timeline
-  double ttft_s = -1;     // < 0: never got a first token
+  size_t request = 0;    // index in the trace (without the warm-up replay)
+  double arrival_s = 0;  // from the warm-up's end, like the timeline
+  double ttft_s = -1;    // < 0: never got a first token
   bool shed = false;
-  int pod = -1;           // the pod that got it (-1: none)
+  int pod = -1;  // the pod that got it (-1: none)
   int input_tokens = 0;
   int output_tokens = 0;
 };
 
 struct PolicyResult {
   Summary summary;
-  std::vector<MissRecord> misses;  // in arrival order
+  std::vector<MissRecord> misses;       // in arrival order
   double replica_hours_vs_oracle = -1;  // < 0 when no oracle ran
   std::map<std::string, double> counters;
   std::vector<TimelineRow> timeline;

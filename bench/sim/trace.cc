@@ -226,8 +226,7 @@ Status ScaleTraceTime(Trace& trace, double factor) {
 
 Status ScaleTraceLengths(Trace& trace, double factor) {
   if (!(factor > 0) || !std::isfinite(factor)) {
-    return InvalidArgument("length scale must be a positive number, got " +
-                           std::to_string(factor));
+    return InvalidArgument("length scale must be a positive number, got " + std::to_string(factor));
   }
   auto scaled = [factor](int tokens) {
     return static_cast<int>(std::clamp<double>(std::llround(tokens * factor), 1, 1 << 30));

@@ -135,8 +135,7 @@ TEST_F(ExperimentTest, MissesListEveryRequestOverTheSlo) {
   auto r = RunExperiment(trace_, *model_, options_);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   for (const PolicyResult& p : r->results) {
-    const double missed =
-        static_cast<double>(p.summary.requests) * (1 - p.summary.slo_attainment);
+    const double missed = static_cast<double>(p.summary.requests) * (1 - p.summary.slo_attainment);
     EXPECT_NEAR(static_cast<double>(p.misses.size()), missed, 0.5) << p.summary.policy;
     for (const MissRecord& m : p.misses) {
       ASSERT_LT(m.request, trace_.requests.size());

@@ -161,7 +161,8 @@ TEST(ServiceModelTest, CommentLinesAreSkippedAndTheSourceIsNamed) {
 // kinfer-runtime's own curve, measured on the development machine (bench/sim/measure_runtime.py):
 // it loads under the names its comment gives, and both curves grow with the work.
 TEST(ServiceModelTest, LoadsKinferRuntimesMeasuredCpuCurve) {
-  const std::string path = std::string(KINFER_SOURCE_DIR) + "/bench/sim/perf_kinfer_runtime_cpu.csv";
+  const std::string path =
+      std::string(KINFER_SOURCE_DIR) + "/bench/sim/perf_kinfer_runtime_cpu.csv";
   auto m = ServiceModel::LoadPerfCsv(path, ServiceModelSpec{"smollm2-135m-q4_1", "cpu-2t", 1});
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_NE(m->description().find("perf_kinfer_runtime_cpu.csv"), std::string::npos);
