@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "common/metrics/metrics.h"
 #include "runtime/server/http_server.h"
 #include "runtime/server/router.h"
+#include "runtime/backend/model_backend.h"
 #include "runtime/server/served_model.h"
 
 namespace {
@@ -34,6 +36,7 @@ Options:
   --host HOST            address to listen on (default 127.0.0.1)
   --port N               port to listen on (default 8081)
   --threads N            CPU threads for the model (default 2)
+  --device D             cpu, cuda or auto: CUDA when a device works, else the CPU (default auto)
   --ctx-size N           context window in tokens; 0 = the model's trained context (default 0)
   --model-name NAME      model id for the API (default: the file name without .gguf)
   --max-body-bytes N     largest request body accepted; larger get 413 (default 1048576)
@@ -42,6 +45,8 @@ Options:
   --max-running N        sequences batched at once; below --max-batch-tokens (default 16)
   --max-queued N         waiting requests; beyond, 503 + Retry-After (default 256)
   --kv-cache-tokens N    paged KV cache size in positions; 0 = 2 x the context (default 0)
+  --kv-cache-fraction F  size the KV cache instead as this fraction (0, 1] of the free device
+                         memory after the weights (host MemAvailable on the CPU) (default: off)
   --kv-block-size N      positions per KV block (default 16)
   --prefix-caching[=BOOL]  reuse cached KV of earlier prompts with the same prefix (default true)
   --batch-invariant[=BOOL] a request's output does not depend on its batch, cache hits or
@@ -66,6 +71,7 @@ struct Flags {
   long long max_body_bytes = 1 << 20;
   std::string log_level = "info";
   std::string draft_model;
+  std::string device = "auto";
   kinfer::EngineOptions engine;
 };
 
@@ -106,6 +112,19 @@ Flags ParseFlags(int argc, char** argv) {
       f.engine.max_queued_requests = static_cast<int>(flags.Int(1, 1 << 20));
     } else if (flags.Is("--kv-cache-tokens")) {
       f.engine.kv_cache_tokens = flags.Int(0, 1LL << 32);
+    } else if (flags.Is("--device")) {
+      f.device = flags.Value();
+      if (f.device != "cpu" && f.device != "cuda" && f.device != "auto") {
+        BadFlag("--device must be cpu, cuda or auto, not '" + f.device + "'");
+      }
+    } else if (flags.Is("--kv-cache-fraction")) {
+      const std::string v = flags.Value();
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(x > 0.0 && x <= 1.0)) {
+        BadFlag("--kv-cache-fraction must be a number in (0, 1], not '" + v + "'");
+      }
+      f.engine.kv_cache_fraction = x;
     } else if (flags.Is("--kv-block-size")) {
       f.engine.kv_block_size = static_cast<int>(flags.Int(1, 1024));
     } else if (flags.Is("--prefix-caching")) {
@@ -175,6 +194,7 @@ int main(int argc, char** argv) {
   model_options.context_length = flags.ctx_size;
   model_options.engine = flags.engine;
   model_options.draft_path = flags.draft_model;
+  model_options.device = flags.device;
   auto loaded = kinfer::ServedModel::Load(model_options);
   if (!loaded.ok()) {
     spdlog::critical("cannot load the model: {}", loaded.status().ToString());
@@ -184,9 +204,10 @@ int main(int argc, char** argv) {
   const std::string name = (*loaded)->name();
   const int ctx = (*loaded)->engine().context_length();
   const bool fallback = (*loaded)->chat().uses_fallback();
+  const std::string device = (*loaded)->backend().name();
   router.SetModel(std::move(loaded).value());
-  spdlog::info("model '{}' loaded from {} (context {} tokens, {} threads{}); ready", name,
-               flags.model, ctx, flags.threads,
+  spdlog::info("model '{}' loaded from {} on {} (context {} tokens, {} threads{}); ready", name,
+               flags.model, device, ctx, flags.threads,
                fallback ? ", no chat template in the file: using ChatML" : "");
 
   int sig = 0;

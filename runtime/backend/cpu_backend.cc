@@ -11,7 +11,12 @@ StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(std::shared_ptr<const G
                                                          int n_threads) {
   KINFER_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                           LlamaModel::Load(std::move(file), n_threads));
-  return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(model)));
+  LlamaModel* raw = model.get();
+  return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(model), raw));
+}
+
+std::unique_ptr<CpuBackend> CpuBackend::Borrow(LlamaModel* model) {
+  return std::unique_ptr<CpuBackend>(new CpuBackend(nullptr, model));
 }
 
 size_t CpuBackend::KvBlockBytes(int block_size) const {

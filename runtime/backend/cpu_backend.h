@@ -17,21 +17,27 @@ class CpuBackend final : public ModelBackend {
   // Loads the model on n_threads workers (LlamaModel::Load's errors).
   static StatusOr<std::unique_ptr<CpuBackend>> Create(std::shared_ptr<const GgufFile> file,
                                                       int n_threads);
+  // A backend over a model loaded elsewhere (tests, benchmarks, the draft-model path); `model`
+  // must outlive it.
+  static std::unique_ptr<CpuBackend> Borrow(LlamaModel* model);
 
   const LlamaHParams& hparams() const override { return model_->hparams(); }
   std::string name() const override { return "cpu"; }
+  int max_batch_tokens() const override { return LlamaModel::kMaxBatch; }
   size_t KvBlockBytes(int block_size) const override;
   int64_t KvMemoryBudgetBytes(double fraction) const override;
   Status InitKvCache(int block_size, int num_blocks) override;
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override;
 
   // The wrapped model and cache (tests, benchmarks). cache() is null before InitKvCache.
-  LlamaModel* model() { return model_.get(); }
+  LlamaModel* model() { return model_; }
   PagedKvCache* cache() { return cache_.get(); }
 
  private:
-  explicit CpuBackend(std::unique_ptr<LlamaModel> model) : model_(std::move(model)) {}
-  std::unique_ptr<LlamaModel> model_;
+  CpuBackend(std::unique_ptr<LlamaModel> owned, LlamaModel* model)
+      : owned_(std::move(owned)), model_(model) {}
+  std::unique_ptr<LlamaModel> owned_;  // null when borrowed
+  LlamaModel* model_;
   std::unique_ptr<PagedKvCache> cache_;
 };
 

@@ -37,6 +37,8 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   virtual ~ModelBackend() = default;
   virtual const LlamaHParams& hparams() const = 0;
   virtual std::string name() const = 0;                   // "cpu" or "cuda"
+  // Tokens one ForwardBatch computes at most (the engine clamps its step budget to it).
+  virtual int max_batch_tokens() const = 0;
   virtual size_t KvBlockBytes(int block_size) const = 0;  // bytes of one KV block, all layers, K+V
   // CPU: fraction of MemAvailable; CUDA: fraction of free device memory after weights.
   virtual int64_t KvMemoryBudgetBytes(double fraction) const = 0;

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "runtime/backend/cpu/matmul.h"
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/model_backend.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/sample/sampler.h"
 #include "runtime/sample/stop_matcher.h"
@@ -83,11 +85,23 @@ struct Engine::Active {
   std::vector<TokenDistribution> draft_probs;
 };
 
+Engine::Engine(ModelBackend* backend, const Tokenizer* tokenizer, EngineOptions options)
+    : backend_(backend), tokenizer_(tokenizer), options_(options) {
+  Start();
+}
+
 Engine::Engine(LlamaModel* model, const Tokenizer* tokenizer, EngineOptions options)
-    : model_(model), tokenizer_(tokenizer), options_(options) {
+    : owned_backend_(CpuBackend::Borrow(model)),
+      backend_(owned_backend_.get()),
+      tokenizer_(tokenizer),
+      options_(options) {
+  Start();
+}
+
+void Engine::Start() {
   context_length_ = options_.context_length > 0
-                        ? std::min(options_.context_length, model_->hparams().n_ctx_train)
-                        : model_->hparams().n_ctx_train;
+                        ? std::min(options_.context_length, backend_->hparams().n_ctx_train)
+                        : backend_->hparams().n_ctx_train;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -107,7 +121,7 @@ Engine::~Engine() {
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(GenerationRequest request) {
   if (request.prompt_tokens.empty()) return InvalidArgument("the prompt is empty");
-  const int vocab = model_->hparams().n_vocab;
+  const int vocab = backend_->hparams().n_vocab;
   for (int32_t id : request.prompt_tokens) {
     if (id < 0 || id >= vocab) {
       return InvalidArgument("prompt token id " + std::to_string(id) +
@@ -159,12 +173,17 @@ void Engine::Loop() {
   const int bs = std::max(1, options_.kv_block_size);
   int64_t kv_tokens =
       options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens : 2 * int64_t{context_length_};
+  if (options_.kv_cache_fraction > 0) {
+    const int64_t budget = backend_->KvMemoryBudgetBytes(options_.kv_cache_fraction);
+    kv_tokens = budget / static_cast<int64_t>(backend_->KvBlockBytes(bs)) * bs;
+  }
   kv_tokens = std::max<int64_t>(kv_tokens, context_length_);  // a full-length request must fit
+  kv_tokens = std::min<int64_t>(kv_tokens, int64_t{1} << 30);
   const int num_blocks = static_cast<int>((kv_tokens + bs - 1) / bs);
-  cache_ = model_->NewPagedKvCache(bs, num_blocks);
+  Status kv_status = backend_->InitKvCache(bs, num_blocks);
 
   SchedulerConfig sc;
-  sc.max_batch_tokens = std::min(options_.max_batch_tokens, LlamaModel::kMaxBatch);
+  sc.max_batch_tokens = std::min(options_.max_batch_tokens, backend_->max_batch_tokens());
   sc.max_running = std::max(1, std::min(options_.max_running, sc.max_batch_tokens - 1));
   sc.max_prefill_chunk = std::min(sc.max_prefill_chunk, sc.max_batch_tokens);
   sc.max_waiting = options_.max_queued_requests;
@@ -179,7 +198,7 @@ void Engine::Loop() {
   // generated or read in a prompt: blocks of a previous answer are shared exactly with the next
   // turn's prompt.
   sc.cache_generated_blocks = true;
-  Status valid = ValidateSchedulerConfig(sc);
+  Status valid = kv_status.ok() ? ValidateSchedulerConfig(sc) : kv_status;
   if (!valid.ok()) {  // the options are the programmer's: fail every request with the reason
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -325,7 +344,7 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
 
 void Engine::SampleItem(Active& a, const ScheduledSeq& item, const float* rows,
                         SampledToken* out) {
-  const size_t nv = model_->hparams().n_vocab;
+  const size_t nv = backend_->hparams().n_vocab;
   const bool want_lp = a.req.sampling.logprobs >= 0;
   out->id = item.id;
   out->accepted = 0;
@@ -445,7 +464,7 @@ bool Engine::RunStep() {
     }
   }
   std::vector<float> logits;
-  Status st = model_->ForwardBatch(batch, cache_.get(), &logits);
+  Status st = backend_->ForwardBatch(batch, &logits);
   if (!st.ok()) {
     for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {
       auto it = active_.find(f.id);
@@ -455,7 +474,7 @@ bool Engine::RunStep() {
     }
     return true;
   }
-  const size_t nv = model_->hparams().n_vocab;
+  const size_t nv = backend_->hparams().n_vocab;
   StepResult result;
   size_t row = 0;
   for (const ScheduledSeq* item : sampled) {

@@ -14,7 +14,9 @@
 // sequences first, then prompt chunks, priorities, preemption by recompute when KV blocks run
 // out, prefix-cache hits skipping prefill); the engine runs the whole step as one
 // LlamaModel::ForwardBatch over the paged cache, samples each sequence that needs a token, applies
-// its stop rules, streams the text, and reports back (Scheduler::OnStepDone).
+// its stop rules, streams the text, and reports back (Scheduler::OnStepDone). The model runs
+// behind a ModelBackend (runtime/backend: the CPU, or CUDA), which owns the weights and the KV
+// memory; the engine owns which block holds what.
 //
 // Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
 // thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before
@@ -51,7 +53,7 @@ namespace kinfer {
 
 class DraftProposer;
 class LlamaModel;
-class PagedKvCache;
+class ModelBackend;
 class Scheduler;
 class Tokenizer;
 struct ScheduledSeq;
@@ -98,6 +100,10 @@ struct EngineOptions {
   int max_running = 16;           // sequences holding KV blocks at once
   int kv_block_size = 16;         // positions per KV block
   int64_t kv_cache_tokens = 0;    // the paged cache's size in positions; 0 = 2 x context_length
+  // When > 0, the cache's size instead: this fraction of the backend's memory for KV
+  // (ModelBackend::KvMemoryBudgetBytes: free device memory after the weights, or the host's
+  // MemAvailable on the CPU), never less than one full context.
+  double kv_cache_fraction = 0;
   bool prefix_caching = true;     // reuse the KV blocks of earlier prompts with the same prefix
   bool batch_invariant = true;    // see Determinism above; false = faster prefill (the GEMM)
   // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
@@ -121,7 +127,11 @@ struct EngineStats {
 
 class Engine {
  public:
-  // Takes ownership of nothing: model and tokenizer must outlive the Engine.
+  // Takes ownership of nothing: backend and tokenizer must outlive the Engine. The engine
+  // thread sizes and allocates the backend's KV cache (InitKvCache) and computes every step
+  // through it.
+  Engine(ModelBackend* backend, const Tokenizer* tokenizer, EngineOptions options);
+  // The CPU backend over `model` (which must outlive the Engine).
   Engine(LlamaModel* model, const Tokenizer* tokenizer, EngineOptions options);
   ~Engine();  // stops the engine thread; pending requests finish with kCancelled
 
@@ -141,6 +151,7 @@ class Engine {
   };
   struct Active;  // a submitted request's engine-thread state (sampler, stops, decoder, stream)
 
+  void Start();  // the constructors' common part: context length, then the engine thread
   void Loop();
   // Moves the inbox into the scheduler; ends streams whose request it refuses.
   void Admit(std::deque<Pending>* inbox);
@@ -159,7 +170,8 @@ class Engine {
   void Finish(Active& a, FinishReason reason, Status error);
   void PublishStats();
 
-  LlamaModel* model_;
+  std::unique_ptr<ModelBackend> owned_backend_;  // the LlamaModel constructor's CpuBackend
+  ModelBackend* backend_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   int context_length_ = 0;
@@ -180,7 +192,6 @@ class Engine {
   std::atomic<int64_t> spec_draft_{0};
   std::atomic<int64_t> spec_accepted_{0};
   // Engine-thread state.
-  std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;

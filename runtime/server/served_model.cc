@@ -3,6 +3,9 @@
 #include <chrono>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
+#include "runtime/backend/model_backend.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -33,9 +36,12 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   if (!chat.ok()) return chat.status().WithContext(o.path);
   m->chat_ = std::make_unique<ChatPrompt>(std::move(chat).value());
 
-  StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Load(m->file_, o.n_threads);
-  if (!model.ok()) return model.status().WithContext(o.path + ": model");
-  m->model_ = std::move(model).value();
+  BackendOptions bo;
+  bo.log = [](std::string_view line) { spdlog::info("{}", line); };
+  StatusOr<std::unique_ptr<ModelBackend>> backend =
+      CreateBackend(o.device, m->file_, o.n_threads, bo);
+  if (!backend.ok()) return backend.status().WithContext(o.path + ": model");
+  m->backend_ = std::move(backend).value();
 
   EngineOptions eo = o.engine;
   if (!o.draft_path.empty()) {
@@ -63,7 +69,7 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   }
   eo.n_threads = o.n_threads;
   eo.context_length = o.context_length;
-  m->engine_ = std::make_unique<Engine>(m->model_.get(), m->tokenizer_.get(), eo);
+  m->engine_ = std::make_unique<Engine>(m->backend_.get(), m->tokenizer_.get(), eo);
   m->created_ = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();

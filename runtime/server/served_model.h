@@ -18,6 +18,7 @@ namespace kinfer {
 
 class GgufFile;
 class LlamaModel;
+class ModelBackend;
 class Tokenizer;
 
 struct ServedModelOptions {
@@ -25,6 +26,7 @@ struct ServedModelOptions {
   std::string name;  // the API model id; empty = the file's stem
   int n_threads = 2;
   int context_length = 0;  // 0 = the model's trained context
+  std::string device = "auto";  // cpu | cuda | auto (CreateBackend, runtime/backend)
   EngineOptions engine;    // batching settings; n_threads and context_length are taken from above
   // Speculative decoding with a draft model: a second GGUF file whose vocabulary is the served
   // model's (checked at load). Empty = n-gram prompt lookup.
@@ -46,6 +48,7 @@ class ServedModel {
   Engine& engine() { return *engine_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatPrompt& chat() const { return *chat_; }
+  const ModelBackend& backend() const { return *backend_; }
 
  private:
   ServedModel() = default;
@@ -55,7 +58,7 @@ class ServedModel {
   std::shared_ptr<const GgufFile> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<ModelBackend> backend_;
   std::shared_ptr<const GgufFile> draft_file_;
   std::unique_ptr<LlamaModel> draft_model_;
   std::unique_ptr<Engine> engine_;  // declared last: destroyed first

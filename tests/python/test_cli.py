@@ -13,7 +13,8 @@ def test_help_lists_flags():
     p = run("--help")
     assert p.returncode == 0
     for flag in ("--model", "--host", "--port", "--threads", "--ctx-size", "--model-name",
-                 "--max-body-bytes", "--log-level"):
+                 "--max-body-bytes", "--log-level", "--device", "--kv-cache-fraction",
+                 "--spec-tokens", "--spec-default", "--draft-model"):
         assert flag in p.stdout
 
 
@@ -21,6 +22,12 @@ def test_bad_flags_exit_2_with_a_message():
     for args, words in [(("--bogus",), "unknown flag"), (("--model",), "needs a value"),
                         (("--model", "m.gguf", "--port", "abc"), "--port"),
                         (("--model", "m.gguf", "--log-level", "loud"), "log level"),
+                        (("--model", "m.gguf", "--device", "gpu"), "--device"),
+                        (("--model", "m.gguf", "--kv-cache-fraction", "1.5"), "--kv-cache-fraction"),
+                        (("--model", "m.gguf", "--kv-cache-fraction", "x"), "--kv-cache-fraction"),
+                        (("--model", "m.gguf", "--spec-tokens", "65"), "--spec-tokens"),
+                        (("--model", "m.gguf", "--spec-ngram-min", "5", "--spec-ngram-max", "3"),
+                         "--spec-ngram-min"),
                         ((), "--model")]:
         p = run(*args)
         assert p.returncode == 2, (args, p.stderr)
@@ -50,3 +57,39 @@ def test_busy_port_exits_1():
         p = run("--model", str(_model()), "--port", str(port))
     assert p.returncode == 1
     assert "cannot listen" in p.stderr
+
+
+def test_device_cuda_without_a_gpu_exits_1_naming_the_reason():
+    """On a machine without a usable CUDA device, --device cuda refuses to start (and says why);
+    --device auto (the default) falls back to the CPU with one log line."""
+    import pytest
+    import requests
+    try:
+        probe = run("--model", str(_model()), "--device", "cuda", "--port", "1", timeout=60)
+    except subprocess.TimeoutExpired:  # it started serving: there is a GPU
+        pytest.skip("this machine has a usable CUDA device")
+    if probe.returncode != 1:
+        pytest.skip("this machine has a usable CUDA device")
+    assert "no CUDA device" in probe.stderr, probe.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(_binary()), "--model", str(_model()), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        import time
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise AssertionError("not ready in 60 s")
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert "backend: cpu (auto: no CUDA device" in out, out
+    assert " on cpu " in out, out

@@ -79,8 +79,8 @@ class CudaBackend final : public ModelBackend {
   // first maximum), and only the ids cross PCIe. For the benchmark and a future engine path.
   Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens);
 
+  int max_batch_tokens() const override;
   const CudaDeviceInfo& device_info() const;
-  int max_batch_tokens() const;
   // Bytes of quantized weights read by one decode step (every matrix once, as the CPU counts).
   size_t weight_bytes_per_token() const;
   // Device bytes: weights, fp16 copies, scratch; the KV cache.

@@ -5,12 +5,14 @@
 // admission.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
@@ -194,6 +196,35 @@ TEST_F(BatchingTest, ACancelledRequestStopsWithinAStepAndFreesItsBlocks) {
   EXPECT_EQ(rest.finish, FinishReason::kCancelled);
   EXPECT_LT(rest.tokens.size(), 25u) << "kept generating long after the cancel";
   EXPECT_TRUE(AllBlocksReleased(e));
+}
+
+TEST_F(BatchingTest, TheKvPoolCanBeSizedFromAMemoryBudget) {
+  // kv_cache_fraction sizes the pool from the backend's budget (the host's MemAvailable on the
+  // CPU) instead of kv_cache_tokens; never below one full context.
+  auto backend = CpuBackend::Borrow(model_);
+  const size_t block_bytes = backend->KvBlockBytes(16);
+  EngineOptions o = Options();
+  o.kv_cache_fraction = 0.002;
+  const int64_t budget = backend->KvMemoryBudgetBytes(o.kv_cache_fraction);
+  ASSERT_GT(budget, 0);
+  Engine e(backend.get(), tokenizer_, o);
+  auto s = e.Submit(Chat("Name three colors.", 4));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(Drain(**s).finish, FinishReason::kLength);
+  const int64_t blocks = e.Stats().kv_blocks_total;
+  const int64_t expected = std::max<int64_t>(budget / static_cast<int64_t>(block_bytes),
+                                             (o.context_length + 15) / 16);
+  // MemAvailable moves between the two reads: within a quarter.
+  EXPECT_GT(blocks, expected * 3 / 4);
+  EXPECT_LT(blocks, expected * 5 / 4);
+  // A budget too small for one context still holds one.
+  EngineOptions tiny = Options();
+  tiny.kv_cache_fraction = 1e-9;
+  Engine t(backend.get(), tokenizer_, tiny);
+  auto u = t.Submit(Chat("Name three colors.", 4));
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(Drain(**u).finish, FinishReason::kLength);
+  EXPECT_EQ(t.Stats().kv_blocks_total, (tiny.context_length + 15) / 16);
 }
 
 TEST_F(BatchingTest, MoreImportantRequestsAreAdmittedFirst) {
