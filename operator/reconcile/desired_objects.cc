@@ -60,8 +60,9 @@ int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads, the
   // batching flags --max-batch-tokens, --max-running and the speculative-decoding flags
-  // (runtime/main.cc). kvCacheFraction has no flag in it yet: it is not passed
-  // (docs/operator.md), so a change to it does not roll pods.
+  // (runtime/main.cc); GPU pods also get --kv-cache-fraction from kvCacheFraction (on a CPU pod
+  // a fraction of the node's free memory is not what the field means, so the runtime's
+  // token-count default stays).
   const std::string model_path = ModelFilePath(spec.model, "/models/model");
   std::vector<std::string> args = {
       "--model", model_path,  "--model-name", spec.model.name,
@@ -71,6 +72,11 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   }
   args.insert(args.end(), {"--max-batch-tokens", std::to_string(spec.runtime.max_batch_tokens),
                            "--max-running", std::to_string(spec.runtime.max_running_requests)});
+  if (spec.resources.gpus > 0) {
+    std::ostringstream f;
+    f << spec.runtime.kv_cache_fraction;
+    args.insert(args.end(), {"--kv-cache-fraction", f.str()});
+  }
   if (const auto& sp = spec.runtime.speculative; sp && sp->enabled) {
     // The CR turns speculation on for the service: every request speculates unless it says not.
     args.insert(args.end(), {"--spec-default=true", "--spec-tokens",

@@ -112,6 +112,8 @@ TEST(PodTemplateTest, FullPodLayout) {
   EXPECT_TRUE(Contains(args, "--ctx-size", "8192"));
   EXPECT_TRUE(Contains(args, "--threads", "4"));
   EXPECT_EQ(args[args.size() - 2], "--log-level");  // extraArgs last
+  // A GPU pod: the KV cache takes kvCacheFraction of what the weights leave.
+  EXPECT_TRUE(Contains(args, "--kv-cache-fraction", "0.85"));
   // speculative: ngram, 4 tokens: on for every request, no draft model.
   EXPECT_NE(std::find(args.begin(), args.end(), "--spec-default=true"), args.end());
   EXPECT_TRUE(Contains(args, "--spec-tokens", "4"));
@@ -200,6 +202,8 @@ TEST(PodTemplateTest, CpuOnlyAndOtherAccelerators) {
   const json& runtime = Named(cpu_pod["containers"], "runtime");
   EXPECT_EQ(runtime["resources"]["limits"], (json{{"cpu", "4"}, {"memory", "2Gi"}}));
   EXPECT_TRUE(Contains(Args(runtime), "--threads", "4"));
+  const auto cpu_args = Args(runtime);  // no GPU: the runtime's own KV pool size
+  EXPECT_EQ(std::find(cpu_args.begin(), cpu_args.end(), "--kv-cache-fraction"), cpu_args.end());
   const json amd =
       BuildPodTemplate(Parse("minimal.yaml",
                              [](json& s) {
