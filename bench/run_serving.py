@@ -27,6 +27,12 @@ in the same step or an earlier one, beyond the chat template):
     --azure-rates (mean req/s) and lengths times --azure-length-scale (capped to fit a 2048-token
     context). Reports vLLM's goodput (requests meeting both SLOs per second) at each rate, and the
     highest rate whose p99 TTFT and p99 TPOT both meet the SLOs.
+(d) speculative decoding (kinfer-runtime's prompt lookup, issue 3 item 6): --spec-conversations
+    MT-Bench conversations one at a time (turn 2 often asks to rewrite turn 1's answer, where
+    prompt lookup pays), generation ending at the model's end of turn (not ignore_eos), up to
+    --mt-output-len tokens a turn; kinfer-runtime with `"speculative": false` and `true`, and
+    llama-server (no speculation) as the reference. Reports TPOT and ITL, output tokens/s and the
+    acceptance rate from kinfer-runtime's /metrics counters. Greedy output is the same either way.
 (c) MT-Bench second-turn TTFT: --mt-conversations conversations one at a time (turn 1, then turn 2
     with the whole conversation; questions 0..n-1 with the cache on, n..2n-1 with it off, so that
     the second run cannot reuse the first one's prompts), with the server's prompt cache on (default) and off
@@ -207,6 +213,19 @@ def run_bench(server, name, runs_dir, extra):
     return res
 
 
+def scrape_counters(server):
+    """kinfer-runtime's speculative-decoding counters from /metrics."""
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {"draft": 0.0, "accepted": 0.0}
+    for line in text.splitlines():
+        for key, name in (("draft", "kinfer_runtime_spec_decode_num_draft_tokens_total"),
+                          ("accepted", "kinfer_runtime_spec_decode_num_accepted_tokens_total")):
+            if line.startswith(name + " "):
+                out[key] = float(line.split()[1])
+    return out
+
+
 def fmt(v, nd=0):
     return "-" if v is None else f"{v:.{nd}f}"
 
@@ -294,6 +313,26 @@ def write_markdown(path, doc):
                      f"{t['turn2_prompt_tokens']:.0f} |")
         if mt[e].get("speedup") is not None:
             L.append(f"| {e} | off / on | | {mt[e]['speedup']:.2f}x | |")
+    sp = doc.get("speculative") or {}
+    if sp:
+        L += ["", f"## (d) Speculative decoding (prompt lookup; {c['spec_conversations']} MT-Bench "
+              f"conversations one at a time, up to {c['mt_output_len']} tokens a turn, ending at "
+              "the end of turn)", "",
+              "| engine | speculative | out tok/s | TPOT mean / p50 / p99 ms | ITL p50 ms | "
+              "E2E p50 ms | drafted | accepted |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for label in ("kinfer", "kinfer_spec", "llama"):
+            if label not in sp:
+                continue
+            b = sp[label]
+            acc = (f"{b['accepted_tokens']:.0f} ({b['acceptance_rate']:.0%})"
+                   if b.get("acceptance_rate") is not None else "-")
+            L.append(f"| {label.split('_')[0]} | {'on' if label == 'kinfer_spec' else 'off'} | "
+                     f"{b['output_throughput']:.1f} | {fmt(b['tpot_ms']['mean'], 1)} / "
+                     f"{fmt(b['tpot_ms']['median'], 1)} / {fmt(b['tpot_ms']['p99'], 1)} | "
+                     f"{fmt(b['itl_ms']['median'], 1)} | {fmt(b['e2el_ms']['median'])} | "
+                     f"{b.get('draft_tokens', 0):.0f} | {acc} |")
+        if sp.get("tpot_speedup"):
+            L.append(f"| kinfer | off / on | | {sp['tpot_speedup']:.2f}x | | | | |")
     L += ["", "Notes: " + " ".join(doc["notes"]), "",
           f"Plot: `{pathlib.Path(doc['plot']).name}`. Every kinfer-bench result is in "
           "serving.json under `runs`.", ""]
@@ -350,6 +389,8 @@ def main():
     ap.add_argument("--azure-max-output", type=int, default=256)
     ap.add_argument("--mt-conversations", type=int, default=10, help="at most 39")
     ap.add_argument("--mt-output-len", type=int, default=64)
+    ap.add_argument("--spec-conversations", type=int, default=10,
+                    help="(d): MT-Bench conversations (questions 40..), 0 = skip (d)")
     ap.add_argument("--drain-timeout", type=float, default=180)
     ap.add_argument("--smoke", action="store_true",
                     help="a short end-to-end check: one rate, few requests (figures meaningless)")
@@ -359,6 +400,7 @@ def main():
         args.rates, args.num_prompts, args.input_len, args.output_len = "1", 4, 64, 16
         args.azure_rates, args.azure_requests, args.azure_length_scale = "1", 6, 0.05
         args.mt_conversations, args.mt_output_len, args.drain_timeout = 2, 16, 120
+        args.spec_conversations = min(args.spec_conversations, 2)
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     out = pathlib.Path(args.out)
@@ -472,6 +514,33 @@ def main():
             on, off = mt[e]["cache"]["turn2_ttft_ms"], mt[e]["no_cache"]["turn2_ttft_ms"]
             mt[e]["speedup"] = (off["median"] / on["median"]
                                 if on["median"] and off["median"] else None)
+
+        # (d) speculative decoding
+        spec = {}
+        if args.spec_conversations > 0:
+            log("(d) speculative decoding (prompt lookup) on MT-Bench conversations")
+            cases = [(s, s.name, "{}") for s in order if s.name != "kinfer"]
+            if "kinfer" in servers:
+                cases = [(servers["kinfer"], "kinfer", '{"speculative": false}'),
+                         (servers["kinfer"], "kinfer_spec", '{"speculative": true}')] + cases
+            for s, label, body in cases:
+                before = scrape_counters(s) if s.name == "kinfer" else {}
+                res = run_bench(s, f"spec_{label}", runs_dir, [
+                    "--multi-turn", "--num-prompts", args.spec_conversations, "--max-concurrency",
+                    1, "--output-len", args.mt_output_len, "--no-ignore-eos",
+                    "--first-question", 40, "--drain-timeout", 600, "--extra-body", body])
+                runs[f"spec_{label}"] = res
+                b = brief(res)
+                if s.name == "kinfer":
+                    after = scrape_counters(s)
+                    drafted = after["draft"] - before["draft"]
+                    b["draft_tokens"] = drafted
+                    b["accepted_tokens"] = after["accepted"] - before["accepted"]
+                    b["acceptance_rate"] = (b["accepted_tokens"] / drafted) if drafted else None
+                spec[label] = b
+            if "kinfer" in spec and "kinfer_spec" in spec:
+                off, on = spec["kinfer"]["tpot_ms"]["mean"], spec["kinfer_spec"]["tpot_ms"]["mean"]
+                spec["tpot_speedup"] = off / on if off and on else None
         if args.smoke:
             notes.append("SMOKE RUN: few requests, figures are not meaningful.")
     finally:
@@ -491,7 +560,8 @@ def main():
         "config": {k: v for k, v in vars(args).items()} | {"ctx": CTX, "slo_ms": SLO},
         "token_counts": {k: r["token_counts"] for k, r in runs.items()
                          if not k.startswith("multiturn")},
-        "sweep": sweep, "goodput": goodput, "multi_turn": mt, "notes": notes,
+        "sweep": sweep, "goodput": goodput, "multi_turn": mt, "speculative": spec,
+        "notes": notes,
         "plot": str(out / "serving.png"),
         "runs": {k: {kk: vv for kk, vv in r.items() if kk != "requests"} for k, r in runs.items()},
     }
