@@ -176,7 +176,12 @@ nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
   j["slo_target_attainment"] = options.plan.target_attainment;
   j["cold_start_s"] = sim.cold_start_s;
   j["seed"] = sim.seed;
-  j["balancer_choices"] = sim.balancer_choices;
+  j["balancer"] = {{"kind", BalancerKindName(sim.balancer.kind)},
+                   {"choices", sim.balancer.choices},
+                   {"slow_start_window_s", sim.balancer.slow_start_window_s},
+                   {"slow_start_aggression", sim.balancer.slow_start_aggression},
+                   {"slow_start_min_weight", sim.balancer.slow_start_min_weight}};
+  j["balancer_choices"] = sim.balancer.choices;
   j["warmup_s"] = options.warmup_s;
   j["min_replicas"] = sim.min_replicas;
   j["max_replicas"] = sim.max_replicas;

@@ -34,8 +34,13 @@ policy, and reports SLO attainment and replica-hours per policy.
   --policies LIST            comma-separated from kinfer,static,hpa,kpa,oracle (default: all)
   --cold-start SECONDS       pod creation to ready (default 60)
   --seed N                   load-balancer ties and calibration draws (default 1)
-  --balancer-choices K       0: least request over all ready pods (default); K >= 1: the
+  --balancer KIND            least-request (default): fewest outstanding requests;
+                             least-tokens: fewest prompt tokens still to prefill
+  --balancer-choices K       least request: 0 compares all ready pods (default); K >= 1: the
                              fewest outstanding of K random pods (2 = Envoy's default P2C)
+  --slow-start-window SECONDS  Envoy slow start for newly ready pods (default 0: none)
+  --slow-start-aggression A  ramp (t / window)^(1/A) (default 1, Envoy's)
+  --slow-start-min-weight F  floor of the ramp (default 0.1, Envoy's min_weight_percent 10)
   --time-scale X             multiply arrival times by X (0.5 = twice the rate; default 1)
   --length-scale X           multiply prompt and output lengths by X (default 1)
   --perf-model FILE          perf_model.csv (default )" KINFER_SIM_DEFAULT_PERF_MODEL R"()
@@ -138,7 +143,18 @@ int main(int argc, char** argv) {
     } else if (flags.Is("--seed")) {
       opt.sim.seed = static_cast<uint64_t>(flags.Int(0, INT64_MAX));
     } else if (flags.Is("--balancer-choices")) {
-      opt.sim.balancer_choices = static_cast<int>(flags.Int(0, 64));
+      opt.sim.balancer.choices = static_cast<int>(flags.Int(0, 64));
+    } else if (flags.Is("--balancer")) {
+      const std::string v = flags.Value();
+      if (!ParseBalancerKind(v, &opt.sim.balancer.kind)) {
+        flags.Fail("flag --balancer wants least-request or least-tokens, got '" + v + "'");
+      }
+    } else if (flags.Is("--slow-start-window")) {
+      opt.sim.balancer.slow_start_window_s = Double(flags, 0, 86400);
+    } else if (flags.Is("--slow-start-aggression")) {
+      opt.sim.balancer.slow_start_aggression = Double(flags, 0.01, 100);
+    } else if (flags.Is("--slow-start-min-weight")) {
+      opt.sim.balancer.slow_start_min_weight = Double(flags, 0.001, 1);
     } else if (flags.Is("--time-scale")) {
       time_scale = Double(flags, 1e-6, 1e6);
     } else if (flags.Is("--length-scale")) {

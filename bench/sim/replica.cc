@@ -20,6 +20,7 @@ Replica::Replica(int id, double created_s, double ready_s, const ServiceModel* m
 
 void Replica::Enqueue(int r, double now) {
   (*outcomes_)[r].pod = id_;
+  pending_prefill_tokens_ += (*requests_)[r].input_tokens;
   queue_.push_back({r, now});
   Admit(now);
 }
@@ -28,6 +29,7 @@ void Replica::ShedExpired(double now) {
   if (limits_.queue_deadline_s <= 0) return;
   while (!queue_.empty() && now - queue_.front().enqueued_s > limits_.queue_deadline_s) {
     (*outcomes_)[queue_.front().request].shed = true;
+    pending_prefill_tokens_ -= (*requests_)[queue_.front().request].input_tokens;
     ++shed_;
     queue_.pop_front();
   }
@@ -75,6 +77,7 @@ void Replica::FinishIteration(double now, std::vector<double>* new_ttfts) {
   if (iteration_is_prefill_) {
     for (int r : prefill_batch_) {
       RequestOutcome& out = (*outcomes_)[r];
+      pending_prefill_tokens_ -= (*requests_)[r].input_tokens;
       out.ttft_s = now - (*requests_)[r].arrival_s;
       const auto& edges = *ttft_edges_;
       const size_t bucket =

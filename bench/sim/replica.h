@@ -86,6 +86,10 @@ class Replica {
   int queue_depth() const { return static_cast<int>(queue_.size()); }
   int in_flight() const { return static_cast<int>(prefill_wait_.size() + decoding_.size()); }
   int outstanding() const { return queue_depth() + in_flight(); }
+  // Prompt tokens of the requests here still without a first token: the sidecar queue, those
+  // admitted and waiting for prefill, and the running prefill iteration's (what an LLM-aware
+  // balancer scores, simulator.h BalancerKind::kLeastTokens).
+  int64_t pending_prefill_tokens() const { return pending_prefill_tokens_; }
   uint64_t shed_count() const { return shed_; }
   double busy_seconds() const { return busy_seconds_; }
   // TTFT histogram since the previous call: one count per edge plus one for +Inf, not cumulative.
@@ -121,6 +125,7 @@ class Replica {
   double iteration_start_s_ = 0;
   double busy_seconds_ = 0;
   uint64_t shed_ = 0;
+  int64_t pending_prefill_tokens_ = 0;
   std::vector<uint64_t> ttft_counts_;
 };
 

@@ -55,7 +55,8 @@ class Run {
         config_(config),
         policy_(policy),
         edges_(TtftEdgesWithSlo(config.slo_ttft_s)),
-        rng_(config.seed) {
+        rng_(config.seed),
+        balancer_(config.balancer) {
     out_.policy = policy.name();
     out_.outcomes.resize(trace.requests.size());
     out_.horizon_s = config.horizon_s >= 0 ? config.horizon_s : trace.span_s();
@@ -71,6 +72,8 @@ class Run {
   Replica& Pod(int id) { return *pods_[id]; }
   int CreatePod(double now, bool ready_now);
   void Dispatch(int r, double now);
+  void ReadyEndpoints(std::vector<Endpoint>* out) const;
+  void RebuildBalancer(double now);
   void Kick(Replica& pod, double now);
   void MaybeGone(Replica& pod, double now);
   void Scale(double now, int desired);
@@ -91,8 +94,10 @@ class Run {
   uint64_t seq_ = 0;
   std::vector<std::unique_ptr<Replica>> pods_;  // index = pod id
   std::deque<int> pending_;                     // requests that arrived while no pod was ready
-  std::vector<int> ready_scratch_;              // Dispatch's list of ready pods (k choices)
-  int requested_ = 0;                           // ready + starting
+  Balancer balancer_;
+  std::vector<Endpoint> ready_scratch_;  // Dispatch's list of ready pods
+  std::vector<double> slow_start_from_;  // by pod id: when it became ready (< 0: initial pod)
+  int requested_ = 0;                    // ready + starting
 
   // Timeline accumulators for the current period.
   int period_arrivals_ = 0;
@@ -109,6 +114,9 @@ int Run::CreatePod(double now, bool ready_now) {
   pods_.push_back(std::make_unique<Replica>(id, now, ready_s, &model_, config_.limits,
                                             &trace_.requests, &out_.outcomes, &edges_));
   ++requested_;
+  // Pods ready at creation (the initial ones, or any with no cold start) are there when the
+  // balancer starts (initial) or join it at once; only the initial ones skip slow start.
+  slow_start_from_.push_back(ready_now && now <= 0 ? -1.0 : ready_s);
   if (ready_now) {
     pods_.back()->set_phase(Replica::Phase::kReady);
   } else {
@@ -135,53 +143,29 @@ void Run::MaybeGone(Replica& pod, double now) {
   }
 }
 
-void Run::Dispatch(int r, double now) {
-  if (config_.balancer_choices > 0) {
-    // k random ready pods (with replacement); the fewest outstanding wins, the first on ties.
-    ready_scratch_.clear();
-    for (const auto& p : pods_) {
-      if (p->phase() == Replica::Phase::kReady) ready_scratch_.push_back(p->id());
-    }
-    if (ready_scratch_.empty()) {
-      pending_.push_back(r);
-      return;
-    }
-    int best = -1;
-    for (int k = 0; k < config_.balancer_choices; ++k) {
-      const int id = ready_scratch_[rng_() % ready_scratch_.size()];
-      if (best < 0 || Pod(id).outstanding() < Pod(best).outstanding()) best = id;
-    }
-    Pod(best).Enqueue(r, now);
-    Kick(Pod(best), now);
-    return;
-  }
-  // Least outstanding requests among ready pods; ties at random (seeded).
-  int best = -1, ties = 0;
+void Run::ReadyEndpoints(std::vector<Endpoint>* out) const {
+  out->clear();
   for (const auto& p : pods_) {
     if (p->phase() != Replica::Phase::kReady) continue;
-    if (best < 0 || p->outstanding() < Pod(best).outstanding()) {
-      best = p->id();
-      ties = 1;
-    } else if (p->outstanding() == Pod(best).outstanding()) {
-      ++ties;
-    }
+    out->push_back(Endpoint{p->id(), p->outstanding(), p->pending_prefill_tokens(),
+                            slow_start_from_[p->id()]});
   }
-  if (best < 0) {
+}
+
+void Run::RebuildBalancer(double now) {
+  ReadyEndpoints(&ready_scratch_);
+  balancer_.Rebuild(ready_scratch_, now);
+}
+
+void Run::Dispatch(int r, double now) {
+  ReadyEndpoints(&ready_scratch_);
+  if (ready_scratch_.empty()) {
     pending_.push_back(r);
     return;
   }
-  if (ties > 1) {
-    int pick = static_cast<int>(rng_() % static_cast<uint64_t>(ties));
-    const int load = Pod(best).outstanding();
-    for (const auto& p : pods_) {
-      if (p->phase() == Replica::Phase::kReady && p->outstanding() == load && pick-- == 0) {
-        best = p->id();
-        break;
-      }
-    }
-  }
-  Pod(best).Enqueue(r, now);
-  Kick(Pod(best), now);
+  Replica& pod = Pod(ready_scratch_[balancer_.Pick(ready_scratch_, now, rng_)].id);
+  pod.Enqueue(r, now);
+  Kick(pod, now);
 }
 
 void Run::Scale(double now, int desired) {
@@ -193,6 +177,7 @@ void Run::Scale(double now, int desired) {
     out_.scale_ups += counted;
     while (requested_ < desired) CreatePod(now, config_.cold_start_s <= 0);
     if (config_.cold_start_s <= 0) {
+      RebuildBalancer(now);
       while (!pending_.empty()) {
         const int r = pending_.front();
         pending_.pop_front();
@@ -211,6 +196,7 @@ void Run::Scale(double now, int desired) {
     --requested_;
   }
   // Then ready pods with the fewest outstanding requests (youngest on ties); they drain.
+  bool drained = false;
   while (requested_ > desired) {
     Replica* victim = nullptr;
     for (const auto& p : pods_) {
@@ -221,8 +207,10 @@ void Run::Scale(double now, int desired) {
     victim->set_phase(Replica::Phase::kDraining);
     victim->set_removed(now);
     --requested_;
+    drained = true;
     MaybeGone(*victim, now);
   }
+  if (drained) RebuildBalancer(now);  // the ready set changed
 }
 
 ClusterSnapshot Run::Snapshot(double now) {
@@ -301,6 +289,7 @@ SimRun Run::Go() {
   const int initial =
       std::clamp(policy_.InitialReplicas(), config_.min_replicas, config_.max_replicas);
   for (int i = 0; i < initial; ++i) CreatePod(0.0, /*ready_now=*/true);
+  RebuildBalancer(0.0);
   Push(std::max(0.0, std::ceil(config_.first_tick_s / config_.tick_s) * config_.tick_s), 3,
        EventKind::kTick, -1);
   const bool timeline = config_.timeline_period_s > 0;
@@ -335,6 +324,7 @@ SimRun Run::Go() {
         Replica& pod = Pod(e.pod);
         if (pod.phase() != Replica::Phase::kStarting) break;  // removed while starting
         pod.set_phase(Replica::Phase::kReady);
+        RebuildBalancer(e.t);
         while (!pending_.empty()) {
           const int r = pending_.front();
           pending_.pop_front();

@@ -4,10 +4,13 @@
 // The cluster (a Kubernetes Deployment with a load balancer in front):
 //   * Pods are created by scale-ups and become ready exactly cold_start_s later; until then they
 //     cost (the GPUs are allocated) but take no traffic.
-//   * Each arriving request goes to the ready pod with the fewest outstanding requests (sidecar
-//     queue + engine), ties broken at random from the seed: a least-request load balancer, as an
-//     Envoy/Istio or Gateway API front gives a Kubernetes Service. With no ready pod it waits at
-//     the front (like Knative's activator) and goes out when one becomes ready.
+//   * Each arriving request goes to a ready pod chosen by the balancer (balancer.h): by default
+//     the one with the fewest outstanding requests (sidecar queue + engine), ties broken at random
+//     from the seed, a least-request load balancer as an Envoy/Istio or Gateway API front gives a
+//     Kubernetes Service; optionally by prompt tokens still to prefill, and with Envoy's slow
+//     start for newly ready pods. The balancer is rebuilt when a pod becomes ready or starts
+//     draining. With no ready pod a request waits at the front (like Knative's activator) and
+//     goes out when one becomes ready.
 //   * A scale-down removes starting pods first (youngest first), then the ready pods with the
 //     fewest outstanding requests; a removed ready pod takes no new requests and finishes what it
 //     holds (its queue too) before it goes away, which is when its cost stops.
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sim/balancer.h"
 #include "bench/sim/policy.h"
 #include "bench/sim/replica.h"
 #include "bench/sim/service_model.h"
@@ -45,11 +49,9 @@ struct SimConfig {
   int min_replicas = 1;
   int max_replicas = 64;
   uint64_t seed = 1;
-  // Ready pods the balancer compares per request: 0 = all of them (least request over every
-  // pod, ties at random); k >= 1 = k picked at random (with replacement), the one with the
-  // fewest outstanding requests wins (Envoy's LEAST_REQUEST default is k = 2, "power of two
-  // choices").
-  int balancer_choices = 0;
+  // The load balancer (balancer.h): least request over all ready pods by default; k random
+  // choices, least prompt tokens, Envoy's slow start as set.
+  BalancerConfig balancer;
   double timeline_period_s = 0;  // > 0: record a timeline row every this many seconds
   // Horizon for the cost (and the last policy tick); < 0: the trace's last arrival.
   double horizon_s = -1;

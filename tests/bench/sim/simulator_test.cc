@@ -121,7 +121,7 @@ TEST(SimulatorTest, KRandomChoicesBalancerIsSeededAndServesEveryRequest) {
   for (int i = 1; i <= 200; ++i) trace.requests.push_back({i * 0.5, 100, 1});
   auto on_long_pod = [&](int choices, uint64_t seed) {
     SimConfig config;
-    config.balancer_choices = choices;
+    config.balancer.choices = choices;
     config.seed = seed;
     SchedulePolicy two = SchedulePolicy::Constant("two", 2);
     const SimRun run = Simulate(trace, Model(), config, two);
@@ -139,6 +139,65 @@ TEST(SimulatorTest, KRandomChoicesBalancerIsSeededAndServesEveryRequest) {
   EXPECT_GT(p2c, 20);      // ... which is a quarter of the time
   EXPECT_EQ(on_long_pod(2, 3), p2c);
   EXPECT_EQ(on_long_pod(0, 3), 0);  // least request over all pods: never
+}
+
+TEST(SimulatorTest, SlowStartSparesANewlyReadyPodTheBurst) {
+  // Long outputs (each request holds ~4 s of decode): 2 pods hold ~20 requests each when a 3rd
+  // becomes ready at 30 s. Least request sends it every arrival until it catches up (20 of the
+  // first 30); with a 30 s
+  // slow start it gets a share that ramps from 10% of the weight.
+  const Trace trace = Steady(10, 90, 400);
+  auto first_seconds_on_new_pod = [&](double window) {
+    SimConfig config;
+    config.cold_start_s = 10;
+    config.balancer.slow_start_window_s = window;
+    FnPolicy policy(2, [](const ClusterSnapshot& c) -> std::optional<int> {
+      return c.now_s == 20 ? std::optional<int>(3) : std::nullopt;
+    });
+    const SimRun run = Simulate(trace, Model(), config, policy);
+    int n = 0, all = 0;
+    for (size_t i = 0; i < trace.requests.size(); ++i) {
+      const double t = trace.requests[i].arrival_s;
+      if (t < 30 || t >= 33) continue;
+      ++all;
+      n += run.outcomes[i].pod == 2;
+    }
+    EXPECT_EQ(all, 30);
+    return n;
+  };
+  const int plain = first_seconds_on_new_pod(0), slow = first_seconds_on_new_pod(30);
+  EXPECT_GE(plain, 18) << "every arrival until it holds what the others do";
+  // With slow start the weights are f / (outstanding + 1): 0.1 / 1 for the empty new pod
+  // against 1 / 21 for the others, so it fills to about its third (9 of 30), no more.
+  EXPECT_LE(slow, 10) << "a third at most";
+  RecordProperty("plain", plain);
+  RecordProperty("slow", slow);
+}
+
+TEST(SimulatorTest, SameSeedSameRunWithSlowStartAndLeastTokens) {
+  const Trace trace = Steady(30, 120, 40);
+  for (BalancerKind kind : {BalancerKind::kLeastRequest, BalancerKind::kLeastTokens}) {
+    SimConfig config;
+    config.seed = 42;
+    config.cold_start_s = 5;
+    config.balancer.kind = kind;
+    config.balancer.slow_start_window_s = 20;
+    auto once = [&] {
+      HpaConfig h;
+      h.capacity_per_pod = 10;
+      h.initial_replicas = 1;
+      HpaPolicy hpa(h);
+      return Simulate(trace, Model(), config, hpa);
+    };
+    const SimRun a = once(), b = once();
+    ASSERT_EQ(a.outcomes.size(), b.outcomes.size());
+    EXPECT_GT(a.pods.size(), 1u);  // it scaled, so pods went through slow start
+    for (size_t i = 0; i < a.outcomes.size(); ++i) {
+      EXPECT_EQ(a.outcomes[i].ttft_s, b.outcomes[i].ttft_s);
+      EXPECT_EQ(a.outcomes[i].pod, b.outcomes[i].pod);
+    }
+    EXPECT_EQ(a.replica_seconds, b.replica_seconds);
+  }
 }
 
 TEST(SimulatorTest, ScaleDownDrainsTheRemovedPodAndCostsUntilItIsEmpty) {
