@@ -156,35 +156,29 @@ std::unique_ptr<PagedKvCache> LlamaModel::NewPagedKvCache(int block_size, int nu
   return std::make_unique<PagedKvCache>(hp_.n_layer, hp_.n_embd_kv(), block_size, num_blocks);
 }
 
-Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCache* cache,
-                                std::vector<float>* logits) {
+Status ValidateSequenceBatches(std::span<const SequenceBatch> seqs, int n_vocab, int block_size,
+                               int num_blocks, int64_t max_tokens, size_t* rows) {
   if (seqs.empty()) return InvalidArgument("empty step");
-  if (cache->n_layer() != hp_.n_layer || cache->n_embd_kv() != hp_.n_embd_kv()) {
-    return InvalidArgument("the paged KV cache is not shaped for this model");
-  }
-  const int bs = cache->block_size();
-  std::vector<Segment> segs;
-  segs.reserve(seqs.size());
   int64_t total = 0;
-  size_t rows = 0;
+  *rows = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SequenceBatch& s = seqs[i];
     const std::string which = "sequence " + std::to_string(i) + ": ";
     if (s.tokens.empty()) return InvalidArgument(which + "no tokens");
     if (s.pos0 < 0) return InvalidArgument(which + "negative position");
     for (int32_t id : s.tokens) {
-      if (id < 0 || id >= hp_.n_vocab) {
+      if (id < 0 || id >= n_vocab) {
         return InvalidArgument(which + "token id " + std::to_string(id) +
-                               " is outside the vocabulary (" + std::to_string(hp_.n_vocab) + ")");
+                               " is outside the vocabulary (" + std::to_string(n_vocab) + ")");
       }
     }
     const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
-    if (static_cast<int64_t>(s.blocks.size()) * bs < end) {
+    if (static_cast<int64_t>(s.blocks.size()) * block_size < end) {
       return InvalidArgument(which + "block table of " + std::to_string(s.blocks.size()) +
                              " blocks cannot hold " + std::to_string(end) + " positions");
     }
     for (int32_t b : s.blocks) {
-      if (b < 0 || b >= cache->num_blocks()) {
+      if (b < 0 || b >= num_blocks) {
         return InvalidArgument(which + "block " + std::to_string(b) + " is outside the cache");
       }
     }
@@ -193,6 +187,27 @@ Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCach
                              " is outside 1.." + std::to_string(s.tokens.size()));
     }
     total += static_cast<int64_t>(s.tokens.size());
+    *rows += s.want_logits ? static_cast<size_t>(s.num_logits) : 0;
+  }
+  if (total > max_tokens) {
+    return InvalidArgument("a step of " + std::to_string(total) + " tokens exceeds " +
+                           std::to_string(max_tokens));
+  }
+  return Status::Ok();
+}
+
+Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCache* cache,
+                                std::vector<float>* logits) {
+  if (seqs.empty()) return InvalidArgument("empty step");
+  if (cache->n_layer() != hp_.n_layer || cache->n_embd_kv() != hp_.n_embd_kv()) {
+    return InvalidArgument("the paged KV cache is not shaped for this model");
+  }
+  size_t rows = 0;
+  KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp_.n_vocab, cache->block_size(),
+                                                 cache->num_blocks(), kMaxBatch, &rows));
+  std::vector<Segment> segs;
+  segs.reserve(seqs.size());
+  for (const SequenceBatch& s : seqs) {
     Segment seg;
     seg.tokens = s.tokens.data();
     seg.n = static_cast<int>(s.tokens.size());
@@ -204,12 +219,7 @@ Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCach
     } else {
       seg.round_probs_all(seg.n > 1 || s.mode != ForwardMode::kDecode);
     }
-    rows += s.want_logits ? s.num_logits : 0;
     segs.push_back(seg);
-  }
-  if (total > kMaxBatch) {
-    return InvalidArgument("a step of " + std::to_string(total) + " tokens exceeds " +
-                           std::to_string(kMaxBatch));
   }
   logits->resize(rows * hp_.n_vocab);
   RunSegments(segs, cache->layout(), logits->data());

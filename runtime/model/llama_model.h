@@ -55,6 +55,14 @@ struct SequenceBatch {
   int prompt_len = -1;
 };
 
+// The rules every backend's ForwardBatch checks, with the messages it returns: a non-empty step
+// of at most max_tokens tokens in all; per sequence, tokens present and inside [0, n_vocab), a
+// non-negative pos0, a block table that covers [0, pos0 + tokens) with blocks inside
+// [0, num_blocks), and num_logits in 1..tokens when want_logits. On success *rows is the number of
+// logits rows the step returns. INVALID_ARGUMENT naming the sequence otherwise.
+Status ValidateSequenceBatches(std::span<const SequenceBatch> seqs, int n_vocab, int block_size,
+                               int num_blocks, int64_t max_tokens, size_t* rows);
+
 class LlamaModel {
  public:
   // Validates the architecture, hyper-parameters and every tensor's name, type and shape.

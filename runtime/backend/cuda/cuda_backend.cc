@@ -580,40 +580,10 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
   if (seqs.empty()) return InvalidArgument("empty step");
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
   // Validation: LlamaModel::ForwardBatch's rules and messages.
-  int64_t total = 0;
   size_t rows = 0, table_entries = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const SequenceBatch& s = seqs[i];
-    const std::string which = "sequence " + std::to_string(i) + ": ";
-    if (s.tokens.empty()) return InvalidArgument(which + "no tokens");
-    if (s.pos0 < 0) return InvalidArgument(which + "negative position");
-    for (int32_t id : s.tokens) {
-      if (id < 0 || id >= hp.n_vocab) {
-        return InvalidArgument(which + "token id " + std::to_string(id) +
-                               " is outside the vocabulary (" + std::to_string(hp.n_vocab) + ")");
-      }
-    }
-    const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
-    if (static_cast<int64_t>(s.blocks.size()) * block_size < end) {
-      return InvalidArgument(which + "block table of " + std::to_string(s.blocks.size()) +
-                             " blocks cannot hold " + std::to_string(end) + " positions");
-    }
-    for (int32_t b : s.blocks) {
-      if (b < 0 || b >= num_blocks) {
-        return InvalidArgument(which + "block " + std::to_string(b) + " is outside the cache");
-      }
-    }
-    if (s.want_logits && (s.num_logits < 1 || s.num_logits > static_cast<int>(s.tokens.size()))) {
-      return InvalidArgument(which + "num_logits " + std::to_string(s.num_logits) +
-                             " is outside 1.." + std::to_string(s.tokens.size()));
-    }
-    total += static_cast<int64_t>(s.tokens.size());
-    rows += s.want_logits ? s.num_logits : 0;
-    table_entries += (end + block_size - 1) / block_size;
-  }
-  if (total > T) {
-    return InvalidArgument("a step of " + std::to_string(total) + " tokens exceeds " +
-                           std::to_string(T));
+  KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
+  for (const SequenceBatch& s : seqs) {
+    table_entries += (s.pos0 + s.tokens.size() + block_size - 1) / block_size;
   }
   KINFER_RETURN_IF_ERROR(EnsureMeta(static_cast<size_t>(9) * T + table_entries));
 
