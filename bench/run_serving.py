@@ -30,7 +30,8 @@ in the same step or an earlier one, beyond the chat template):
 (d) speculative decoding (kinfer-runtime's prompt lookup, issue 3 item 6): --spec-conversations
     MT-Bench conversations one at a time (turn 2 often asks to rewrite turn 1's answer, where
     prompt lookup pays), generation ending at the model's end of turn (not ignore_eos), up to
-    --mt-output-len tokens a turn; kinfer-runtime with `"speculative": false` and `true`, and
+    --mt-output-len tokens a turn, `"cache_prompt": false` (the runs share questions);
+    kinfer-runtime with `"speculative": false` and `true`, and
     llama-server (no speculation) as the reference. Reports TPOT and ITL, output tokens/s and the
     acceptance rate from kinfer-runtime's /metrics counters. Greedy output is the same either way.
 (c) MT-Bench second-turn TTFT: --mt-conversations conversations one at a time (turn 1, then turn 2
@@ -264,55 +265,59 @@ def write_markdown(path, doc):
          "Servers: " + "; ".join(f"{k}: {v.get('source', v.get('binary'))} "
                                  f"{' '.join(v.get('version', [])[:1])}"
                                  f"{' (repo HEAD at run time ' + v['repo_head_at_run'] + ')' if v.get('repo_head_at_run') else ''}".strip()
-                                 for k, v in doc["servers"].items()) + ".", "",
-         f"## (a) Throughput-latency (Poisson, {c['input_len']} in / {c['output_len']} out, "
-         f"{c['num_prompts']} requests a rate)", "",
-         "| rate req/s | engine | done | req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | "
-         "ITL p99 ms | E2E p99 ms | goodput req/s | errors |",
-         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for row in doc["sweep"]:
-        for e in names:
-            b = row[e]
-            L.append(f"| {row['rate']:g} | {e} | {b['completed']}/{b['requests']} | "
-                     f"{b['request_throughput']:.2f} | {b['output_throughput']:.1f} | "
-                     f"{fmt(b['ttft_ms']['median'])} / {fmt(b['ttft_ms']['p99'])} | "
-                     f"{fmt(b['tpot_ms']['median'])} / {fmt(b['tpot_ms']['p99'])} | "
-                     f"{fmt(b['itl_ms']['p99'])} | {fmt(b['e2el_ms']['p99'])} | "
-                     f"{b['goodput']:.3f} | {b['errors'] or ''} |")
+                                 for k, v in doc["servers"].items()) + "."]
+    if doc["sweep"]:
+        L += ["",
+              f"## (a) Throughput-latency (Poisson, {c['input_len']} in / {c['output_len']} out, "
+             f"{c['num_prompts']} requests a rate)", "",
+             "| rate req/s | engine | done | req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | "
+             "ITL p99 ms | E2E p99 ms | goodput req/s | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for row in doc["sweep"]:
+            for e in names:
+                b = row[e]
+                L.append(f"| {row['rate']:g} | {e} | {b['completed']}/{b['requests']} | "
+                         f"{b['request_throughput']:.2f} | {b['output_throughput']:.1f} | "
+                         f"{fmt(b['ttft_ms']['median'])} / {fmt(b['ttft_ms']['p99'])} | "
+                         f"{fmt(b['tpot_ms']['median'])} / {fmt(b['tpot_ms']['p99'])} | "
+                         f"{fmt(b['itl_ms']['p99'])} | {fmt(b['e2el_ms']['p99'])} | "
+                         f"{b['goodput']:.3f} | {b['errors'] or ''} |")
     g = doc["goodput"]
-    L += ["", f"## (b) Goodput, TTFT <= {SLO['ttft']:g} ms and TPOT <= {SLO['tpot']:g} ms "
-          f"(Azure conversation trace, first {c['azure_requests']} requests, lengths x "
-          f"{c['azure_length_scale']:g}, capped {c['azure_max_input']}/{c['azure_max_output']})", "",
-          "| mean rate req/s | engine | done | goodput req/s | attainment | TTFT p99 ms | "
-          "TPOT p99 ms | p99s meet SLO |", "|---:|---|---:|---:|---:|---:|---:|---|"]
-    for row in g["runs"]:
+    if g:
+        L += ["", f"## (b) Goodput, TTFT <= {SLO['ttft']:g} ms and TPOT <= {SLO['tpot']:g} ms "
+              f"(Azure conversation trace, first {c['azure_requests']} requests, lengths x "
+              f"{c['azure_length_scale']:g}, capped {c['azure_max_input']}/{c['azure_max_output']})", "",
+              "| mean rate req/s | engine | done | goodput req/s | attainment | TTFT p99 ms | "
+              "TPOT p99 ms | p99s meet SLO |", "|---:|---|---:|---:|---:|---:|---:|---|"]
+        for row in g["runs"]:
+            for e in names:
+                b = row[e]
+                L.append(f"| {row['rate']:g} | {e} | {b['completed']}/{b['requests']} | "
+                         f"{b['goodput']:.3f} | {b['slo_attainment']:.0%} | "
+                         f"{fmt(b['ttft_ms']['p99'])} | {fmt(b['tpot_ms']['p99'])} | "
+                         f"{'yes' if meets_p99(b) else 'no'} |")
+        L.append("")
         for e in names:
-            b = row[e]
-            L.append(f"| {row['rate']:g} | {e} | {b['completed']}/{b['requests']} | "
-                     f"{b['goodput']:.3f} | {b['slo_attainment']:.0%} | "
-                     f"{fmt(b['ttft_ms']['p99'])} | {fmt(b['tpot_ms']['p99'])} | "
-                     f"{'yes' if meets_p99(b) else 'no'} |")
-    L.append("")
-    for e in names:
-        L.append(f"- {e}: best goodput {g['best_goodput'][e]:.3f} req/s; highest rate with p99 "
-                 f"TTFT and TPOT within the SLOs: {g['max_rate_p99_slo'][e] or 'none tested'}")
-    if g.get("ratio_kinfer_over_llama") is not None:
-        L.append(f"- goodput kinfer / llama-server: {g['ratio_kinfer_over_llama']:.2f}x "
-                 "(goal: >= 2x)")
+            L.append(f"- {e}: best goodput {g['best_goodput'][e]:.3f} req/s; highest rate with p99 "
+                     f"TTFT and TPOT within the SLOs: {g['max_rate_p99_slo'][e] or 'none tested'}")
+        if g.get("ratio_kinfer_over_llama") is not None:
+            L.append(f"- goodput kinfer / llama-server: {g['ratio_kinfer_over_llama']:.2f}x "
+                     "(goal: >= 2x)")
     mt = doc["multi_turn"]
-    L += ["", f"## (c) MT-Bench second-turn TTFT ({c['mt_conversations']} conversations, one at "
-          f"a time, {c['mt_output_len']} tokens a turn)", "",
-          "| engine | prompt cache | turn-1 TTFT median ms | turn-2 TTFT median / mean / p99 ms | "
-          "turn-2 prompt tokens |", "|---|---|---:|---:|---:|"]
-    for e in names:
-        for mode in ("cache", "no_cache"):
-            t = mt[e][mode]
-            L.append(f"| {e} | {'on' if mode == 'cache' else 'off (cache_prompt false)'} | "
-                     f"{fmt(t['turn1_ttft_ms']['median'])} | {fmt(t['turn2_ttft_ms']['median'])} / "
-                     f"{fmt(t['turn2_ttft_ms']['mean'])} / {fmt(t['turn2_ttft_ms']['p99'])} | "
-                     f"{t['turn2_prompt_tokens']:.0f} |")
-        if mt[e].get("speedup") is not None:
-            L.append(f"| {e} | off / on | | {mt[e]['speedup']:.2f}x | |")
+    if mt:
+        L += ["", f"## (c) MT-Bench second-turn TTFT ({c['mt_conversations']} conversations, one at "
+              f"a time, {c['mt_output_len']} tokens a turn)", "",
+              "| engine | prompt cache | turn-1 TTFT median ms | turn-2 TTFT median / mean / p99 ms | "
+              "turn-2 prompt tokens |", "|---|---|---:|---:|---:|"]
+        for e in names:
+            for mode in ("cache", "no_cache"):
+                t = mt[e][mode]
+                L.append(f"| {e} | {'on' if mode == 'cache' else 'off (cache_prompt false)'} | "
+                         f"{fmt(t['turn1_ttft_ms']['median'])} | {fmt(t['turn2_ttft_ms']['median'])} / "
+                         f"{fmt(t['turn2_ttft_ms']['mean'])} / {fmt(t['turn2_ttft_ms']['p99'])} | "
+                         f"{t['turn2_prompt_tokens']:.0f} |")
+            if mt[e].get("speedup") is not None:
+                L.append(f"| {e} | off / on | | {mt[e]['speedup']:.2f}x | |")
     sp = doc.get("speculative") or {}
     if sp:
         L += ["", f"## (d) Speculative decoding (prompt lookup; {c['spec_conversations']} MT-Bench "
@@ -340,6 +345,8 @@ def write_markdown(path, doc):
 
 
 def write_plot(path, doc):
+    if not doc["sweep"] or not doc["goodput"]:
+        return None  # the plot is of (a) and (b)
     names = doc["engines"]
     sweep = doc["sweep"]
     panels = [
@@ -392,6 +399,8 @@ def main():
     ap.add_argument("--spec-conversations", type=int, default=10,
                     help="(d): MT-Bench conversations (questions 40..), 0 = skip (d)")
     ap.add_argument("--drain-timeout", type=float, default=180)
+    ap.add_argument("--steps", default="a,b,c,d",
+                    help="which of the steps (a)-(d) to run (the report has only those)")
     ap.add_argument("--smoke", action="store_true",
                     help="a short end-to-end check: one rate, few requests (figures meaningless)")
     ap.add_argument("--out", default=str(ROOT / "bench/results"))
@@ -403,6 +412,7 @@ def main():
         args.spec_conversations = min(args.spec_conversations, 2)
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    steps = {x.strip() for x in args.steps.split(",") if x.strip()}
     out = pathlib.Path(args.out)
     runs_dir = out / "serving_runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -442,9 +452,10 @@ def main():
         notes = []
 
         # (a) sweep
-        sweep = []
-        log("(a) throughput-latency sweep")
-        for rate in floats(args.rates):
+        sweep, goodput, mt = [], {}, {}
+        if "a" in steps:
+            log("(a) throughput-latency sweep")
+        for rate in floats(args.rates) if "a" in steps else []:
             row = {"rate": rate}
             for s in order:
                 name = f"sweep_r{rate:g}"
@@ -457,72 +468,79 @@ def main():
             sweep.append(row)
 
         # (b) goodput on Azure conversation shapes
-        log("(b) goodput on the Azure conversation trace")
-        trace = workload.load_trace(AZURE, limit=args.azure_requests, start=args.azure_start)
-        span = trace[-1][0] if len(trace) > 1 else 1.0
-        trace_rate = (len(trace) - 1) / span if span > 0 else 1.0
-        g_runs = []
-        for rate in floats(args.azure_rates):
-            row = {"rate": rate, "time_scale": trace_rate / rate}
-            for s in order:
-                name = f"azure_r{rate:g}"
-                res = run_bench(s, name, runs_dir, [
-                    "--prompt-salt", name, "--trace", AZURE, "--trace-start", args.azure_start,
-                    "--num-prompts", args.azure_requests, "--time-scale", trace_rate / rate,
-                    "--length-scale", args.azure_length_scale,
-                    "--max-input-len", args.azure_max_input,
-                    "--max-output-len", args.azure_max_output,
-                    "--drain-timeout", args.drain_timeout])
-                runs[f"{name}_{s.name}"] = res
-                row[s.name] = brief(res)
-            g_runs.append(row)
-        goodput = {"runs": g_runs, "trace_rate_req_s": trace_rate,
-                   "best_goodput": {e: max(r[e]["goodput"] for r in g_runs) for e in engines},
-                   "max_rate_p99_slo": {e: max([r["rate"] for r in g_runs if meets_p99(r[e])],
-                                               default=None) for e in engines}}
-        if "kinfer" in engines and "llama" in engines and goodput["best_goodput"]["llama"] > 0:
-            goodput["ratio_kinfer_over_llama"] = (goodput["best_goodput"]["kinfer"]
-                                                  / goodput["best_goodput"]["llama"])
+        if "b" in steps:
+            log("(b) goodput on the Azure conversation trace")
+            trace = workload.load_trace(AZURE, limit=args.azure_requests, start=args.azure_start)
+            span = trace[-1][0] if len(trace) > 1 else 1.0
+            trace_rate = (len(trace) - 1) / span if span > 0 else 1.0
+            g_runs = []
+            for rate in floats(args.azure_rates):
+                row = {"rate": rate, "time_scale": trace_rate / rate}
+                for s in order:
+                    name = f"azure_r{rate:g}"
+                    res = run_bench(s, name, runs_dir, [
+                        "--prompt-salt", name, "--trace", AZURE, "--trace-start", args.azure_start,
+                        "--num-prompts", args.azure_requests, "--time-scale", trace_rate / rate,
+                        "--length-scale", args.azure_length_scale,
+                        "--max-input-len", args.azure_max_input,
+                        "--max-output-len", args.azure_max_output,
+                        "--drain-timeout", args.drain_timeout])
+                    runs[f"{name}_{s.name}"] = res
+                    row[s.name] = brief(res)
+                g_runs.append(row)
+            goodput.update({
+                "runs": g_runs, "trace_rate_req_s": trace_rate,
+                "best_goodput": {e: max(r[e]["goodput"] for r in g_runs) for e in engines},
+                "max_rate_p99_slo": {e: max([r["rate"] for r in g_runs if meets_p99(r[e])],
+                                            default=None) for e in engines}})
+            if "kinfer" in engines and "llama" in engines and goodput["best_goodput"]["llama"] > 0:
+                goodput["ratio_kinfer_over_llama"] = (goodput["best_goodput"]["kinfer"]
+                                                      / goodput["best_goodput"]["llama"])
 
         # (c) MT-Bench second turn
-        log("(c) MT-Bench second-turn TTFT")
-        # Cache on and off use disjoint MT-Bench questions (on: 0..n-1, off: n..2n-1), so that the
-        # off run cannot hit what the on run left in a server's prefix cache (a server that ignores
-        # cache_prompt would otherwise serve the off run from the on run's cache); the warm-up
-        # conversation uses the last question, outside both.
-        n_mt = args.mt_conversations
-        for s in order:
-            run_bench(s, "multiturn_warmup", runs_dir, [
-                "--multi-turn", "--num-prompts", 1, "--output-len", args.mt_output_len,
-                "--first-question", 79])
-        mt = {e: {} for e in engines}
-        for mode, extra in (("cache", ["--first-question", 0]),
-                            ("no_cache", ["--first-question", n_mt,
-                                          "--extra-body", '{"cache_prompt": false}'])):
+        if "c" in steps:
+            log("(c) MT-Bench second-turn TTFT")
+            # Cache on and off use disjoint MT-Bench questions (on: 0..n-1, off: n..2n-1), so that the
+            # off run cannot hit what the on run left in a server's prefix cache (a server that ignores
+            # cache_prompt would otherwise serve the off run from the on run's cache); the warm-up
+            # conversation uses the last question, outside both.
+            n_mt = args.mt_conversations
             for s in order:
-                name = f"multiturn_{mode}"
-                res = run_bench(s, name, runs_dir, [
-                    "--multi-turn", "--num-prompts", args.mt_conversations, "--max-concurrency",
-                    1, "--output-len", args.mt_output_len, "--drain-timeout", 600] + extra)
-                runs[f"{name}_{s.name}"] = res
-                t1, t2 = res["turns"]["1"], res["turns"]["2"]
-                mt[s.name][mode] = {
-                    "turn1_ttft_ms": t1["ttft_ms"], "turn2_ttft_ms": t2["ttft_ms"],
-                    "turn2_prompt_tokens": t2["prompt_tokens_server_mean"],
-                    "completed": [t1["completed"], t2["completed"]], "errors": t2["errors"]}
-        for e in engines:
-            on, off = mt[e]["cache"]["turn2_ttft_ms"], mt[e]["no_cache"]["turn2_ttft_ms"]
-            mt[e]["speedup"] = (off["median"] / on["median"]
-                                if on["median"] and off["median"] else None)
+                run_bench(s, "multiturn_warmup", runs_dir, [
+                    "--multi-turn", "--num-prompts", 1, "--output-len", args.mt_output_len,
+                    "--first-question", 79])
+            mt.update({e: {} for e in engines})
+            for mode, extra in (("cache", ["--first-question", 0]),
+                                ("no_cache", ["--first-question", n_mt,
+                                              "--extra-body", '{"cache_prompt": false}'])):
+                for s in order:
+                    name = f"multiturn_{mode}"
+                    res = run_bench(s, name, runs_dir, [
+                        "--multi-turn", "--num-prompts", args.mt_conversations, "--max-concurrency",
+                        1, "--output-len", args.mt_output_len, "--drain-timeout", 600] + extra)
+                    runs[f"{name}_{s.name}"] = res
+                    t1, t2 = res["turns"]["1"], res["turns"]["2"]
+                    mt[s.name][mode] = {
+                        "turn1_ttft_ms": t1["ttft_ms"], "turn2_ttft_ms": t2["ttft_ms"],
+                        "turn2_prompt_tokens": t2["prompt_tokens_server_mean"],
+                        "completed": [t1["completed"], t2["completed"]], "errors": t2["errors"]}
+            for e in engines:
+                on, off = mt[e]["cache"]["turn2_ttft_ms"], mt[e]["no_cache"]["turn2_ttft_ms"]
+                mt[e]["speedup"] = (off["median"] / on["median"]
+                                    if on["median"] and off["median"] else None)
 
         # (d) speculative decoding
         spec = {}
-        if args.spec_conversations > 0:
+        if args.spec_conversations > 0 and "d" in steps:
             log("(d) speculative decoding (prompt lookup) on MT-Bench conversations")
-            cases = [(s, s.name, "{}") for s in order if s.name != "kinfer"]
+            # cache_prompt false everywhere: the three runs ask the same questions, and a run
+            # must not be served from the prefix cache the one before it left.
+            cold = '"cache_prompt": false'
+            cases = [(s, s.name, "{" + cold + "}") for s in order if s.name != "kinfer"]
             if "kinfer" in servers:
-                cases = [(servers["kinfer"], "kinfer", '{"speculative": false}'),
-                         (servers["kinfer"], "kinfer_spec", '{"speculative": true}')] + cases
+                cases = [(servers["kinfer"], "kinfer", '{"speculative": false, ' + cold + "}"),
+                         (servers["kinfer"], "kinfer_spec",
+                          '{"speculative": true, ' + cold + "}")] + cases
             for s, label, body in cases:
                 before = scrape_counters(s) if s.name == "kinfer" else {}
                 res = run_bench(s, f"spec_{label}", runs_dir, [
