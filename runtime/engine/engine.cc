@@ -342,18 +342,16 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
   return reason != FinishReason::kNone;
 }
 
-void Engine::SampleItem(Active& a, const ScheduledSeq& item, const float* rows,
-                        SampledToken* out) {
+void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out) {
   const size_t nv = backend_->hparams().n_vocab;
   const bool want_lp = a.req.sampling.logprobs >= 0;
   out->id = item.id;
   out->accepted = 0;
-  std::vector<float> row;
   // Draft position j is checked against the target's logits at the position before it; every
   // accepted draft token is emitted as it is (its stop rules apply), the first rejection emits the
   // target's own token there, and a fully accepted draft earns one more token from the last row.
   for (size_t j = 0;; ++j) {
-    row.assign(rows + j * nv, rows + (j + 1) * nv);
+    const std::span<float> row(rows + j * nv, nv);
     TokenLogprob lp;
     int32_t tok;
     bool accepted = false;

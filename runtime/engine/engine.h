@@ -163,8 +163,9 @@ class Engine {
   // the sequence ended (its final event is pushed).
   bool EmitToken(Active& a, int32_t tok, TokenLogprob* lp);
   // Samples (or, for a planned item with a draft, verifies) sequence `a`'s new tokens from its
-  // logits rows (one per position of the item that has logits) and streams them; fills *out.
-  void SampleItem(Active& a, const ScheduledSeq& item, const float* rows, SampledToken* out);
+  // logits rows (one per position of the item that has logits; used as scratch) and streams
+  // them; fills *out.
+  void SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out);
   // Removes a finished request (and what the proposer keeps for it).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);
   void Finish(Active& a, FinishReason reason, Status error);
