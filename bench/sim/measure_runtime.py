@@ -36,7 +36,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import shlex
 import socket
 import statistics
@@ -51,16 +50,8 @@ BENCH = ROOT / "bench" / "kinfer-bench"
 MODEL = ROOT / "models" / "smollm2-135m-instruct-q4_1.gguf"
 HEADER = ("model,hardware,prompt_size,batch_size,token_size,peak_power,average_power,prompt_time,"
           "token_time,e2e_time,tensor_parallel")
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+sys.path.insert(0, str(ROOT))
+from bench.run_single_stream import cpu_model  # noqa: E402
 
 
 def loadavg():
