@@ -361,6 +361,10 @@ Status CudaBackend::Impl::UploadWeights() {
     *v.dst = p;
   }
   if (tied) output = tok_embd;
+  // cudaMemcpy from pageable memory may return before its DMA lands, and it runs on the legacy
+  // default stream, which does not order with our non-blocking stream: wait for it before any
+  // kernel on `stream` reads the weights.
+  KINFER_CUDA_RETURN(cudaDeviceSynchronize(), "weight upload");
 
   // FP16 copies for the cuBLAS path when they take at most a quarter of what is free.
   size_t free_b = 0, total_b = 0;
@@ -376,8 +380,10 @@ Status CudaBackend::Impl::UploadWeights() {
     if (tied) output.f16 = tok_embd.f16;
     fp16_bytes = static_cast<int64_t>(f16_total);
   } else if (opt.gemm_min_tokens > 0) {
-    KINFER_RETURN_IF_ERROR(copies.Allocate(largest * 2, "fp16 matrix scratch"));
+    // Take rounds up to 256 bytes: allocate the rounded size, or Take returns null.
+    KINFER_RETURN_IF_ERROR(copies.Allocate(Align256(largest * 2), "fp16 matrix scratch"));
     w16_scratch = copies.Take<uint16_t>(largest);
+    if (!w16_scratch) return Internal("fp16 matrix scratch plan too small (a bug)");
     fp16_bytes = static_cast<int64_t>(largest * 2);
   }
   KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "weight dequantization");
