@@ -25,9 +25,10 @@ std::string DimsToString(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-// A 2-D weight with ne[0] == cols (input width) and ne[1] == rows (output width).
-StatusOr<WeightMatrix> GetMatrix(const GgufFile& f, const std::string& name, int64_t cols,
-                                 int64_t rows) {
+}  // namespace
+
+StatusOr<WeightMatrix> ReadWeightMatrix(const GgufFile& f, const std::string& name, int64_t cols,
+                                        int64_t rows) {
   const GgufTensorInfo* t = f.FindTensor(name);
   if (!t) return InvalidArgument("model is missing tensor '" + name + "'");
   if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
@@ -45,7 +46,7 @@ StatusOr<WeightMatrix> GetMatrix(const GgufFile& f, const std::string& name, int
   return WeightMatrix{t->type, t->data, rows, cols};
 }
 
-StatusOr<std::vector<float>> GetVector(const GgufFile& f, const std::string& name, int64_t n) {
+StatusOr<std::vector<float>> ReadNormVector(const GgufFile& f, const std::string& name, int64_t n) {
   const GgufTensorInfo* t = f.FindTensor(name);
   if (!t) return InvalidArgument("model is missing tensor '" + name + "'");
   if (t->num_elements() != n) {
@@ -60,7 +61,6 @@ StatusOr<std::vector<float>> GetVector(const GgufFile& f, const std::string& nam
   return v;
 }
 
-}  // namespace
 
 LlamaModel::LlamaModel(std::shared_ptr<const GgufFile> file, LlamaHParams hp, int n_threads)
     : file_(std::move(file)), hp_(std::move(hp)), pool_(std::max(1, n_threads)) {}
@@ -74,27 +74,27 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const Ggu
   const int64_t d = hp.n_embd, dq = static_cast<int64_t>(hp.n_head) * hp.head_dim,
                 dkv = hp.n_embd_kv(), ff = hp.n_ff, nv = hp.n_vocab;
 
-  KINFER_ASSIGN_OR_RETURN(m->tok_embd_, GetMatrix(f, "token_embd.weight", d, nv));
+  KINFER_ASSIGN_OR_RETURN(m->tok_embd_, ReadWeightMatrix(f, "token_embd.weight", d, nv));
   if (f.FindTensor("output.weight")) {
-    KINFER_ASSIGN_OR_RETURN(m->output_, GetMatrix(f, "output.weight", d, nv));
+    KINFER_ASSIGN_OR_RETURN(m->output_, ReadWeightMatrix(f, "output.weight", d, nv));
   } else {
     m->output_ = m->tok_embd_;  // tied embeddings
   }
-  KINFER_ASSIGN_OR_RETURN(m->output_norm_, GetVector(f, "output_norm.weight", d));
+  KINFER_ASSIGN_OR_RETURN(m->output_norm_, ReadNormVector(f, "output_norm.weight", d));
   size_t bytes = RowBytesOf(m->output_.type, d) * nv;
   m->layers_.resize(hp.n_layer);
   for (int l = 0; l < hp.n_layer; ++l) {
     Layer& L = m->layers_[l];
     const std::string p = "blk." + std::to_string(l) + ".";
-    KINFER_ASSIGN_OR_RETURN(L.attn_norm, GetVector(f, p + "attn_norm.weight", d));
-    KINFER_ASSIGN_OR_RETURN(L.ffn_norm, GetVector(f, p + "ffn_norm.weight", d));
-    KINFER_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", d, dq));
-    KINFER_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", d, dkv));
-    KINFER_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", d, dkv));
-    KINFER_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_output.weight", dq, d));
-    KINFER_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
-    KINFER_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
-    KINFER_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
+    KINFER_ASSIGN_OR_RETURN(L.attn_norm, ReadNormVector(f, p + "attn_norm.weight", d));
+    KINFER_ASSIGN_OR_RETURN(L.ffn_norm, ReadNormVector(f, p + "ffn_norm.weight", d));
+    KINFER_ASSIGN_OR_RETURN(L.wq, ReadWeightMatrix(f, p + "attn_q.weight", d, dq));
+    KINFER_ASSIGN_OR_RETURN(L.wk, ReadWeightMatrix(f, p + "attn_k.weight", d, dkv));
+    KINFER_ASSIGN_OR_RETURN(L.wv, ReadWeightMatrix(f, p + "attn_v.weight", d, dkv));
+    KINFER_ASSIGN_OR_RETURN(L.wo, ReadWeightMatrix(f, p + "attn_output.weight", dq, d));
+    KINFER_ASSIGN_OR_RETURN(L.w_gate, ReadWeightMatrix(f, p + "ffn_gate.weight", d, ff));
+    KINFER_ASSIGN_OR_RETURN(L.w_up, ReadWeightMatrix(f, p + "ffn_up.weight", d, ff));
+    KINFER_ASSIGN_OR_RETURN(L.w_down, ReadWeightMatrix(f, p + "ffn_down.weight", ff, d));
     for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
       bytes += RowBytesOf(w->type, w->cols) * w->rows;
     }

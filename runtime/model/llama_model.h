@@ -55,6 +55,14 @@ struct SequenceBatch {
   int prompt_len = -1;
 };
 
+// Reading a llama GGUF's tensors with the checks every backend applies (errors name the tensor):
+// a 2-D weight of shape [cols, rows] (ne[0] = input width) of a type this runtime reads, whole
+// blocks per row, as a view into the file;
+StatusOr<WeightMatrix> ReadWeightMatrix(const GgufFile& f, const std::string& name, int64_t cols,
+                                        int64_t rows);
+// and a norm vector of n F32 / F16 / BF16 values, as floats.
+StatusOr<std::vector<float>> ReadNormVector(const GgufFile& f, const std::string& name, int64_t n);
+
 // The rules every backend's ForwardBatch checks, with the messages it returns: a non-empty step
 // of at most max_tokens tokens in all; per sequence, tokens present and inside [0, n_vocab), a
 // non-negative pos0, a block table that covers [0, pos0 + tokens) with blocks inside

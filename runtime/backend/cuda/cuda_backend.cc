@@ -186,35 +186,19 @@ struct CudaBackend::Impl {
 
 namespace {
 
-// Validates a matrix like LlamaModel::Load (shape [cols, rows], a type both backends read).
+// Validates a matrix as LlamaModel::Load does (ReadWeightMatrix), then what the CUDA kernels need.
 StatusOr<HostTensor> FindMatrix(const GgufFile& f, const std::string& name, int64_t cols,
                                 int64_t rows) {
+  KINFER_RETURN_IF_ERROR(ReadWeightMatrix(f, name, cols, rows).status());
   const GgufTensorInfo* t = f.FindTensor(name);
-  if (!t) return InvalidArgument("model is missing tensor '" + name + "'");
-  if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
-    return InvalidArgument("tensor '" + name + "' does not have shape [" + std::to_string(cols) +
-                           ", " + std::to_string(rows) + "]");
-  }
   if (!cuda::CudaMatMulSupports(t->type)) {
     return Unimplemented("tensor '" + name + "' has type " + std::string(GgmlTypeName(t->type)) +
                          ", which the CUDA backend cannot read");
   }
-  if (cols % GgmlBlockSize(t->type) != 0 || cols % 32 != 0) {
-    return InvalidArgument("tensor '" + name + "': row width is not a multiple of its block size");
+  if (cols % 32 != 0) {
+    return InvalidArgument("tensor '" + name + "': row width is not a multiple of 32");
   }
   return HostTensor{t, rows, cols};
-}
-
-StatusOr<std::vector<float>> ReadVector(const GgufFile& f, const std::string& name, int64_t n) {
-  const GgufTensorInfo* t = f.FindTensor(name);
-  if (!t) return InvalidArgument("model is missing tensor '" + name + "'");
-  if (t->num_elements() != n) return InvalidArgument("tensor '" + name + "' has the wrong size");
-  if (t->type != GgmlType::kF32 && t->type != GgmlType::kF16 && t->type != GgmlType::kBF16) {
-    return Unimplemented("norm tensor '" + name + "' must be F32, F16 or BF16");
-  }
-  std::vector<float> v(n);
-  DequantizeRow(t->type, t->data, v.data(), n);
-  return v;
 }
 
 }  // namespace
@@ -293,14 +277,14 @@ Status CudaBackend::Impl::UploadWeights() {
     KINFER_ASSIGN_OR_RETURN(HostTensor out, FindMatrix(f, "output.weight", d, nv));
     groups.push_back({{{out, &output}}, nullptr});
   }
-  KINFER_ASSIGN_OR_RETURN(std::vector<float> onorm, ReadVector(f, "output_norm.weight", d));
+  KINFER_ASSIGN_OR_RETURN(std::vector<float> onorm, ReadNormVector(f, "output_norm.weight", d));
   vecs.push_back({std::move(onorm), &output_norm});
   for (int l = 0; l < hp.n_layer; ++l) {
     Layer& L = layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
-    KINFER_ASSIGN_OR_RETURN(std::vector<float> an, ReadVector(f, p + "attn_norm.weight", d));
+    KINFER_ASSIGN_OR_RETURN(std::vector<float> an, ReadNormVector(f, p + "attn_norm.weight", d));
     vecs.push_back({std::move(an), &L.attn_norm});
-    KINFER_ASSIGN_OR_RETURN(std::vector<float> fn, ReadVector(f, p + "ffn_norm.weight", d));
+    KINFER_ASSIGN_OR_RETURN(std::vector<float> fn, ReadNormVector(f, p + "ffn_norm.weight", d));
     vecs.push_back({std::move(fn), &L.ffn_norm});
     auto get = [&](const char* name, int64_t cols, int64_t rows) {
       return FindMatrix(f, p + name, cols, rows);
