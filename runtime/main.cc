@@ -38,6 +38,9 @@ Options:
   --threads N            CPU threads for the model (default 2)
   --device D             cpu, cuda or auto: CUDA when a device works, else the CPU (default auto)
   --ctx-size N           context window in tokens; 0 = the model's trained context (default 0)
+  --mmap[=BOOL]          map the model file instead of reading it into huge-page memory when
+                         the CPU computes (starts sooner, shares the page cache, decodes about
+                         10% slower); on CUDA the file is always mapped (default false)
   --model-name NAME      model id for the API (default: the file name without .gguf)
   --max-body-bytes N     largest request body accepted; larger get 413 (default 1048576)
   --max-batch-tokens N   tokens computed per step, decodes + prompt chunks; the CPU backend
@@ -72,6 +75,7 @@ struct Flags {
   std::string log_level = "info";
   std::string draft_model;
   std::string device = "auto";
+  bool mmap = false;
   kinfer::EngineOptions engine;
 };
 
@@ -117,6 +121,8 @@ Flags ParseFlags(int argc, char** argv) {
       if (f.device != "cpu" && f.device != "cuda" && f.device != "auto") {
         BadFlag("--device must be cpu, cuda or auto, not '" + f.device + "'");
       }
+    } else if (flags.Is("--mmap")) {
+      f.mmap = flags.Bool();
     } else if (flags.Is("--kv-cache-fraction")) {
       const std::string v = flags.Value();
       char* end = nullptr;
@@ -195,6 +201,7 @@ int main(int argc, char** argv) {
   model_options.engine = flags.engine;
   model_options.draft_path = flags.draft_model;
   model_options.device = flags.device;
+  model_options.mmap = flags.mmap;
   auto loaded = kinfer::ServedModel::Load(model_options);
   if (!loaded.ok()) {
     spdlog::critical("cannot load the model: {}", loaded.status().ToString());
@@ -205,9 +212,10 @@ int main(int argc, char** argv) {
   const int ctx = (*loaded)->engine().context_length();
   const bool fallback = (*loaded)->chat().uses_fallback();
   const std::string device = (*loaded)->backend().name();
+  const char* held = (*loaded)->weights_mapped() ? "file mapped" : "read into memory";
   router.SetModel(std::move(loaded).value());
-  spdlog::info("model '{}' loaded from {} on {} (context {} tokens, {} threads{}); ready", name,
-               flags.model, device, ctx, flags.threads,
+  spdlog::info("model '{}' loaded from {} on {} (context {} tokens, {} threads, {}{}); ready", name,
+               flags.model, device, ctx, flags.threads, held,
                fallback ? ", no chat template in the file: using ChatML" : "");
 
   int sig = 0;

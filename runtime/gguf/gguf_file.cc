@@ -161,12 +161,53 @@ std::string Range(uint64_t begin, uint64_t end) {
 }  // namespace
 
 GgufFile::~GgufFile() {
-  if (owns_mapping_ && base_ != nullptr) {
-    munmap(const_cast<uint8_t*>(base_), size_);
-  }
+  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
 }
 
-StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Reads all of `fd` (`size` bytes) into a fresh 2 MiB-aligned anonymous mapping advised for huge
+// pages, then makes it read-only. On success *mapping / *mapping_size is what to munmap and
+// *data the file's first byte.
+Status ReadIntoMemory(int fd, size_t size, const std::string& path, void** mapping,
+                      size_t* mapping_size, const uint8_t** data) {
+  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t len = rounded + kHugePage;  // room to align the start
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    return InvalidArgument(path + ": cannot allocate " + std::to_string(size) +
+                           " bytes to read the file into: " + std::strerror(errno));
+  }
+  auto* start = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(m) + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1));
+  // Advice only: without transparent huge pages (the `never` setting) it fails or does nothing,
+  // and the memory is ordinary pages.
+  (void)madvise(start, rounded, MADV_HUGEPAGE);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, start + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "the file shrank while being read";
+      munmap(m, len);
+      return InvalidArgument(path + ": read failed at byte " + std::to_string(done) + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  // The copy is ours now; the page cache's need not stay resident beside it.
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  (void)mprotect(start, rounded, PROT_READ);
+  *mapping = m;
+  *mapping_size = len;
+  *data = start;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, GgufLoad load) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -183,16 +224,24 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
     return DataLoss(path + ": offset 0: empty file, expected a GGUF header");
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) {
-    return InvalidArgument(path + ": mmap failed: " + std::strerror(map_err));
-  }
   std::unique_ptr<GgufFile> file(new GgufFile());  // private constructor: no make_unique
-  file->base_ = static_cast<const uint8_t*>(map);
   file->size_ = size;
-  file->owns_mapping_ = true;
+  if (load == GgufLoad::kMemory) {
+    const Status read =
+        ReadIntoMemory(fd, size, path, &file->mapping_, &file->mapping_size_, &file->base_);
+    ::close(fd);
+    if (!read.ok()) return read;
+  } else {
+    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int map_err = errno;
+    ::close(fd);  // the mapping keeps the file alive
+    if (map == MAP_FAILED) {
+      return InvalidArgument(path + ": mmap failed: " + std::strerror(map_err));
+    }
+    file->base_ = static_cast<const uint8_t*>(map);
+    file->mapping_ = map;
+    file->mapping_size_ = size;
+  }
   Status st_parse = file->Parse();
   if (!st_parse.ok()) return st_parse.WithContext(path);
   return file;

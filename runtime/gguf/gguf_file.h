@@ -1,4 +1,4 @@
-// GgufFile: a read-only view of a GGUF v3 (and v2) file, memory-mapped.
+// GgufFile: a read-only view of a GGUF v3 (and v2) file, memory-mapped or read into memory.
 //
 // Parsing validates everything before handing out a view: header, every metadata key/value (all
 // 13 value types, nested arrays), tensor infos (dims, type, offset), alignment, and that each
@@ -26,9 +26,10 @@
 // ~50x the file's metadata bytes for arrays of 1-byte values); tensor data is never copied.
 //
 // Thread safety: immutable after Open(); all const methods may be called from any thread.
-// Ownership: the GgufFile owns the mapping; every pointer and string_view it returns lives as long
-// as the GgufFile. A mapped file truncated by another process while mapped raises SIGBUS on access
-// (the usual mmap caveat); the reader does not guard against that.
+// Ownership: the GgufFile owns the mapping or the memory; every pointer and string_view it
+// returns lives as long as the GgufFile. A mapped file (GgufLoad::kMmap) truncated by another
+// process while mapped raises SIGBUS on access (the usual mmap caveat); the reader does not guard
+// against that. A file read into memory (kMemory) is a private copy: the file may change after.
 #pragma once
 
 #include <cstddef>
@@ -98,12 +99,28 @@ struct GgufTensorInfo {
   int64_t num_elements() const;
 };
 
+// How Open() makes the file's bytes addressable.
+enum class GgufLoad {
+  // mmap(2) of the file, read-only and private: nothing is read until touched, and the pages
+  // are the page cache's (shared with other processes mapping the same file).
+  kMmap,
+  // The whole file read into anonymous memory that is 2 MiB aligned and advised
+  // MADV_HUGEPAGE, then made read-only; the page cache's copy is dropped after the read
+  // (POSIX_FADV_DONTNEED). Costs a read of the file at load and its size in resident memory;
+  // with transparent huge pages on (the `madvise` or `always` setting), a decode step that
+  // streams every weight takes far fewer TLB misses than over 4 KiB file pages (about 10% of
+  // the CPU decode step on the development machine; docs/benchmarks.md).
+  kMemory,
+};
+
 class GgufFile {
  public:
   // Maps and validates `path`. NOT_FOUND if it does not exist; INVALID_ARGUMENT if it cannot be
   // opened or mapped (not a regular file, permissions); DATA_LOSS / INVALID_ARGUMENT when the file
   // is not a valid GGUF file (message starts with the path, then names the problem and offset).
-  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // With kMemory, also INVALID_ARGUMENT when the memory cannot be had or the read fails.
+  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                  GgufLoad load = GgufLoad::kMmap);
 
   // Parses a buffer the caller owns and keeps alive longer than the returned file (fuzzing, tests).
   // Tensor data pointers point into `data` and are only as aligned as `data` is.
@@ -146,7 +163,9 @@ class GgufFile {
 
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
-  bool owns_mapping_ = false;
+  // The mapping to munmap (file or anonymous), when owned; base_ may lie inside it.
+  void* mapping_ = nullptr;
+  size_t mapping_size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> metadata_;

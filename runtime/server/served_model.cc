@@ -24,9 +24,15 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   std::unique_ptr<ServedModel> m(new ServedModel());  // private constructor
   m->name_ = o.name.empty() ? ModelNameFromPath(o.path) : o.name;
 
-  StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.path);
+  // The CPU streams every weight each decode step: huge pages spare it the TLB misses. Decided
+  // before the backend is, as CreateBackend's "auto" would (a CUDA backend that then fails to
+  // start falls back to the CPU over the mapping).
+  const bool on_cpu = o.device == "cpu" || (o.device == "auto" && !CudaDeviceUsable().ok());
+  const GgufLoad load = on_cpu && !o.mmap ? GgufLoad::kMemory : GgufLoad::kMmap;
+  StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.path, load);
   if (!file.ok()) return file.status();  // its message names the path
   m->file_ = std::shared_ptr<const GgufFile>(std::move(file).value());
+  m->weights_mapped_ = load == GgufLoad::kMmap;
 
   StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(*m->file_);
   if (!tok.ok()) return tok.status().WithContext(o.path + ": tokenizer");
@@ -45,7 +51,7 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
 
   EngineOptions eo = o.engine;
   if (!o.draft_path.empty()) {
-    StatusOr<std::unique_ptr<GgufFile>> df = GgufFile::Open(o.draft_path);
+    StatusOr<std::unique_ptr<GgufFile>> df = GgufFile::Open(o.draft_path, load);
     if (!df.ok()) return df.status().WithContext("draft model");
     m->draft_file_ = std::shared_ptr<const GgufFile>(std::move(df).value());
     StatusOr<std::unique_ptr<Tokenizer>> dtok = Tokenizer::FromGguf(*m->draft_file_);

@@ -27,6 +27,10 @@ struct ServedModelOptions {
   int n_threads = 2;
   int context_length = 0;  // 0 = the model's trained context
   std::string device = "auto";  // cpu | cuda | auto (CreateBackend, runtime/backend)
+  // Map the model file (GgufLoad::kMmap) even when the CPU computes. By default a model that
+  // runs on the CPU is read into huge-page memory (GgufLoad::kMemory: faster decode) and one that
+  // runs on CUDA is mapped (its weights are copied to the device; a host copy would be waste).
+  bool mmap = false;
   EngineOptions engine;    // batching settings; n_threads and context_length are taken from above
   // Speculative decoding with a draft model: a second GGUF file whose vocabulary is the served
   // model's (checked at load). Empty = n-gram prompt lookup.
@@ -49,6 +53,8 @@ class ServedModel {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatPrompt& chat() const { return *chat_; }
   const ModelBackend& backend() const { return *backend_; }
+  // True when the model file is mapped, false when it was read into memory (ServedModelOptions).
+  bool weights_mapped() const { return weights_mapped_; }
 
  private:
   ServedModel() = default;
@@ -56,6 +62,7 @@ class ServedModel {
   std::string name_;
   int64_t created_ = 0;
   std::shared_ptr<const GgufFile> file_;
+  bool weights_mapped_ = true;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;
   std::unique_ptr<ModelBackend> backend_;

@@ -14,7 +14,7 @@ def test_help_lists_flags():
     assert p.returncode == 0
     for flag in ("--model", "--host", "--port", "--threads", "--ctx-size", "--model-name",
                  "--max-body-bytes", "--log-level", "--device", "--kv-cache-fraction",
-                 "--spec-tokens", "--spec-default", "--draft-model"):
+                 "--spec-tokens", "--spec-default", "--draft-model", "--mmap"):
         assert flag in p.stdout
 
 
@@ -93,3 +93,49 @@ def test_device_cuda_without_a_gpu_exits_1_naming_the_reason():
         out = proc.communicate(timeout=30)[0]
     assert "backend: cpu (auto: no CUDA device" in out, out
     assert " on cpu " in out, out
+
+
+def _serve_once(*flags):
+    """Starts kinfer-runtime with `flags`, asks one greedy completion, stops it; returns
+    (completion text, log)."""
+    import time
+    import requests
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(_binary()), "--model", str(_model()), "--device", "cpu",
+                             "--port", str(port), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise AssertionError("not ready in 60 s")
+        r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60,
+                          json={"prompt": "The capital of France is", "max_tokens": 12,
+                                "temperature": 0})
+        assert r.status_code == 200, r.text
+        text = r.json()["choices"][0]["text"]
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    return text, out
+
+
+def test_weights_read_into_memory_by_default_and_mapped_with_mmap():
+    """On the CPU the model file is read into (huge-page) memory unless --mmap; both hold the same
+    bytes, so greedy output is the same."""
+    text_mem, log_mem = _serve_once()
+    text_map, log_map = _serve_once("--mmap")
+    assert "read into memory" in log_mem, log_mem
+    assert "file mapped" in log_map, log_map
+    assert text_mem == text_map
+    assert "Paris" in text_mem
+    p = run("--model", "m.gguf", "--mmap=maybe")
+    assert p.returncode == 2 and "--mmap" in p.stderr, p.stderr

@@ -1,5 +1,7 @@
 #include "runtime/backend/cpu/bandwidth.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -31,7 +33,22 @@ uint64_t ReadSlice(const uint64_t* p, size_t n) {
 double MeasureReadBandwidthGBs(int n_threads, ThreadPool& pool) {
   n_threads = std::clamp(n_threads, 1, pool.size());
   const size_t words = kBytes / 8;
-  auto buf = std::make_unique_for_overwrite<uint64_t[]>(words);
+  // Huge pages where the kernel gives them (as the runtime's weights get, GgufLoad::kMemory), so
+  // that the bound is the memory's and not the TLB's. kBytes is a multiple of 2 MiB; the mapping
+  // gets 2 MiB more so that its start can be aligned.
+  constexpr size_t kHuge = size_t{2} << 20;
+  void* map = mmap(nullptr, kBytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return 0.0;
+  struct Unmap {
+    void* p;
+    ~Unmap() { munmap(p, kBytes + kHuge); }
+  } unmap{map};
+  auto* aligned = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(map) + kHuge - 1) & ~(uintptr_t{kHuge} - 1));
+  (void)madvise(aligned, kBytes, MADV_HUGEPAGE);
+  struct {
+    uint64_t* p;
+    uint64_t* get() const { return p; }
+  } buf{aligned};
   // Each worker first writes the slice it will read (first touch places pages near it).
   pool.Run([&](int ith, int) {
     if (ith >= n_threads) return;

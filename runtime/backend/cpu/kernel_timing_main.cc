@@ -128,6 +128,23 @@ int Main(int argc, char** argv) {
     }
   }
 
+  // Compute cost of the matrix-vector kernels without the memory: one small matrix that stays in
+  // L2, called over and over (with 1 thread and process CPU time this is robust to neighbours).
+  std::printf("\n%-24s %5s %14s\n", "cache-resident", "ntok", "ns/block/thread");
+  for (const GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    const Matrix hot = MakeMatrix(type, 192, 576, rng);
+    for (int64_t ntok : {int64_t{1}, int64_t{4}}) {
+      std::vector<float> x(ntok * 576, 0.5f), y(ntok * 192);
+      constexpr int kCalls = 200;
+      const double sec = BestSeconds(repeats, [&] {
+        for (int i = 0; i < kCalls; ++i) MatMul(hot.w, x.data(), ntok, y.data(), pool);
+      }) / kCalls;
+      const double blocks_per_thread = 192.0 * (576 / 32) / threads;
+      std::printf("%-24s %5lld %14.2f\n", type == GgmlType::kQ4_1 ? "192x576 Q4_1" : "192x576 Q8_0",
+                  static_cast<long long>(ntok), sec * 1e9 / blocks_per_thread);
+    }
+  }
+
   // Whole-model decode: the 7 products of 30 layers plus the output matrix, distinct weights.
   std::vector<Matrix> model;
   for (int l = 0; l < 30; ++l) {

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -383,9 +384,12 @@ TEST(GgufFileTest, RejectsDuplicateAndOverlappingTensors) {
   ExpectRejected(overlap.Build(), StatusCode::kInvalidArgument, "overlap");
 }
 
-// ---- Open (mmap) ----
+// ---- Open (mmap, or read into memory) ----
 
-TEST(GgufFileTest, OpenMapsAFileAndReportsMissingOnes) {
+class GgufOpenTest : public ::testing::TestWithParam<GgufLoad> {};
+
+TEST_P(GgufOpenTest, OpensAFileAndReportsMissingOnes) {
+  const GgufLoad load = GetParam();
   const std::vector<uint8_t> bytes = RichFile();
   char path[] = "/tmp/kinfer_gguf_testXXXXXX";
   const int fd = mkstemp(path);
@@ -393,7 +397,7 @@ TEST(GgufFileTest, OpenMapsAFileAndReportsMissingOnes) {
   ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
   close(fd);
   {
-    auto f = GgufFile::Open(path);
+    auto f = GgufFile::Open(path, load);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     EXPECT_EQ((*f)->file_size(), bytes.size());
     EXPECT_EQ(*(*f)->GetString("v.str"), "llama");
@@ -403,19 +407,37 @@ TEST(GgufFileTest, OpenMapsAFileAndReportsMissingOnes) {
     ASSERT_TRUE(in_memory.ok());
     const GgufTensorInfo* expected = (*in_memory)->FindTensor("q8_0");
     EXPECT_EQ(std::memcmp(t->data, expected->data, t->size_bytes), 0);
+    // Tensor data keeps the file's alignment in memory: the copy starts on a 2 MiB boundary.
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data) % (*f)->alignment(), 0u);
+    if (load == GgufLoad::kMemory) {
+      // A private copy: rewriting the file afterwards changes nothing that was read.
+      const int wfd = ::open(path, O_WRONLY);
+      ASSERT_GE(wfd, 0);
+      const std::vector<uint8_t> zeros(bytes.size(), 0);
+      ASSERT_EQ(pwrite(wfd, zeros.data(), zeros.size(), 0), static_cast<ssize_t>(zeros.size()));
+      close(wfd);
+      EXPECT_EQ(std::memcmp(t->data, expected->data, t->size_bytes), 0);
+      EXPECT_EQ(*(*f)->GetString("v.str"), "llama");
+    }
   }
   // A corrupt file on disk: the error names the path.
   ASSERT_EQ(truncate(path, 30), 0);
-  auto bad = GgufFile::Open(path);
+  auto bad = GgufFile::Open(path, load);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr(path));
   ASSERT_EQ(truncate(path, 0), 0);
-  EXPECT_EQ(GgufFile::Open(path).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(GgufFile::Open(path, load).status().code(), StatusCode::kDataLoss);
   unlink(path);
 
-  EXPECT_EQ(GgufFile::Open("/nonexistent/model.gguf").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(GgufFile::Open("/tmp").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GgufFile::Open("/nonexistent/model.gguf", load).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(GgufFile::Open("/tmp", load).status().code(), StatusCode::kInvalidArgument);
 }
+
+INSTANTIATE_TEST_SUITE_P(Loads, GgufOpenTest, ::testing::Values(GgufLoad::kMmap, GgufLoad::kMemory),
+                         [](const ::testing::TestParamInfo<GgufLoad>& info) {
+                           return info.param == GgufLoad::kMmap ? std::string("Mmap")
+                                                                : std::string("Memory");
+                         });
 
 }  // namespace
 }  // namespace kinfer
