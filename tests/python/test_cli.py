@@ -9,6 +9,21 @@ def run(*args, timeout=30):
     return subprocess.run([str(_binary()), *args], capture_output=True, text=True, timeout=timeout)
 
 
+def _wait_ready(port, seconds=60):
+    """Polls kinfer-runtime's /ready on `port` until it answers 200."""
+    import time
+    import requests
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"not ready in {seconds} s")
+
+
 def test_help_lists_flags():
     p = run("--help")
     assert p.returncode == 0
@@ -77,17 +92,7 @@ def test_device_cuda_without_a_gpu_exits_1_naming_the_reason():
     proc = subprocess.Popen([str(_binary()), "--model", str(_model()), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        import time
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise AssertionError("not ready in 60 s")
+        _wait_ready(port)
     finally:
         proc.terminate()
         out = proc.communicate(timeout=30)[0]
@@ -98,7 +103,6 @@ def test_device_cuda_without_a_gpu_exits_1_naming_the_reason():
 def _serve_once(*flags):
     """Starts kinfer-runtime with `flags`, asks one greedy completion, stops it; returns
     (completion text, log)."""
-    import time
     import requests
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,16 +111,7 @@ def _serve_once(*flags):
                              "--port", str(port), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise AssertionError("not ready in 60 s")
+        _wait_ready(port)
         r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60,
                           json={"prompt": "The capital of France is", "max_tokens": 12,
                                 "temperature": 0})
