@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "runtime/backend/model_backend.h"
 #include "runtime/model/kv_cache.h"
@@ -41,7 +42,19 @@ class CpuBackend final : public ModelBackend {
   std::unique_ptr<PagedKvCache> cache_;
 };
 
-// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
+// The memory this process may still take, in bytes: /proc/meminfo's MemAvailable, lowered to
+// what the memory limit of its cgroup leaves when it runs under one (a Kubernetes pod's
+// resources.limits.memory; /proc/meminfo shows the node's). 0 when nothing can be read.
 int64_t HostMemAvailableBytes();
+
+// The pure part of HostMemAvailableBytes, over the files' texts (empty = absent):
+// meminfo = /proc/meminfo; limit, usage, stat = the cgroup's memory.max, memory.current and
+// memory.stat (v2) or memory.limit_in_bytes, memory.usage_in_bytes and memory.stat (v1). The
+// cgroup leaves limit - working set, where the working set is usage less the inactive file
+// pages (`inactive_file`, v1 `total_inactive_file`), as the kubelet counts it for eviction. A
+// limit of "max" (v2) or one above the meminfo figure (v1's "no limit" is 2^63 rounded to pages)
+// does not lower it.
+int64_t MemAvailableFrom(std::string_view meminfo, std::string_view limit, std::string_view usage,
+                         std::string_view stat);
 
 }  // namespace kinfer

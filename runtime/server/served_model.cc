@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/backend/model_backend.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
@@ -28,7 +29,21 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
   // before the backend is, as CreateBackend's "auto" would (a CUDA backend that then fails to
   // start falls back to the CPU over the mapping).
   const bool on_cpu = o.device == "cpu" || (o.device == "auto" && !CudaDeviceUsable().ok());
-  const GgufLoad load = on_cpu && !o.mmap ? GgufLoad::kMemory : GgufLoad::kMmap;
+  GgufLoad load = on_cpu && !o.mmap ? GgufLoad::kMemory : GgufLoad::kMmap;
+  if (load == GgufLoad::kMemory) {
+    // A copy that would take most of what the machine (or the pod's memory limit) has left would
+    // leave the KV cache short or get the process OOM-killed; the mapping's pages can be dropped
+    // under pressure instead.
+    std::error_code ec;
+    const auto size = static_cast<int64_t>(std::filesystem::file_size(o.path, ec));
+    const int64_t avail = HostMemAvailableBytes();
+    if (!ec && avail > 0 && size > avail / 2) {
+      spdlog::warn("{}: {} MiB would take over half of the {} MiB of memory available; mapping "
+                   "the file instead of reading it into memory",
+                   o.path, size >> 20, avail >> 20);
+      load = GgufLoad::kMmap;
+    }
+  }
   StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.path, load);
   if (!file.ok()) return file.status();  // its message names the path
   m->file_ = std::shared_ptr<const GgufFile>(std::move(file).value());

@@ -29,7 +29,9 @@ struct ServedModelOptions {
   std::string device = "auto";  // cpu | cuda | auto (CreateBackend, runtime/backend)
   // Map the model file (GgufLoad::kMmap) even when the CPU computes. By default a model that
   // runs on the CPU is read into huge-page memory (GgufLoad::kMemory: faster decode) and one that
-  // runs on CUDA is mapped (its weights are copied to the device; a host copy would be waste).
+  // runs on CUDA is mapped (its weights are copied to the device; a host copy would be waste),
+  // and so is one larger than half the memory available (HostMemAvailableBytes: the pod's
+  // limit counts), with a warning.
   bool mmap = false;
   EngineOptions engine;    // batching settings; n_threads and context_length are taken from above
   // Speculative decoding with a draft model: a second GGUF file whose vocabulary is the served

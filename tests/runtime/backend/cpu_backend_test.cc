@@ -1,9 +1,13 @@
 // CpuBackend on the bundled model: its ForwardBatch is LlamaModel::ForwardBatch bit for bit, the
-// cache sizing is sane, and misuse is refused with a reason.
+// cache sizing is sane (and the memory it is sized from counts a cgroup limit), and misuse is
+// refused with a reason.
 #include "runtime/backend/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "runtime/model/llama_model.h"
@@ -77,6 +81,52 @@ TEST_F(CpuBackendTest, KvSizingIsSane) {
   EXPECT_EQ(backend_->InitKvCache(16, 0).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(backend_->InitKvCache(16, 4).ok());
   EXPECT_EQ(backend_->cache()->bytes(), backend_->KvBlockBytes(16) * 4);
+}
+
+}  // namespace
+}  // namespace kinfer
+
+namespace kinfer {
+namespace {
+
+constexpr char kMeminfo[] =
+    "MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\n";
+
+TEST(MemAvailableFromTest, MeminfoAloneWithoutACgroupLimit) {
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, "", "", ""), 20000000LL * 1024);
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, "max\n", "123456\n", ""), 20000000LL * 1024);  // v2
+  // v1's "no limit": 2^63 rounded down to pages.
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, "9223372036854771712\n", "123456\n", ""), 20000000LL * 1024);
+  EXPECT_EQ(MemAvailableFrom("", "", "", ""), 0);
+}
+
+TEST(MemAvailableFromTest, APodLimitLowersItToLimitLessTheWorkingSet) {
+  const int64_t gib = int64_t{1} << 30;
+  // A 4 GiB limit, 3 GiB used of which 1 GiB is inactive page cache: 2 GiB working set, 2 left.
+  const std::string limit = std::to_string(4 * gib) + "\n";
+  const std::string usage = std::to_string(3 * gib) + "\n";
+  const std::string v2_stat = "anon 100\nfile 200\ninactive_file " + std::to_string(gib) + "\n";
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, limit, usage, v2_stat), 2 * gib);
+  // v1 names the hierarchical figure total_inactive_file (and has inactive_file for the group).
+  const std::string v1_stat = "inactive_file 7\ntotal_inactive_file " + std::to_string(gib) + "\n";
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, limit, usage, v1_stat), 2 * gib);
+  // No stat: all of the usage counts.
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, limit, usage, ""), gib);
+  // Over the limit (usage can exceed it briefly): nothing left, never negative.
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, limit, std::to_string(5 * gib), ""), 0);
+  // A limit larger than the machine leaves the machine's figure.
+  EXPECT_EQ(MemAvailableFrom(kMeminfo, std::to_string(100 * gib), usage, v2_stat),
+            20000000LL * 1024);
+}
+
+TEST(MemAvailableFromTest, TheLiveFiguresAreReadable) {
+  const int64_t avail = HostMemAvailableBytes();
+  EXPECT_GT(avail, 0);
+  std::ifstream in("/proc/meminfo");
+  std::stringstream meminfo;
+  meminfo << in.rdbuf();
+  // The cgroup can only lower the machine's figure (which moves a little between the two reads).
+  EXPECT_LE(avail, MemAvailableFrom(meminfo.str(), "", "", "") + (int64_t{256} << 20));
 }
 
 }  // namespace
