@@ -49,7 +49,8 @@ Options:
   --max-queued N         waiting requests; beyond, 503 + Retry-After (default 256)
   --kv-cache-tokens N    paged KV cache size in positions; 0 = 2 x the context (default 0)
   --kv-cache-fraction F  size the KV cache instead as this fraction (0, 1] of the free device
-                         memory after the weights (host MemAvailable on the CPU) (default: off)
+                         memory after the weights (on the CPU: MemAvailable, or what the
+                         memory limit of the pod leaves) (default: off)
   --kv-block-size N      positions per KV block (default 16)
   --prefix-caching[=BOOL]  reuse cached KV of earlier prompts with the same prefix (default true)
   --batch-invariant[=BOOL] a request's output does not depend on its batch, cache hits or
