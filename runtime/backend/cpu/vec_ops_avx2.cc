@@ -68,9 +68,33 @@ void DotF16F32RowsAvx2(const ggml_fp16_t* a, int64_t stride, int64_t rows, const
   for (int64_t j = 0; j < rows; ++j) out[j] = DotF16F32Avx2(a + j * stride, b, n);
 }
 
+// y += sum_j coef[j] * x_j, with up to 64 elements of y held in registers across all the rows
+// (the per-row Axpy would store y and load it back for the next row: a store-forwarding round
+// trip on every row's dependency chain). Each element still sums its rows in order j = 0, 1, ...
+// with one FMA each, so the result is bit for bit the per-row loop's.
+template <int K>
+inline void AxpyF16RowsChunk(const float* coef, const ggml_fp16_t* x, int64_t stride, int64_t rows,
+                             float* y) {
+  __m256 acc[K];
+  for (int k = 0; k < K; ++k) acc[k] = _mm256_loadu_ps(y + 8 * k);
+  for (int64_t j = 0; j < rows; ++j) {
+    const __m256 a = _mm256_set1_ps(coef[j]);
+    const ggml_fp16_t* xj = x + j * stride;
+    for (int k = 0; k < K; ++k) acc[k] = _mm256_fmadd_ps(a, LoadHalf8(xj + 8 * k), acc[k]);
+  }
+  for (int k = 0; k < K; ++k) _mm256_storeu_ps(y + 8 * k, acc[k]);
+}
+
 void AxpyF16RowsAvx2(const float* coef, const ggml_fp16_t* x, int64_t stride, int64_t rows,
                      float* y, int64_t n) {
-  for (int64_t j = 0; j < rows; ++j) AxpyF16Avx2(coef[j], x + j * stride, y, n);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) AxpyF16RowsChunk<8>(coef, x + i, stride, rows, y + i);
+  for (; i + 8 <= n; i += 8) AxpyF16RowsChunk<1>(coef, x + i, stride, rows, y + i);
+  if (i < n) {
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t e = i; e < n; ++e) y[e] += coef[j] * _cvtsh_ss(x[j * stride + e]);
+    }
+  }
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ class VecOpsTest : public ::testing::TestWithParam<CpuIsa> {
     for (auto& x : v) x = d(rng_);
     return v;
   }
+  // The multi-row dot and axpy against one-row calls, for head size n (<= 192).
+  void CheckRowVariants(int64_t n);
 };
 
 constexpr double kRelTol = 1e-6;  // relative to sum |a_i b_i|
@@ -78,7 +80,15 @@ TEST_P(VecOpsTest, AxpyF16MatchesScalar) {
 }
 
 TEST_P(VecOpsTest, RowVariantsAreBitIdenticalToOneRowCalls) {
-  const int64_t n = 64, stride = 192, rows = 37;
+  // Head sizes: whole 64-element register blocks, a block and a part, a block of 8, a scalar tail.
+  for (const int64_t n : {64, 72, 130, 5}) {
+    SCOPED_TRACE(n);
+    CheckRowVariants(n);
+  }
+}
+
+void VecOpsTest::CheckRowVariants(int64_t n) {
+  const int64_t stride = 256, rows = 37;  // base + n stays inside each row for n <= 192
   const auto mf = Random(stride * rows);
   std::vector<ggml_fp16_t> m(mf.size());
   for (size_t i = 0; i < mf.size(); ++i) m[i] = Fp32ToFp16(mf[i]);
