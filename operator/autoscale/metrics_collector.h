@@ -9,13 +9,23 @@
 //    exceeds the timeout gives has_metrics=false;
 //  * all scrapes run at once, so one Collect() takes about the slowest scrape (at most about
 //    `timeout`), not their sum. Call it every 1-2 s (the operator's tick; docs/autoscaling.md).
+//    "At once" is bounded by the process's file limit: at most the soft RLIMIT_NOFILE less the
+//    descriptors already open and a reserve (1/16 of the limit, at least 32) are in flight, and
+//    the rest start as those finish (a pod that waited can then finish after `timeout`; each
+//    scrape's timeout counts from its own start). A socket refused with EMFILE waits for the next
+//    free slot instead of failing while other scrapes are in flight. Measured with 100-2000 pods
+//    in docs/benchmarks.md (scrape fan-out).
 //  * the first Collect() that sees a pod only records its TTFT baseline (PodSampler).
 //
-// Thread safety: Collect() is called from one thread at a time (it owns the PodSampler's state);
-// the HTTP requests run on cpprestsdk's thread pool and are all finished when Collect() returns.
+// Thread safety: Collect() is called from one thread at a time (it owns the PodSampler's state).
+// ScrapeAll runs every scrape on the calling thread (an io_context of its own, no other thread,
+// one connection per scrape, closed after the answer); HttpGetAll runs its requests on
+// cpprestsdk's thread pool. Both are finished when they return, and both may run at the same
+// time on different threads.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,15 +42,18 @@ struct PodEndpoint {
 };
 
 struct CollectorOptions {
-  // Per scrape: connect, request and response, without progress (cpprestsdk's timeout).
+  // Per scrape: from its start (name lookup or connect) to the answer's last byte.
   std::chrono::milliseconds timeout{1000};
   std::string path = "/metrics";
   PodSamplerOptions sampler;
+  // At most this many scrapes in flight (0: only the file limit bounds them; see above).
+  size_t max_in_flight = 0;
 };
 
 // GETs http://<address><path> for every ready endpoint at once; one PodScrape per endpoint in
-// order (status UNAVAILABLE with the reason for a failed scrape, DEADLINE_EXCEEDED for a timeout,
-// FAILED_PRECONDITION for a pod that is not ready). Never throws.
+// order (status UNAVAILABLE with the reason for a failed scrape or a non-200 answer,
+// DEADLINE_EXCEEDED for a timeout, FAILED_PRECONDITION for a pod that is not ready,
+// INVALID_ARGUMENT for an address that is not host:port or [v6]:port). Never throws.
 std::vector<PodScrape> ScrapeAll(const std::vector<PodEndpoint>& endpoints,
                                  const CollectorOptions& options);
 
