@@ -24,18 +24,23 @@
 namespace kinfer::autoscale {
 namespace {
 
+// Binds `fd` to a free loopback port and returns the port.
+int BindLoopback(int fd) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  return ntohs(addr.sin_port);
+}
+
 // A loopback socket bound to a free port; listening (never accepting) when `listen_too`.
 class Socket {
  public:
   explicit Socket(bool listen_too) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
+    port_ = BindLoopback(fd_);
     if (listen_too) {
       EXPECT_EQ(::listen(fd_, 16), 0);
     }
@@ -60,13 +65,7 @@ class FakePages {
   FakePages(std::string body, std::chrono::milliseconds hold, int status = 200)
       : body_(std::move(body)), hold_(hold), status_(status) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
+    port_ = BindLoopback(fd_);
     EXPECT_EQ(::listen(fd_, 1024), 0);
     thread_ = std::thread([this] { Run(); });
   }
