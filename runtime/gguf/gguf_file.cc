@@ -161,48 +161,33 @@ std::string Range(uint64_t begin, uint64_t end) {
 }  // namespace
 
 GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+  if (mapping_ != nullptr) munmap(mapping_, size_);
 }
 
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Reads all of `fd` (`size` bytes) into a fresh 2 MiB-aligned anonymous mapping advised for huge
-// pages, then makes it read-only. On success *mapping / *mapping_size is what to munmap and
-// *data the file's first byte.
-Status ReadIntoMemory(int fd, size_t size, const std::string& path, void** mapping,
-                      size_t* mapping_size, const uint8_t** data) {
-  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
-  const size_t len = rounded + kHugePage;  // room to align the start
-  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) {
+// Reads all of `fd` (`size` bytes) into huge-page memory, then makes it read-only.
+StatusOr<HugePageMemory> ReadIntoMemory(int fd, size_t size, const std::string& path) {
+  StatusOr<HugePageMemory> mem = HugePageMemory::Map(size);
+  if (!mem.ok()) {
     return InvalidArgument(path + ": cannot allocate " + std::to_string(size) +
-                           " bytes to read the file into: " + std::strerror(errno));
+                           " bytes to read the file into: " + mem.status().message());
   }
-  auto* start = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(m) + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1));
-  // Advice only: without transparent huge pages (the `never` setting) it fails or does nothing,
-  // and the memory is ordinary pages.
-  (void)madvise(start, rounded, MADV_HUGEPAGE);
+  uint8_t* start = mem->data();
   size_t done = 0;
   while (done < size) {
     const ssize_t n = ::pread(fd, start + done, size - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string why = n < 0 ? std::strerror(errno) : "the file shrank while being read";
-      munmap(m, len);
       return InvalidArgument(path + ": read failed at byte " + std::to_string(done) + ": " + why);
     }
     done += static_cast<size_t>(n);
   }
   // The copy is ours now; the page cache's need not stay resident beside it.
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  (void)mprotect(start, rounded, PROT_READ);
-  *mapping = m;
-  *mapping_size = len;
-  *data = start;
-  return Status::Ok();
+  mem->MakeReadOnly();
+  return mem;
 }
 
 }  // namespace
@@ -227,10 +212,11 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, Gguf
   std::unique_ptr<GgufFile> file(new GgufFile());  // private constructor: no make_unique
   file->size_ = size;
   if (load == GgufLoad::kMemory) {
-    const Status read =
-        ReadIntoMemory(fd, size, path, &file->mapping_, &file->mapping_size_, &file->base_);
+    StatusOr<HugePageMemory> mem = ReadIntoMemory(fd, size, path);
     ::close(fd);
-    if (!read.ok()) return read;
+    if (!mem.ok()) return mem.status();
+    file->base_ = mem->data();
+    file->memory_ = std::move(mem).value();
   } else {
     void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int map_err = errno;
@@ -240,7 +226,6 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, Gguf
     }
     file->base_ = static_cast<const uint8_t*>(map);
     file->mapping_ = map;
-    file->mapping_size_ = size;
   }
   Status st_parse = file->Parse();
   if (!st_parse.ok()) return st_parse.WithContext(path);

@@ -36,11 +36,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "common/status.h"
 #include "runtime/gguf/ggml_types.h"
 
@@ -163,9 +165,9 @@ class GgufFile {
 
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
-  // The mapping to munmap (file or anonymous), when owned; base_ may lie inside it.
+  // The file's mapping to munmap (kMmap, Open), or the memory it was read into (kMemory).
   void* mapping_ = nullptr;
-  size_t mapping_size_ = 0;
+  std::optional<HugePageMemory> memory_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> metadata_;

@@ -1,13 +1,13 @@
 #include "runtime/backend/cpu/bandwidth.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
+
+#include "common/huge_pages.h"
 
 namespace kinfer {
 namespace {
@@ -34,26 +34,15 @@ double MeasureReadBandwidthGBs(int n_threads, ThreadPool& pool) {
   n_threads = std::clamp(n_threads, 1, pool.size());
   const size_t words = kBytes / 8;
   // Huge pages where the kernel gives them (as the runtime's weights get, GgufLoad::kMemory), so
-  // that the bound is the memory's and not the TLB's. kBytes is a multiple of 2 MiB; the mapping
-  // gets 2 MiB more so that its start can be aligned.
-  constexpr size_t kHuge = size_t{2} << 20;
-  void* map = mmap(nullptr, kBytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (map == MAP_FAILED) return 0.0;
-  struct Unmap {
-    void* p;
-    ~Unmap() { munmap(p, kBytes + kHuge); }
-  } unmap{map};
-  auto* aligned = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(map) + kHuge - 1) & ~(uintptr_t{kHuge} - 1));
-  (void)madvise(aligned, kBytes, MADV_HUGEPAGE);
-  struct {
-    uint64_t* p;
-    uint64_t* get() const { return p; }
-  } buf{aligned};
+  // that the bound is the memory's and not the TLB's.
+  StatusOr<HugePageMemory> mem = HugePageMemory::Map(kBytes);
+  if (!mem.ok()) return 0.0;
+  uint64_t* const buf = reinterpret_cast<uint64_t*>(mem->data());
   // Each worker first writes the slice it will read (first touch places pages near it).
   pool.Run([&](int ith, int) {
     if (ith >= n_threads) return;
     const size_t lo = words * ith / n_threads, hi = words * (ith + 1) / n_threads;
-    std::memset(buf.get() + lo, ith + 1, (hi - lo) * 8);
+    std::memset(buf + lo, ith + 1, (hi - lo) * 8);
   });
   std::vector<uint64_t> sink(pool.size() * 8, 0);
   double best = 0.0;
@@ -62,7 +51,7 @@ double MeasureReadBandwidthGBs(int n_threads, ThreadPool& pool) {
     pool.Run([&](int ith, int) {
       if (ith >= n_threads) return;
       const size_t lo = words * ith / n_threads, hi = words * (ith + 1) / n_threads;
-      sink[ith * 8] += ReadSlice(buf.get() + lo, hi - lo);
+      sink[ith * 8] += ReadSlice(buf + lo, hi - lo);
     });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, static_cast<double>(kBytes) / s / 1e9);
