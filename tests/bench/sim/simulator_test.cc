@@ -174,6 +174,25 @@ TEST(SimulatorTest, SlowStartSparesANewlyReadyPodTheBurst) {
   RecordProperty("slow", slow);
 }
 
+// One run of HPA (10 in flight a pod) from `initial` replicas.
+SimRun RunHpa(const Trace& trace, const SimConfig& config, int initial) {
+  HpaConfig h;
+  h.capacity_per_pod = 10;
+  h.initial_replicas = initial;
+  HpaPolicy hpa(h);
+  return Simulate(trace, Model(), config, hpa);
+}
+
+// Two runs that should be the same: every request's TTFT and pod, and the replica-seconds.
+void ExpectSameRequestsAndCost(const SimRun& a, const SimRun& b) {
+  ASSERT_EQ(a.outcomes.size(), b.outcomes.size());
+  for (size_t i = 0; i < a.outcomes.size(); ++i) {
+    EXPECT_EQ(a.outcomes[i].ttft_s, b.outcomes[i].ttft_s);
+    EXPECT_EQ(a.outcomes[i].pod, b.outcomes[i].pod);
+  }
+  EXPECT_EQ(a.replica_seconds, b.replica_seconds);
+}
+
 TEST(SimulatorTest, SameSeedSameRunWithSlowStartAndLeastTokens) {
   const Trace trace = Steady(30, 120, 40);
   for (BalancerKind kind : {BalancerKind::kLeastRequest, BalancerKind::kLeastTokens}) {
@@ -182,21 +201,9 @@ TEST(SimulatorTest, SameSeedSameRunWithSlowStartAndLeastTokens) {
     config.cold_start_s = 5;
     config.balancer.kind = kind;
     config.balancer.slow_start_window_s = 20;
-    auto once = [&] {
-      HpaConfig h;
-      h.capacity_per_pod = 10;
-      h.initial_replicas = 1;
-      HpaPolicy hpa(h);
-      return Simulate(trace, Model(), config, hpa);
-    };
-    const SimRun a = once(), b = once();
-    ASSERT_EQ(a.outcomes.size(), b.outcomes.size());
+    const SimRun a = RunHpa(trace, config, 1), b = RunHpa(trace, config, 1);
     EXPECT_GT(a.pods.size(), 1u);  // it scaled, so pods went through slow start
-    for (size_t i = 0; i < a.outcomes.size(); ++i) {
-      EXPECT_EQ(a.outcomes[i].ttft_s, b.outcomes[i].ttft_s);
-      EXPECT_EQ(a.outcomes[i].pod, b.outcomes[i].pod);
-    }
-    EXPECT_EQ(a.replica_seconds, b.replica_seconds);
+    ExpectSameRequestsAndCost(a, b);
   }
 }
 
@@ -235,20 +242,8 @@ TEST(SimulatorTest, SameSeedSameRunBitForBit) {
   SimConfig config;
   config.seed = 42;
   config.timeline_period_s = 10;
-  auto once = [&] {
-    HpaConfig h;
-    h.capacity_per_pod = 10;
-    h.initial_replicas = 2;
-    HpaPolicy hpa(h);
-    return Simulate(trace, Model(), config, hpa);
-  };
-  const SimRun a = once(), b = once();
-  ASSERT_EQ(a.outcomes.size(), b.outcomes.size());
-  for (size_t i = 0; i < a.outcomes.size(); ++i) {
-    EXPECT_EQ(a.outcomes[i].ttft_s, b.outcomes[i].ttft_s);
-    EXPECT_EQ(a.outcomes[i].pod, b.outcomes[i].pod);
-  }
-  EXPECT_EQ(a.replica_seconds, b.replica_seconds);
+  const SimRun a = RunHpa(trace, config, 2), b = RunHpa(trace, config, 2);
+  ExpectSameRequestsAndCost(a, b);
   EXPECT_EQ(a.timeline.size(), b.timeline.size());
 }
 
