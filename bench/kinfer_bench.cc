@@ -1,7 +1,7 @@
 // kinfer-forward-bench: single-stream speed of the runtime library on one GGUF model.
 //
 //   kinfer-forward-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
-//                [--load memory|mmap] [--json OUT]
+//                [--load memory|mmap] [--regroup 1|0] [--json OUT]
 //
 // Measures, best of --repeats after a warm-up:
 //   prefill tokens/s : one Forward() over a --prefill-token prompt into an empty KV cache
@@ -9,6 +9,8 @@
 //   bandwidth        : the machine's read bandwidth with --threads workers, and the decode bound
 //                      = bandwidth / weight bytes read per token
 // --load: how the weights are held (GgufLoad; kinfer-runtime's --load, default memory).
+// --regroup 0: in memory, keep the GGUF layout instead of the CPU kernels' (weight_layout.h), to
+// measure what the regrouping buys.
 // Prints one JSON object (and writes it to --json).
 #include <algorithm>
 #include <chrono>
@@ -24,6 +26,7 @@
 
 #include "runtime/backend/cpu/bandwidth.h"
 #include "runtime/backend/cpu/cpu_features.h"
+#include "runtime/backend/cpu/weight_layout.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
 
@@ -42,14 +45,14 @@ int Argmax(const std::vector<float>& v) {
 void Usage() {
   std::fprintf(stderr,
                "usage: kinfer-forward-bench --model PATH [--threads N] [--prefill N] [--decode N] "
-               "[--repeats N] [--load memory|mmap] [--json OUT]\n");
+               "[--repeats N] [--load memory|mmap] [--regroup 1|0] [--json OUT]\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, json_out, load = "memory";
-  int threads = 2, prefill = 512, decode = 128, repeats = 3;
+  int threads = 2, prefill = 512, decode = 128, repeats = 3, regroup = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::atoi(next().c_str());
     else if (a == "--json") json_out = next();
     else if (a == "--load") load = next();
+    else if (a == "--regroup") regroup = std::atoi(next().c_str());
     else {
       Usage();
       return 2;
@@ -76,8 +80,10 @@ int main(int argc, char** argv) {
     Usage();
     return 2;
   }
+  // As kinfer-runtime loads it: in memory, with the CPU kernels' weight layout.
   auto file = kinfer::GgufFile::Open(
-      model_path, load == "mmap" ? kinfer::GgufLoad::kMmap : kinfer::GgufLoad::kMemory);
+      model_path, load == "mmap" ? kinfer::GgufLoad::kMmap : kinfer::GgufLoad::kMemory,
+      regroup != 0 ? kinfer::GgufPrepareFn(kinfer::PrepareTensorForCpu) : kinfer::GgufPrepareFn());
   if (!file.ok()) {
     std::fprintf(stderr, "kinfer-forward-bench: %s\n", file.status().ToString().c_str());
     return 1;
@@ -149,6 +155,7 @@ int main(int argc, char** argv) {
       {"isa", kinfer::ActiveIsaName()},
       {"threads", threads},
       {"load", load},
+      {"regroup", regroup != 0},
       {"prefill_tokens", prefill},
       {"prefill_tok_s", prefill / best_prefill},
       {"decode_tokens", decode},

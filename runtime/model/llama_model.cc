@@ -43,7 +43,15 @@ StatusOr<WeightMatrix> ReadWeightMatrix(const GgufFile& f, const std::string& na
   if (cols % GgmlBlockSize(t->type) != 0) {
     return InvalidArgument("tensor '" + name + "': row width is not a multiple of its block size");
   }
-  return WeightMatrix{t->type, t->data, rows, cols};
+  WeightMatrix w{t->type, t->data, rows, cols};
+  if (t->layout != static_cast<uint32_t>(WeightLayout::kGguf)) {
+    if (t->layout != static_cast<uint32_t>(WeightLayout::kQ4Grouped8) || !Q4Groupable(t->type)) {
+      return InvalidArgument("tensor '" + name + "' has weight layout " + std::to_string(t->layout) +
+                             ", which this runtime does not read");
+    }
+    w.layout = WeightLayout::kQ4Grouped8;
+  }
+  return w;
 }
 
 StatusOr<std::vector<float>> ReadNormVector(const GgufFile& f, const std::string& name, int64_t n) {

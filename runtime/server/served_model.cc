@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "runtime/backend/cpu/weight_layout.h"
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/backend/model_backend.h"
 #include "runtime/gguf/gguf_file.h"
@@ -44,10 +45,13 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
       load = GgufLoad::kMmap;
     }
   }
-  StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.path, load);
+  // In memory, the CPU kernels' preferred layout (weight_layout.h) is set up once, at load.
+  const GgufPrepareFn prepare = PrepareTensorForCpu;
+  StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.path, load, prepare);
   if (!file.ok()) return file.status();  // its message names the path
   m->file_ = std::shared_ptr<const GgufFile>(std::move(file).value());
   m->weights_mapped_ = load == GgufLoad::kMmap;
+  for (const GgufTensorInfo& t : m->file_->tensors()) m->regrouped_tensors_ += t.layout != 0;
 
   StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(*m->file_);
   if (!tok.ok()) return tok.status().WithContext(o.path + ": tokenizer");
@@ -66,7 +70,7 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
 
   EngineOptions eo = o.engine;
   if (!o.draft_path.empty()) {
-    StatusOr<std::unique_ptr<GgufFile>> df = GgufFile::Open(o.draft_path, load);
+    StatusOr<std::unique_ptr<GgufFile>> df = GgufFile::Open(o.draft_path, load, prepare);
     if (!df.ok()) return df.status().WithContext("draft model");
     m->draft_file_ = std::shared_ptr<const GgufFile>(std::move(df).value());
     StatusOr<std::unique_ptr<Tokenizer>> dtok = Tokenizer::FromGguf(*m->draft_file_);

@@ -57,6 +57,8 @@ class ServedModel {
   const ModelBackend& backend() const { return *backend_; }
   // True when the model file is mapped, false when it was read into memory (ServedModelOptions).
   bool weights_mapped() const { return weights_mapped_; }
+  // Tensors regrouped for the CPU kernels at load (weight_layout.h); 0 when mapped.
+  int regrouped_tensors() const { return regrouped_tensors_; }
 
  private:
   ServedModel() = default;
@@ -65,6 +67,7 @@ class ServedModel {
   int64_t created_ = 0;
   std::shared_ptr<const GgufFile> file_;
   bool weights_mapped_ = true;
+  int regrouped_tensors_ = 0;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;
   std::unique_ptr<ModelBackend> backend_;

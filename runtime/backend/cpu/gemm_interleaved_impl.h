@@ -167,6 +167,33 @@ void RepackRow(const uint8_t* wrow, int64_t nb, int64_t nbp, uint8_t* q, float* 
   }
 }
 
+// The same panel row from kQ4Grouped8 weights (weight_layout.h): each 32-byte chunk of a full
+// group already holds 4 bytes of each of its 8 blocks, so its nibbles are steps k and k + 4 as
+// they are; the row's last, partial group is GGUF blocks, repacked as RepackRow does.
+template <QKind K>
+void RepackRowGrouped(const uint8_t* wrow, int64_t nb, int64_t nbp, uint8_t* q, float* d, float* m) {
+  static_assert(K != QKind::kQ8_0, "kQ4Grouped8 holds Q4_0 and Q4_1 only");
+  constexpr int bb = Traits<K>::kBlockBytes;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const int64_t full = nb / 8;
+  for (int64_t g = 0; g < full; ++g) {
+    const uint8_t* grp = wrow + g * 8 * bb;
+    __m256i* out = reinterpret_cast<__m256i*>(q + g * 256);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp + k * 32));
+      _mm256_store_si256(out + k, _mm256_and_si256(v, low4));
+      _mm256_store_si256(out + k + 4, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+    }
+    _mm256_storeu_ps(d + g * 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 128))));
+    if constexpr (K == QKind::kQ4_1) {
+      _mm256_storeu_ps(m + g * 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 144))));
+    }
+  }
+  if (full * 8 < nbp) {
+    RepackRow<K>(wrow + full * 8 * bb, nb - full * 8, nbp - full * 8, q + full * 256, d + full * 8, m + full * 8);
+  }
+}
+
 // Sums of each of 4 vectors: [sum(a), sum(b), sum(c), sum(d)].
 inline __m128 Reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -264,7 +291,8 @@ void MicroKernel(const Panel& p, int64_t nbp, const Q8Row* x, __m128* out) {
   }
 }
 
-template <QKind K>
+// kGrouped: the weights are in kQ4Grouped8 (Q4_0 / Q4_1), not in the GGUF layout.
+template <QKind K, bool kGrouped = false>
 void Gemm(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / 32;
   const int64_t nbp = PaddedBlocks(a.cols);
@@ -286,7 +314,12 @@ void Gemm(const MatArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
       const int rows = static_cast<int>(r1 - rp < kPanelRows ? r1 - rp : kPanelRows);
       for (int r = 0; r < kPanelRows; ++r) {
         if (r < rows) {
-          RepackRow<K>(a.w + (rp + r) * a.w_row_bytes, nb, nbp, p.q + r * nbp * 32, p.d + r * nbp, p.m + r * nbp);
+          const uint8_t* wrow = a.w + (rp + r) * a.w_row_bytes;
+          if constexpr (kGrouped) {
+            RepackRowGrouped<K>(wrow, nb, nbp, p.q + r * nbp * 32, p.d + r * nbp, p.m + r * nbp);
+          } else {
+            RepackRow<K>(wrow, nb, nbp, p.q + r * nbp * 32, p.d + r * nbp, p.m + r * nbp);
+          }
         } else {  // missing rows of the last panel: zero scales, results discarded
           std::memset(p.q + r * nbp * 32, 0, nbp * 32);
           std::memset(p.d + r * nbp, 0, nbp * 4);

@@ -21,6 +21,7 @@
 #include "runtime/backend/cpu/kernels.h"
 #include "runtime/backend/cpu/matmul.h"
 #include "runtime/backend/cpu/thread_pool.h"
+#include "runtime/backend/cpu/weight_layout.h"
 
 namespace kinfer {
 namespace {
@@ -30,7 +31,9 @@ struct Matrix {
   WeightMatrix w;
 };
 
-Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+// Q4 matrices in `layout` (the shapes table uses what the loader would choose).
+Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng,
+                  WeightLayout layout = PreferQ4Grouped8() ? WeightLayout::kQ4Grouped8 : WeightLayout::kGguf) {
   Matrix m;
   m.w = WeightMatrix{type, nullptr, rows, cols};
   m.bytes.resize(m.w.RowBytes() * rows);
@@ -44,6 +47,10 @@ Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) 
   for (size_t off = 0; off + bb <= m.bytes.size(); off += bb) {
     std::memcpy(&m.bytes[off], &h, 2);
     if (type == GgmlType::kQ4_1) std::memcpy(&m.bytes[off + 2], &h, 2);
+  }
+  if (layout == WeightLayout::kQ4Grouped8 && Q4Groupable(type)) {
+    RegroupQ4(type, m.bytes.data(), rows, cols);
+    m.w.layout = layout;
   }
   m.w.data = m.bytes.data();
   return m;
@@ -79,8 +86,8 @@ int Main(int argc, char** argv) {
   ThreadPool pool(threads);
   std::mt19937 rng(42);
   g_cpu_clock = threads == 1 && !(argc > 3 && std::strcmp(argv[3], "wall") == 0);
-  std::printf("isa %s, %d threads, best of %d, %s time\n", ActiveIsaName(), threads, repeats,
-              g_cpu_clock ? "process CPU" : "wall");
+  std::printf("isa %s, %d threads, best of %d, %s time; Q4 weights %s\n", ActiveIsaName(), threads, repeats,
+              g_cpu_clock ? "process CPU" : "wall", PreferQ4Grouped8() ? "regrouped (kQ4Grouped8)" : "as in GGUF");
 
   {  // Synchronisation costs: an empty Run, and a Run with 2 barriers.
     const auto t0 = std::chrono::steady_clock::now();
@@ -131,43 +138,66 @@ int Main(int argc, char** argv) {
   // Compute cost of the matrix-vector kernels without the memory: one small matrix that stays in
   // L2, called over and over (with 1 thread and process CPU time this is robust to neighbours).
   std::printf("\n%-24s %5s %14s\n", "cache-resident", "ntok", "ns/block/thread");
-  for (const GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
-    const Matrix hot = MakeMatrix(type, 192, 576, rng);
+  struct Hot {
+    const char* name;
+    GgmlType type;
+    WeightLayout layout;
+    int64_t rows, cols;
+  };
+  for (const Hot& h : {Hot{"192x576 Q4_1", GgmlType::kQ4_1, WeightLayout::kGguf, 192, 576},
+                       Hot{"192x576 Q4_1 grouped8", GgmlType::kQ4_1, WeightLayout::kQ4Grouped8, 192, 576},
+                       Hot{"64x1536 Q4_1", GgmlType::kQ4_1, WeightLayout::kGguf, 64, 1536},
+                       Hot{"64x1536 Q4_1 grouped8", GgmlType::kQ4_1, WeightLayout::kQ4Grouped8, 64, 1536},
+                       Hot{"192x576 Q8_0", GgmlType::kQ8_0, WeightLayout::kGguf, 192, 576}}) {
+    const Matrix hot = MakeMatrix(h.type, h.rows, h.cols, rng, h.layout);
     for (int64_t ntok : {int64_t{1}, int64_t{4}}) {
-      std::vector<float> x(ntok * 576, 0.5f), y(ntok * 192);
+      std::vector<float> x(ntok * h.cols, 0.5f), y(ntok * h.rows);
       constexpr int kCalls = 200;
       const double sec = BestSeconds(repeats, [&] {
         for (int i = 0; i < kCalls; ++i) MatMul(hot.w, x.data(), ntok, y.data(), pool);
       }) / kCalls;
-      const double blocks_per_thread = 192.0 * (576 / 32) / threads;
-      std::printf("%-24s %5lld %14.2f\n", type == GgmlType::kQ4_1 ? "192x576 Q4_1" : "192x576 Q8_0",
-                  static_cast<long long>(ntok), sec * 1e9 / blocks_per_thread);
+      const double blocks_per_thread = static_cast<double>(h.rows) * (h.cols / 32) / threads;
+      std::printf("%-24s %5lld %14.2f\n", h.name, static_cast<long long>(ntok), sec * 1e9 / blocks_per_thread);
     }
   }
 
-  // Whole-model decode: the 7 products of 30 layers plus the output matrix, distinct weights.
-  std::vector<Matrix> model;
-  for (int l = 0; l < 30; ++l) {
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 576, 576, rng));
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 192, 576, rng));
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 192, 576, rng));
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 576, 576, rng));
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 1536, 576, rng));
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 1536, 576, rng));
-    model.push_back(MakeMatrix(GgmlType::kQ4_1, 576, 1536, rng));
-  }
-  model.push_back(MakeMatrix(GgmlType::kQ8_0, 49152, 576, rng));
+  // Whole-model decode: the 7 products of 30 layers plus the output matrix, distinct weights;
+  // the Q4_1 layers as in the GGUF file and regrouped (weight_layout.h), alternating so that
+  // both see the same machine.
+  auto make_model = [&](WeightLayout layout) {
+    std::vector<Matrix> model;
+    for (int l = 0; l < 30; ++l) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{576, 576}, {192, 576}, {192, 576}, {576, 576},
+                                {1536, 576}, {1536, 576}, {576, 1536}}) {
+        model.push_back(MakeMatrix(GgmlType::kQ4_1, rows, cols, rng, layout));
+      }
+    }
+    model.push_back(MakeMatrix(GgmlType::kQ8_0, 49152, 576, rng));
+    return model;
+  };
+  const std::vector<Matrix> model_gguf = make_model(WeightLayout::kGguf);
+  const std::vector<Matrix> model = make_model(WeightLayout::kQ4Grouped8);
   double total_bytes = 0;
   for (const auto& m : model) total_bytes += static_cast<double>(m.bytes.size());
   std::vector<float> x(1536, 0.5f), y(49152);
-  const double sec = BestSeconds(repeats * 2, [&] {
-    for (const auto& m : model) MatMul(m.w, x.data(), 1, y.data(), pool);
-  });
+  double sec[2] = {1e30, 1e30};
+  for (int round = 0; round < 2 * repeats; ++round) {
+    const std::vector<Matrix>& ms = round % 2 == 0 ? model_gguf : model;
+    sec[round % 2] = std::min(sec[round % 2], BestSeconds(1, [&] {
+                                for (const auto& m : ms) MatMul(m.w, x.data(), 1, y.data(), pool);
+                              }));
+  }
   const double bw = MeasureReadBandwidthGBs(threads, pool);
-  std::printf("\nwhole-model decode matmuls: %.2f ms/token = %.1f tokens/s, %.2f GB/s (%.0f MB)\n", sec * 1e3,
-              1.0 / sec, total_bytes / sec / 1e9, total_bytes / 1e6);
-  std::printf("read bandwidth (%d threads): %.2f GB/s -> bound %.1f tokens/s; achieved %.0f%%\n", threads, bw,
-              bw * 1e9 / total_bytes, 100.0 * total_bytes / sec / 1e9 / bw);
+  std::printf("\n");
+  for (int i = 0; i < 2; ++i) {
+    std::printf("whole-model decode matmuls, Q4_1 %-9s: %.2f ms/token = %.1f tokens/s, %.2f GB/s (%.0f MB)\n",
+                i == 0 ? "as GGUF" : "grouped8", sec[i] * 1e3, 1.0 / sec[i], total_bytes / sec[i] / 1e9,
+                total_bytes / 1e6);
+  }
+  std::printf("read bandwidth (%d threads): %.2f GB/s -> bound %.1f tokens/s; achieved %.0f%% (as GGUF), %.0f%% "
+              "(grouped8)\n",
+              threads, bw, bw * 1e9 / total_bytes, 100.0 * total_bytes / sec[0] / 1e9 / bw,
+              100.0 * total_bytes / sec[1] / 1e9 / bw);
 
   // Whole-model prefill of 512 tokens (matmuls only), same weights.
   std::vector<float> xp(512 * 1536, 0.25f), yp(512 * 1536);

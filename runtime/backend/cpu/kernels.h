@@ -10,8 +10,9 @@
 //     sum(q)) as a float (ggml's Q8_1 s), isum = sum(q) as an integer.
 //     qs order: "plain" = block after block, ggml's order; "interleaved" = for each group of 8
 //     blocks, 8 steps of 32 bytes, step k holding bytes 4k..4k+3 of blocks 0..7 of the group (so
-//     one 32-bit lane of a 256-bit vector accumulates one block). The GEMM kernels read the
-//     interleaved order, the matrix-vector kernels the plain one.
+//     one 32-bit lane of a 256-bit vector accumulates one block). The GEMM kernels and every
+//     kernel over kQ4Grouped8 weights (weight_layout.h) read the interleaved order, the other
+//     matrix-vector kernels the plain one.
 //   kQ8K (Q4_K, Q6_K): [ qs: cols int8 ][ d: cols/256 float ][ bsums: cols/16 int16 ]
 //   kF16 / kBF16: cols halfs; kF32: the caller's row itself (no copy).
 #pragma once
@@ -83,6 +84,12 @@ struct KernelTable {
   int gemm_rows = 1;
   // Fewer tokens than this use the matrix-vector kernels (measured crossover).
   int gemm_min_tokens = 4;
+  // The same two kinds over kQ4Grouped8 weights (Q4_0, Q4_1; interleaved kQ8 order). Every
+  // table has the matrix-vector ones, so grouped weights stay readable at any ISA.
+  MatKernelFn matvec_q4g8[kNumTypes] = {};
+  MatKernelFn gemm_q4g8[kNumTypes] = {};
+  // Whether the loader should regroup Q4 weights for this ISA (PreferQ4Grouped8).
+  bool prefer_q4_grouped8 = false;
 };
 
 // The table for the active ISA (cpu_features.h), built once per ISA.
@@ -96,6 +103,7 @@ void RegisterAvx2Kernels(KernelTable* t);
 void RegisterAvx2Quantizers(KernelTable* t);      // quantize_act_avx2.cc
 void RegisterAvx2KQuantKernels(KernelTable* t);  // kernels_kquants_avx2.cc
 void RegisterAvx2GemmKernels(KernelTable* t);    // kernels_gemm_avx2.cc
+void RegisterAvx2Q4Grouped8Kernels(KernelTable* t);  // kernels_q4g8_avx2.cc
 void RegisterAvx512Kernels(KernelTable* t);
 void RegisterAvx512MatVecKernels(KernelTable* t);  // kernels_matvec_avx512.cc
 

@@ -139,6 +139,7 @@ void RegisterAvx2Kernels(KernelTable* t) {
   RegisterAvx2Quantizers(t);
   RegisterAvx2KQuantKernels(t);
   RegisterAvx2GemmKernels(t);
+  RegisterAvx2Q4Grouped8Kernels(t);
   auto set = [t](GgmlType type, MatKernelFn fn) { t->matvec[static_cast<int>(type)] = fn; };
   set(GgmlType::kQ4_0, MatVecDriver<QKernel<QKind::kQ4_0>>);
   set(GgmlType::kQ4_1, MatVecDriver<QKernel<QKind::kQ4_1>>);

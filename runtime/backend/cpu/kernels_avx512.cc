@@ -35,6 +35,11 @@ void RegisterAvx512Kernels(KernelTable* t) {
   t->gemm[static_cast<int>(GgmlType::kQ4_0)] = Gemm<QKind::kQ4_0>;
   t->gemm[static_cast<int>(GgmlType::kQ4_1)] = Gemm<QKind::kQ4_1>;
   t->gemm[static_cast<int>(GgmlType::kQ8_0)] = Gemm<QKind::kQ8_0>;
+  t->gemm_q4g8[static_cast<int>(GgmlType::kQ4_0)] = Gemm<QKind::kQ4_0, true>;
+  t->gemm_q4g8[static_cast<int>(GgmlType::kQ4_1)] = Gemm<QKind::kQ4_1, true>;
+  // The VNNI matrix-vector kernels read the GGUF layout at full speed: no regrouping here (grouped
+  // weights, loaded under a lower ISA, still use the AVX2 grouped kernels of the table below).
+  t->prefer_q4_grouped8 = false;
   t->gemm_rows = kPanelRows;
   t->gemm_min_tokens = 4;
 }

@@ -27,6 +27,8 @@ inline __m256i DotAcc(__m256i acc, __m256i w, __m256i x) {
 void RegisterAvx2GemmKernels(KernelTable* t) {
   t->gemm[static_cast<int>(GgmlType::kQ4_0)] = Gemm<QKind::kQ4_0>;
   t->gemm[static_cast<int>(GgmlType::kQ4_1)] = Gemm<QKind::kQ4_1>;
+  t->gemm_q4g8[static_cast<int>(GgmlType::kQ4_0)] = Gemm<QKind::kQ4_0, true>;
+  t->gemm_q4g8[static_cast<int>(GgmlType::kQ4_1)] = Gemm<QKind::kQ4_1, true>;
   t->gemm_rows = kPanelRows;
   t->gemm_min_tokens = 8;
 }

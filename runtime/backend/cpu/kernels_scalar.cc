@@ -38,6 +38,48 @@ float DotQ4_0(const void* wrow, const void* act, int64_t cols) {
   return sumf;
 }
 
+// Q4_0 / Q4_1 in the kQ4Grouped8 layout (weight_layout.h) against the interleaved kQ8 row: the
+// same integer dots and the same fp32 operations, in the same order, as DotQ4_0 / DotQ4_1.
+template <bool kQ41>
+float DotQ4Grouped8(const void* wrow, const void* act, int64_t cols) {
+  constexpr int kBlockBytes = kQ41 ? 20 : 18;
+  constexpr int kZero = kQ41 ? 0 : 8;
+  const auto* w = static_cast<const uint8_t*>(wrow);
+  const Q8Row a = ViewQ8(act, cols);
+  const int64_t nb = cols / 32;
+  float sumf = 0.0f;
+  for (int64_t g = 0; g * 8 < nb; ++g) {
+    const int n = static_cast<int>(nb - g * 8 < 8 ? nb - g * 8 : 8);
+    const uint8_t* grp = w + g * 8 * kBlockBytes;
+    const int8_t* xg = a.qs + g * 256;
+    // A full group is regrouped: quant byte i of chunk k at 32k + 4b + i, then 8 d, then 8 m; the
+    // last, partial group's blocks are GGUF blocks (d, [m,] 16 quant bytes).
+    const bool grouped = n == 8;
+    for (int b = 0; b < n; ++b) {
+      const uint8_t* gguf = grp + b * kBlockBytes;
+      int sumi = 0;
+      for (int k = 0; k < 4; ++k) {
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t q = grouped ? grp[k * 32 + b * 4 + i] : gguf[(kQ41 ? 4 : 2) + 4 * k + i];
+          sumi += ((q & 0x0F) - kZero) * xg[k * 32 + b * 4 + i] +
+                  ((q >> 4) - kZero) * xg[(k + 4) * 32 + b * 4 + i];
+        }
+      }
+      uint16_t h;
+      std::memcpy(&h, grouped ? grp + 128 + 2 * b : gguf, 2);
+      const int64_t blk = g * 8 + b;
+      if constexpr (kQ41) {
+        uint16_t hm;
+        std::memcpy(&hm, grouped ? grp + 144 + 2 * b : gguf + 2, 2);
+        sumf += (HalfToFloat(h) * a.d[blk]) * static_cast<float>(sumi) + HalfToFloat(hm) * a.s[blk];
+      } else {
+        sumf += static_cast<float>(sumi) * (HalfToFloat(h) * a.d[blk]);
+      }
+    }
+  }
+  return sumf;
+}
+
 float DotQ8_0(const void* wrow, const void* act, int64_t cols) {
   const auto* w = static_cast<const BlockQ8_0*>(wrow);
   const Q8Row a = ViewQ8(act, cols);
@@ -178,6 +220,8 @@ void RegisterScalarKernels(KernelTable* t) {
   set(GgmlType::kQ8_0, MatVec<DotQ8_0>);
   set(GgmlType::kQ4_K, MatVec<DotQ4_K>);
   set(GgmlType::kQ6_K, MatVec<DotQ6_K>);
+  t->matvec_q4g8[static_cast<int>(GgmlType::kQ4_0)] = MatVec<DotQ4Grouped8<false>>;
+  t->matvec_q4g8[static_cast<int>(GgmlType::kQ4_1)] = MatVec<DotQ4Grouped8<true>>;
 }
 
 }  // namespace kinfer::cpu_internal

@@ -95,8 +95,13 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
   const cpu_internal::KernelTable& kt = cpu_internal::Kernels();
   const int type_id = static_cast<int>(w.type);
   const ActKind kind = cpu_internal::ActKindFor(w.type);
-  const bool gemm = ntok >= kt.gemm_min_tokens && kt.gemm[type_id] != nullptr &&
+  const bool grouped = w.layout == WeightLayout::kQ4Grouped8;
+  assert(!grouped || Q4Groupable(w.type));
+  const cpu_internal::MatKernelFn* gemm_fns = grouped ? kt.gemm_q4g8 : kt.gemm;
+  const bool gemm = ntok >= kt.gemm_min_tokens && gemm_fns[type_id] != nullptr &&
                     g_gemm_enabled.load(std::memory_order_relaxed);
+  // Grouped weights meet the interleaved activation order in every kernel (kernels.h).
+  const bool interleaved = gemm || grouped;
   const size_t row_bytes = cpu_internal::ActRowBytes(kind, w.cols);
 
   // Phase 1: quantize my token range.
@@ -107,7 +112,7 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
     uint8_t* buf = mine.act[parity].Reserve(std::max<size_t>(1, (t1 - t0) * row_bytes));
     const cpu_internal::QuantizeFn quantize = kt.quantize[static_cast<int>(kind)];
     for (int64_t t = t0; t < t1; ++t)
-      quantize(x + t * w.cols, buf + (t - t0) * row_bytes, w.cols, gemm);
+      quantize(x + t * w.cols, buf + (t - t0) * row_bytes, w.cols, interleaved);
   }
   pool.Barrier();
 
@@ -125,7 +130,8 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
   }
   const cpu_internal::MatArgs args{
       static_cast<const uint8_t*>(w.data), w.RowBytes(), w.cols, act.data(), y, w.rows};
-  const cpu_internal::MatKernelFn fn = gemm ? kt.gemm[type_id] : kt.matvec[type_id];
+  const cpu_internal::MatKernelFn fn =
+      gemm ? gemm_fns[type_id] : (grouped ? kt.matvec_q4g8 : kt.matvec)[type_id];
   // Split rows, in multiples of the kernel's preferred panel; split tokens when rows are few.
   const int64_t unit = gemm ? kt.gemm_rows : 4;
   if (w.rows >= static_cast<int64_t>(nth) * 4 * unit || ntok < nth) {

@@ -20,17 +20,20 @@
 #include <cstdint>
 
 #include "runtime/backend/cpu/thread_pool.h"
+#include "runtime/backend/cpu/weight_layout.h"
 #include "runtime/gguf/ggml_types.h"
 
 namespace kinfer {
 
-// A row-major weight matrix in a GGUF tensor's own layout: row r starts at data + r * RowBytes().
-// Not owning (usually points into the mapped model file).
+// A row-major weight matrix: row r starts at data + r * RowBytes(), its bytes in `layout`
+// (weight_layout.h; the GGUF tensor's own unless the loader regrouped them). Not owning (usually
+// points into the model file's mapping or memory).
 struct WeightMatrix {
   GgmlType type = GgmlType::kF32;
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  WeightLayout layout = WeightLayout::kGguf;  // kQ4Grouped8 only for Q4_0 / Q4_1
   // Bytes of one row: cols / block size * block bytes.
   size_t RowBytes() const;
 };

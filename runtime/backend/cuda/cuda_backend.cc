@@ -191,6 +191,10 @@ StatusOr<HostTensor> FindMatrix(const GgufFile& f, const std::string& name, int6
                                 int64_t rows) {
   KINFER_RETURN_IF_ERROR(ReadWeightMatrix(f, name, cols, rows).status());
   const GgufTensorInfo* t = f.FindTensor(name);
+  if (t->layout != 0) {
+    return InvalidArgument("tensor '" + name + "' was regrouped for the CPU kernels; the CUDA backend "
+                           "reads the file's own layout (open the file mapped)");
+  }
   if (!cuda::CudaMatMulSupports(t->type)) {
     return Unimplemented("tensor '" + name + "' has type " + std::string(GgmlTypeName(t->type)) +
                          ", which the CUDA backend cannot read");

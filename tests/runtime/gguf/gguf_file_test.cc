@@ -433,6 +433,49 @@ TEST_P(GgufOpenTest, OpensAFileAndReportsMissingOnes) {
   EXPECT_EQ(GgufFile::Open("/tmp", load).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_P(GgufOpenTest, PrepareRewritesTensorsInMemoryOnlyAndRecordsTheirLayout) {
+  const GgufLoad load = GetParam();
+  const std::vector<uint8_t> bytes = RichFile();
+  char path[] = "/tmp/kinfer_gguf_testXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  close(fd);
+  auto in_memory = Parse(bytes);
+  ASSERT_TRUE(in_memory.ok());
+  std::vector<std::string> seen;
+  // Inverts the bytes of "q8_0" and tags it 7; leaves every other tensor as it is.
+  const GgufPrepareFn prepare = [&](const GgufTensorInfo& t, uint8_t* data) -> uint32_t {
+    seen.push_back(t.name);
+    if (t.name != "q8_0") return 0;
+    for (uint64_t i = 0; i < t.size_bytes; ++i) data[i] = static_cast<uint8_t>(~data[i]);
+    return 7;
+  };
+  auto f = GgufFile::Open(path, load, prepare);
+  unlink(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const GgufTensorInfo* t = (*f)->FindTensor("q8_0");
+  const GgufTensorInfo* want = (*in_memory)->FindTensor("q8_0");
+  ASSERT_NE(t, nullptr);
+  if (load == GgufLoad::kMmap) {  // a mapping is never written: prepare is not called
+    EXPECT_TRUE(seen.empty());
+    EXPECT_EQ(t->layout, 0u);
+    EXPECT_EQ(std::memcmp(t->data, want->data, t->size_bytes), 0);
+    return;
+  }
+  EXPECT_EQ(seen.size(), (*f)->tensors().size());  // every tensor, once
+  EXPECT_EQ(t->layout, 7u);
+  for (uint64_t i = 0; i < t->size_bytes; ++i) {
+    ASSERT_EQ(t->data[i], static_cast<uint8_t>(~want->data[i])) << "byte " << i;
+  }
+  for (const GgufTensorInfo& other : (*f)->tensors()) {
+    if (other.name == "q8_0") continue;
+    EXPECT_EQ(other.layout, 0u) << other.name;
+    EXPECT_EQ(std::memcmp(other.data, (*in_memory)->FindTensor(other.name)->data, other.size_bytes), 0)
+        << other.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Loads, GgufOpenTest, ::testing::Values(GgufLoad::kMmap, GgufLoad::kMemory),
                          [](const ::testing::TestParamInfo<GgufLoad>& info) {
                            return info.param == GgufLoad::kMmap ? std::string("Mmap")

@@ -21,11 +21,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/backend/cpu/weight_layout.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
 #include "tests/runtime/test_model_path.h"
@@ -37,7 +39,12 @@ int Argmax(const float* v, int n) {
   return static_cast<int>(std::max_element(v, v + n) - v);  // first (lowest id) on ties
 }
 
-class LlamaCppAgreementTest : public ::testing::Test {
+// The model as kinfer-runtime serves it on the CPU (read into memory, Q4 weights regrouped for
+// the kernels where this CPU prefers it, weight_layout.h) and as mapped from the file (GGUF
+// layout, the other kernels).
+enum class Held { kAsServed, kMapped };
+
+class LlamaCppAgreementTest : public ::testing::TestWithParam<Held> {
  protected:
   void SetUp() override {
     KINFER_REQUIRE_MODEL();
@@ -47,7 +54,9 @@ class LlamaCppAgreementTest : public ::testing::Test {
                          : testing::SourcePath("tests/fixtures/model/llama_cpp_reference.json"));
     ASSERT_TRUE(in) << "missing fixture";
     ref_ = nlohmann::json::parse(in);
-    auto f = GgufFile::Open(testing::ModelPath());
+    auto f = GetParam() == Held::kMapped
+                 ? GgufFile::Open(testing::ModelPath())
+                 : GgufFile::Open(testing::ModelPath(), GgufLoad::kMemory, PrepareTensorForCpu);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     auto m = LlamaModel::Load(std::shared_ptr<const GgufFile>(std::move(f).value()), 2);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -61,7 +70,7 @@ class LlamaCppAgreementTest : public ::testing::Test {
 // two code paths (~0.5 at most, see the fixture's README).
 constexpr double kNoiseBand = 0.5;
 
-TEST_F(LlamaCppAgreementTest, TeacherForcedTop1AgreesWithLlamaCpp) {
+TEST_P(LlamaCppAgreementTest, TeacherForcedTop1AgreesWithLlamaCpp) {
   const int kPositions = ref_["forced_tokens"].get<int>();
   ASSERT_EQ(kPositions, 64);
   const int nv = model_->hparams().n_vocab;
@@ -107,7 +116,7 @@ TEST_F(LlamaCppAgreementTest, TeacherForcedTop1AgreesWithLlamaCpp) {
   EXPECT_GE(agree * 100, total * 97);
 }
 
-TEST_F(LlamaCppAgreementTest, GreedyContinuationMatchesUpToTheFirstNearTie) {
+TEST_P(LlamaCppAgreementTest, GreedyContinuationMatchesUpToTheFirstNearTie) {
   const int kTokens = ref_["greedy_tokens"].get<int>();
   ASSERT_EQ(kTokens, 32);
   const int nv = model_->hparams().n_vocab;
@@ -153,6 +162,11 @@ TEST_F(LlamaCppAgreementTest, GreedyContinuationMatchesUpToTheFirstNearTie) {
   std::printf("greedy 32-token continuations identical: %d / %d\n", identical, cases);
   EXPECT_EQ(cases, 20);
 }
+
+INSTANTIATE_TEST_SUITE_P(Held, LlamaCppAgreementTest, ::testing::Values(Held::kAsServed, Held::kMapped),
+                         [](const ::testing::TestParamInfo<Held>& info) {
+                           return info.param == Held::kAsServed ? std::string("AsServed") : std::string("Mapped");
+                         });
 
 }  // namespace
 }  // namespace kinfer

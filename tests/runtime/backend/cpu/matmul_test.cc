@@ -119,6 +119,7 @@ std::vector<double> RoundTrip(ActKind kind, const float* x, int64_t cols, std::v
 struct Case {
   GgmlType type;
   CpuIsa isa;
+  WeightLayout layout = WeightLayout::kGguf;
 };
 
 class MatMulTest : public ::testing::TestWithParam<Case> {
@@ -136,7 +137,11 @@ class MatMulTest : public ::testing::TestWithParam<Case> {
     const GgmlType type = GetParam().type;
     std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + cols * 31 + ntok));
     const auto wdata = RandomWeights(type, rows, cols, rng);
-    const WeightMatrix w{type, wdata.data(), rows, cols};
+    // The kernels read `kernel_bytes`: the weights regrouped when the case asks for it; the
+    // reference below reads the GGUF bytes.
+    std::vector<uint8_t> kernel_bytes = wdata;
+    if (GetParam().layout == WeightLayout::kQ4Grouped8) RegroupQ4(type, kernel_bytes.data(), rows, cols);
+    const WeightMatrix w{type, kernel_bytes.data(), rows, cols, GetParam().layout};
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> x(ntok * cols);
     for (auto& v : x) v = dist(rng);
@@ -177,7 +182,8 @@ class MatMulTest : public ::testing::TestWithParam<Case> {
         }
         const double got = y[t * rows + r];
         ASSERT_NEAR(got, ref, kRelTol * mag + 1e-30)
-            << GgmlTypeName(type) << " isa " << CpuIsaName(GetParam().isa) << " rows " << rows
+            << GgmlTypeName(type) << " isa " << CpuIsaName(GetParam().isa) << " layout "
+            << static_cast<int>(GetParam().layout) << " rows " << rows
             << " cols " << cols << " ntok " << ntok << " threads " << threads << " r " << r
             << " t " << t;
       }
@@ -187,7 +193,7 @@ class MatMulTest : public ::testing::TestWithParam<Case> {
   std::vector<int64_t> ColsToTest() const {
     const int64_t be = BlockElems(GetParam().type);
     if (be == 256) return {256, 768};
-    if (be == 32) return {32, 288, 576, 1536};
+    if (be == 32) return {32, 224, 288, 576, 1536};  // 1, 7, 9, 18, 48 blocks
     return {37, 576};
   }
 };
@@ -225,7 +231,10 @@ std::vector<Case> AllCases() {
   std::vector<Case> v;
   for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
                      GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) v.push_back({t, isa});
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      v.push_back({t, isa});
+      if (Q4Groupable(t)) v.push_back({t, isa, WeightLayout::kQ4Grouped8});
+    }
   }
   return v;
 }
@@ -233,7 +242,8 @@ std::vector<Case> AllCases() {
 INSTANTIATE_TEST_SUITE_P(TypesAndIsas, MatMulTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(GgmlTypeName(info.param.type)) + "_" +
-                                  CpuIsaName(info.param.isa);
+                                  CpuIsaName(info.param.isa) +
+                                  (info.param.layout == WeightLayout::kQ4Grouped8 ? "_Grouped8" : "");
                          });
 
 TEST(MatMulSupportsTest, ListsTheRuntimeTypes) {
