@@ -259,9 +259,14 @@ void LlamaModel::RunSegments(std::span<const Segment> segs, const KvLayout& kv, 
   for (int l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
     RmsNorm(x_.data(), L.attn_norm.data(), n, d, hp_.rms_eps, xn_.data());
-    MatMul(L.wq, xn_.data(), n, q_.data(), pool_);
-    MatMul(L.wk, xn_.data(), n, k_.data(), pool_);
-    MatMul(L.wv, xn_.data(), n, v_.data(), pool_);
+    // Q, K and V in one job: the pool is woken once instead of three times (a decode step is
+    // mostly such hand-offs between small products). Same kernels, same results.
+    pool_.Run([&](int ith, int nth) {
+      MatMulInPool(L.wq, xn_.data(), n, q_.data(), ith, nth, pool_);
+      MatMulInPool(L.wk, xn_.data(), n, k_.data(), ith, nth, pool_);
+      MatMulInPool(L.wv, xn_.data(), n, v_.data(), ith, nth, pool_);
+      pool_.Barrier();
+    });
     int g0 = 0;
     for (const Segment& sg : segs) {
       RopeNormal(&q_[static_cast<size_t>(g0) * dq], sg.n, hp_.n_head, hp_.head_dim, hp_.rope_dim,
@@ -282,10 +287,18 @@ void LlamaModel::RunSegments(std::span<const Segment> segs, const KvLayout& kv, 
     AddInPlace(x_.data(), ffn_out_.data(), static_cast<int64_t>(n) * d);
 
     RmsNorm(x_.data(), L.ffn_norm.data(), n, d, hp_.rms_eps, xn_.data());
-    MatMul(L.w_gate, xn_.data(), n, gate_.data(), pool_);
-    MatMul(L.w_up, xn_.data(), n, up_.data(), pool_);
-    SwiGlu(gate_.data(), up_.data(), static_cast<int64_t>(n) * hp_.n_ff);
-    MatMul(L.w_down, gate_.data(), n, ffn_out_.data(), pool_);
+    // The feed-forward block in one job: gate and up, SwiGLU split across the workers, down.
+    pool_.Run([&](int ith, int nth) {
+      MatMulInPool(L.w_gate, xn_.data(), n, gate_.data(), ith, nth, pool_);
+      MatMulInPool(L.w_up, xn_.data(), n, up_.data(), ith, nth, pool_);
+      pool_.Barrier();
+      const int64_t total = static_cast<int64_t>(n) * hp_.n_ff;
+      const int64_t i0 = total * ith / nth, i1 = total * (ith + 1) / nth;
+      SwiGlu(gate_.data() + i0, up_.data() + i0, i1 - i0);
+      pool_.Barrier();
+      MatMulInPool(L.w_down, gate_.data(), n, ffn_out_.data(), ith, nth, pool_);
+      pool_.Barrier();
+    });
     AddInPlace(x_.data(), ffn_out_.data(), static_cast<int64_t>(n) * d);
   }
 
