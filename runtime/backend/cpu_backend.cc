@@ -1,6 +1,4 @@
 #include "runtime/backend/cpu_backend.h"
-
-#include <algorithm>
 #include <fstream>
 #include <new>
 #include <sstream>

@@ -16,6 +16,7 @@
 // concurrently with another. hparams() and name() return values fixed at creation.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,24 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // host, num_logits rows of n_vocab per sequence with want_logits, in sequence order.
   // FAILED_PRECONDITION before InitKvCache.
   virtual Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) = 0;
+  // The same step, greedy: *tokens gets, for every logits row ForwardBatch would return (same
+  // order), the index of its largest logit, the lowest on ties (Sampler's greedy rule). The
+  // engine calls it for steps whose every sampled sequence takes the plain argmax
+  // (Sampler::IsPlainArgmax). This default runs ForwardBatch and takes the argmax on the host;
+  // the CUDA backend takes it on the device, so that only the ids cross PCIe.
+  // (Defined here, inline: the CUDA library implements this interface without linking the
+  // backend library.)
+  virtual Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) {
+    std::vector<float> logits;
+    KINFER_RETURN_IF_ERROR(ForwardBatch(seqs, &logits));
+    const size_t nv = static_cast<size_t>(hparams().n_vocab);
+    tokens->resize(nv == 0 ? 0 : logits.size() / nv);
+    for (size_t r = 0; r < tokens->size(); ++r) {
+      const float* row = logits.data() + r * nv;
+      (*tokens)[r] = static_cast<int32_t>(std::max_element(row, row + nv) - row);  // first maximum
+    }
+    return Status::Ok();
+  }
 };
 
 struct BackendOptions {

@@ -372,6 +372,14 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
   a.draft_probs.clear();
 }
 
+void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, SampledToken* out) {
+  out->id = item.id;
+  out->accepted = 0;
+  out->token = tok;
+  out->stop = EmitToken(a, tok, nullptr);
+  a.draft_probs.clear();
+}
+
 void Engine::ProposeDrafts() {
   for (auto& [id, a] : active_) {
     a->draft_probs.clear();
@@ -461,8 +469,22 @@ bool Engine::RunStep() {
       if (item.sample) sampled.push_back(&item);
     }
   }
+  // An all-greedy step takes the argmax where the logits are (EngineOptions::backend_argmax).
+  bool argmax_step = options_.backend_argmax && !sampled.empty();
+  for (const ScheduledSeq* item : sampled) {
+    auto it = active_.find(item->id);
+    if (!item->draft.empty() || (it != active_.end() && !it->second->sampler.IsPlainArgmax())) {
+      argmax_step = false;
+      break;
+    }
+  }
   std::vector<float> logits;
-  Status st = backend_->ForwardBatch(batch, &logits);
+  std::vector<int32_t> chosen;
+  Status st = argmax_step ? backend_->ForwardBatchArgmax(batch, &chosen) : backend_->ForwardBatch(batch, &logits);
+  if (st.ok() && argmax_step && chosen.size() != sampled.size()) {
+    st = Internal("the backend's argmax step returned " + std::to_string(chosen.size()) + " tokens for " +
+                  std::to_string(sampled.size()) + " sequences");
+  }
   if (!st.ok()) {
     for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {
       auto it = active_.find(f.id);
@@ -480,7 +502,11 @@ bool Engine::RunStep() {
     auto it = active_.find(item->id);
     if (it != active_.end()) {
       SampledToken t;
-      SampleItem(*it->second, *item, logits.data() + row * nv, &t);
+      if (argmax_step) {
+        EmitChosen(*it->second, *item, chosen[row], &t);
+      } else {
+        SampleItem(*it->second, *item, logits.data() + row * nv, &t);
+      }
       result.sampled.push_back(t);
     }
     row += rows;

@@ -33,6 +33,11 @@ uint64_t RandomSeed() {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
 
+bool Sampler::IsPlainArgmax() const {
+  return params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
+         params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f && params_.logprobs < 0;
+}
+
 double Sampler::Uniform01() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }

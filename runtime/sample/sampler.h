@@ -89,6 +89,11 @@ class Sampler {
   int32_t Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
 
+  // True when Sample() is the argmax of the raw logits and reads nothing else: greedy, no
+  // penalties, no logprobs. Such a step's token can then be taken where the logits are
+  // (ModelBackend::ForwardBatchArgmax: on the device) without the logits reaching the host.
+  bool IsPlainArgmax() const;
+
   const SamplingParams& params() const { return params_; }
 
  private:

@@ -76,8 +76,8 @@ class CudaBackend final : public ModelBackend {
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override;
 
   // The same step, sampling greedily on the device: tokens gets one id per logits row (the
-  // first maximum), and only the ids cross PCIe. For the benchmark and a future engine path.
-  Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens);
+  // first maximum), and only the ids cross PCIe. The engine's path for all-greedy steps.
+  Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) override;
 
   int max_batch_tokens() const override;
   const CudaDeviceInfo& device_info() const;

@@ -2,6 +2,7 @@
 // cancellation, admission errors, and determinism (greedy and seeded) across requests.
 #include "runtime/engine/engine.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -97,6 +99,75 @@ TEST_F(EngineTest, GreedyAnswerStreamsTokensAndNamesParis) {
   EXPECT_GT(c.events, 1);
   EXPECT_EQ(c.last.completion_tokens, static_cast<int>(c.tokens.size()));
   EXPECT_GT(c.last.prompt_tokens, 5);
+}
+
+// A CPU backend that counts which of the two step calls the engine makes.
+class CountingBackend final : public ModelBackend {
+ public:
+  explicit CountingBackend(LlamaModel* model) : cpu_(CpuBackend::Borrow(model)) {}
+  const LlamaHParams& hparams() const override { return cpu_->hparams(); }
+  std::string name() const override { return "counting"; }
+  int max_batch_tokens() const override { return cpu_->max_batch_tokens(); }
+  size_t KvBlockBytes(int block_size) const override { return cpu_->KvBlockBytes(block_size); }
+  int64_t KvMemoryBudgetBytes(double fraction) const override { return cpu_->KvMemoryBudgetBytes(fraction); }
+  Status InitKvCache(int block_size, int num_blocks) override { return cpu_->InitKvCache(block_size, num_blocks); }
+  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
+    ++logits_steps;
+    return cpu_->ForwardBatch(seqs, logits);
+  }
+  Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) override {
+    ++argmax_steps;
+    return ModelBackend::ForwardBatchArgmax(seqs, tokens);  // the default: counts a logits step too
+  }
+  std::atomic<int> logits_steps{0}, argmax_steps{0};
+
+ private:
+  std::unique_ptr<CpuBackend> cpu_;
+};
+
+TEST_F(EngineTest, GreedyStepsTakeTheBackendsArgmaxWithTheSameTokens) {
+  auto run = [&](bool backend_argmax, const GenerationRequest& r, int* argmax_steps, int* logits_steps) {
+    CountingBackend backend(model_);
+    EngineOptions o;
+    o.context_length = 256;
+    o.backend_argmax = backend_argmax;
+    Collected c;
+    {
+      Engine engine(&backend, tokenizer_, o);
+      auto s = engine.Submit(r);
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      if (s.ok()) c = Drain(**s);
+    }
+    *argmax_steps = backend.argmax_steps;
+    *logits_steps = backend.logits_steps;
+    return c;
+  };
+  GenerationRequest greedy = Greedy("What is the capital of France?", 12);
+  greedy.ignore_eos = true;  // exactly 12 tokens
+  int argmax = 0, logits = 0;
+  const Collected on = run(true, greedy, &argmax, &logits);
+  EXPECT_EQ(argmax, 12);  // the prompt's step samples the first token; 11 decode steps follow
+  EXPECT_EQ(logits, 12);  // the default ForwardBatchArgmax runs ForwardBatch underneath
+  const Collected off = run(false, greedy, &argmax, &logits);
+  EXPECT_EQ(argmax, 0);
+  EXPECT_EQ(on.tokens, off.tokens);
+  EXPECT_EQ(on.text, off.text);
+  EXPECT_EQ(on.finish, off.finish);
+  ASSERT_EQ(on.tokens.size(), 12u);
+
+  // What needs the logits on the host never takes it: a temperature, penalties, logprobs.
+  GenerationRequest sampled = greedy;
+  sampled.sampling.temperature = 0.7f;
+  sampled.sampling.seed = 3;
+  GenerationRequest penalized = greedy;
+  penalized.sampling.repetition_penalty = 1.3f;
+  GenerationRequest with_logprobs = greedy;
+  with_logprobs.sampling.logprobs = 2;
+  for (const GenerationRequest* r : {&sampled, &penalized, &with_logprobs}) {
+    run(true, *r, &argmax, &logits);
+    EXPECT_EQ(argmax, 0);
+    EXPECT_GT(logits, 0);
+  }
 }
 
 TEST_F(EngineTest, MaxTokensEndsWithLength) {
