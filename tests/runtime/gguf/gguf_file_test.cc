@@ -388,14 +388,21 @@ TEST(GgufFileTest, RejectsDuplicateAndOverlappingTensors) {
 
 class GgufOpenTest : public ::testing::TestWithParam<GgufLoad> {};
 
+// A new file under /tmp holding `bytes`; its path, or "" when it cannot be written.
+std::string WriteTempFile(const std::vector<uint8_t>& bytes) {
+  char path[] = "/tmp/kinfer_gguf_testXXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "";
+  const bool ok = write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  close(fd);
+  return ok ? std::string(path) : "";
+}
+
 TEST_P(GgufOpenTest, OpensAFileAndReportsMissingOnes) {
   const GgufLoad load = GetParam();
   const std::vector<uint8_t> bytes = RichFile();
-  char path[] = "/tmp/kinfer_gguf_testXXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
-  close(fd);
+  const std::string path = WriteTempFile(bytes);
+  ASSERT_FALSE(path.empty());
   {
     auto f = GgufFile::Open(path, load);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
@@ -411,7 +418,7 @@ TEST_P(GgufOpenTest, OpensAFileAndReportsMissingOnes) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data) % (*f)->alignment(), 0u);
     if (load == GgufLoad::kMemory) {
       // A private copy: rewriting the file afterwards changes nothing that was read.
-      const int wfd = ::open(path, O_WRONLY);
+      const int wfd = ::open(path.c_str(), O_WRONLY);
       ASSERT_GE(wfd, 0);
       const std::vector<uint8_t> zeros(bytes.size(), 0);
       ASSERT_EQ(pwrite(wfd, zeros.data(), zeros.size(), 0), static_cast<ssize_t>(zeros.size()));
@@ -421,13 +428,13 @@ TEST_P(GgufOpenTest, OpensAFileAndReportsMissingOnes) {
     }
   }
   // A corrupt file on disk: the error names the path.
-  ASSERT_EQ(truncate(path, 30), 0);
+  ASSERT_EQ(truncate(path.c_str(), 30), 0);
   auto bad = GgufFile::Open(path, load);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr(path));
-  ASSERT_EQ(truncate(path, 0), 0);
+  ASSERT_EQ(truncate(path.c_str(), 0), 0);
   EXPECT_EQ(GgufFile::Open(path, load).status().code(), StatusCode::kDataLoss);
-  unlink(path);
+  unlink(path.c_str());
 
   EXPECT_EQ(GgufFile::Open("/nonexistent/model.gguf", load).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(GgufFile::Open("/tmp", load).status().code(), StatusCode::kInvalidArgument);
@@ -436,11 +443,8 @@ TEST_P(GgufOpenTest, OpensAFileAndReportsMissingOnes) {
 TEST_P(GgufOpenTest, PrepareRewritesTensorsInMemoryOnlyAndRecordsTheirLayout) {
   const GgufLoad load = GetParam();
   const std::vector<uint8_t> bytes = RichFile();
-  char path[] = "/tmp/kinfer_gguf_testXXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
-  close(fd);
+  const std::string path = WriteTempFile(bytes);
+  ASSERT_FALSE(path.empty());
   auto in_memory = Parse(bytes);
   ASSERT_TRUE(in_memory.ok());
   std::vector<std::string> seen;
@@ -452,7 +456,7 @@ TEST_P(GgufOpenTest, PrepareRewritesTensorsInMemoryOnlyAndRecordsTheirLayout) {
     return 7;
   };
   auto f = GgufFile::Open(path, load, prepare);
-  unlink(path);
+  unlink(path.c_str());
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   const GgufTensorInfo* t = (*f)->FindTensor("q8_0");
   const GgufTensorInfo* want = (*in_memory)->FindTensor("q8_0");
