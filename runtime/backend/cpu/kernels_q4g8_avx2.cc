@@ -12,7 +12,10 @@
 //
 // Numerics: each block's integer dot is exact and scaled in fp32 by d_w * d_x as in ggml; lane b
 // accumulates blocks b, b + 8, ... and the lanes are summed at the end, so the fp32 summation
-// order differs from ggml's block after block (as the GEMM's does).
+// order differs from ggml's block after block (as the GEMM's does). Every multiply-add is an
+// explicit intrinsic (the file is built with -ffp-contract=off too): a token's result must not
+// depend on how many tokens share the call (batch invariance, matmul.h), and a compiler free to
+// contract a*b + c differently in each instantiation broke exactly that.
 #include <immintrin.h>
 
 #include <cstring>
@@ -85,14 +88,14 @@ inline void Group(const uint8_t* grp, const GroupedView* x, int64_t g, __m256* a
       dot = _mm256_sub_epi32(dot, _mm256_slli_epi32(isum, 3));
     }
     const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(a.d + g * 8));
-    __m256 part;
     if constexpr (K == QKind::kQ4_1) {
       const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 144)));
-      part = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_mul_ps(mw, _mm256_loadu_ps(a.s + g * 8)));
+      const __m256 part =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_mul_ps(mw, _mm256_loadu_ps(a.s + g * 8)));
+      acc[t] = _mm256_add_ps(acc[t], part);  // one add on the loop-carried chain
     } else {
-      part = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), scale);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[t]);
     }
-    acc[t] = _mm256_add_ps(acc[t], part);  // one add on the loop-carried chain
   }
 }
 
@@ -126,12 +129,13 @@ inline void Tail(const uint8_t* blk, int n, const GroupedView* x, int64_t first_
         dot = _mm256_sub_epi32(dot, _mm256_setr_epi32(8 * a.isum[i0], 0, 0, 0, pair ? 8 * a.isum[i0 + 1] : 0, 0, 0, 0));
       }
       const float c0 = d0 * a.d[i0], c1 = pair ? d1 * a.d[i0 + 1] : 0.0f;
-      __m256 part = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_setr_m128(_mm_set1_ps(c0), _mm_set1_ps(c1)));
+      const __m256 scales = _mm256_setr_m128(_mm_set1_ps(c0), _mm_set1_ps(c1));
+      __m256 mins = _mm256_setzero_ps();
       if constexpr (K == QKind::kQ4_1) {
         const float m0 = _cvtsh_ss(h[1]) * a.s[i0], m1 = pair ? _cvtsh_ss(h[3]) * a.s[i0 + 1] : 0.0f;
-        part = _mm256_add_ps(part, _mm256_setr_ps(m0, 0, 0, 0, m1, 0, 0, 0));
+        mins = _mm256_setr_ps(m0, 0, 0, 0, m1, 0, 0, 0);
       }
-      acc[t] = _mm256_add_ps(acc[t], part);
+      acc[t] = _mm256_add_ps(acc[t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, mins));
     }
   }
 }

@@ -227,6 +227,34 @@ TEST_P(MatMulTest, InPoolBackToBackCallsAgree) {
   Check(67, cols, 5, 3, true);
 }
 
+// Batch invariance (matmul.h): with the GEMM off, a token's row of y is bit for bit the same
+// whether it is computed alone or beside others (the engine's default relies on it).
+TEST_P(MatMulTest, WithoutTheGemmATokensResultDoesNotDependOnItsNeighbours) {
+  const GgmlType type = GetParam().type;
+  const bool gemm_was = MatMulGemmEnabled();
+  SetMatMulGemmEnabled(false);
+  for (int64_t cols : ColsToTest()) {
+    const int64_t rows = 37, ntok = 7;
+    std::mt19937 rng(static_cast<uint32_t>(cols));
+    std::vector<uint8_t> wdata = RandomWeights(type, rows, cols, rng);
+    if (GetParam().layout == WeightLayout::kQ4Grouped8) RegroupQ4(type, wdata.data(), rows, cols);
+    const WeightMatrix w{type, wdata.data(), rows, cols, GetParam().layout};
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(ntok * cols);
+    for (auto& v : x) v = dist(rng);
+    ThreadPool pool(2);
+    std::vector<float> together(ntok * rows), alone(rows);
+    MatMul(w, x.data(), ntok, together.data(), pool);
+    for (int64_t t = 0; t < ntok; ++t) {
+      MatMul(w, x.data() + t * cols, 1, alone.data(), pool);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(together[t * rows + r], alone[r]) << "cols " << cols << " token " << t << " row " << r;
+      }
+    }
+  }
+  SetMatMulGemmEnabled(gemm_was);
+}
+
 std::vector<Case> AllCases() {
   std::vector<Case> v;
   for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
