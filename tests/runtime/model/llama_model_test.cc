@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/backend/cpu/weight_layout.h"
 #include "runtime/gguf/gguf_file.h"
 #include "tests/runtime/test_model_path.h"
 
@@ -115,6 +116,51 @@ TEST_F(LlamaModelTest, RejectsBadInputWithoutTouchingTheCache) {
   std::vector<int32_t> too_long(9, 5);
   EXPECT_EQ(model_->Forward(too_long, cache.get(), false, &logits).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(cache->size(), 0);
+}
+
+// The weights as kinfer-runtime holds them on the CPU (in memory, Q4 regrouped where this CPU
+// prefers it) compute what the mapped file's do. With the GEMM the two layouts feed the same
+// panels: identical logits. Without it (the batching engine's default) the regrouped kernel sums
+// a row's blocks in the GEMM's order, not the file-layout kernel's, and 8-bit activations
+// amplify that as between the GEMM and the matrix-vector path (LlamaModelBatchTest): within ~3
+// logits over the vocabulary, the same argmax unless the top two are within 0.5. Where the CPU
+// regroups, the regrouped model without the GEMM gives the GEMM's logits exactly.
+TEST_F(LlamaModelTest, RegroupedWeightsComputeWhatTheFilesDo) {
+  auto f = GgufFile::Open(testing::ModelPath(), GgufLoad::kMemory, PrepareTensorForCpu);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto m = LlamaModel::Load(std::shared_ptr<const GgufFile>(std::move(f).value()), 2);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const bool gemm_was = MatMulGemmEnabled();
+  std::vector<float> gemm_logits;
+  for (bool gemm : {true, false}) {
+    SetMatMulGemmEnabled(gemm);
+    std::vector<float> want, got;
+    auto c1 = model_->NewKvCache(64);
+    auto c2 = (*m)->NewKvCache(64);
+    ASSERT_TRUE(model_->Forward(kTokens, c1.get(), true, &want).ok());
+    ASSERT_TRUE((*m)->Forward(kTokens, c2.get(), true, &got).ok());
+    ASSERT_EQ(want.size(), got.size());
+    if (gemm) {
+      EXPECT_EQ(want, got);
+      gemm_logits = got;
+      continue;
+    }
+    if (PreferQ4Grouped8()) EXPECT_EQ(got, gemm_logits);
+    const int nv = model_->hparams().n_vocab;
+    for (size_t t = 0; t < kTokens.size(); ++t) {
+      const float* a = want.data() + t * nv;
+      const float* b = got.data() + t * nv;
+      float max_diff = 0;
+      for (int v = 0; v < nv; ++v) max_diff = std::max(max_diff, std::fabs(a[v] - b[v]));
+      EXPECT_LT(max_diff, 3.0f) << "position " << t;
+      std::vector<float> sorted(a, a + nv);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (sorted[0] - sorted[1] >= 0.5f) {
+        EXPECT_EQ(std::max_element(a, a + nv) - a, std::max_element(b, b + nv) - b) << "position " << t;
+      }
+    }
+  }
+  SetMatMulGemmEnabled(gemm_was);
 }
 
 TEST(LlamaModelLoadTest, RejectsANonLlamaOrIncompleteFile) {

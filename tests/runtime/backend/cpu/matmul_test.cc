@@ -251,6 +251,17 @@ TEST_P(MatMulTest, WithoutTheGemmATokensResultDoesNotDependOnItsNeighbours) {
         ASSERT_EQ(together[t * rows + r], alone[r]) << "cols " << cols << " token " << t << " row " << r;
       }
     }
+    if (GetParam().layout == WeightLayout::kQ4Grouped8 && GetParam().isa != CpuIsa::kScalar) {
+      // The grouped kernel follows the GEMM's fp32 order: the same products, bit for bit.
+      std::vector<float> x9(9 * cols);
+      for (auto& v : x9) v = dist(rng);
+      std::vector<float> by_gemm(9 * rows), by_matvec(9 * rows);
+      SetMatMulGemmEnabled(true);
+      MatMul(w, x9.data(), 9, by_gemm.data(), pool);
+      SetMatMulGemmEnabled(false);
+      MatMul(w, x9.data(), 9, by_matvec.data(), pool);
+      ASSERT_EQ(by_gemm, by_matvec) << "cols " << cols;
+    }
   }
   SetMatMulGemmEnabled(gemm_was);
 }
