@@ -42,7 +42,6 @@ constexpr int kBlockBytes = K == QKind::kQ4_1 ? 20 : 18;
 // 16..31 (zeros after block n).
 struct GroupedView {
   Q8Row q;
-  int n = 0;  // blocks past the last full group
   alignas(32) int8_t lo[32];
   alignas(32) int8_t hi[32];
 };
@@ -51,12 +50,12 @@ GroupedView MakeGroupedView(const void* act, int64_t cols) {
   GroupedView v;
   v.q = ViewQ8(act, cols);
   const int64_t nb = cols / 32;
-  v.n = static_cast<int>(nb % 8);
-  if (v.n == 0 || v.n > 2) return v;  // 3..7 blocks are read as a padded group instead
+  const int n = static_cast<int>(nb % 8);  // blocks past the last full group
+  if (n == 0 || n > 2) return v;            // 3..7 blocks are read as a padded group instead
   std::memset(v.lo, 0, sizeof(v.lo));
   std::memset(v.hi, 0, sizeof(v.hi));
   const int8_t* steps = v.q.qs + (nb / 8) * 256;
-  for (int b = 0; b < v.n; ++b) {
+  for (int b = 0; b < n; ++b) {
     for (int k = 0; k < 4; ++k) {
       std::memcpy(v.lo + 16 * b + 4 * k, steps + k * 32 + 4 * b, 4);
       std::memcpy(v.hi + 16 * b + 4 * k, steps + (k + 4) * 32 + 4 * b, 4);

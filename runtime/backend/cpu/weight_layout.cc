@@ -19,32 +19,29 @@ Q4Shape ShapeOf(GgmlType type) {
   return type == GgmlType::kQ4_1 ? Q4Shape{20, 2} : Q4Shape{18, 1};
 }
 
-// One group of n blocks between the two layouts; `to_grouped` picks the direction.
-void ConvertGroup(const Q4Shape& s, uint8_t* group, int n, bool to_grouped) {
+// One group of 8 blocks between the two layouts; `to_grouped` picks the direction.
+void ConvertGroup(const Q4Shape& s, uint8_t* group, bool to_grouped) {
   uint8_t tmp[8 * 20];
-  const size_t bytes = static_cast<size_t>(n) * s.block_bytes;
-  std::memcpy(tmp, group, bytes);
-  const uint8_t* src = tmp;
-  uint8_t* dst = group;
+  std::memcpy(tmp, group, 8 * static_cast<size_t>(s.block_bytes));
   const int qs_off = 2 * s.scales;
-  for (int b = 0; b < n; ++b) {
+  for (int b = 0; b < 8; ++b) {
     const int gguf_block = b * s.block_bytes;
     for (int k = 0; k < 4; ++k) {
-      const int grouped = k * 4 * n + b * 4;
+      const int grouped = k * 32 + b * 4;
       const int gguf = gguf_block + qs_off + 4 * k;
       if (to_grouped) {
-        std::memcpy(dst + grouped, src + gguf, 4);
+        std::memcpy(group + grouped, tmp + gguf, 4);
       } else {
-        std::memcpy(dst + gguf, src + grouped, 4);
+        std::memcpy(group + gguf, tmp + grouped, 4);
       }
     }
     for (int j = 0; j < s.scales; ++j) {
-      const int grouped = 16 * n + j * 2 * n + b * 2;
+      const int grouped = 128 + j * 16 + b * 2;
       const int gguf = gguf_block + 2 * j;
       if (to_grouped) {
-        std::memcpy(dst + grouped, src + gguf, 2);
+        std::memcpy(group + grouped, tmp + gguf, 2);
       } else {
-        std::memcpy(dst + gguf, src + grouped, 2);
+        std::memcpy(group + gguf, tmp + grouped, 2);
       }
     }
   }
@@ -56,7 +53,7 @@ void ConvertRows(GgmlType type, uint8_t* data, int64_t rows, int64_t cols, bool 
   const size_t row_bytes = static_cast<size_t>(nb) * s.block_bytes;
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = data + r * row_bytes;
-    for (int64_t g = 0; g < nb / 8; ++g) ConvertGroup(s, row + g * 8 * s.block_bytes, 8, to_grouped);
+    for (int64_t g = 0; g < nb / 8; ++g) ConvertGroup(s, row + g * 8 * s.block_bytes, to_grouped);
   }
 }
 
