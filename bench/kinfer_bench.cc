@@ -1,7 +1,8 @@
 // kinfer-forward-bench: single-stream speed of the runtime library on one GGUF model.
 //
 //   kinfer-forward-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
-//                [--load memory|mmap] [--regroup 1|0] [--json OUT]
+//                [--load memory|mmap] [--regroup 1|0] [--one-token-step 1|0]
+//                [--json OUT]
 //
 // Measures, best of --repeats after a warm-up:
 //   prefill tokens/s : one Forward() over a --prefill-token prompt into an empty KV cache
@@ -11,6 +12,8 @@
 // --load: how the weights are held (GgufLoad; kinfer-runtime's --load, default memory).
 // --regroup 0: in memory, keep the GGUF layout instead of the CPU kernels' (weight_layout.h), to
 // measure what the regrouping buys.
+// --one-token-step 0: decode steps through the general path (a pool job per product) instead of
+// the one-job step (LlamaModel::set_one_token_step), to measure what that buys.
 // Prints one JSON object (and writes it to --json).
 #include <algorithm>
 #include <chrono>
@@ -45,14 +48,15 @@ int Argmax(const std::vector<float>& v) {
 void Usage() {
   std::fprintf(stderr,
                "usage: kinfer-forward-bench --model PATH [--threads N] [--prefill N] [--decode N] "
-               "[--repeats N] [--load memory|mmap] [--regroup 1|0] [--json OUT]\n");
+               "[--repeats N] [--load memory|mmap] [--regroup 1|0] [--one-token-step 1|0] "
+               "[--json OUT]\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, json_out, load = "memory";
-  int threads = 2, prefill = 512, decode = 128, repeats = 3, regroup = 1;
+  int threads = 2, prefill = 512, decode = 128, repeats = 3, regroup = 1, one_token_step = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_out = next();
     else if (a == "--load") load = next();
     else if (a == "--regroup") regroup = std::atoi(next().c_str());
+    else if (a == "--one-token-step") one_token_step = std::atoi(next().c_str());
     else {
       Usage();
       return 2;
@@ -95,11 +100,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   kinfer::LlamaModel& model = **model_or;
+  model.set_one_token_step(one_token_step != 0);
   const int vocab = model.hparams().n_vocab;
 
   // Token ids do not change the cost of a forward pass; a fixed pseudo-random prompt keeps the
   // benchmark independent of the tokenizer.
-  std::vector<int32_t> prompt(prefill);
+  const int short_prompt = 16;  // the decode runs' prompt: the first 16 of these tokens
+  std::vector<int32_t> prompt(std::max(prefill, short_prompt));
   uint32_t s = 12345;
   for (int32_t& t : prompt) {
     s = s * 1664525u + 1013904223u;
@@ -111,7 +118,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r <= repeats; ++r) {  // r == 0 is the warm-up
     auto cache = model.NewKvCache(prefill + 8);
     auto t0 = Clock::now();
-    kinfer::Status st = model.Forward(prompt, cache.get(), false, &logits);
+    kinfer::Status st = model.Forward(std::span<const int32_t>(prompt.data(), prefill),
+                                      cache.get(), false, &logits);
     auto t1 = Clock::now();
     if (!st.ok()) {
       std::fprintf(stderr, "kinfer-forward-bench: prefill: %s\n", st.ToString().c_str());
@@ -121,7 +129,6 @@ int main(int argc, char** argv) {
   }
 
   double best_decode = 1e30;
-  const int short_prompt = 16;
   for (int r = 0; r <= repeats; ++r) {
     auto cache = model.NewKvCache(short_prompt + decode + 8);
     kinfer::Status st = model.Forward(std::span<const int32_t>(prompt.data(), short_prompt),
@@ -156,6 +163,7 @@ int main(int argc, char** argv) {
       {"threads", threads},
       {"load", load},
       {"regroup", regroup != 0},
+      {"one_token_step", one_token_step != 0},
       {"prefill_tokens", prefill},
       {"prefill_tok_s", prefill / best_prefill},
       {"decode_tokens", decode},

@@ -1,6 +1,7 @@
 #include "runtime/model/llama_model.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -119,6 +120,13 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const Ggu
   m->gate_.resize(B * ff);
   m->up_.resize(B * ff);
   m->ffn_out_.resize(B * std::max(d, dq));
+  m->rope_cos_.resize(hp.rope_dim / 2);
+  m->rope_sin_.resize(hp.rope_dim / 2);
+  m->worker_vectors_.resize(m->pool_.size());
+  for (WorkerVectors& w : m->worker_vectors_) {
+    w.x.resize(d);
+    w.xn.resize(d);
+  }
   return m;
 }
 
@@ -234,7 +242,100 @@ Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCach
   return Status::Ok();
 }
 
+// Rows [SplitRows(rows, i, nth), SplitRows(rows, i + 1, nth)) are worker i's, in multiples of
+// 4 (MatMulInPool's unit for the matrix-vector kernels; a row's result does not depend on it).
+static int64_t SplitRows(int64_t rows, int i, int nth) {
+  return std::min(rows, (rows + 3) / 4 * i / nth * 4);
+}
+
+void LlamaModel::RunOneToken(const Segment& sg, const KvLayout& kv, float* logits_out) {
+  const int d = hp_.n_embd;
+  const int dkv = hp_.n_embd_kv();
+  const int dq = hp_.n_head * hp_.head_dim;
+  const int ff = hp_.n_ff;
+  const int nth = pool_.size();
+  tok_seg_.assign(1, 0);
+  tok_local_.assign(1, 0);
+  const size_t embd_row = RowBytesOf(tok_embd_.type, d);
+  DequantizeRow(tok_embd_.type, static_cast<const uint8_t*>(tok_embd_.data) + embd_row * sg.tokens[0],
+                x_.data(), d);
+  const int pos = sg.pos0;
+  RopeAngles(pos, hp_.rope_dim, hp_.rope_freq_base, hp_.rope_freq_scale, rope_cos_.data(),
+             rope_sin_.data());
+  ReserveScores(pos + 1);
+  const int block = sg.blocks[pos / kv.block_size];
+  const int slot = pos % kv.block_size;
+  const int64_t qkv_rows = static_cast<int64_t>(dq) + 2 * dkv;
+  const int64_t emit = sg.logits_from < 1 && logits_out != nullptr ? output_.rows : 0;
+
+  pool_.Run([&](int ith, int /*nth: the same*/) {
+    WorkerVectors& w = worker_vectors_[ith];
+    float* x = w.x.data();
+    float* xn = w.xn.data();
+    std::copy_n(x_.data(), d, x);
+    // This worker's share of the fused Q|K|V rows, and of the others.
+    const int64_t R0 = SplitRows(qkv_rows, ith, nth), R1 = SplitRows(qkv_rows, ith + 1, nth);
+    auto part = [&](int64_t off, int64_t rows, int64_t* r0, int64_t* r1) {
+      *r0 = std::clamp(R0 - off, int64_t{0}, rows);
+      *r1 = std::clamp(R1 - off, int64_t{0}, rows);
+    };
+    int64_t q0, q1, k0, k1, v0, v1;
+    part(0, dq, &q0, &q1);
+    part(dq, dkv, &k0, &k1);
+    part(dq + dkv, dkv, &v0, &v1);
+    const int64_t o0 = SplitRows(d, ith, nth), o1 = SplitRows(d, ith + 1, nth);
+    const int64_t f0 = SplitRows(ff, ith, nth), f1 = SplitRows(ff, ith + 1, nth);
+
+    for (int l = 0; l < hp_.n_layer; ++l) {
+      const Layer& L = layers_[l];
+      // Every worker keeps its own copy of the residual stream and computes the norms and the
+      // activations' quantization itself: a few hundred floats, cheaper than a barrier.
+      RmsNorm(x, L.attn_norm.data(), 1, d, hp_.rms_eps, xn);
+      const void* in = PrepareMatVecInput(L.wq, xn, &w.act);
+      MatVecRows(L.wq, in, q_.data(), q0, q1);
+      if (!SameMatVecInput(L.wq, L.wk)) in = PrepareMatVecInput(L.wk, xn, &w.act);
+      MatVecRows(L.wk, in, k_.data(), k0, k1);
+      if (!SameMatVecInput(L.wk, L.wv)) in = PrepareMatVecInput(L.wv, xn, &w.act);
+      MatVecRows(L.wv, in, v_.data(), v0, v1);
+      // RoPE and the cache writes of my rows (row boundaries are even: pairs stay together).
+      RopeNormalRange(q_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
+                      q0, q1);
+      RopeNormalRange(k_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
+                      k0, k1);
+      F32ToF16(k_.data() + k0, kv.KRow(l, block, slot) + k0, k1 - k0);
+      F32ToF16(v_.data() + v0, kv.VRow(l, block, slot) + v0, v1 - v0);
+      pool_.Barrier();
+      for (int h = ith; h < hp_.n_head; h += nth) AttendHead(l, 0, h, sg, kv, ith);
+      pool_.Barrier();
+      in = PrepareMatVecInput(L.wo, attn_.data(), &w.act);
+      MatVecRows(L.wo, in, ffn_out_.data(), o0, o1);
+      pool_.Barrier();
+      AddInPlace(x, ffn_out_.data(), d);
+      RmsNorm(x, L.ffn_norm.data(), 1, d, hp_.rms_eps, xn);
+      // Gate and up over the same rows, so that SwiGLU of my rows needs nobody else's.
+      in = PrepareMatVecInput(L.w_gate, xn, &w.act);
+      MatVecRows(L.w_gate, in, gate_.data(), f0, f1);
+      if (!SameMatVecInput(L.w_gate, L.w_up)) in = PrepareMatVecInput(L.w_up, xn, &w.act);
+      MatVecRows(L.w_up, in, up_.data(), f0, f1);
+      SwiGlu(gate_.data() + f0, up_.data() + f0, f1 - f0);
+      pool_.Barrier();
+      in = PrepareMatVecInput(L.w_down, gate_.data(), &w.act);
+      MatVecRows(L.w_down, in, ffn_out_.data(), o0, o1);
+      pool_.Barrier();
+      AddInPlace(x, ffn_out_.data(), d);
+    }
+    if (emit == 0) return;
+    RmsNorm(x, output_norm_.data(), 1, d, hp_.rms_eps, xn);
+    const void* in = PrepareMatVecInput(output_, xn, &w.act);
+    MatVecRows(output_, in, logits_out, SplitRows(emit, ith, nth), SplitRows(emit, ith + 1, nth));
+  });
+}
+
 void LlamaModel::RunSegments(std::span<const Segment> segs, const KvLayout& kv, float* logits_out) {
+  if (segs.size() == 1 && segs[0].n == 1 && one_token_step_) {
+    RunOneToken(segs[0], kv, logits_out);
+    return;
+  }
   const int d = hp_.n_embd;
   const int dkv = hp_.n_embd_kv();
   const int dq = hp_.n_head * hp_.head_dim;
@@ -319,67 +420,72 @@ void LlamaModel::RunSegments(std::span<const Segment> segs, const KvLayout& kv, 
   MatMul(output_, xn_.data(), rows, logits_out, pool_);
 }
 
-void LlamaModel::Attention(int layer, std::span<const Segment> segs, const KvLayout& kv) {
+void LlamaModel::ReserveScores(int max_pos) {
+  const size_t need = static_cast<size_t>(pool_.size()) * (max_pos + 2 * hp_.head_dim);
+  if (scores_.size() < need) scores_.resize(need);
+}
+
+void LlamaModel::AttendHead(int layer, int g, int h, const Segment& sg, const KvLayout& kv,
+                            int ith) {
   const int hd = hp_.head_dim;
-  const int n_head = hp_.n_head;
-  const int gqa = hp_.n_gqa();
-  const int dq = n_head * hd;
-  const int n = static_cast<int>(tok_seg_.size());
+  const int dq = hp_.n_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t per_thread = scores_.size() / pool_.size();
+  const int max_pos = static_cast<int>(per_thread) - 2 * hd;
+  float* sc = scores_.data() + per_thread * ith;
+  float* qr = sc + max_pos;  // the query rounded to FP16 precision, as llama.cpp does
+  ggml_fp16_t* q16 = reinterpret_cast<ggml_fp16_t*>(qr + hd);
+  const int bs = kv.block_size;
+  const int kv_off = (h / hp_.n_gqa()) * hd;
+  const float* q = &q_[static_cast<size_t>(g) * dq + h * hd];
+  F32ToF16(q, q16, hd);
+  F16ToF32(q16, qr, hd);
+  const int npos = sg.pos0 + tok_local_[g] + 1;
+  // Scores block by block: rows are contiguous within a block (a KvCache is one block).
+  for (int j0 = 0; j0 < npos; j0 += bs) {
+    DotF16F32Rows(kv.KRow(layer, sg.blocks[j0 / bs], 0) + kv_off, kv.n_embd_kv,
+                  std::min(bs, npos - j0), qr, hd, sc + j0);
+  }
+  float max_s = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < npos; ++j) {
+    sc[j] *= scale;
+    max_s = std::max(max_s, sc[j]);
+  }
+  double sum = 0.0;
+  for (int j = 0; j < npos; ++j) {
+    const float e = std::exp(sc[j] - max_s);
+    sc[j] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int j = 0; j < npos; ++j) sc[j] *= inv;
+  // llama.cpp's batch path multiplies FP16 V by the probabilities rounded to FP16, its
+  // single-token path keeps them in FP32 (measured against its outputs; see
+  // docs/architecture.md). Prompt chunks take the first, decode steps the second.
+  const bool round_probs = sg.pos0 + tok_local_[g] < sg.round_below;
+  for (int j = 0; round_probs && j < npos; j += hd) {
+    const int m = std::min(hd, npos - j);
+    F32ToF16(sc + j, q16, m);
+    F16ToF32(q16, sc + j, m);
+  }
+  float* out = &attn_[static_cast<size_t>(g) * dq + h * hd];
+  std::fill(out, out + hd, 0.0f);
+  for (int j0 = 0; j0 < npos; j0 += bs) {
+    AxpyF16Rows(sc + j0, kv.VRow(layer, sg.blocks[j0 / bs], 0) + kv_off, kv.n_embd_kv,
+                std::min(bs, npos - j0), out, hd);
+  }
+}
+
+void LlamaModel::Attention(int layer, std::span<const Segment> segs, const KvLayout& kv) {
+  const int n_head = hp_.n_head;
+  const int n = static_cast<int>(tok_seg_.size());
   int max_pos = 0;
   for (const Segment& sg : segs) max_pos = std::max(max_pos, sg.pos0 + sg.n);
-  const int nth = pool_.size();
-  if (scores_.size() < static_cast<size_t>(nth) * (max_pos + 2 * hd)) {
-    scores_.resize(static_cast<size_t>(nth) * (max_pos + 2 * hd));
-  }
-  const size_t per_thread = scores_.size() / nth;
-  const int bs = kv.block_size;
+  ReserveScores(max_pos);
   pool_.Run([&](int ith, int nthreads) {
-    float* sc = scores_.data() + per_thread * ith;
-    float* qr = sc + max_pos;  // the query rounded to FP16 precision, as llama.cpp does
-    ggml_fp16_t* q16 = reinterpret_cast<ggml_fp16_t*>(qr + hd);
     for (int idx = ith; idx < n * n_head; idx += nthreads) {
       const int g = idx / n_head;
-      const int h = idx % n_head;
-      const Segment& sg = segs[tok_seg_[g]];
-      const int kv_off = (h / gqa) * hd;
-      const float* q = &q_[static_cast<size_t>(g) * dq + h * hd];
-      F32ToF16(q, q16, hd);
-      F16ToF32(q16, qr, hd);
-      const int npos = sg.pos0 + tok_local_[g] + 1;
-      // Scores block by block: rows are contiguous within a block (a KvCache is one block).
-      for (int j0 = 0; j0 < npos; j0 += bs) {
-        DotF16F32Rows(kv.KRow(layer, sg.blocks[j0 / bs], 0) + kv_off, kv.n_embd_kv,
-                      std::min(bs, npos - j0), qr, hd, sc + j0);
-      }
-      float max_s = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < npos; ++j) {
-        sc[j] *= scale;
-        max_s = std::max(max_s, sc[j]);
-      }
-      double sum = 0.0;
-      for (int j = 0; j < npos; ++j) {
-        const float e = std::exp(sc[j] - max_s);
-        sc[j] = e;
-        sum += e;
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int j = 0; j < npos; ++j) sc[j] *= inv;
-      // llama.cpp's batch path multiplies FP16 V by the probabilities rounded to FP16, its
-      // single-token path keeps them in FP32 (measured against its outputs; see
-      // docs/architecture.md). Prompt chunks take the first, decode steps the second.
-      const bool round_probs = sg.pos0 + tok_local_[g] < sg.round_below;
-      for (int j = 0; round_probs && j < npos; j += hd) {
-        const int m = std::min(hd, npos - j);
-        F32ToF16(sc + j, q16, m);
-        F16ToF32(q16, sc + j, m);
-      }
-      float* out = &attn_[static_cast<size_t>(g) * dq + h * hd];
-      std::fill(out, out + hd, 0.0f);
-      for (int j0 = 0; j0 < npos; j0 += bs) {
-        AxpyF16Rows(sc + j0, kv.VRow(layer, sg.blocks[j0 / bs], 0) + kv_off, kv.n_embd_kv,
-                    std::min(bs, npos - j0), out, hd);
-      }
+      AttendHead(layer, g, idx % n_head, segs[tok_seg_[g]], kv, ith);
     }
   });
 }

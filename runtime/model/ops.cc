@@ -16,27 +16,36 @@ void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float
   }
 }
 
+void RopeAngles(int pos, int rope_dim, float freq_base, float freq_scale, float* cos, float* sin) {
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rope_dim));
+  float theta = static_cast<float>(pos) * freq_scale;
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    cos[i] = std::cos(theta);
+    sin[i] = std::sin(theta);
+    theta *= theta_scale;
+  }
+}
+
+void RopeNormalRange(float* row, int head_dim, int rope_dim, const float* cos, const float* sin,
+                     int64_t e0, int64_t e1) {
+  for (int64_t e = e0; e < e1; e += 2) {
+    const int i = static_cast<int>(e % head_dim) / 2;
+    if (i >= rope_dim / 2) continue;
+    const float x0 = row[e];
+    const float x1 = row[e + 1];
+    row[e] = x0 * cos[i] - x1 * sin[i];
+    row[e + 1] = x0 * sin[i] + x1 * cos[i];
+  }
+}
+
 void RopeNormal(float* x, int n, int n_heads, int head_dim, int rope_dim, int pos0,
                 float freq_base, float freq_scale) {
-  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rope_dim));
   std::vector<float> cos_cache(rope_dim / 2), sin_cache(rope_dim / 2);
   for (int t = 0; t < n; ++t) {
-    float theta = static_cast<float>(pos0 + t) * freq_scale;
-    for (int i = 0; i < rope_dim / 2; ++i) {
-      cos_cache[i] = std::cos(theta);
-      sin_cache[i] = std::sin(theta);
-      theta *= theta_scale;
-    }
-    float* row = x + static_cast<int64_t>(t) * n_heads * head_dim;
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = row + h * head_dim;
-      for (int i = 0; i < rope_dim / 2; ++i) {
-        const float x0 = v[2 * i];
-        const float x1 = v[2 * i + 1];
-        v[2 * i] = x0 * cos_cache[i] - x1 * sin_cache[i];
-        v[2 * i + 1] = x0 * sin_cache[i] + x1 * cos_cache[i];
-      }
-    }
+    RopeAngles(pos0 + t, rope_dim, freq_base, freq_scale, cos_cache.data(), sin_cache.data());
+    RopeNormalRange(x + static_cast<int64_t>(t) * n_heads * head_dim, head_dim, rope_dim,
+                    cos_cache.data(), sin_cache.data(), 0,
+                    static_cast<int64_t>(n_heads) * head_dim);
   }
 }
 

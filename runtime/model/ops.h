@@ -17,6 +17,14 @@ void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float
 void RopeNormal(float* x, int n, int n_heads, int head_dim, int rope_dim, int pos0,
                 float freq_base, float freq_scale);
 
+// The same rotation in two steps, for callers that rotate one position's row in pieces:
+// RopeAngles fills cos[i], sin[i] (i < rope_dim / 2) for position pos by that recurrence, and
+// RopeNormalRange rotates elements [e0, e1) of a row of heads of head_dim with them (e0 and e1
+// even). Rotating a row's pieces gives the bits RopeNormal gives for the whole row.
+void RopeAngles(int pos, int rope_dim, float freq_base, float freq_scale, float* cos, float* sin);
+void RopeNormalRange(float* row, int head_dim, int rope_dim, const float* cos, const float* sin,
+                     int64_t e0, int64_t e1);
+
 // gate[i] = silu(gate[i]) * up[i], for n elements.
 void SwiGlu(float* gate, const float* up, int64_t n);
 

@@ -88,20 +88,41 @@ void SetMatMulGemmEnabled(bool enabled) {
 }
 bool MatMulGemmEnabled() { return g_gemm_enabled.load(std::memory_order_relaxed); }
 
-void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y, int ith, int nth,
-                  ThreadPool& pool) {
+namespace {
+
+// How a call's products run: the activation format, its order, the kernel and the row unit of
+// the worker split. One plan for MatMulInPool and the single-token entry points, so that a row
+// computes the same bits through either.
+struct Plan {
+  ActKind kind;
+  bool interleaved;
+  cpu_internal::MatKernelFn fn;
+  int64_t unit;
+};
+
+Plan PlanFor(const WeightMatrix& w, int64_t ntok) {
   assert(MatMulSupports(w.type) && w.cols % BlockElems(w.type) == 0);
-  assert(nth == pool.size());
   const cpu_internal::KernelTable& kt = cpu_internal::Kernels();
   const int type_id = static_cast<int>(w.type);
-  const ActKind kind = cpu_internal::ActKindFor(w.type);
   const bool grouped = w.layout == WeightLayout::kQ4Grouped8;
   assert(!grouped || Q4Groupable(w.type));
   const cpu_internal::MatKernelFn* gemm_fns = grouped ? kt.gemm_q4g8 : kt.gemm;
   const bool gemm = ntok >= kt.gemm_min_tokens && gemm_fns[type_id] != nullptr &&
                     g_gemm_enabled.load(std::memory_order_relaxed);
   // Grouped weights meet the interleaved activation order in every kernel (kernels.h).
-  const bool interleaved = gemm || grouped;
+  return Plan{cpu_internal::ActKindFor(w.type), gemm || grouped,
+              gemm ? gemm_fns[type_id] : (grouped ? kt.matvec_q4g8 : kt.matvec)[type_id],
+              gemm ? kt.gemm_rows : 4};
+}
+
+}  // namespace
+
+void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y, int ith, int nth,
+                  ThreadPool& pool) {
+  assert(nth == pool.size());
+  const cpu_internal::KernelTable& kt = cpu_internal::Kernels();
+  const Plan plan = PlanFor(w, ntok);
+  const ActKind kind = plan.kind;
   const size_t row_bytes = cpu_internal::ActRowBytes(kind, w.cols);
 
   // Phase 1: quantize my token range.
@@ -112,7 +133,7 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
     uint8_t* buf = mine.act[parity].Reserve(std::max<size_t>(1, (t1 - t0) * row_bytes));
     const cpu_internal::QuantizeFn quantize = kt.quantize[static_cast<int>(kind)];
     for (int64_t t = t0; t < t1; ++t)
-      quantize(x + t * w.cols, buf + (t - t0) * row_bytes, w.cols, interleaved);
+      quantize(x + t * w.cols, buf + (t - t0) * row_bytes, w.cols, plan.interleaved);
   }
   pool.Barrier();
 
@@ -130,19 +151,40 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
   }
   const cpu_internal::MatArgs args{
       static_cast<const uint8_t*>(w.data), w.RowBytes(), w.cols, act.data(), y, w.rows};
-  const cpu_internal::MatKernelFn fn =
-      gemm ? gemm_fns[type_id] : (grouped ? kt.matvec_q4g8 : kt.matvec)[type_id];
   // Split rows, in multiples of the kernel's preferred panel; split tokens when rows are few.
-  const int64_t unit = gemm ? kt.gemm_rows : 4;
+  const int64_t unit = plan.unit;
   if (w.rows >= static_cast<int64_t>(nth) * 4 * unit || ntok < nth) {
     const int64_t units = (w.rows + unit - 1) / unit;
     const int64_t r0 = std::min(w.rows, SplitStart(units, ith, nth) * unit);
     const int64_t r1 = std::min(w.rows, SplitStart(units, ith + 1, nth) * unit);
-    if (r0 < r1) fn(args, r0, r1, 0, ntok);
+    if (r0 < r1) plan.fn(args, r0, r1, 0, ntok);
   } else {
     const int64_t t0 = SplitStart(ntok, ith, nth), t1 = SplitStart(ntok, ith + 1, nth);
-    if (t0 < t1) fn(args, 0, w.rows, t0, t1);
+    if (t0 < t1) plan.fn(args, 0, w.rows, t0, t1);
   }
+}
+
+const void* PrepareMatVecInput(const WeightMatrix& w, const float* x, AlignedBuffer* scratch) {
+  const Plan plan = PlanFor(w, 1);
+  if (plan.kind == ActKind::kF32) return x;
+  uint8_t* buf = scratch->Reserve(cpu_internal::ActRowBytes(plan.kind, w.cols));
+  cpu_internal::Kernels().quantize[static_cast<int>(plan.kind)](x, buf, w.cols, plan.interleaved);
+  return buf;
+}
+
+bool SameMatVecInput(const WeightMatrix& a, const WeightMatrix& b) {
+  const Plan pa = PlanFor(a, 1), pb = PlanFor(b, 1);
+  return a.cols == b.cols && pa.kind == pb.kind && pa.interleaved == pb.interleaved;
+}
+
+void MatVecRows(const WeightMatrix& w, const void* input, float* y, int64_t r0, int64_t r1) {
+  assert(0 <= r0 && r0 <= r1 && r1 <= w.rows);
+  if (r0 == r1) return;
+  const Plan plan = PlanFor(w, 1);
+  const void* act[1] = {input};
+  const cpu_internal::MatArgs args{
+      static_cast<const uint8_t*>(w.data), w.RowBytes(), w.cols, act, y, w.rows};
+  plan.fn(args, r0, r1, 0, 1);
 }
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t ntok, float* y, ThreadPool& pool) {

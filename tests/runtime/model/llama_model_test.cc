@@ -86,7 +86,9 @@ TEST_F(LlamaModelTest, IncrementalDecodeMatchesOneBatch) {
     // rounding. The result is the same computation within the noise llama.cpp's own two paths
     // show (up to ~3 logits at worst over the whole vocabulary), and the same argmax unless the
     // top two are within 0.5.
-    if (sorted[0] - sorted[1] >= 0.5f) EXPECT_EQ(top, ref_top) << "position " << i;
+    if (sorted[0] - sorted[1] >= 0.5f) {
+      EXPECT_EQ(top, ref_top) << "position " << i;
+    }
     float max_diff = 0;
     for (int v = 0; v < 49152; ++v) max_diff = std::max(max_diff, std::fabs(step[v] - ref[v]));
     EXPECT_LT(max_diff, 3.0f) << "position " << i;
@@ -145,7 +147,9 @@ TEST_F(LlamaModelTest, RegroupedWeightsComputeWhatTheFilesDo) {
       gemm_logits = got;
       continue;
     }
-    if (PreferQ4Grouped8()) EXPECT_EQ(got, gemm_logits);
+    if (PreferQ4Grouped8()) {
+      EXPECT_EQ(got, gemm_logits);
+    }
     const int nv = model_->hparams().n_vocab;
     for (size_t t = 0; t < kTokens.size(); ++t) {
       const float* a = want.data() + t * nv;
@@ -161,6 +165,44 @@ TEST_F(LlamaModelTest, RegroupedWeightsComputeWhatTheFilesDo) {
     }
   }
   SetMatMulGemmEnabled(gemm_was);
+}
+
+// A decode step of one sequence runs as one pool job (set_one_token_step): each worker its own
+// copy of the residual stream, its own share of the fused Q|K|V rows with their RoPE and cache
+// writes, five barriers a layer. It must compute what the general path computes, bit for bit,
+// keys and values included (later steps read them), whatever the thread count (3 splits the
+// rows and the 9 heads unevenly), the weight layout and the numerics mode.
+TEST_F(LlamaModelTest, OneTokenStepsComputeWhatTheGeneralPathDoes) {
+  std::vector<bool> regroup = {false};
+  if (PreferQ4Grouped8()) regroup.push_back(true);
+  for (bool rg : regroup) {
+    auto f = rg ? GgufFile::Open(testing::ModelPath(), GgufLoad::kMemory, PrepareTensorForCpu)
+                : GgufFile::Open(testing::ModelPath());
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    std::shared_ptr<const GgufFile> file(std::move(f).value());
+    for (int threads : {1, 2, 3}) {
+      auto m = LlamaModel::Load(file, threads);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      for (ForwardMode mode : {ForwardMode::kDecode, ForwardMode::kPrompt}) {
+        SCOPED_TRACE(::testing::Message() << "regrouped " << rg << ", " << threads
+                                        << " threads, mode " << static_cast<int>(mode));
+        auto general = (*m)->NewKvCache(64);
+        auto fused = (*m)->NewKvCache(64);
+        std::vector<float> want, got;
+        const std::span<const int32_t> prompt(kTokens.data(), 8);
+        ASSERT_TRUE((*m)->Forward(prompt, general.get(), false, &want).ok());
+        ASSERT_TRUE((*m)->Forward(prompt, fused.get(), false, &got).ok());
+        for (size_t i = 8; i < kTokens.size(); ++i) {
+          const std::span<const int32_t> tok(&kTokens[i], 1);
+          (*m)->set_one_token_step(false);
+          ASSERT_TRUE((*m)->Forward(tok, general.get(), false, &want, mode).ok());
+          (*m)->set_one_token_step(true);
+          ASSERT_TRUE((*m)->Forward(tok, fused.get(), false, &got, mode).ok());
+          ASSERT_EQ(want, got) << "step at position " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(LlamaModelLoadTest, RejectsANonLlamaOrIncompleteFile) {
