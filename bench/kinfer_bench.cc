@@ -13,7 +13,9 @@
 // --regroup 0: in memory, keep the GGUF layout instead of the CPU kernels' (weight_layout.h), to
 // measure what the regrouping buys.
 // --one-token-step 0: decode steps through the general path (a pool job per product) instead of
-// the one-job step (LlamaModel::set_one_token_step), to measure what that buys.
+// the one-job step (LlamaModel::set_one_token_step), to measure what that buys; `ab` alternates
+// the two step by step in one run and adds each one's median step time (the machine's noise
+// then falls on both alike).
 // Prints one JSON object (and writes it to --json).
 #include <algorithm>
 #include <chrono>
@@ -74,7 +76,10 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_out = next();
     else if (a == "--load") load = next();
     else if (a == "--regroup") regroup = std::atoi(next().c_str());
-    else if (a == "--one-token-step") one_token_step = std::atoi(next().c_str());
+    else if (a == "--one-token-step") {
+      const std::string v = next();
+      one_token_step = v == "ab" ? 2 : std::atoi(v.c_str());
+    }
     else {
       Usage();
       return 2;
@@ -100,7 +105,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   kinfer::LlamaModel& model = **model_or;
-  model.set_one_token_step(one_token_step != 0);
+  model.set_one_token_step(one_token_step == 1);
   const int vocab = model.hparams().n_vocab;
 
   // Token ids do not change the cost of a forward pass; a fixed pseudo-random prompt keeps the
@@ -129,6 +134,7 @@ int main(int argc, char** argv) {
   }
 
   double best_decode = 1e30;
+  std::vector<double> step_s[2];  // per-step seconds ([0] general, [1] one-job under ab)
   for (int r = 0; r <= repeats; ++r) {
     auto cache = model.NewKvCache(short_prompt + decode + 8);
     kinfer::Status st = model.Forward(std::span<const int32_t>(prompt.data(), short_prompt),
@@ -140,8 +146,12 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     for (int i = 0; i < decode; ++i) {
       int32_t tok = Argmax(logits);
+      // --one-token-step ab: odd steps one way, even steps the other (same bits either way).
+      if (one_token_step == 2) model.set_one_token_step(i % 2 == 1);
+      const auto s0 = Clock::now();
       st = model.Forward(std::span<const int32_t>(&tok, 1), cache.get(), false, &logits,
                          kinfer::ForwardMode::kDecode);
+      if (r > 0) step_s[one_token_step == 2 ? i % 2 : 0].push_back(Seconds(s0, Clock::now()));
       if (!st.ok()) {
         std::fprintf(stderr, "kinfer-forward-bench: decode: %s\n", st.ToString().c_str());
         return 1;
@@ -163,7 +173,8 @@ int main(int argc, char** argv) {
       {"threads", threads},
       {"load", load},
       {"regroup", regroup != 0},
-      {"one_token_step", one_token_step != 0},
+      {"one_token_step",
+       one_token_step == 2 ? nlohmann::json("ab") : nlohmann::json(one_token_step == 1)},
       {"prefill_tokens", prefill},
       {"prefill_tok_s", prefill / best_prefill},
       {"decode_tokens", decode},
@@ -173,6 +184,14 @@ int main(int argc, char** argv) {
       {"decode_bound_tok_s", bound},
       {"decode_fraction_of_bound", decode_tok_s / bound},
   };
+  if (one_token_step == 2) {
+    auto median_ms = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      return v[v.size() / 2] * 1e3;
+    };
+    j["ab_median_step_ms_general"] = median_ms(step_s[0]);
+    j["ab_median_step_ms_one_job"] = median_ms(step_s[1]);
+  }
   std::cout << j.dump(2) << std::endl;
   if (!json_out.empty()) std::ofstream(json_out) << j.dump(2) << "\n";
   return 0;

@@ -242,11 +242,22 @@ Status LlamaModel::ForwardBatch(std::span<const SequenceBatch> seqs, PagedKvCach
   return Status::Ok();
 }
 
-// Rows [SplitRows(rows, i, nth), SplitRows(rows, i + 1, nth)) are worker i's, in multiples of
-// 4 (MatMulInPool's unit for the matrix-vector kernels; a row's result does not depend on it).
-static int64_t SplitRows(int64_t rows, int i, int nth) {
-  return std::min(rows, (rows + 3) / 4 * i / nth * 4);
+namespace {
+
+// The one-token step's parallel phases in a layer, each handed out by its own ChunkQueue.
+enum Phase { kQkv, kHeads, kAttnOut, kGateUp, kDown, kPhases };
+
+// Rows per chunk of a matrix-vector phase: about 32 KB of weights (long enough a stream for the
+// prefetchers, short enough to even out two workers), a multiple of 4 rows (MatMulInPool's unit;
+// a row's result does not depend on it) and so even (RoPE pairs stay in one chunk).
+int64_t ChunkRows(const WeightMatrix& w) {
+  const int64_t rows = static_cast<int64_t>(32 << 10) / static_cast<int64_t>(w.RowBytes());
+  return std::max<int64_t>(4, rows / 4 * 4);
 }
+
+int64_t Chunks(int64_t rows, int64_t chunk) { return (rows + chunk - 1) / chunk; }
+
+}  // namespace
 
 void LlamaModel::RunOneToken(const Segment& sg, const KvLayout& kv, float* logits_out) {
   const int d = hp_.n_embd;
@@ -267,67 +278,97 @@ void LlamaModel::RunOneToken(const Segment& sg, const KvLayout& kv, float* logit
   const int slot = pos % kv.block_size;
   const int64_t qkv_rows = static_cast<int64_t>(dq) + 2 * dkv;
   const int64_t emit = sg.logits_from < 1 && logits_out != nullptr ? output_.rows : 0;
+  // Chunk sizes (per layer: the shapes are the same in every layer, the types may not be).
+  const size_t nq = static_cast<size_t>(hp_.n_layer) * kPhases + 1;
+  if (chunk_queues_.size() < nq) chunk_queues_ = std::vector<ChunkQueue>(nq);
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    const Layer& L = layers_[l];
+    ChunkQueue* q = &chunk_queues_[static_cast<size_t>(l) * kPhases];
+    q[kQkv].Reset(Chunks(qkv_rows, ChunkRows(L.wq)), nth);
+    q[kHeads].Reset(hp_.n_head, nth);
+    q[kAttnOut].Reset(Chunks(d, ChunkRows(L.wo)), nth);
+    q[kGateUp].Reset(Chunks(ff, ChunkRows(L.w_gate)), nth);
+    q[kDown].Reset(Chunks(d, ChunkRows(L.w_down)), nth);
+  }
+  chunk_queues_[nq - 1].Reset(Chunks(emit, ChunkRows(output_)), nth);
 
   pool_.Run([&](int ith, int /*nth: the same*/) {
     WorkerVectors& w = worker_vectors_[ith];
     float* x = w.x.data();
     float* xn = w.xn.data();
     std::copy_n(x_.data(), d, x);
-    // This worker's share of the fused Q|K|V rows, and of the others.
-    const int64_t R0 = SplitRows(qkv_rows, ith, nth), R1 = SplitRows(qkv_rows, ith + 1, nth);
-    auto part = [&](int64_t off, int64_t rows, int64_t* r0, int64_t* r1) {
-      *r0 = std::clamp(R0 - off, int64_t{0}, rows);
-      *r1 = std::clamp(R1 - off, int64_t{0}, rows);
+    // Runs body(r0, r1) over the chunks of rows that `queue` hands this worker.
+    auto for_chunks = [ith](ChunkQueue& queue, int64_t rows, int64_t chunk, auto&& body) {
+      for (int64_t c; (c = queue.Next(ith)) >= 0;) body(c * chunk, std::min(rows, (c + 1) * chunk));
     };
-    int64_t q0, q1, k0, k1, v0, v1;
-    part(0, dq, &q0, &q1);
-    part(dq, dkv, &k0, &k1);
-    part(dq + dkv, dkv, &v0, &v1);
-    const int64_t o0 = SplitRows(d, ith, nth), o1 = SplitRows(d, ith + 1, nth);
-    const int64_t f0 = SplitRows(ff, ith, nth), f1 = SplitRows(ff, ith + 1, nth);
 
     for (int l = 0; l < hp_.n_layer; ++l) {
       const Layer& L = layers_[l];
+      ChunkQueue* q = &chunk_queues_[static_cast<size_t>(l) * kPhases];
       // Every worker keeps its own copy of the residual stream and computes the norms and the
       // activations' quantization itself: a few hundred floats, cheaper than a barrier.
       RmsNorm(x, L.attn_norm.data(), 1, d, hp_.rms_eps, xn);
-      const void* in = PrepareMatVecInput(L.wq, xn, &w.act);
-      MatVecRows(L.wq, in, q_.data(), q0, q1);
-      if (!SameMatVecInput(L.wq, L.wk)) in = PrepareMatVecInput(L.wk, xn, &w.act);
-      MatVecRows(L.wk, in, k_.data(), k0, k1);
-      if (!SameMatVecInput(L.wk, L.wv)) in = PrepareMatVecInput(L.wv, xn, &w.act);
-      MatVecRows(L.wv, in, v_.data(), v0, v1);
-      // RoPE and the cache writes of my rows (row boundaries are even: pairs stay together).
-      RopeNormalRange(q_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
-                      q0, q1);
-      RopeNormalRange(k_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
-                      k0, k1);
-      F32ToF16(k_.data() + k0, kv.KRow(l, block, slot) + k0, k1 - k0);
-      F32ToF16(v_.data() + v0, kv.VRow(l, block, slot) + v0, v1 - v0);
+      const void* in_q = PrepareMatVecInput(L.wq, xn, &w.act[0]);
+      const void* in_k =
+          SameMatVecInput(L.wq, L.wk) ? in_q : PrepareMatVecInput(L.wk, xn, &w.act[1]);
+      const void* in_v = SameMatVecInput(L.wq, L.wv)   ? in_q
+                         : SameMatVecInput(L.wk, L.wv) ? in_k
+                                                       : PrepareMatVecInput(L.wv, xn, &w.act[2]);
+      // Rows of the fused Q|K|V space, each with its RoPE and cache write (chunks start at even
+      // rows: RoPE pairs stay together).
+      for_chunks(q[kQkv], qkv_rows, ChunkRows(L.wq), [&](int64_t a, int64_t b) {
+        const int64_t q0 = std::min<int64_t>(a, dq), q1 = std::min<int64_t>(b, dq);
+        if (q0 < q1) {
+          MatVecRows(L.wq, in_q, q_.data(), q0, q1);
+          RopeNormalRange(q_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(),
+                          rope_sin_.data(), q0, q1);
+        }
+        const int64_t k0 = std::clamp<int64_t>(a - dq, 0, dkv), k1 = std::clamp<int64_t>(b - dq, 0, dkv);
+        if (k0 < k1) {
+          MatVecRows(L.wk, in_k, k_.data(), k0, k1);
+          RopeNormalRange(k_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(),
+                          rope_sin_.data(), k0, k1);
+          F32ToF16(k_.data() + k0, kv.KRow(l, block, slot) + k0, k1 - k0);
+        }
+        const int64_t v0 = std::clamp<int64_t>(a - dq - dkv, 0, dkv),
+                      v1 = std::clamp<int64_t>(b - dq - dkv, 0, dkv);
+        if (v0 < v1) {
+          MatVecRows(L.wv, in_v, v_.data(), v0, v1);
+          F32ToF16(v_.data() + v0, kv.VRow(l, block, slot) + v0, v1 - v0);
+        }
+      });
       pool_.Barrier();
-      for (int h = ith; h < hp_.n_head; h += nth) AttendHead(l, 0, h, sg, kv, ith);
+      for (int64_t h; (h = q[kHeads].Next(ith)) >= 0;) {
+        AttendHead(l, 0, static_cast<int>(h), sg, kv, ith);
+      }
       pool_.Barrier();
-      in = PrepareMatVecInput(L.wo, attn_.data(), &w.act);
-      MatVecRows(L.wo, in, ffn_out_.data(), o0, o1);
+      const void* in = PrepareMatVecInput(L.wo, attn_.data(), &w.act[0]);
+      for_chunks(q[kAttnOut], d, ChunkRows(L.wo),
+                 [&](int64_t a, int64_t b) { MatVecRows(L.wo, in, ffn_out_.data(), a, b); });
       pool_.Barrier();
       AddInPlace(x, ffn_out_.data(), d);
       RmsNorm(x, L.ffn_norm.data(), 1, d, hp_.rms_eps, xn);
-      // Gate and up over the same rows, so that SwiGLU of my rows needs nobody else's.
-      in = PrepareMatVecInput(L.w_gate, xn, &w.act);
-      MatVecRows(L.w_gate, in, gate_.data(), f0, f1);
-      if (!SameMatVecInput(L.w_gate, L.w_up)) in = PrepareMatVecInput(L.w_up, xn, &w.act);
-      MatVecRows(L.w_up, in, up_.data(), f0, f1);
-      SwiGlu(gate_.data() + f0, up_.data() + f0, f1 - f0);
+      // Gate and up over the same rows, so that SwiGLU of a chunk needs nobody else's.
+      const void* in_g = PrepareMatVecInput(L.w_gate, xn, &w.act[0]);
+      const void* in_u =
+          SameMatVecInput(L.w_gate, L.w_up) ? in_g : PrepareMatVecInput(L.w_up, xn, &w.act[1]);
+      for_chunks(q[kGateUp], ff, ChunkRows(L.w_gate), [&](int64_t a, int64_t b) {
+        MatVecRows(L.w_gate, in_g, gate_.data(), a, b);
+        MatVecRows(L.w_up, in_u, up_.data(), a, b);
+        SwiGlu(gate_.data() + a, up_.data() + a, b - a);
+      });
       pool_.Barrier();
-      in = PrepareMatVecInput(L.w_down, gate_.data(), &w.act);
-      MatVecRows(L.w_down, in, ffn_out_.data(), o0, o1);
+      in = PrepareMatVecInput(L.w_down, gate_.data(), &w.act[0]);
+      for_chunks(q[kDown], d, ChunkRows(L.w_down),
+                 [&](int64_t a, int64_t b) { MatVecRows(L.w_down, in, ffn_out_.data(), a, b); });
       pool_.Barrier();
       AddInPlace(x, ffn_out_.data(), d);
     }
     if (emit == 0) return;
     RmsNorm(x, output_norm_.data(), 1, d, hp_.rms_eps, xn);
-    const void* in = PrepareMatVecInput(output_, xn, &w.act);
-    MatVecRows(output_, in, logits_out, SplitRows(emit, ith, nth), SplitRows(emit, ith + 1, nth));
+    const void* in = PrepareMatVecInput(output_, xn, &w.act[0]);
+    for_chunks(chunk_queues_[nq - 1], emit, ChunkRows(output_),
+               [&](int64_t a, int64_t b) { MatVecRows(output_, in, logits_out, a, b); });
   });
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/backend/cpu/chunk_queue.h"
 #include "runtime/backend/cpu/matmul.h"
 #include "runtime/backend/cpu/thread_pool.h"
 #include "runtime/model/kv_cache.h"
@@ -115,7 +116,8 @@ class LlamaModel {
 
   // A step of one token of one sequence (a decode step, alone) runs the whole forward pass as
   // one thread-pool job, five barriers a layer, instead of the general path's jobs and barriers
-  // per product; same kernels, same inputs, same bits. false sends it through the general path
+  // per product, and hands rows out in chunks (ChunkQueue) so that a slow worker does not hold
+  // the other at the barrier; same kernels, same inputs, same bits. false sends it through the general path
   // (for tests that compare the two, and benchmarks).
   void set_one_token_step(bool on) { one_token_step_ = on; }
 
@@ -168,9 +170,10 @@ class LlamaModel {
   std::vector<float> rope_cos_, rope_sin_;
   struct alignas(64) WorkerVectors {
     std::vector<float> x, xn;
-    AlignedBuffer act;
+    AlignedBuffer act[3];
   };
   std::vector<WorkerVectors> worker_vectors_;
+  std::vector<ChunkQueue> chunk_queues_;  // the step's phases' (n_layer x 5, then the output)
   bool one_token_step_ = true;
 };
 
