@@ -1,7 +1,6 @@
 #include "runtime/model/llama_model.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -47,8 +46,8 @@ StatusOr<WeightMatrix> ReadWeightMatrix(const GgufFile& f, const std::string& na
   WeightMatrix w{t->type, t->data, rows, cols};
   if (t->layout != static_cast<uint32_t>(WeightLayout::kGguf)) {
     if (t->layout != static_cast<uint32_t>(WeightLayout::kQ4Grouped8) || !Q4Groupable(t->type)) {
-      return InvalidArgument("tensor '" + name + "' has weight layout " + std::to_string(t->layout) +
-                             ", which this runtime does not read");
+      return InvalidArgument("tensor '" + name + "' has weight layout " +
+                             std::to_string(t->layout) + ", which this runtime does not read");
     }
     w.layout = WeightLayout::kQ4Grouped8;
   }
@@ -69,7 +68,6 @@ StatusOr<std::vector<float>> ReadNormVector(const GgufFile& f, const std::string
   DequantizeRow(t->type, t->data, v.data(), n);
   return v;
 }
-
 
 LlamaModel::LlamaModel(std::shared_ptr<const GgufFile> file, LlamaHParams hp, int n_threads)
     : file_(std::move(file)), hp_(std::move(hp)), pool_(std::max(1, n_threads)) {}
@@ -268,8 +266,9 @@ void LlamaModel::RunOneToken(const Segment& sg, const KvLayout& kv, float* logit
   tok_seg_.assign(1, 0);
   tok_local_.assign(1, 0);
   const size_t embd_row = RowBytesOf(tok_embd_.type, d);
-  DequantizeRow(tok_embd_.type, static_cast<const uint8_t*>(tok_embd_.data) + embd_row * sg.tokens[0],
-                x_.data(), d);
+  DequantizeRow(tok_embd_.type,
+                static_cast<const uint8_t*>(tok_embd_.data) + embd_row * sg.tokens[0], x_.data(),
+                d);
   const int pos = sg.pos0;
   RopeAngles(pos, hp_.rope_dim, hp_.rope_freq_base, hp_.rope_freq_scale, rope_cos_.data(),
              rope_sin_.data());
@@ -320,14 +319,15 @@ void LlamaModel::RunOneToken(const Segment& sg, const KvLayout& kv, float* logit
         const int64_t q0 = std::min<int64_t>(a, dq), q1 = std::min<int64_t>(b, dq);
         if (q0 < q1) {
           MatVecRows(L.wq, in_q, q_.data(), q0, q1);
-          RopeNormalRange(q_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(),
-                          rope_sin_.data(), q0, q1);
+          RopeNormalRange(q_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
+                          q0, q1);
         }
-        const int64_t k0 = std::clamp<int64_t>(a - dq, 0, dkv), k1 = std::clamp<int64_t>(b - dq, 0, dkv);
+        const int64_t k0 = std::clamp<int64_t>(a - dq, 0, dkv),
+                      k1 = std::clamp<int64_t>(b - dq, 0, dkv);
         if (k0 < k1) {
           MatVecRows(L.wk, in_k, k_.data(), k0, k1);
-          RopeNormalRange(k_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(),
-                          rope_sin_.data(), k0, k1);
+          RopeNormalRange(k_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
+                          k0, k1);
           F32ToF16(k_.data() + k0, kv.KRow(l, block, slot) + k0, k1 - k0);
         }
         const int64_t v0 = std::clamp<int64_t>(a - dq - dkv, 0, dkv),

@@ -117,8 +117,8 @@ class LlamaModel {
   // A step of one token of one sequence (a decode step, alone) runs the whole forward pass as
   // one thread-pool job, five barriers a layer, instead of the general path's jobs and barriers
   // per product, and hands rows out in chunks (ChunkQueue) so that a slow worker does not hold
-  // the other at the barrier; same kernels, same inputs, same bits. false sends it through the general path
-  // (for tests that compare the two, and benchmarks).
+  // the other at the barrier; same kernels, same inputs, same bits. false sends it through the
+  // general path (for tests that compare the two, and benchmarks).
   void set_one_token_step(bool on) { one_token_step_ = on; }
 
  private:

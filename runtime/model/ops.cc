@@ -38,8 +38,8 @@ void RopeNormalRange(float* row, int head_dim, int rope_dim, const float* cos, c
   }
 }
 
-void RopeNormal(float* x, int n, int n_heads, int head_dim, int rope_dim, int pos0,
-                float freq_base, float freq_scale) {
+void RopeNormal(float* x, int n, int n_heads, int head_dim, int rope_dim, int pos0, float freq_base,
+                float freq_scale) {
   std::vector<float> cos_cache(rope_dim / 2), sin_cache(rope_dim / 2);
   for (int t = 0; t < n; ++t) {
     RopeAngles(pos0 + t, rope_dim, freq_base, freq_scale, cos_cache.data(), sin_cache.data());

@@ -14,8 +14,8 @@ void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float
 // Rotary embedding, llama.cpp "normal" mode (adjacent pairs), in place on n rows of n_heads
 // heads of head_dim, where row t is at position pos0 + t. Only the first rope_dim dims of each
 // head rotate. The angle recurrence is ggml's: theta_{i+1} = theta_i * base^(-2/rope_dim).
-void RopeNormal(float* x, int n, int n_heads, int head_dim, int rope_dim, int pos0,
-                float freq_base, float freq_scale);
+void RopeNormal(float* x, int n, int n_heads, int head_dim, int rope_dim, int pos0, float freq_base,
+                float freq_scale);
 
 // The same rotation in two steps, for callers that rotate one position's row in pieces:
 // RopeAngles fills cos[i], sin[i] (i < rope_dim / 2) for position pos by that recurrence, and

@@ -1,6 +1,8 @@
 #include "runtime/model/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -39,6 +41,25 @@ TEST(RopeTest, RotatesAdjacentPairsByPositionTimesFrequency) {
   EXPECT_NEAR(x[1], std::sin(3.0f), 1e-6);
   EXPECT_NEAR(x[2], -std::sin(0.3f), 1e-6);
   EXPECT_NEAR(x[3], std::cos(0.3f), 1e-6);
+}
+
+// The one-token step rotates a row in pieces (each worker its rows): the pieces must give the
+// whole row's bits, partial rotary dims included.
+TEST(RopeTest, RotatingARowInPiecesGivesTheWholeRowsBits) {
+  const int hd = 16, heads = 3;
+  for (int rope_dim : {16, 8}) {
+    std::vector<float> whole(heads * hd);
+    for (size_t i = 0; i < whole.size(); ++i) whole[i] = std::sin(static_cast<float>(i) * 0.7f);
+    std::vector<float> pieces = whole;
+    RopeNormal(whole.data(), 1, heads, hd, rope_dim, 37, 10000.0f, 1.0f);
+    std::vector<float> c(rope_dim / 2), s(rope_dim / 2);
+    RopeAngles(37, rope_dim, 10000.0f, 1.0f, c.data(), s.data());
+    const std::vector<int64_t> bounds = {0, 4, 6, 20, 34, heads * hd};  // pieces across heads
+    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+      RopeNormalRange(pieces.data(), hd, rope_dim, c.data(), s.data(), bounds[i], bounds[i + 1]);
+    }
+    EXPECT_EQ(pieces, whole) << "rope_dim " << rope_dim;
+  }
 }
 
 TEST(RopeTest, PreservesNormAndUsesRowPositions) {
