@@ -51,7 +51,11 @@ TEST(RopeTest, RotatingARowInPiecesGivesTheWholeRowsBits) {
     std::vector<float> whole(heads * hd);
     for (size_t i = 0; i < whole.size(); ++i) whole[i] = std::sin(static_cast<float>(i) * 0.7f);
     std::vector<float> pieces = whole;
+    const std::vector<float> before = whole;
     RopeNormal(whole.data(), 1, heads, hd, rope_dim, 37, 10000.0f, 1.0f);
+    for (int h = 0; h < heads; ++h) {
+      for (int i = rope_dim; i < hd; ++i) EXPECT_EQ(whole[h * hd + i], before[h * hd + i]);
+    }
     std::vector<float> c(rope_dim / 2), s(rope_dim / 2);
     RopeAngles(37, rope_dim, 10000.0f, 1.0f, c.data(), s.data());
     const std::vector<int64_t> bounds = {0, 4, 6, 20, 34, heads * hd};  // pieces across heads
