@@ -1,14 +1,16 @@
 // kinfer-forward-bench: single-stream speed of the runtime library on one GGUF model.
 //
 //   kinfer-forward-bench --model PATH [--threads 2] [--prefill 512] [--decode 128] [--repeats 3]
-//                [--load memory|mmap] [--regroup 1|0] [--one-token-step 1|0]
-//                [--json OUT]
+//                [--load memory|mmap] [--regroup 1|0] [--one-token-step 1|0|ab]
+//                [--batch N] [--json OUT]
 //
 // Measures, best of --repeats after a warm-up:
 //   prefill tokens/s : one Forward() over a --prefill-token prompt into an empty KV cache
-//   decode tokens/s  : --decode single-token Forward() calls (greedy), after a 16-token prompt
+//   decode tokens/s  : --decode steps of --batch sequences (default 1) of one token each
+//                      (ForwardBatch, greedy), after a 16-token prompt each; all sequences' tokens
 //   bandwidth        : the machine's read bandwidth with --threads workers, and the decode bound
-//                      = bandwidth / weight bytes read per token
+//                      = bandwidth / weight bytes read per token (a step reads them once for
+//                      all its sequences)
 // --load: how the weights are held (GgufLoad; kinfer-runtime's --load, default memory).
 // --regroup 0: in memory, keep the GGUF layout instead of the CPU kernels' (weight_layout.h), to
 // measure what the regrouping buys.
@@ -43,22 +45,19 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-int Argmax(const std::vector<float>& v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
 void Usage() {
   std::fprintf(stderr,
                "usage: kinfer-forward-bench --model PATH [--threads N] [--prefill N] [--decode N] "
-               "[--repeats N] [--load memory|mmap] [--regroup 1|0] [--one-token-step 1|0] "
-               "[--json OUT]\n");
+               "[--repeats N] [--load memory|mmap] [--regroup 1|0] [--one-token-step 1|0|ab] "
+               "[--batch N] [--json OUT]\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, json_out, load = "memory";
-  int threads = 2, prefill = 512, decode = 128, repeats = 3, regroup = 1, one_token_step = 1;
+  int threads = 2, prefill = 512, decode = 128, repeats = 3, regroup = 1, one_token_step = 1,
+      batch = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -76,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_out = next();
     else if (a == "--load") load = next();
     else if (a == "--regroup") regroup = std::atoi(next().c_str());
+    else if (a == "--batch") batch = std::atoi(next().c_str());
     else if (a == "--one-token-step") {
       const std::string v = next();
       one_token_step = v == "ab" ? 2 : std::atoi(v.c_str());
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (model_path.empty() || threads < 1 || prefill < 1 || decode < 1 || repeats < 1 ||
+  if (model_path.empty() || threads < 1 || prefill < 1 || decode < 1 || repeats < 1 || batch < 1 ||
       (load != "memory" && load != "mmap")) {
     Usage();
     return 2;
@@ -135,37 +135,64 @@ int main(int argc, char** argv) {
 
   double best_decode = 1e30;
   std::vector<double> step_s[2];  // per-step seconds ([0] general, [1] one-job under ab)
-  for (int r = 0; r <= repeats; ++r) {
-    auto cache = model.NewKvCache(short_prompt + decode + 8);
-    kinfer::Status st = model.Forward(std::span<const int32_t>(prompt.data(), short_prompt),
-                                      cache.get(), false, &logits);
+  // One decode run: `batch` sequences with the same 16-token prompt, then `decode` steps of one
+  // token each; returns the steps' seconds, or a negative value on an error. One sequence runs
+  // through Forward() on a contiguous cache, several through ForwardBatch() on a paged one.
+  auto run_decode = [&](bool record) -> double {
+    const int bs = 16;
+    const int blocks = (short_prompt + decode + bs) / bs;
+    auto contiguous = model.NewKvCache(short_prompt + decode + 8);
+    auto cache = model.NewPagedKvCache(bs, batch * blocks);
+    auto forward = [&](std::span<const kinfer::SequenceBatch> seqs) {
+      if (batch > 1) return model.ForwardBatch(seqs, cache.get(), &logits);
+      return model.Forward(seqs[0].tokens, contiguous.get(), false, &logits, seqs[0].mode);
+    };
+    std::vector<std::vector<int32_t>> tables(batch);
+    std::vector<kinfer::SequenceBatch> step(batch);
+    for (int b = 0; b < batch; ++b) {
+      for (int k = 0; k < blocks; ++k) tables[b].push_back(b * blocks + k);
+      step[b].tokens = std::span<const int32_t>(prompt.data(), short_prompt);
+      step[b].blocks = tables[b];
+    }
+    kinfer::Status st = forward(step);
     if (!st.ok()) {
       std::fprintf(stderr, "kinfer-forward-bench: decode prompt: %s\n", st.ToString().c_str());
-      return 1;
+      return -1;
     }
+    std::vector<int32_t> next(batch);
     auto t0 = Clock::now();
     for (int i = 0; i < decode; ++i) {
-      int32_t tok = Argmax(logits);
+      for (int b = 0; b < batch; ++b) {
+        const float* row = logits.data() + static_cast<size_t>(b) * vocab;
+        next[b] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+        step[b].tokens = std::span<const int32_t>(&next[b], 1);
+        step[b].pos0 = short_prompt + i;
+        step[b].mode = kinfer::ForwardMode::kDecode;
+      }
       // --one-token-step ab: odd steps one way, even steps the other (same bits either way).
       if (one_token_step == 2) model.set_one_token_step(i % 2 == 1);
       const auto s0 = Clock::now();
-      st = model.Forward(std::span<const int32_t>(&tok, 1), cache.get(), false, &logits,
-                         kinfer::ForwardMode::kDecode);
-      if (r > 0) step_s[one_token_step == 2 ? i % 2 : 0].push_back(Seconds(s0, Clock::now()));
+      st = forward(step);
+      if (record) step_s[one_token_step == 2 ? i % 2 : 0].push_back(Seconds(s0, Clock::now()));
       if (!st.ok()) {
         std::fprintf(stderr, "kinfer-forward-bench: decode: %s\n", st.ToString().c_str());
-        return 1;
+        return -1;
       }
     }
-    auto t1 = Clock::now();
-    if (r > 0) best_decode = std::min(best_decode, Seconds(t0, t1));
+    return Seconds(t0, Clock::now());
+  };
+  for (int r = 0; r <= repeats; ++r) {
+    const double sec = run_decode(r > 0);
+    if (sec < 0) return 1;
+    if (r > 0) best_decode = std::min(best_decode, sec);
   }
 
   kinfer::ThreadPool pool(threads);
   const double bw = kinfer::MeasureReadBandwidthGBs(threads, pool);
   const double weight_bytes = static_cast<double>(model.weight_bytes_per_token());
-  const double decode_tok_s = decode / best_decode;
-  const double bound = bw * 1e9 / weight_bytes;
+  const double decode_tok_s = static_cast<double>(batch) * decode / best_decode;
+  // Every step reads the weights once, for all its sequences.
+  const double bound = batch * bw * 1e9 / weight_bytes;
 
   nlohmann::json j = {
       {"engine", "kinfer"},
@@ -178,6 +205,7 @@ int main(int argc, char** argv) {
       {"prefill_tokens", prefill},
       {"prefill_tok_s", prefill / best_prefill},
       {"decode_tokens", decode},
+      {"batch", batch},
       {"decode_tok_s", decode_tok_s},
       {"weight_bytes_per_token", weight_bytes},
       {"read_bandwidth_gb_s", bw},

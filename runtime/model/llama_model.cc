@@ -118,12 +118,12 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const Ggu
   m->gate_.resize(B * ff);
   m->up_.resize(B * ff);
   m->ffn_out_.resize(B * std::max(d, dq));
-  m->rope_cos_.resize(hp.rope_dim / 2);
-  m->rope_sin_.resize(hp.rope_dim / 2);
+  m->rope_cos_.resize(kMaxMatVecTokens * (hp.rope_dim / 2));
+  m->rope_sin_.resize(kMaxMatVecTokens * (hp.rope_dim / 2));
   m->worker_vectors_.resize(m->pool_.size());
   for (WorkerVectors& w : m->worker_vectors_) {
-    w.x.resize(d);
-    w.xn.resize(d);
+    w.x.resize(kMaxMatVecTokens * d);
+    w.xn.resize(kMaxMatVecTokens * d);
   }
   return m;
 }
@@ -257,124 +257,169 @@ int64_t Chunks(int64_t rows, int64_t chunk) { return (rows + chunk - 1) / chunk;
 
 }  // namespace
 
-void LlamaModel::RunOneToken(const Segment& sg, const KvLayout& kv, float* logits_out) {
+bool LlamaModel::TakesOneTokenStep(std::span<const Segment> segs) const {
+  if (!one_token_step_ || segs.size() > static_cast<size_t>(kMaxMatVecTokens)) return false;
+  for (const Segment& sg : segs) {
+    if (sg.n != 1) return false;
+  }
+  // The same kernels as the general path: the matrix-vector ones for this many tokens.
+  const int64_t ntok = static_cast<int64_t>(segs.size());
+  for (const Layer& L : layers_) {
+    for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      if (!MatVecServes(*w, ntok)) return false;
+    }
+  }
+  int emit = 0;
+  for (const Segment& sg : segs) emit += sg.logits_from < 1;
+  return emit == 0 || MatVecServes(output_, emit);
+}
+
+void LlamaModel::RunOneTokenStep(std::span<const Segment> segs, const KvLayout& kv,
+                                 float* logits_out) {
   const int d = hp_.n_embd;
   const int dkv = hp_.n_embd_kv();
   const int dq = hp_.n_head * hp_.head_dim;
   const int ff = hp_.n_ff;
+  const int half = hp_.rope_dim / 2;
   const int nth = pool_.size();
-  tok_seg_.assign(1, 0);
-  tok_local_.assign(1, 0);
+  const int n = static_cast<int>(segs.size());
+  tok_seg_.resize(n);
+  tok_local_.assign(n, 0);
   const size_t embd_row = RowBytesOf(tok_embd_.type, d);
-  DequantizeRow(tok_embd_.type,
-                static_cast<const uint8_t*>(tok_embd_.data) + embd_row * sg.tokens[0], x_.data(),
-                d);
-  const int pos = sg.pos0;
-  RopeAngles(pos, hp_.rope_dim, hp_.rope_freq_base, hp_.rope_freq_scale, rope_cos_.data(),
-             rope_sin_.data());
-  ReserveScores(pos + 1);
-  const int block = sg.blocks[pos / kv.block_size];
-  const int slot = pos % kv.block_size;
+  int max_pos = 0;
+  std::vector<int> emit_rows;  // the tokens whose logits are wanted, in order
+  for (int g = 0; g < n; ++g) {
+    const Segment& sg = segs[g];
+    tok_seg_[g] = g;
+    DequantizeRow(tok_embd_.type,
+                  static_cast<const uint8_t*>(tok_embd_.data) + embd_row * sg.tokens[0],
+                  &x_[static_cast<size_t>(g) * d], d);
+    RopeAngles(sg.pos0, hp_.rope_dim, hp_.rope_freq_base, hp_.rope_freq_scale,
+               &rope_cos_[static_cast<size_t>(g) * half],
+               &rope_sin_[static_cast<size_t>(g) * half]);
+    max_pos = std::max(max_pos, sg.pos0 + 1);
+    if (sg.logits_from < 1 && logits_out != nullptr) emit_rows.push_back(g);
+  }
+  ReserveScores(max_pos);
   const int64_t qkv_rows = static_cast<int64_t>(dq) + 2 * dkv;
-  const int64_t emit = sg.logits_from < 1 && logits_out != nullptr ? output_.rows : 0;
-  // Chunk sizes (per layer: the shapes are the same in every layer, the types may not be).
+  const int emit = static_cast<int>(emit_rows.size());
+  const int64_t out_rows = emit > 0 ? output_.rows : 0;
   const size_t nq = static_cast<size_t>(hp_.n_layer) * kPhases + 1;
   if (chunk_queues_.size() < nq) chunk_queues_ = std::vector<ChunkQueue>(nq);
   for (int l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
     ChunkQueue* q = &chunk_queues_[static_cast<size_t>(l) * kPhases];
     q[kQkv].Reset(Chunks(qkv_rows, ChunkRows(L.wq)), nth);
-    q[kHeads].Reset(hp_.n_head, nth);
+    q[kHeads].Reset(static_cast<int64_t>(n) * hp_.n_head, nth);
     q[kAttnOut].Reset(Chunks(d, ChunkRows(L.wo)), nth);
     q[kGateUp].Reset(Chunks(ff, ChunkRows(L.w_gate)), nth);
     q[kDown].Reset(Chunks(d, ChunkRows(L.w_down)), nth);
   }
-  chunk_queues_[nq - 1].Reset(Chunks(emit, ChunkRows(output_)), nth);
+  chunk_queues_[nq - 1].Reset(Chunks(out_rows, ChunkRows(output_)), nth);
 
   pool_.Run([&](int ith, int /*nth: the same*/) {
     WorkerVectors& w = worker_vectors_[ith];
     float* x = w.x.data();
     float* xn = w.xn.data();
-    std::copy_n(x_.data(), d, x);
+    std::copy_n(x_.data(), static_cast<size_t>(n) * d, x);
     // Runs body(r0, r1) over the chunks of rows that `queue` hands this worker.
     auto for_chunks = [ith](ChunkQueue& queue, int64_t rows, int64_t chunk, auto&& body) {
       for (int64_t c; (c = queue.Next(ith)) >= 0;) body(c * chunk, std::min(rows, (c + 1) * chunk));
     };
+    auto norm = [&](const std::vector<float>& weight) {
+      RmsNorm(x, weight.data(), n, d, hp_.rms_eps, xn);
+    };
+    auto add = [&](const float* y) { AddInPlace(x, y, static_cast<int64_t>(n) * d); };
 
     for (int l = 0; l < hp_.n_layer; ++l) {
       const Layer& L = layers_[l];
       ChunkQueue* q = &chunk_queues_[static_cast<size_t>(l) * kPhases];
       // Every worker keeps its own copy of the residual stream and computes the norms and the
-      // activations' quantization itself: a few hundred floats, cheaper than a barrier.
-      RmsNorm(x, L.attn_norm.data(), 1, d, hp_.rms_eps, xn);
-      const void* in_q = PrepareMatVecInput(L.wq, xn, &w.act[0]);
-      const void* in_k =
-          SameMatVecInput(L.wq, L.wk) ? in_q : PrepareMatVecInput(L.wk, xn, &w.act[1]);
-      const void* in_v = SameMatVecInput(L.wq, L.wv)   ? in_q
-                         : SameMatVecInput(L.wk, L.wv) ? in_k
-                                                       : PrepareMatVecInput(L.wv, xn, &w.act[2]);
-      // Rows of the fused Q|K|V space, each with its RoPE and cache write (chunks start at even
+      // activations' quantization itself: a few hundred floats a token, cheaper than a barrier.
+      norm(L.attn_norm);
+      const MatVecInput in_q = PrepareMatVecInput(L.wq, xn, n, &w.act[0]);
+      const MatVecInput in_k =
+          SameMatVecInput(L.wq, L.wk, n) ? in_q : PrepareMatVecInput(L.wk, xn, n, &w.act[1]);
+      const MatVecInput in_v = SameMatVecInput(L.wq, L.wv, n) ? in_q
+                               : SameMatVecInput(L.wk, L.wv, n)
+                                   ? in_k
+                                   : PrepareMatVecInput(L.wv, xn, n, &w.act[2]);
+      // Rows of the fused Q|K|V space, each with its RoPE and cache writes (chunks start at even
       // rows: RoPE pairs stay together).
       for_chunks(q[kQkv], qkv_rows, ChunkRows(L.wq), [&](int64_t a, int64_t b) {
         const int64_t q0 = std::min<int64_t>(a, dq), q1 = std::min<int64_t>(b, dq);
-        if (q0 < q1) {
-          MatVecRows(L.wq, in_q, q_.data(), q0, q1);
-          RopeNormalRange(q_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
-                          q0, q1);
-        }
         const int64_t k0 = std::clamp<int64_t>(a - dq, 0, dkv),
                       k1 = std::clamp<int64_t>(b - dq, 0, dkv);
-        if (k0 < k1) {
-          MatVecRows(L.wk, in_k, k_.data(), k0, k1);
-          RopeNormalRange(k_.data(), hp_.head_dim, hp_.rope_dim, rope_cos_.data(), rope_sin_.data(),
-                          k0, k1);
-          F32ToF16(k_.data() + k0, kv.KRow(l, block, slot) + k0, k1 - k0);
-        }
         const int64_t v0 = std::clamp<int64_t>(a - dq - dkv, 0, dkv),
                       v1 = std::clamp<int64_t>(b - dq - dkv, 0, dkv);
-        if (v0 < v1) {
-          MatVecRows(L.wv, in_v, v_.data(), v0, v1);
-          F32ToF16(v_.data() + v0, kv.VRow(l, block, slot) + v0, v1 - v0);
+        if (q0 < q1) MatVecRows(L.wq, in_q, n, q_.data(), q0, q1);
+        if (k0 < k1) MatVecRows(L.wk, in_k, n, k_.data(), k0, k1);
+        if (v0 < v1) MatVecRows(L.wv, in_v, n, v_.data(), v0, v1);
+        for (int g = 0; g < n; ++g) {
+          const Segment& sg = segs[g];
+          const float* c = &rope_cos_[static_cast<size_t>(g) * half];
+          const float* s = &rope_sin_[static_cast<size_t>(g) * half];
+          const int block = sg.blocks[sg.pos0 / kv.block_size];
+          const int slot = sg.pos0 % kv.block_size;
+          float* qg = &q_[static_cast<size_t>(g) * dq];
+          float* kg = &k_[static_cast<size_t>(g) * dkv];
+          const float* vg = &v_[static_cast<size_t>(g) * dkv];
+          RopeNormalRange(qg, hp_.head_dim, hp_.rope_dim, c, s, q0, q1);
+          RopeNormalRange(kg, hp_.head_dim, hp_.rope_dim, c, s, k0, k1);
+          F32ToF16(kg + k0, kv.KRow(l, block, slot) + k0, k1 - k0);
+          F32ToF16(vg + v0, kv.VRow(l, block, slot) + v0, v1 - v0);
         }
       });
       pool_.Barrier();
-      for (int64_t h; (h = q[kHeads].Next(ith)) >= 0;) {
-        AttendHead(l, 0, static_cast<int>(h), sg, kv, ith);
+      for (int64_t idx; (idx = q[kHeads].Next(ith)) >= 0;) {
+        const int g = static_cast<int>(idx / hp_.n_head);
+        AttendHead(l, g, static_cast<int>(idx % hp_.n_head), segs[g], kv, ith);
       }
       pool_.Barrier();
-      const void* in = PrepareMatVecInput(L.wo, attn_.data(), &w.act[0]);
+      const MatVecInput in_o = PrepareMatVecInput(L.wo, attn_.data(), n, &w.act[0]);
       for_chunks(q[kAttnOut], d, ChunkRows(L.wo),
-                 [&](int64_t a, int64_t b) { MatVecRows(L.wo, in, ffn_out_.data(), a, b); });
+                 [&](int64_t a, int64_t b) { MatVecRows(L.wo, in_o, n, ffn_out_.data(), a, b); });
       pool_.Barrier();
-      AddInPlace(x, ffn_out_.data(), d);
-      RmsNorm(x, L.ffn_norm.data(), 1, d, hp_.rms_eps, xn);
+      add(ffn_out_.data());
+      norm(L.ffn_norm);
       // Gate and up over the same rows, so that SwiGLU of a chunk needs nobody else's.
-      const void* in_g = PrepareMatVecInput(L.w_gate, xn, &w.act[0]);
-      const void* in_u =
-          SameMatVecInput(L.w_gate, L.w_up) ? in_g : PrepareMatVecInput(L.w_up, xn, &w.act[1]);
+      const MatVecInput in_g = PrepareMatVecInput(L.w_gate, xn, n, &w.act[0]);
+      const MatVecInput in_u = SameMatVecInput(L.w_gate, L.w_up, n)
+                                   ? in_g
+                                   : PrepareMatVecInput(L.w_up, xn, n, &w.act[1]);
       for_chunks(q[kGateUp], ff, ChunkRows(L.w_gate), [&](int64_t a, int64_t b) {
-        MatVecRows(L.w_gate, in_g, gate_.data(), a, b);
-        MatVecRows(L.w_up, in_u, up_.data(), a, b);
-        SwiGlu(gate_.data() + a, up_.data() + a, b - a);
+        MatVecRows(L.w_gate, in_g, n, gate_.data(), a, b);
+        MatVecRows(L.w_up, in_u, n, up_.data(), a, b);
+        for (int g = 0; g < n; ++g) {
+          const size_t o = static_cast<size_t>(g) * ff;
+          SwiGlu(&gate_[o + a], &up_[o + a], b - a);
+        }
       });
       pool_.Barrier();
-      in = PrepareMatVecInput(L.w_down, gate_.data(), &w.act[0]);
-      for_chunks(q[kDown], d, ChunkRows(L.w_down),
-                 [&](int64_t a, int64_t b) { MatVecRows(L.w_down, in, ffn_out_.data(), a, b); });
+      const MatVecInput in_d = PrepareMatVecInput(L.w_down, gate_.data(), n, &w.act[0]);
+      for_chunks(q[kDown], d, ChunkRows(L.w_down), [&](int64_t a, int64_t b) {
+        MatVecRows(L.w_down, in_d, n, ffn_out_.data(), a, b);
+      });
       pool_.Barrier();
-      AddInPlace(x, ffn_out_.data(), d);
+      add(ffn_out_.data());
     }
     if (emit == 0) return;
-    RmsNorm(x, output_norm_.data(), 1, d, hp_.rms_eps, xn);
-    const void* in = PrepareMatVecInput(output_, xn, &w.act[0]);
-    for_chunks(chunk_queues_[nq - 1], emit, ChunkRows(output_),
-               [&](int64_t a, int64_t b) { MatVecRows(output_, in, logits_out, a, b); });
+    // The wanted tokens' rows, gathered in order, as the general path gathers them.
+    for (int r = 0; r < emit; ++r) {
+      if (emit_rows[r] != r) {
+        std::copy_n(&x[static_cast<size_t>(emit_rows[r]) * d], d, &x[static_cast<size_t>(r) * d]);
+      }
+    }
+    RmsNorm(x, output_norm_.data(), emit, d, hp_.rms_eps, xn);
+    const MatVecInput in = PrepareMatVecInput(output_, xn, emit, &w.act[0]);
+    for_chunks(chunk_queues_[nq - 1], out_rows, ChunkRows(output_),
+               [&](int64_t a, int64_t b) { MatVecRows(output_, in, emit, logits_out, a, b); });
   });
 }
 
 void LlamaModel::RunSegments(std::span<const Segment> segs, const KvLayout& kv, float* logits_out) {
-  if (segs.size() == 1 && segs[0].n == 1 && one_token_step_) {
-    RunOneToken(segs[0], kv, logits_out);
+  if (TakesOneTokenStep(segs)) {
+    RunOneTokenStep(segs, kv, logits_out);
     return;
   }
   const int d = hp_.n_embd;

@@ -114,11 +114,12 @@ class LlamaModel {
 
   static constexpr int kMaxBatch = 512;
 
-  // A step of one token of one sequence (a decode step, alone) runs the whole forward pass as
-  // one thread-pool job, five barriers a layer, instead of the general path's jobs and barriers
-  // per product, and hands rows out in chunks (ChunkQueue) so that a slow worker does not hold
-  // the other at the barrier; same kernels, same inputs, same bits. false sends it through the
-  // general path (for tests that compare the two, and benchmarks).
+  // A step in which every sequence advances by one token (decode steps; up to kMaxMatVecTokens
+  // sequences, where the general path too would run the matrix-vector kernels) runs the whole
+  // forward pass as one thread-pool job, five barriers a layer, instead of the general path's
+  // jobs and barriers per product, and hands rows out in chunks (ChunkQueue) so that a slow
+  // worker does not hold the other at the barrier; same kernels, same inputs, same bits. false
+  // sends such steps through the general path (for tests that compare the two, and benchmarks).
   void set_one_token_step(bool on) { one_token_step_ = on; }
 
  private:
@@ -146,8 +147,10 @@ class LlamaModel {
   // values through `kv`, and the wanted logits rows, segment by segment, to logits_out.
   void RunSegments(std::span<const Segment> segs, const KvLayout& kv, float* logits_out);
   void Attention(int layer, std::span<const Segment> segs, const KvLayout& kv);
-  // The one-token step (set_one_token_step), every layer inside one pool_.Run.
-  void RunOneToken(const Segment& sg, const KvLayout& kv, float* logits_out);
+  // The one-token step (set_one_token_step): whether these segments take it, and the step, every
+  // layer inside one pool_.Run.
+  bool TakesOneTokenStep(std::span<const Segment> segs) const;
+  void RunOneTokenStep(std::span<const Segment> segs, const KvLayout& kv, float* logits_out);
   // Worker ith's attention of step token g's head h over its segment's positions [0, pos],
   // into attn_, with ith's part of scores_ (ReserveScores(max_pos) first, max_pos > pos).
   void AttendHead(int layer, int g, int h, const Segment& sg, const KvLayout& kv, int ith);
@@ -165,8 +168,8 @@ class LlamaModel {
   // Scratch, sized for kMaxBatch tokens; used only inside Forward().
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, ffn_out_, scores_;
   std::vector<int> tok_seg_, tok_local_;  // per token of a step: its segment and index in it
-  // The one-token step's: RoPE angles of its position, and each worker's own residual stream,
-  // its normed copy and its quantized activations.
+  // The one-token step's: RoPE angles of each token's position, and each worker's own residual
+  // stream, its normed copy and its quantized activations ([token][...]).
   std::vector<float> rope_cos_, rope_sin_;
   struct alignas(64) WorkerVectors {
     std::vector<float> x, xn;

@@ -96,6 +96,7 @@ namespace {
 struct Plan {
   ActKind kind;
   bool interleaved;
+  bool gemm;  // else the matrix-vector kernels
   cpu_internal::MatKernelFn fn;
   int64_t unit;
 };
@@ -110,7 +111,7 @@ Plan PlanFor(const WeightMatrix& w, int64_t ntok) {
   const bool gemm = ntok >= kt.gemm_min_tokens && gemm_fns[type_id] != nullptr &&
                     g_gemm_enabled.load(std::memory_order_relaxed);
   // Grouped weights meet the interleaved activation order in every kernel (kernels.h).
-  return Plan{cpu_internal::ActKindFor(w.type), gemm || grouped,
+  return Plan{cpu_internal::ActKindFor(w.type), gemm || grouped, gemm,
               gemm ? gemm_fns[type_id] : (grouped ? kt.matvec_q4g8 : kt.matvec)[type_id],
               gemm ? kt.gemm_rows : 4};
 }
@@ -164,27 +165,40 @@ void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y,
   }
 }
 
-const void* PrepareMatVecInput(const WeightMatrix& w, const float* x, AlignedBuffer* scratch) {
-  const Plan plan = PlanFor(w, 1);
-  if (plan.kind == ActKind::kF32) return x;
-  uint8_t* buf = scratch->Reserve(cpu_internal::ActRowBytes(plan.kind, w.cols));
-  cpu_internal::Kernels().quantize[static_cast<int>(plan.kind)](x, buf, w.cols, plan.interleaved);
-  return buf;
+bool MatVecServes(const WeightMatrix& w, int64_t ntok) {
+  return ntok >= 1 && ntok <= kMaxMatVecTokens && !PlanFor(w, ntok).gemm;
 }
 
-bool SameMatVecInput(const WeightMatrix& a, const WeightMatrix& b) {
-  const Plan pa = PlanFor(a, 1), pb = PlanFor(b, 1);
+MatVecInput PrepareMatVecInput(const WeightMatrix& w, const float* x, int64_t ntok,
+                               AlignedBuffer* scratch) {
+  const Plan plan = PlanFor(w, ntok);
+  if (plan.kind == ActKind::kF32) return {x, w.cols * sizeof(float)};
+  const size_t row_bytes = cpu_internal::ActRowBytes(plan.kind, w.cols);
+  uint8_t* buf = scratch->Reserve(row_bytes * ntok);
+  const cpu_internal::QuantizeFn quantize =
+      cpu_internal::Kernels().quantize[static_cast<int>(plan.kind)];
+  for (int64_t t = 0; t < ntok; ++t) {
+    quantize(x + t * w.cols, buf + t * row_bytes, w.cols, plan.interleaved);
+  }
+  return {buf, row_bytes};
+}
+
+bool SameMatVecInput(const WeightMatrix& a, const WeightMatrix& b, int64_t ntok) {
+  const Plan pa = PlanFor(a, ntok), pb = PlanFor(b, ntok);
   return a.cols == b.cols && pa.kind == pb.kind && pa.interleaved == pb.interleaved;
 }
 
-void MatVecRows(const WeightMatrix& w, const void* input, float* y, int64_t r0, int64_t r1) {
-  assert(0 <= r0 && r0 <= r1 && r1 <= w.rows);
+void MatVecRows(const WeightMatrix& w, const MatVecInput& in, int64_t ntok, float* y, int64_t r0,
+                int64_t r1) {
+  assert(0 <= r0 && r0 <= r1 && r1 <= w.rows && MatVecServes(w, ntok));
   if (r0 == r1) return;
-  const Plan plan = PlanFor(w, 1);
-  const void* act[1] = {input};
+  const Plan plan = PlanFor(w, ntok);
+  const void* act[kMaxMatVecTokens];
+  for (int64_t t = 0; t < ntok; ++t)
+    act[t] = static_cast<const uint8_t*>(in.data) + t * in.row_bytes;
   const cpu_internal::MatArgs args{
       static_cast<const uint8_t*>(w.data), w.RowBytes(), w.cols, act, y, w.rows};
-  plan.fn(args, r0, r1, 0, 1);
+  plan.fn(args, r0, r1, 0, ntok);
 }
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t ntok, float* y, ThreadPool& pool) {

@@ -66,15 +66,26 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t ntok, float* y, Threa
 void MatMulInPool(const WeightMatrix& w, const float* x, int64_t ntok, float* y, int ith, int nth,
                   ThreadPool& pool);
 
-// Single-token products for callers that split the rows themselves (a fused decode step inside
-// pool.Run, each worker with its own copy of the input). PrepareMatVecInput puts one token's x
-// (w.cols floats) in the form w's kernel reads, in `scratch`, and returns it (or x itself where
-// that form is float: then x must outlive the products); MatVecRows computes y[r] for r in
-// [r0, r1) from it. A row computes exactly what a one-token MatMul computes for it, wherever the
-// range starts or ends. SameMatVecInput(a, b): an input prepared for a serves b.
+// Products of a few tokens for callers that split the rows themselves (a fused decode step inside
+// pool.Run, each worker with its own copy of the input).
+// MatVecServes(w, ntok): a ntok-token MatMul of w runs the matrix-vector kernels (not the GEMM),
+// ntok <= kMaxMatVecTokens; only then may MatVecRows be used.
+// PrepareMatVecInput puts ntok tokens' x (ntok rows of w.cols floats) in the form w's kernel
+// reads, in `scratch`, and returns it (or x itself where that form is float: then x must outlive
+// the products); MatVecRows computes y[t * w.rows + r] for t < ntok, r in [r0, r1) from it. A row
+// computes exactly what a ntok-token MatMul computes for it, wherever the range starts or ends.
+// SameMatVecInput(a, b, ntok): an input prepared for a serves b.
 // Thread safety: none of these touches the pool; each reads w and writes only scratch or y.
-const void* PrepareMatVecInput(const WeightMatrix& w, const float* x, AlignedBuffer* scratch);
-bool SameMatVecInput(const WeightMatrix& a, const WeightMatrix& b);
-void MatVecRows(const WeightMatrix& w, const void* input, float* y, int64_t r0, int64_t r1);
+constexpr int64_t kMaxMatVecTokens = 8;
+struct MatVecInput {
+  const void* data = nullptr;
+  size_t row_bytes = 0;  // from one token's row to the next
+};
+bool MatVecServes(const WeightMatrix& w, int64_t ntok);
+MatVecInput PrepareMatVecInput(const WeightMatrix& w, const float* x, int64_t ntok,
+                               AlignedBuffer* scratch);
+bool SameMatVecInput(const WeightMatrix& a, const WeightMatrix& b, int64_t ntok);
+void MatVecRows(const WeightMatrix& w, const MatVecInput& in, int64_t ntok, float* y, int64_t r0,
+                int64_t r1);
 
 }  // namespace kinfer

@@ -170,6 +170,60 @@ TEST_F(LlamaModelBatchTest, ALargerBatchStaysWithinTheKernelsRounding) {
   EXPECT_EQ(differ, 0) << "a greedy choice with a clear margin changed under batching";
 }
 
+// A step in which every sequence advances by one token runs as one pool job
+// (LlamaModel::set_one_token_step). For 2 to 8 sequences, some of which want no logits, it
+// computes what the general path computes, bit for bit, the keys and values it writes included
+// (the next steps read them).
+TEST_F(LlamaModelBatchTest, OneTokenStepsOfSeveralSequencesComputeWhatTheGeneralPathDoes) {
+  const int nv = model_->hparams().n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {kPromptA,
+                                                     kPromptB,
+                                                     kPromptC,
+                                                     {kPromptA.begin() + 5, kPromptA.end()},
+                                                     {kPromptC.begin() + 2, kPromptC.end()},
+                                                     {1, 7, 9},
+                                                     kPromptB,
+                                                     {kPromptA.begin(), kPromptA.begin() + 9}};
+  for (size_t n : {2, 3, 5, 8}) {
+    SCOPED_TRACE(::testing::Message() << n << " sequences");
+    std::unique_ptr<PagedKvCache> caches[2] = {model_->NewPagedKvCache(16, 4 * 8),
+                                               model_->NewPagedKvCache(16, 4 * 8)};
+    std::vector<std::vector<int32_t>> tables(n);
+    for (size_t i = 0; i < n; ++i) {
+      for (int b = 0; b < 4; ++b) tables[i].push_back(static_cast<int32_t>(i + b * n));
+    }
+    std::vector<SequenceBatch> step(n);
+    std::vector<int32_t> next(n);
+    std::vector<float> logits[2];
+    for (int path = 0; path < 2; ++path) {
+      for (size_t i = 0; i < n; ++i) {
+        step[i] = SequenceBatch{};
+        step[i].tokens = prompts[i];
+        step[i].blocks = tables[i];
+      }
+      ASSERT_TRUE(model_->ForwardBatch(step, caches[path].get(), &logits[path]).ok());
+    }
+    ASSERT_EQ(logits[0], logits[1]);
+    for (int k = 0; k < 4; ++k) {
+      for (size_t i = 0; i < n; ++i) {
+        next[i] = static_cast<int32_t>(100 + 37 * i + k);
+        step[i].tokens = std::span<const int32_t>(&next[i], 1);
+        step[i].pos0 = static_cast<int>(prompts[i].size()) + k;
+        step[i].mode = ForwardMode::kDecode;
+        step[i].want_logits = (i + k) % 3 != 1;
+      }
+      for (int path = 0; path < 2; ++path) {
+        model_->set_one_token_step(path == 1);
+        ASSERT_TRUE(model_->ForwardBatch(step, caches[path].get(), &logits[path]).ok());
+      }
+      model_->set_one_token_step(true);
+      ASSERT_FALSE(logits[0].empty());
+      ASSERT_EQ(logits[0].size() % nv, 0u);
+      ASSERT_EQ(logits[0], logits[1]) << "decode step " << k;
+    }
+  }
+}
+
 TEST_F(LlamaModelBatchTest, SequencesThatWantNoLogitsAndPrefixesInTheCache) {
   // A long prompt split over two steps (a chunked prefill), the first wanting no logits, next to
   // another sequence's decode: the second chunk's logits equal a one-shot prefill's.
