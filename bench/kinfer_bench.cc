@@ -141,8 +141,8 @@ int main(int argc, char** argv) {
   auto run_decode = [&](bool record) -> double {
     const int bs = 16;
     const int blocks = (short_prompt + decode + bs) / bs;
-    auto contiguous = model.NewKvCache(short_prompt + decode + 8);
-    auto cache = model.NewPagedKvCache(bs, batch * blocks);
+    auto contiguous = batch == 1 ? model.NewKvCache(short_prompt + decode + 8) : nullptr;
+    auto cache = batch > 1 ? model.NewPagedKvCache(bs, batch * blocks) : nullptr;
     auto forward = [&](std::span<const kinfer::SequenceBatch> seqs) {
       if (batch > 1) return model.ForwardBatch(seqs, cache.get(), &logits);
       return model.Forward(seqs[0].tokens, contiguous.get(), false, &logits, seqs[0].mode);

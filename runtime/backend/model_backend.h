@@ -57,7 +57,8 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // the CUDA backend takes it on the device, so that only the ids cross PCIe.
   // (Defined here, inline: the CUDA library implements this interface without linking the
   // backend library.)
-  virtual Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) {
+  virtual Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
+                                    std::vector<int32_t>* tokens) {
     std::vector<float> logits;
     KINFER_RETURN_IF_ERROR(ForwardBatch(seqs, &logits));
     const size_t nv = static_cast<size_t>(hparams().n_vocab);

@@ -480,10 +480,11 @@ bool Engine::RunStep() {
   }
   std::vector<float> logits;
   std::vector<int32_t> chosen;
-  Status st = argmax_step ? backend_->ForwardBatchArgmax(batch, &chosen) : backend_->ForwardBatch(batch, &logits);
+  Status st = argmax_step ? backend_->ForwardBatchArgmax(batch, &chosen)
+                          : backend_->ForwardBatch(batch, &logits);
   if (st.ok() && argmax_step && chosen.size() != sampled.size()) {
-    st = Internal("the backend's argmax step returned " + std::to_string(chosen.size()) + " tokens for " +
-                  std::to_string(sampled.size()) + " sequences");
+    st = Internal("the backend's argmax step returned " + std::to_string(chosen.size()) +
+                  " tokens for " + std::to_string(sampled.size()) + " sequences");
   }
   if (!st.ok()) {
     for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {

@@ -35,7 +35,8 @@ Sampler::Sampler(const SamplingParams& params)
 
 bool Sampler::IsPlainArgmax() const {
   return params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
-         params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f && params_.logprobs < 0;
+         params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f &&
+         params_.logprobs < 0;
 }
 
 double Sampler::Uniform01() {

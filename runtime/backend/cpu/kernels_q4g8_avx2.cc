@@ -51,7 +51,7 @@ GroupedView MakeGroupedView(const void* act, int64_t cols) {
   v.q = ViewQ8(act, cols);
   const int64_t nb = cols / 32;
   const int n = static_cast<int>(nb % 8);  // blocks past the last full group
-  if (n == 0 || n > 2) return v;            // 3..7 blocks are read as a padded group instead
+  if (n == 0 || n > 2) return v;           // 3..7 blocks are read as a padded group instead
   std::memset(v.lo, 0, sizeof(v.lo));
   std::memset(v.hi, 0, sizeof(v.hi));
   const int8_t* steps = v.q.qs + (nb / 8) * 256;
@@ -68,8 +68,8 @@ GroupedView MakeGroupedView(const void* act, int64_t cols) {
 // 8 fp16 d, mh at its 8 fp16 m (Q4_1); g indexes the group in the activation rows. The fp32
 // steps are the GEMM's (gemm_interleaved_impl.h MicroKernel), in its order.
 template <QKind K, int T>
-inline void Group(const uint8_t* q, const uint8_t* dh, const uint8_t* mh, const GroupedView* x, int64_t g,
-                  __m256* acc) {
+inline void Group(const uint8_t* q, const uint8_t* dh, const uint8_t* mh, const GroupedView* x,
+                  int64_t g, __m256* acc) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256i s16[T];
   for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
@@ -80,9 +80,11 @@ inline void Group(const uint8_t* q, const uint8_t* dh, const uint8_t* mh, const 
     for (int t = 0; t < T; ++t) {
       const int8_t* xs = x[t].q.qs + g * 256;
       s16[t] = _mm256_add_epi16(
-          s16[t], _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + k * 32))));
+          s16[t], _mm256_maddubs_epi16(
+                      lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + k * 32))));
       s16[t] = _mm256_add_epi16(
-          s16[t], _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + (k + 4) * 32))));
+          s16[t], _mm256_maddubs_epi16(
+                      hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + (k + 4) * 32))));
     }
   }
   const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dh)));
@@ -102,7 +104,8 @@ inline void Group(const uint8_t* q, const uint8_t* dh, const uint8_t* mh, const 
   }
 }
 
-// The lanes' sum in the GEMM's order (its Reduce4): ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)).
+// The lanes' sum in the GEMM's order (its Reduce4):
+// ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)).
 inline float SumLikeGemm(__m256 v) {
   const __m256 h = _mm256_hadd_ps(v, v);
   const __m256 h2 = _mm256_hadd_ps(h, h);
@@ -112,13 +115,15 @@ inline float SumLikeGemm(__m256 v) {
 // A row's last 1 or 2 blocks (GGUF blocks at blk) for T tokens, as the GEMM's cross-row tail
 // computes them: per block float(dot) * (d_w * d_x) (+ m_w * s_x by fma), the two added.
 template <QKind K, int T>
-inline void Tail(const uint8_t* blk, int n, const GroupedView* x, int64_t first_block, float* tail) {
+inline void Tail(const uint8_t* blk, int n, const GroupedView* x, int64_t first_block,
+                 float* tail) {
   constexpr int bb = kBlockBytes<K>;
   constexpr int qs_off = K == QKind::kQ4_1 ? 4 : 2;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const bool pair = n == 2;
   const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs_off));
-  const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + bb + qs_off)) : _mm_setzero_si128();
+  const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + bb + qs_off))
+                          : _mm_setzero_si128();
   const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
   const __m256i lo = _mm256_and_si256(w, low4);
   const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
@@ -131,7 +136,8 @@ inline void Tail(const uint8_t* blk, int n, const GroupedView* x, int64_t first_
         _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x[t].lo))),
         _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x[t].hi))));
     alignas(32) int32_t part[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(part), _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(part),
+                       _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
     float v[2] = {0.0f, 0.0f};
     for (int b = 0; b < n; ++b) {
       int32_t dot = part[4 * b] + part[4 * b + 1] + part[4 * b + 2] + part[4 * b + 3];
@@ -170,7 +176,8 @@ void RowGrouped(const uint8_t* wrow, const GroupedView* x, int64_t nb, float* ou
       std::memcpy(dh + b, last + b * bb, 2);
       if constexpr (K == QKind::kQ4_1) std::memcpy(mh + b, last + b * bb + 2, 2);
     }
-    Group<K, T>(q[0], reinterpret_cast<const uint8_t*>(dh), reinterpret_cast<const uint8_t*>(mh), x, full, acc);
+    Group<K, T>(q[0], reinterpret_cast<const uint8_t*>(dh), reinterpret_cast<const uint8_t*>(mh), x,
+                full, acc);
   }
   float tail[T] = {};
   if (n == 1 || n == 2) Tail<K, T>(last, n, x, full * 8, tail);
