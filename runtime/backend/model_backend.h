@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "runtime/model/llama_hparams.h"
 #include "runtime/model/llama_model.h"  // SequenceBatch, ForwardMode
+#include "runtime/sample/draw.h"
 
 namespace kinfer {
 
@@ -66,6 +67,34 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     for (size_t r = 0; r < tokens->size(); ++r) {
       const float* row = logits.data() + r * nv;
       (*tokens)[r] = static_cast<int32_t>(std::max_element(row, row + nv) - row);  // first maximum
+    }
+    return Status::Ok();
+  }
+  // Whether ForwardBatchSample draws rows with these settings (the uniform aside). The default,
+  // on the host, draws any; the CUDA backend states its kernel's reach (docs/cuda.md).
+  virtual bool CanSample(const DrawParams& p) const { return true; }
+  // The same step, every logits row's token drawn by DrawToken's rule (runtime/sample/draw.h)
+  // with rows[r], r in ForwardBatch's row order: the engine's path for steps whose every sampled
+  // sequence is a plain draw (Sampler::IsPlainDraw) that CanSample takes. INVALID_ARGUMENT when
+  // rows.size() is not the step's number of logits rows. This default runs ForwardBatch and
+  // draws on the host; the CUDA backend draws on the device, so that only the ids cross PCIe.
+  virtual Status ForwardBatchSample(std::span<const SequenceBatch> seqs,
+                                    std::span<const DrawParams> rows,
+                                    std::vector<int32_t>* tokens) {
+    std::vector<float> logits;
+    KINFER_RETURN_IF_ERROR(ForwardBatch(seqs, &logits));
+    const size_t nv = static_cast<size_t>(hparams().n_vocab);
+    const size_t n = nv == 0 ? 0 : logits.size() / nv;
+    if (rows.size() != n) {
+      return InvalidArgument("the step has " + std::to_string(n) + " logits rows but " +
+                             std::to_string(rows.size()) + " draw settings");
+    }
+    tokens->resize(n);
+    DrawCandidates candidates;
+    std::vector<double> probs;
+    for (size_t r = 0; r < n; ++r) {
+      (*tokens)[r] = DrawToken(std::span<const float>(logits.data() + r * nv, nv), rows[r],
+                               &candidates, &probs);
     }
     return Status::Ok();
   }

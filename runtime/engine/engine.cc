@@ -469,31 +469,35 @@ bool Engine::RunStep() {
       if (item.sample) sampled.push_back(&item);
     }
   }
-  // An all-greedy step takes the argmax where the logits are (EngineOptions::backend_argmax).
-  bool argmax_step = options_.backend_argmax && !sampled.empty();
+  // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
+  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back.
+  bool backend_step = options_.backend_sampling && !sampled.empty();
   for (const ScheduledSeq* item : sampled) {
     auto it = active_.find(item->id);
-    if (!item->draft.empty() || (it != active_.end() && !it->second->sampler.IsPlainArgmax())) {
-      argmax_step = false;
+    if (it == active_.end()) continue;
+    const Sampler& s = it->second->sampler;
+    if (!item->draft.empty() || !s.IsPlainDraw() || !backend_->CanSample(s.draw_params())) {
+      backend_step = false;
       break;
     }
   }
   std::vector<float> logits;
   std::vector<int32_t> chosen;
-  Status st = argmax_step ? backend_->ForwardBatchArgmax(batch, &chosen)
-                          : backend_->ForwardBatch(batch, &logits);
-  if (st.ok() && argmax_step && chosen.size() != sampled.size()) {
-    st = Internal("the backend's argmax step returned " + std::to_string(chosen.size()) +
-                  " tokens for " + std::to_string(sampled.size()) + " sequences");
-  }
-  if (!st.ok()) {
-    for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {
-      auto it = active_.find(f.id);
-      if (it == active_.end()) continue;
-      Finish(*it->second, FinishReason::kError, f.status);
-      Retire(it);
+  Status st;
+  if (backend_step) {
+    std::vector<DrawParams> draws;
+    draws.reserve(sampled.size());
+    for (const ScheduledSeq* item : sampled) {
+      auto it = active_.find(item->id);
+      draws.push_back(it != active_.end() ? it->second->sampler.NextDraw() : DrawParams{});
     }
-    return true;
+    st = backend_->ForwardBatchSample(batch, draws, &chosen);
+    if (st.ok() && chosen.size() != sampled.size()) {
+      st = Internal("the backend's sampling step returned " + std::to_string(chosen.size()) +
+                    " tokens for " + std::to_string(sampled.size()) + " sequences");
+    }
+  } else {
+    st = backend_->ForwardBatch(batch, &logits);
   }
   const size_t nv = backend_->hparams().n_vocab;
   StepResult result;
@@ -503,7 +507,7 @@ bool Engine::RunStep() {
     auto it = active_.find(item->id);
     if (it != active_.end()) {
       SampledToken t;
-      if (argmax_step) {
+      if (backend_step) {
         EmitChosen(*it->second, *item, chosen[row], &t);
       } else {
         SampleItem(*it->second, *item, logits.data() + row * nv, &t);

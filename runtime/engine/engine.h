@@ -109,10 +109,11 @@ struct EngineOptions {
   // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
   int64_t max_waiting_prompt_tokens = 0;
   SpeculativeOptions spec;
-  // Steps whose every sampled sequence is plain greedy (Sampler::IsPlainArgmax; no drafts to
-  // verify) take ModelBackend::ForwardBatchArgmax: on CUDA the argmax runs on the device and only
-  // token ids cross PCIe instead of n_vocab floats per sequence. Same tokens either way.
-  bool backend_argmax = true;
+  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no penalties, no
+  // logprobs; no draft to verify) that ModelBackend::CanSample takes run ForwardBatchSample: on
+  // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
+  // sequence. Same rule, same uniforms, same tokens either way.
+  bool backend_sampling = true;
 };
 
 struct EngineStats {
@@ -170,7 +171,7 @@ class Engine {
   // logits rows (one per position of the item that has logits; used as scratch) and streams
   // them; fills *out.
   void SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out);
-  // The same for a token the backend already chose (an all-greedy step, no draft).
+  // The same for a token the backend already drew (ForwardBatchSample; no draft).
   void EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, SampledToken* out);
   // Removes a finished request (and what the proposer keeps for it).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);

@@ -10,17 +10,9 @@
 namespace kinfer {
 namespace {
 
-// Best first: larger logit, then lower id. A strict weak order for non-NaN logits.
+// Best first: larger logit, then lower id (the order of the logprobs' top list).
 bool Better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
-}
-
-int32_t Argmax(std::span<const float> logits) {
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lowest id
-  }
-  return static_cast<int32_t>(best);
 }
 
 uint64_t RandomSeed() {
@@ -33,10 +25,24 @@ uint64_t RandomSeed() {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
 
-bool Sampler::IsPlainArgmax() const {
-  return params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
-         params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f &&
-         params_.logprobs < 0;
+bool Sampler::IsPlainDraw() const {
+  return params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+         params_.presence_penalty == 0.0f && params_.logprobs < 0;
+}
+
+DrawParams Sampler::draw_params() const {
+  DrawParams d;
+  d.temperature = params_.temperature;
+  d.top_k = params_.top_k;
+  d.top_p = params_.top_p;
+  d.min_p = params_.min_p;
+  return d;
+}
+
+DrawParams Sampler::NextDraw() {
+  DrawParams d = draw_params();
+  if (d.temperature > 0.0f) d.uniform = Uniform01();
+  return d;
 }
 
 double Sampler::Uniform01() {
@@ -48,94 +54,9 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> histor
   assert(!logits.empty());
   ApplyPenalties(params_, history, logits);
 
-  int32_t chosen;
-  if (params_.temperature <= 0.0f) {
-    chosen = Argmax(logits);
-  } else {
-    candidates_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) {
-      candidates_[i] = {logits[i], static_cast<int32_t>(i)};
-    }
-    Truncate();
-    chosen = Draw();
-  }
-
+  const int32_t chosen = DrawToken(logits, NextDraw(), &candidates_, &probs_);
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
   return chosen;
-}
-
-void Sampler::Truncate() {
-  auto& c = candidates_;
-  bool sorted = false;  // true when c is in Better order
-
-  // top-k. Ties at the cut go to the lowest ids, so top_k == 1 is exactly the greedy choice.
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < c.size()) {
-    const auto k = static_cast<size_t>(params_.top_k);
-    std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(k), c.end(), Better);
-    c.resize(k);
-    sorted = true;
-  }
-
-  // top-p over the temperature-1 probabilities of what is left.
-  if (params_.top_p < 1.0f && c.size() > 1) {
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (const auto& e : c) max_logit = std::max(max_logit, e.first);
-    double total = 0.0;
-    for (const auto& e : c) total += std::exp(static_cast<double>(e.first - max_logit));
-    const double target = static_cast<double>(params_.top_p) * total;
-
-    // The nucleus is usually far smaller than the vocabulary: sort a growing prefix instead of all.
-    size_t sorted_prefix = sorted ? c.size() : 0;
-    size_t keep = 0;
-    double cum = 0.0;
-    while (true) {
-      if (keep == sorted_prefix) {
-        const size_t want = std::min(c.size(), std::max<size_t>(64, sorted_prefix * 4));
-        std::partial_sort(c.begin() + static_cast<std::ptrdiff_t>(sorted_prefix),
-                          c.begin() + static_cast<std::ptrdiff_t>(want), c.end(), Better);
-        sorted_prefix = want;
-      }
-      cum += std::exp(static_cast<double>(c[keep].first - max_logit));
-      ++keep;  // the token that crosses the threshold is kept, and at least one always is
-      if (cum >= target || keep == c.size()) break;
-    }
-    c.resize(keep);
-  }
-
-  // min-p: p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p).
-  if (params_.min_p > 0.0f && c.size() > 1) {
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (const auto& e : c) max_logit = std::max(max_logit, e.first);
-    const float threshold = max_logit + std::log(params_.min_p);
-    std::erase_if(c, [threshold](const auto& e) { return e.first < threshold; });
-  }
-}
-
-int32_t Sampler::Draw() {
-  const auto& c = candidates_;
-  assert(!c.empty());
-  if (c.size() == 1) return c[0].second;
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (const auto& e : c) max_logit = std::max(max_logit, e.first);
-  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
-  probs_.resize(c.size());
-  double total = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    const double p = std::exp(static_cast<double>(c[i].first - max_logit) * inv_t);
-    probs_[i] = p;
-    total += p;
-  }
-  const double u = Uniform01() * total;
-  double cum = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    cum += probs_[i];
-    if (u < cum) return c[i].second;
-  }
-  // Rounding left u at or past the end: the last token with non-zero probability.
-  for (size_t i = c.size(); i-- > 0;) {
-    if (probs_[i] > 0.0) return c[i].second;
-  }
-  return c[0].second;
 }
 
 double ProbabilityOf(const TokenDistribution& d, int32_t id) {
@@ -167,12 +88,12 @@ void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> his
   assert(!logits.empty());
   ApplyPenalties(params_, history, logits);
   if (params_.temperature <= 0.0f) {
-    out->assign(1, {Argmax(logits), 1.0});
+    out->assign(1, {ArgmaxLowestId(logits), 1.0});
     return;
   }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
-  Truncate();
+  TruncateCandidates(draw_params(), &candidates_);
   SurvivorDistribution(out);
 }
 
@@ -198,7 +119,7 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
   int32_t chosen;
   if (params_.temperature <= 0.0f) {
     ApplyPenalties(params_, history, logits);
-    chosen = Argmax(logits);
+    chosen = ArgmaxLowestId(logits);
     *accepted = chosen == draft;
   } else {
     thread_local TokenDistribution p;

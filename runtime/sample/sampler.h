@@ -20,10 +20,15 @@
 //     min_p <= 0 is off.
 //   * temperature: divide the surviving logits by temperature, softmax, draw.
 //
+// After the penalties, the chain is DrawToken's rule (runtime/sample/draw.h), stated once for the
+// host and the devices.
+//
 // Randomness: std::mt19937_64 (its output sequence is fixed by the C++ standard) seeded from
-// params.seed, or from std::random_device when unset. A draw takes exactly one 64-bit output and maps it
-// to [0, 1) with 53 bits, so the same seed, logits and history give the same tokens on every platform
-// with IEEE floats. Greedy steps (temperature == 0) consume no randomness.
+// params.seed, or from std::random_device when unset. Every sampled token (temperature > 0) takes
+// exactly one 64-bit output, mapped to [0, 1) with 53 bits, even when truncation leaves one
+// candidate, so the stream does not depend on the logits; the same seed, logits and history give
+// the same tokens on every platform with IEEE floats. Greedy steps (temperature == 0) consume no
+// randomness.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "runtime/engine/request.h"
+#include "runtime/sample/draw.h"
 #include "runtime/sample/sampling_params.h"
 
 namespace kinfer {
@@ -89,20 +95,22 @@ class Sampler {
   int32_t Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
 
-  // True when Sample() is the argmax of the raw logits and reads nothing else: greedy, no
-  // penalties, no logprobs. Such a step's token can then be taken where the logits are
-  // (ModelBackend::ForwardBatchArgmax: on the device) without the logits reaching the host.
-  bool IsPlainArgmax() const;
+  // True when Sample() reads nothing but the raw logits and, unless greedy, one PRNG output: no
+  // penalties, no logprobs. Such a token can be drawn where the logits are
+  // (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the host.
+  bool IsPlainDraw() const;
+  // This request's draw settings (uniform 0).
+  DrawParams draw_params() const;
+  // draw_params() with the uniform the next Sample() would take, consumed (one PRNG output;
+  // none when greedy). For a plain draw, DrawToken(logits, NextDraw()) is what Sample(logits)
+  // would have returned, and the stream goes on as if it had been called.
+  DrawParams NextDraw();
 
   const SamplingParams& params() const { return params_; }
 
  private:
   // Fills lp from the post-penalty logits.
   void FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp);
-  // Applies top-k, top-p and min-p to candidates_ (filled with every token), leaving the survivors.
-  void Truncate();
-  // Draws from the survivors in candidates_ at params_.temperature.
-  int32_t Draw();
   // The survivors' probabilities at params_.temperature, into out (sorted by id).
   void SurvivorDistribution(TokenDistribution* out);
   // A uniform double in [0, 1) from one PRNG output.
@@ -111,7 +119,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   // Scratch reused across steps: (logit, id) pairs of the tokens still in the running.
-  std::vector<std::pair<float, int32_t>> candidates_;
+  DrawCandidates candidates_;
   std::vector<double> probs_;
 };
 

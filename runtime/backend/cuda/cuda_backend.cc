@@ -131,6 +131,8 @@ struct CudaBackend::Impl {
   uint16_t* x16 = nullptr;
   ActBuffers act;
   int32_t* argmax_dev = nullptr;
+  cuda::DeviceDraw* draws_dev = nullptr;   // T rows: a sampling step's settings
+  cuda::DeviceDraw* draws_host = nullptr;  // pinned, T rows
 
   // Step metadata: fixed offsets (in int32) into one device buffer and its pinned mirror.
   //   [0,T) tokens  [T,2T) pos  [2T,3T) tok_seq  [3T,4T) slot_rows  [4T,5T) logit_rows
@@ -161,6 +163,7 @@ struct CudaBackend::Impl {
     if (meta_host) cudaFreeHost(meta_host);
     if (logits_host) cudaFreeHost(logits_host);
     if (argmax_host) cudaFreeHost(argmax_host);
+    if (draws_host) cudaFreeHost(draws_host);
     if (cublas) cublasDestroy(cublas);
     if (cublas_ws) cudaFree(cublas_ws);
     if (stream) cudaStreamDestroy(stream);
@@ -175,13 +178,21 @@ struct CudaBackend::Impl {
   Status UploadWeights();
   Status PlanScratch();
   Status EnsureMeta(size_t elems);
-  Status Step(std::span<const SequenceBatch> seqs, bool argmax, std::vector<float>* logits,
-              std::vector<int32_t>* ids);
+  // What a step returns: every logits row, each row's argmax, or each row's draw (draws[r]).
+  enum class Out { kLogits, kArgmax, kSample };
+  Status Step(std::span<const SequenceBatch> seqs, Out out, std::span<const DrawParams> draws,
+              std::vector<float>* logits, std::vector<int32_t>* ids);
+  // SampleRows' reach (cuda_kernels.h).
+  bool CanSample(const DrawParams& p) const {
+    if (!(p.temperature > 0.0f)) return true;
+    if (p.top_k <= 0 || p.top_k >= hp.n_vocab) return p.top_p >= 1.0f;
+    return p.top_k <= cuda::kMaxTopK;
+  }
   bool UseGemm(int n) const { return opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens; }
   void Products(const float* x_in, int n,
                 std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws);
   void Layers(int n, int n_dec, int n_tiles);
-  void Output(int row0, int rows, bool argmax);
+  void Output(int row0, int rows, Out out);
 };
 
 namespace {
@@ -387,8 +398,9 @@ Status CudaBackend::Impl::PlanScratch() {
   const size_t t = T;
   const size_t floats = t * d + t * std::max(d, dq) + t * dq + 2 * t * dkv + t * dq + 2 * t * ff +
                         t * std::max(d, dq) + R * d + R * nv + t * maxc + t * maxc / 16;
-  const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ + t * maxc * 2 /* x16 */ +
-                       R * 4;
+  const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
+                       t * maxc * 2 /* x16 */ + R * 4 + Align256(t * sizeof(cuda::DeviceDraw)) +
+                       256;
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
   xn = scratch.Take<float>(t * std::max(d, dq));
@@ -407,7 +419,9 @@ Status CudaBackend::Impl::PlanScratch() {
   act.qs = scratch.Take<int8_t>(t * maxc);
   x16 = scratch.Take<uint16_t>(t * maxc);
   argmax_dev = scratch.Take<int32_t>(R);
-  if (!argmax_dev) return Internal("scratch plan too small (a bug)");
+  draws_dev = scratch.Take<cuda::DeviceDraw>(t);
+  if (!argmax_dev || !draws_dev) return Internal("scratch plan too small (a bug)");
+  KINFER_CUDA_RETURN(cudaMallocHost(&draws_host, t * sizeof(cuda::DeviceDraw)), "pinned draws");
   KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
   KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host, R * sizeof(int32_t)), "pinned ids");
   return EnsureMeta(static_cast<size_t>(10) * T);
@@ -541,14 +555,18 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
 }
 
 // Logits rows [row0, row0 + rows) of the step (indices into meta's logit_rows), into the pinned
-// buffer (or their argmax).
-void CudaBackend::Impl::Output(int row0, int rows, bool argmax) {
+// buffer (or their argmax, or their draws).
+void CudaBackend::Impl::Output(int row0, int rows, Out out) {
   const int d = hp.n_embd;
   cuda::GatherRows(x, meta_dev + 4 * T + row0, rows, d, xo, stream);
   cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
   Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
-  if (argmax) {
-    cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev, stream);
+  if (out != Out::kLogits) {
+    if (out == Out::kArgmax) {
+      cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev, stream);
+    } else {
+      cuda::SampleRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev, stream);
+    }
     cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
   } else {
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
@@ -568,14 +586,46 @@ static Status EnqueueErrors(cublasStatus_t* gemm_status) {
   return Status::Ok();
 }
 
-Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
-                               std::vector<float>* out_logits, std::vector<int32_t>* out_ids) {
+Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, Out out,
+                               std::span<const DrawParams> draws, std::vector<float>* out_logits,
+                               std::vector<int32_t>* out_ids) {
   if (!kc) return FailedPrecondition("ForwardBatch before InitKvCache");
   if (seqs.empty()) return InvalidArgument("empty step");
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
   // Validation: LlamaModel::ForwardBatch's rules and messages.
   size_t rows = 0, table_entries = 0;
   KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
+  if (out == Out::kSample) {
+    if (draws.size() != rows) {
+      return InvalidArgument("the step has " + std::to_string(rows) + " logits rows but " +
+                             std::to_string(draws.size()) + " draw settings");
+    }
+    bool greedy = true;
+    for (size_t r = 0; r < rows; ++r) {
+      const DrawParams& p = draws[r];
+      greedy = greedy && !(p.temperature > 0.0f);
+      if (!CanSample(p)) {
+        return InvalidArgument("row " + std::to_string(r) + ": top_k " + std::to_string(p.top_k) +
+                               " with top_p " + std::to_string(p.top_p) +
+                               " cannot be drawn on the device (CanSample)");
+      }
+      cuda::DeviceDraw& d = draws_host[r];
+      d = cuda::DeviceDraw{};
+      d.uniform = p.uniform;
+      d.temperature = p.temperature;
+      d.top_p = p.top_p;
+      d.min_p = p.min_p;
+      d.log_min_p = p.min_p > 0.0f ? std::log(p.min_p) : 0.0f;
+      d.top_k = p.top_k <= 0 || p.top_k >= hp.n_vocab ? 0 : p.top_k;
+    }
+    if (greedy) {
+      out = Out::kArgmax;  // the argmax kernel, and its graphs
+    } else {
+      KINFER_CUDA_RETURN(cudaMemcpyAsync(draws_dev, draws_host, rows * sizeof(cuda::DeviceDraw),
+                                         cudaMemcpyHostToDevice, stream),
+                         "draw settings upload");
+    }
+  }
   for (const SequenceBatch& s : seqs) {
     table_entries += (s.pos0 + s.tokens.size() + block_size - 1) / block_size;
   }
@@ -623,7 +673,7 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
   if (out_ids) out_ids->resize(rows);
   const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
   if (use_graph) {
-    const int key = g * 2 + (argmax ? 1 : 0);
+    const int key = g * 3 + static_cast<int>(out);
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this
@@ -633,7 +683,7 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
       cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
       if (e == cudaSuccess) {
         Layers(g, n_dec, n_tiles);
-        Output(0, nrows, argmax);
+        Output(0, nrows, out);
         e = cudaStreamEndCapture(stream, &graph);
         const Status enq = EnqueueErrors(&gemm_status);
         if (e == cudaSuccess && !enq.ok()) e = cudaErrorStreamCaptureInvalidated;
@@ -662,7 +712,7 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, bool argmax,
   KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
   for (int r0 = 0; r0 < nrows; r0 += R) {
     const int nr = std::min(R, nrows - r0);
-    Output(r0, nr, argmax);
+    Output(r0, nr, out);
     KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
     KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
     if (out_logits) {
@@ -732,12 +782,20 @@ Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
 }
 
 Status CudaBackend::ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) {
-  return impl_->Step(seqs, false, logits, nullptr);
+  return impl_->Step(seqs, Impl::Out::kLogits, {}, logits, nullptr);
 }
 
 Status CudaBackend::ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
                                        std::vector<int32_t>* tokens) {
-  return impl_->Step(seqs, true, nullptr, tokens);
+  return impl_->Step(seqs, Impl::Out::kArgmax, {}, nullptr, tokens);
+}
+
+bool CudaBackend::CanSample(const DrawParams& p) const { return impl_->CanSample(p); }
+
+Status CudaBackend::ForwardBatchSample(std::span<const SequenceBatch> seqs,
+                                       std::span<const DrawParams> rows,
+                                       std::vector<int32_t>* tokens) {
+  return impl_->Step(seqs, Impl::Out::kSample, rows, nullptr, tokens);
 }
 
 const CudaDeviceInfo& CudaBackend::device_info() const { return impl_->info; }

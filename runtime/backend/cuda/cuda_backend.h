@@ -79,6 +79,13 @@ class CudaBackend final : public ModelBackend {
   // first maximum), and only the ids cross PCIe. The engine's path for all-greedy steps.
   Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) override;
 
+  // Draws on the device (SampleRows) for greedy rows, top_k 1..64 with any top-p and min-p, and
+  // whole-vocabulary draws (top_k off, top_p 1) with any min-p; the engine samples anything else
+  // on the host from the logits.
+  bool CanSample(const DrawParams& p) const override;
+  Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
+                            std::vector<int32_t>* tokens) override;
+
   int max_batch_tokens() const override;
   const CudaDeviceInfo& device_info() const;
   // Bytes of quantized weights read by one decode step (every matrix once, as the CPU counts).

@@ -122,13 +122,25 @@ void GatherRows(const float* x, const int32_t* rows, int n, int d, float* out,
 // out[r] = the index of the largest of logits[r][0..n_vocab) (the first on ties).
 void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaStream_t stream);
 
-// out[r] = a token drawn from row r: the top_k largest logits (1..kMaxTopK; ties by lower index),
-// softmax at `temperature` (> 0) over them, cut to the smallest prefix whose mass reaches top_p
-// (at least one), renormalized; uniforms[r] in [0, 1) picks by inverse CDF. The same rule as
-// SampleTopKTopPReference (tests) on the host.
+// One row's draw on the device: DrawToken's rule (runtime/sample/draw.h), for the settings
+// CudaBackend::CanSample takes: greedy (temperature <= 0); top_k in [1, kMaxTopK] with any top-p
+// and min-p; or the whole vocabulary (top_k 0, no top-p) with any min-p. Filled by the host.
 constexpr int kMaxTopK = 64;
-void SampleTopKTopP(const float* logits, int rows, int n_vocab, int top_k, float top_p,
-                    float temperature, const float* uniforms, int32_t* out, cudaStream_t stream);
+struct DeviceDraw {
+  double uniform = 0.0;  // in [0, 1)
+  float temperature = 0.0f;
+  float top_p = 1.0f;      // used with top_k >= 1
+  float min_p = 0.0f;      // > 0: on
+  float log_min_p = 0.0f;  // std::log(min_p) in float, as DrawToken computes it
+  int top_k = 0;           // 1..kMaxTopK, or 0: the whole vocabulary
+  int unused = 0;
+};
+
+// out[r] = the token draws[r] picks from logits row r (one block per row). With the same logits,
+// the host's DrawToken gives the same token, unless the uniform falls within rounding of a
+// boundary between two tokens (probabilities are summed in a different grouping).
+void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
+                cudaStream_t stream);
 
 // ---- attention over the paged cache ------------------------------------------------------
 //

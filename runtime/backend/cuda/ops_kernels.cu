@@ -1,6 +1,7 @@
 // Row and element-wise ops of the forward pass (runtime/model/ops.h on the device), the KV-cache
-// write, row gathers and the argmax sampler.
+// write, row gathers, and the samplers (argmax; DrawToken's rule).
 #include <cfloat>
+#include <climits>
 
 #include "runtime/backend/cuda/cuda_common.cuh"
 #include "runtime/backend/cuda/cuda_kernels.h"
@@ -176,21 +177,47 @@ __device__ __forceinline__ bool Before(float v, int i, float v2, int i2) {
   return v > v2 || (v == v2 && i < i2);
 }
 
-// One block per row: k rounds of a block-wide argmax, each over the elements ranked after the
-// previous round's winner (no membership tests), then thread 0 does the softmax, the top-p cut
-// and the draw.
-__global__ void SampleTopKTopPKernel(const float* __restrict__ logits, int n_vocab, int top_k, float top_p,
-                                     float temperature, const float* __restrict__ uniforms,
-                                     int32_t* __restrict__ out) {
+// Block-wide maximum of an int (every thread gets it). blockDim.x a multiple of 32, <= 1024.
+__device__ int BlockMaxInt(int v, int* shared32) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  if (lane == 0) shared32[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w) v = max(v, shared32[w]);
+    shared32[0] = v;
+  }
+  __syncthreads();
+  return shared32[0];
+}
+
+// One block of kSampleThreads per row, DrawToken's rule (runtime/sample/draw.h):
+//   1. k rounds of a block-wide argmax, each over the elements ranked after the previous round's
+//      winner (no membership tests): the top k in DrawToken's best-first order (one round for
+//      greedy rows and for whole-vocabulary draws: the maximum).
+//   2. top k: thread 0 applies top-p, min-p and the draw over the k, in double, in that order.
+//   3. the whole vocabulary (in id order, as DrawToken keeps it when nothing sorts): each thread
+//      sums the probabilities of a contiguous chunk of ids; thread 0 turns the sums into chunk
+//      offsets; the thread whose chunk holds uniform x total walks it to the token.
+constexpr int kSampleThreads = 256;
+
+__global__ void __launch_bounds__(kSampleThreads)
+    SampleRowsKernel(const float* __restrict__ logits, int n_vocab,
+                     const DeviceDraw* __restrict__ draws, int32_t* __restrict__ out) {
   const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+  const DeviceDraw dr = draws[blockIdx.x];
   __shared__ float cv[kMaxTopK];
   __shared__ int ci[kMaxTopK];
   __shared__ float wv[32];
   __shared__ int wi[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  const bool greedy = !(dr.temperature > 0.0f);
+  const int k = greedy ? 1 : dr.top_k;  // 0: the whole vocabulary
+  const int rounds = k > 0 ? k : 1;
   float last_v = FLT_MAX;
   int last_i = -1;
-  for (int j = 0; j < top_k; ++j) {
+  for (int j = 0; j < rounds; ++j) {
     float best = -FLT_MAX;
     int bi = n_vocab;
     for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
@@ -230,45 +257,113 @@ __global__ void SampleTopKTopPKernel(const float* __restrict__ logits, int n_voc
     last_i = ci[j];
     __syncthreads();
   }
-  if (threadIdx.x == 0) {
-    float p[kMaxTopK];
-    float sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      p[j] = expf((cv[j] - cv[0]) / temperature);
-      sum += p[j];
-    }
-    int keep = 0;
-    float mass = 0.0f;
-    while (keep < top_k) {
-      mass += p[keep] / sum;
-      ++keep;
-      if (mass >= top_p) break;
-    }
-    float kept = 0.0f;
-    for (int j = 0; j < keep; ++j) kept += p[j];
-    const float target = uniforms[blockIdx.x] * kept;
-    float acc = 0.0f;
-    int pick = keep - 1;
-    for (int j = 0; j < keep; ++j) {
-      acc += p[j];
-      if (target < acc) {
-        pick = j;
-        break;
-      }
-    }
-    out[blockIdx.x] = ci[pick];
+  const float mx = cv[0];
+  if (greedy) {
+    if (threadIdx.x == 0) out[blockIdx.x] = ci[0];
+    return;
   }
+  const double inv_t = 1.0 / static_cast<double>(dr.temperature);
+  if (k > 0) {
+    if (threadIdx.x != 0) return;
+    int keep = k;
+    if (dr.top_p < 1.0f && keep > 1) {  // top-p over the temperature-1 probabilities
+      double total = 0.0;
+      for (int j = 0; j < keep; ++j) total += exp(static_cast<double>(cv[j] - mx));
+      const double target = static_cast<double>(dr.top_p) * total;
+      double cum = 0.0;
+      int n = 0;
+      while (true) {
+        cum += exp(static_cast<double>(cv[n] - mx));
+        ++n;
+        if (cum >= target || n == keep) break;
+      }
+      keep = n;
+    }
+    if (dr.min_p > 0.0f && keep > 1) {  // the survivors are best first: min-p keeps a prefix
+      const float threshold = mx + dr.log_min_p;
+      int n = 0;
+      while (n < keep && !(cv[n] < threshold)) ++n;
+      keep = n;
+    }
+    if (keep <= 1) {
+      out[blockIdx.x] = ci[0];
+      return;
+    }
+    double p[kMaxTopK];
+    double total = 0.0;
+    for (int j = 0; j < keep; ++j) total += (p[j] = exp(static_cast<double>(cv[j] - mx) * inv_t));
+    const double u = dr.uniform * total;
+    double cum = 0.0;
+    int pick = -1;
+    for (int j = 0; j < keep && pick < 0; ++j) {
+      cum += p[j];
+      if (u < cum) pick = j;
+    }
+    for (int j = keep; pick < 0 && j-- > 0;) {
+      if (p[j] > 0.0) pick = j;
+    }
+    out[blockIdx.x] = ci[pick < 0 ? 0 : pick];
+    return;
+  }
+
+  // The whole vocabulary, min-p as a threshold on the logit.
+  __shared__ double offset[kSampleThreads];
+  __shared__ double total_sh;
+  __shared__ int pick_sh;
+  const bool min_p = dr.min_p > 0.0f && n_vocab > 1;
+  const float threshold = mx + dr.log_min_p;
+  const int chunk = (n_vocab + blockDim.x - 1) / blockDim.x;
+  const int b = min(n_vocab, static_cast<int>(threadIdx.x) * chunk), e = min(n_vocab, b + chunk);
+  double sum = 0.0;
+  int last_nonzero = -1;
+  for (int i = b; i < e; ++i) {
+    const float v = row[i];
+    if (min_p && v < threshold) continue;
+    const double pr = exp(static_cast<double>(v - mx) * inv_t);
+    sum += pr;
+    if (pr > 0.0) last_nonzero = i;
+  }
+  offset[threadIdx.x] = sum;
+  if (threadIdx.x == 0) pick_sh = INT_MAX;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double acc = 0.0;
+    for (int t = 0; t < blockDim.x; ++t) {
+      const double v = offset[t];
+      offset[t] = acc;
+      acc += v;
+    }
+    total_sh = acc;
+  }
+  __syncthreads();
+  const double u = dr.uniform * total_sh;
+  const double lo = offset[threadIdx.x];
+  const double hi = threadIdx.x + 1 < blockDim.x ? offset[threadIdx.x + 1] : total_sh;
+  if (u >= lo && u < hi) {
+    double cum = lo;
+    int pick = -1;
+    for (int i = b; i < e && pick < 0; ++i) {
+      const float v = row[i];
+      if (min_p && v < threshold) continue;
+      cum += exp(static_cast<double>(v - mx) * inv_t);
+      if (u < cum) pick = i;
+    }
+    if (pick < 0) pick = last_nonzero;  // rounding within the chunk
+    if (pick >= 0) atomicMin(&pick_sh, pick);
+  }
+  __syncthreads();
+  const int picked = pick_sh;
+  // Rounding that leaves u at or past the end: the last token whose probability is not zero.
+  const int fallback = BlockMaxInt(last_nonzero, wi);
+  if (threadIdx.x == 0) out[blockIdx.x] = picked != INT_MAX ? picked : max(fallback, 0);
 }
 
 }  // namespace
 
-void SampleTopKTopP(const float* logits, int rows, int n_vocab, int top_k, float top_p,
-                    float temperature, const float* uniforms, int32_t* out, cudaStream_t stream) {
+void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
+                cudaStream_t stream) {
   if (rows <= 0) return;
-  top_k = top_k < 1 ? 1 : (top_k > kMaxTopK ? kMaxTopK : top_k);
-  if (top_k > n_vocab) top_k = n_vocab;
-  SampleTopKTopPKernel<<<rows, 256, 0, stream>>>(logits, n_vocab, top_k, top_p, temperature, uniforms, out);
-  KINFER_CUDA_LAUNCH_CHECK();
+  SampleRowsKernel<<<rows, kSampleThreads, 0, stream>>>(logits, n_vocab, draws, out);
 }
 
 void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float* y,

@@ -101,7 +101,8 @@ TEST_F(EngineTest, GreedyAnswerStreamsTokensAndNamesParis) {
   EXPECT_GT(c.last.prompt_tokens, 5);
 }
 
-// A CPU backend that counts which of the two step calls the engine makes.
+// A CPU backend that counts which of the two step calls the engine makes, and can refuse to
+// draw (as a device refuses settings its kernel does not cover).
 class CountingBackend final : public ModelBackend {
  public:
   explicit CountingBackend(LlamaModel* model) : cpu_(CpuBackend::Borrow(model)) {}
@@ -115,59 +116,106 @@ class CountingBackend final : public ModelBackend {
     ++logits_steps;
     return cpu_->ForwardBatch(seqs, logits);
   }
-  Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) override {
-    ++argmax_steps;
-    return ModelBackend::ForwardBatchArgmax(seqs, tokens);  // the default: counts a logits step too
+  bool CanSample(const DrawParams& p) const override { return !refuse_top_p || p.top_p >= 1.0f; }
+  Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
+                            std::vector<int32_t>* tokens) override {
+    ++sample_steps;
+    sample_rows += static_cast<int>(rows.size());
+    return ModelBackend::ForwardBatchSample(seqs, rows, tokens);  // the default: a logits step too
   }
-  std::atomic<int> logits_steps{0}, argmax_steps{0};
+  std::atomic<int> logits_steps{0}, sample_steps{0}, sample_rows{0};
+  bool refuse_top_p = false;
 
  private:
   std::unique_ptr<CpuBackend> cpu_;
 };
 
-TEST_F(EngineTest, GreedyStepsTakeTheBackendsArgmaxWithTheSameTokens) {
-  auto run = [&](bool backend_argmax, const GenerationRequest& r, int* argmax_steps, int* logits_steps) {
+TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
+  struct Counts {
+    int sample_steps = 0, sample_rows = 0, logits_steps = 0;
+  };
+  // Runs the requests at once on a fresh engine; returns each one's output.
+  auto run = [&](bool backend_sampling, bool refuse_top_p, const std::vector<GenerationRequest>& rs,
+                 Counts* counts) {
     CountingBackend backend(model_);
+    backend.refuse_top_p = refuse_top_p;
     EngineOptions o;
     o.context_length = 256;
-    o.backend_argmax = backend_argmax;
-    Collected c;
+    o.backend_sampling = backend_sampling;
+    std::vector<Collected> out;
     {
       Engine engine(&backend, tokenizer_, o);
-      auto s = engine.Submit(r);
-      EXPECT_TRUE(s.ok()) << s.status().ToString();
-      if (s.ok()) c = Drain(**s);
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const GenerationRequest& r : rs) {
+        auto s = engine.Submit(r);
+        EXPECT_TRUE(s.ok()) << s.status().ToString();
+        if (s.ok()) streams.push_back(*s);
+      }
+      for (auto& s : streams) out.push_back(Drain(*s));
     }
-    *argmax_steps = backend.argmax_steps;
-    *logits_steps = backend.logits_steps;
-    return c;
+    *counts = {backend.sample_steps, backend.sample_rows, backend.logits_steps};
+    return out;
   };
   GenerationRequest greedy = Greedy("What is the capital of France?", 12);
   greedy.ignore_eos = true;  // exactly 12 tokens
-  int argmax = 0, logits = 0;
-  const Collected on = run(true, greedy, &argmax, &logits);
-  EXPECT_EQ(argmax, 12);  // the prompt's step samples the first token; 11 decode steps follow
-  EXPECT_EQ(logits, 12);  // the default ForwardBatchArgmax runs ForwardBatch underneath
-  const Collected off = run(false, greedy, &argmax, &logits);
-  EXPECT_EQ(argmax, 0);
-  EXPECT_EQ(on.tokens, off.tokens);
-  EXPECT_EQ(on.text, off.text);
-  EXPECT_EQ(on.finish, off.finish);
-  ASSERT_EQ(on.tokens.size(), 12u);
+  GenerationRequest hot = greedy;  // a full-vocabulary draw
+  hot.sampling.temperature = 1.3f;
+  hot.sampling.seed = 3;
+  GenerationRequest truncated = greedy;  // llama.cpp's defaults
+  truncated.sampling.temperature = 0.8f;
+  truncated.sampling.top_k = 40;
+  truncated.sampling.top_p = 0.95f;
+  truncated.sampling.min_p = 0.05f;
+  truncated.sampling.seed = 11;
+  GenerationRequest one_left = greedy;  // top-k 1: one survivor, a uniform consumed all the same
+  one_left.sampling.temperature = 1.0f;
+  one_left.sampling.top_k = 1;
+  one_left.sampling.seed = 5;
 
-  // What needs the logits on the host never takes it: a temperature, penalties, logprobs.
-  GenerationRequest sampled = greedy;
-  sampled.sampling.temperature = 0.7f;
-  sampled.sampling.seed = 3;
-  GenerationRequest penalized = greedy;
+  for (const GenerationRequest* r : {&greedy, &hot, &truncated, &one_left}) {
+    Counts on_n, off_n;
+    const std::vector<Collected> on = run(true, false, {*r}, &on_n);
+    const std::vector<Collected> off = run(false, false, {*r}, &off_n);
+    ASSERT_EQ(on.size(), 1u);
+    ASSERT_EQ(off.size(), 1u);
+    EXPECT_EQ(on_n.sample_steps, 12);  // the prompt's step draws the first token; 11 decodes
+    EXPECT_EQ(on_n.logits_steps, 12);  // the default ForwardBatchSample runs ForwardBatch
+    EXPECT_EQ(off_n.sample_steps, 0);
+    EXPECT_EQ(on[0].tokens, off[0].tokens) << "temperature " << r->sampling.temperature;
+    EXPECT_EQ(on[0].text, off[0].text);
+    ASSERT_EQ(on[0].tokens.size(), 12u);
+  }
+  // Mixed settings in one step: each row gets its own sequence's draw.
+  {
+    Counts on_n, off_n;
+    const std::vector<Collected> on = run(true, false, {greedy, hot, truncated}, &on_n);
+    const std::vector<Collected> off = run(false, false, {greedy, hot, truncated}, &off_n);
+    ASSERT_EQ(on.size(), 3u);
+    ASSERT_EQ(off.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
+    EXPECT_EQ(on_n.sample_rows, 36);
+    EXPECT_LT(on_n.sample_steps, 36);  // batched
+  }
+  // What needs the logits on the host never takes it: penalties, logprobs, settings the backend
+  // refuses (and then the whole step stays on the host).
+  GenerationRequest penalized = hot;
   penalized.sampling.repetition_penalty = 1.3f;
   GenerationRequest with_logprobs = greedy;
   with_logprobs.sampling.logprobs = 2;
-  for (const GenerationRequest* r : {&sampled, &penalized, &with_logprobs}) {
-    run(true, *r, &argmax, &logits);
-    EXPECT_EQ(argmax, 0);
-    EXPECT_GT(logits, 0);
+  for (const GenerationRequest* r : {&penalized, &with_logprobs}) {
+    Counts n;
+    run(true, false, {*r}, &n);
+    EXPECT_EQ(n.sample_steps, 0);
+    EXPECT_EQ(n.logits_steps, 12);
   }
+  Counts refused_n, off_n;
+  const std::vector<Collected> refused = run(true, true, {greedy, truncated}, &refused_n);
+  const std::vector<Collected> off = run(false, false, {greedy, truncated}, &off_n);
+  ASSERT_EQ(refused.size(), 2u);
+  ASSERT_EQ(off.size(), 2u);
+  EXPECT_EQ(refused[1].tokens, off[1].tokens);
+  EXPECT_EQ(refused[0].tokens, off[0].tokens);
+  EXPECT_LT(refused_n.sample_steps, 12);  // only steps without the top-p request
 }
 
 TEST_F(EngineTest, MaxTokensEndsWithLength) {

@@ -126,6 +126,71 @@ TEST(SamplerTest, TopKOneEqualsGreedy) {
   }
 }
 
+// The uniform a fresh mt19937_64(seed) gives after `skip` outputs, as Sampler maps it.
+double UniformAfter(uint64_t seed, int skip) {
+  std::mt19937_64 g(seed);
+  g.discard(static_cast<unsigned long long>(skip));
+  return static_cast<double>(g() >> 11) * 0x1.0p-53;
+}
+
+TEST(SamplerTest, EverySampledTokenTakesOnePrngOutputEvenWithOneSurvivor) {
+  // top_k 1 leaves one candidate; the stream still moves on by one output per token, so the
+  // draws that follow do not depend on how many candidates the logits left.
+  const auto logits = RandomLogits(500, 4);
+  SamplingParams p = Seeded(77, 1.0f);
+  p.top_k = 1;
+  Sampler s(p);
+  for (int i = 0; i < 3; ++i) {
+    auto l = logits;
+    s.Sample(l, {}, nullptr);
+  }
+  const TokenDistribution halves = {{0, 0.5}, {1, 0.5}};
+  EXPECT_EQ(s.DrawFrom(halves), UniformAfter(77, 3) < 0.5 ? 0 : 1);
+  // Greedy takes none.
+  Sampler g(Seeded(77, 0.0f));
+  auto l = logits;
+  g.Sample(l, {}, nullptr);
+  EXPECT_EQ(g.DrawFrom(halves), UniformAfter(77, 0) < 0.5 ? 0 : 1);
+}
+
+TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
+  // The backends' path (ModelBackend::ForwardBatchSample): the engine takes NextDraw() from the
+  // request's sampler and the device applies DrawToken; Sample() is the same rule and stream.
+  struct Case {
+    float t;
+    int k;
+    float top_p, min_p;
+  };
+  const Case cases[] = {{0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f}, {0.7f, 40, 0.95f, 0.05f},
+                        {1.3f, 0, 0.9f, 0.0f},  {0.9f, 0, 1.0f, 0.1f}, {1.0f, 1, 1.0f, 0.0f},
+                        {2.0f, 64, 1.0f, 0.0f}, {0.5f, 5, 0.5f, 0.2f}};
+  for (const Case& c : cases) {
+    SamplingParams p = Seeded(9, c.t);
+    p.top_k = c.k;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    Sampler host(p), device(p);
+    EXPECT_TRUE(host.IsPlainDraw());
+    DrawCandidates cand;
+    std::vector<double> probs;
+    for (uint64_t step = 0; step < 40; ++step) {
+      auto logits = RandomLogits(3000, 100 + step, 2.0f);
+      const std::vector<float> raw = logits;
+      const DrawParams d = device.NextDraw();
+      EXPECT_EQ(d.temperature, c.t);
+      EXPECT_EQ(d.top_k, c.k);
+      EXPECT_EQ(host.Sample(logits, {}, nullptr), DrawToken(raw, d, &cand, &probs))
+          << "t " << c.t << " k " << c.k << " top_p " << c.top_p << " step " << step;
+    }
+  }
+  SamplingParams pen = Seeded(1);
+  pen.repetition_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(pen).IsPlainDraw());
+  SamplingParams lp = Seeded(1, 0.0f);
+  lp.logprobs = 0;
+  EXPECT_FALSE(Sampler(lp).IsPlainDraw());
+}
+
 TEST(SamplerTest, TopKNeverDrawsOutsideTheKBest) {
   const std::vector<float> logits = {1.0f, 4.0f, 0.5f, 3.0f, 3.5f, 2.0f};
   SamplingParams p = Seeded(3);

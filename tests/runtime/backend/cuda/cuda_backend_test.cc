@@ -8,11 +8,13 @@
 // identical, or the first divergence falls where the CPU's top two logits are within 1.0
 // (a near-tie, printed).
 #include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/sample/draw.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <vector>
 
 #include "runtime/backend/cpu_backend.h"
@@ -185,6 +187,77 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
   const int nv = g->hparams().n_vocab;
   ASSERT_EQ(ids.size(), 3u);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ids[r], Argmax(l.data() + r * nv, nv));
+}
+
+// ForwardBatchSample draws on the device what DrawToken draws from the same step's logits: a
+// prompt step with several rows and mixed settings, then pure decode steps (captured as graphs).
+TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
+  auto g = Cuda();
+  ASSERT_NE(g, nullptr);
+  const int nv = g->hparams().n_vocab;
+  std::vector<DrawParams> kinds(4);
+  kinds[0].temperature = 0.0f;  // greedy
+  kinds[1].temperature = 0.8f;  // llama.cpp's defaults
+  kinds[1].top_k = 40;
+  kinds[1].top_p = 0.95f;
+  kinds[1].min_p = 0.05f;
+  kinds[2].temperature = 1.0f;  // the whole vocabulary
+  kinds[3].temperature = 1.5f;  // the whole vocabulary, min-p
+  kinds[3].min_p = 0.02f;
+  for (const DrawParams& k : kinds) EXPECT_TRUE(g->CanSample(k));
+  DrawParams nucleus;  // top-p over the whole vocabulary: the host's
+  nucleus.temperature = 1.0f;
+  nucleus.top_p = 0.9f;
+  EXPECT_FALSE(g->CanSample(nucleus));
+
+  std::vector<std::vector<int32_t>> toks = {Prompt(0), Prompt(1), Prompt(2)};
+  std::vector<std::vector<int32_t>> tables;
+  for (size_t i = 0; i < toks.size(); ++i)
+    tables.push_back(testing::Blocks(static_cast<int>(i) * 32, 32));
+  std::vector<int> pos(toks.size(), 0);
+  std::mt19937_64 rng(21);
+  DrawCandidates cand;
+  std::vector<double> probs;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<SequenceBatch> seqs(toks.size());
+    for (size_t i = 0; i < toks.size(); ++i) {
+      seqs[i].tokens = std::span<const int32_t>(toks[i]).subspan(pos[i]);
+      seqs[i].pos0 = pos[i];
+      seqs[i].blocks = tables[i];
+      seqs[i].num_logits = step == 0 ? 2 : 1;
+    }
+    std::vector<float> l;
+    ASSERT_TRUE(g->ForwardBatch(seqs, &l).ok());
+    const size_t rows = l.size() / nv;
+    std::vector<DrawParams> draws(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      draws[r] = kinds[(r + step) % kinds.size()];
+      draws[r].uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    }
+    std::vector<int32_t> ids;
+    const Status st = g->ForwardBatchSample(seqs, draws, &ids);  // the same step again
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(ids.size(), rows);
+    for (size_t r = 0; r < rows; ++r) {
+      const std::span<const float> row(l.data() + r * nv, nv);
+      EXPECT_EQ(ids[r], DrawToken(row, draws[r], &cand, &probs)) << "step " << step << " row " << r;
+    }
+    for (size_t i = 0; i < toks.size(); ++i) {
+      pos[i] = static_cast<int>(toks[i].size());
+      toks[i].push_back(ids[step == 0 ? 2 * i + 1 : i]);
+    }
+  }
+  EXPECT_GE(g->graphs_captured(), 1);
+  std::vector<int32_t> ids;
+  SequenceBatch one;
+  one.tokens = toks[0];
+  one.blocks = tables[0];
+  const std::vector<DrawParams> two(2);
+  EXPECT_EQ(g->ForwardBatchSample(std::span<const SequenceBatch>(&one, 1), two, &ids).code(),
+            StatusCode::kInvalidArgument);  // one logits row, two settings
+  const std::vector<DrawParams> refused = {nucleus};
+  EXPECT_EQ(g->ForwardBatchSample(std::span<const SequenceBatch>(&one, 1), refused, &ids).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaBackendTest, RefusesMalformedStepsLikeTheCpu) {

@@ -29,6 +29,7 @@
 #include "runtime/backend/cuda/cuda_kernels.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/ops.h"
+#include "runtime/sample/draw.h"
 #include "tests/runtime/backend/backend_test_util.h"
 #include "tests/runtime/backend/cuda/cuda_test_util.h"
 
@@ -476,49 +477,60 @@ TEST_F(CudaKernelsTest, SplitAndAccumulatingProductsEqualPlainOnes) {
   }
 }
 
-// The host statement of SampleTopKTopP's rule (cuda_kernels.h), in the kernel's float order.
-int SampleTopKTopPReference(const float* row, int nv, int k, float top_p, float temp, float u) {
-  std::vector<int> idx(nv);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
-    return row[a] > row[b] || (row[a] == row[b] && a < b);
-  });
-  std::vector<float> p(k);
-  float sum = 0.0f;
-  for (int j = 0; j < k; ++j) sum += (p[j] = std::exp((row[idx[j]] - row[idx[0]]) / temp));
-  int keep = 0;
-  float mass = 0.0f;
-  while (keep < k) {
-    mass += p[keep] / sum;
-    ++keep;
-    if (mass >= top_p) break;
-  }
-  float kept = 0.0f;
-  for (int j = 0; j < keep; ++j) kept += p[j];
-  const float target = u * kept;
-  float acc = 0.0f;
-  for (int j = 0; j < keep; ++j) {
-    acc += p[j];
-    if (target < acc) return idx[j];
-  }
-  return idx[keep - 1];
-}
-
-TEST_F(CudaKernelsTest, TopKTopPSamplingFollowsTheReferenceRule) {
-  const int rows = 16, nv = 49152;
+// The device sampler against the host's rule (DrawToken, which the Sampler runs), on the same
+// logits and uniforms: greedy rows, top-k with top-p and min-p, whole-vocabulary draws with and
+// without min-p, ties, several settings in one launch.
+TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
+  const int rows = 24, nv = 49152;
   std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 51, -5.0f, 5.0f);
-  for (int r = 0; r < rows; ++r) l[r * nv + 100 + r] = 7.0f;  // a few clear leaders
-  l[3 * nv + 7] = l[3 * nv + 100 + 3];                       // a tie with the leader
-  const std::vector<float> u = RandomFloats(rows, 52, 0.0f, 0.999f);
-  DeviceBuffer<float> ld(l), ud(u);
+  for (int r = 0; r < rows; r += 2) l[r * nv + 100 + r] = 7.0f;  // clear leaders on half the rows
+  l[3 * nv + 7] = 9.0f;                                          // a tie at the top
+  l[3 * nv + 4000] = 9.0f;
+  l[5 * nv + 11] = l[5 * nv + 12] = l[5 * nv + 13] = 6.5f;  // ties inside the top k
+  const std::vector<float> u = RandomFloats(rows * 8, 52, 0.0f, 0.999999f);
+  DeviceBuffer<float> ld(l);
   DeviceBuffer<int32_t> out(rows);
-  const struct { int k; float p, t; } cases[] = {{1, 1.0f, 1.0f}, {40, 0.9f, 0.8f}, {64, 0.5f, 1.5f}, {8, 1.0f, 0.3f}};
-  for (const auto& c : cases) {
-    cuda::SampleTopKTopP(ld.get(), rows, nv, c.k, c.p, c.t, ud.get(), out.get(), nullptr);
-    const auto got = out.ToHost();
-    for (int r = 0; r < rows; ++r) {
-      EXPECT_EQ(got[r], SampleTopKTopPReference(&l[r * nv], nv, c.k, c.p, c.t, u[r]))
-          << "row " << r << " k " << c.k;
+  struct Case {
+    float t;
+    int k;
+    float top_p, min_p;
+  };
+  const Case cases[] = {{0.0f, 0, 1.0f, 0.0f},  {1.0f, 1, 1.0f, 0.0f},  {0.8f, 40, 0.95f, 0.05f},
+                        {1.5f, 64, 0.5f, 0.0f}, {0.3f, 8, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f},
+                        {2.0f, 0, 1.0f, 0.0f},  {0.7f, 0, 1.0f, 0.05f}, {1.0f, 20, 0.0f, 0.0f},
+                        {1.2f, 64, 1.0f, 0.3f}};
+  DrawCandidates cand;
+  std::vector<double> probs;
+  int round = 0;
+  for (bool mixed : {false, true}) {
+    for (size_t ci = 0; ci < (mixed ? 1 : std::size(cases)); ++ci, ++round) {
+      std::vector<DrawParams> ps(rows);
+      std::vector<cuda::DeviceDraw> ds(rows);
+      for (int r = 0; r < rows; ++r) {
+        const Case& c = cases[mixed ? (r % std::size(cases)) : ci];
+        DrawParams& p = ps[r];
+        p.temperature = c.t;
+        p.top_k = c.k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.uniform = u[(round * rows + r) % u.size()];
+        cuda::DeviceDraw& d = ds[r];  // as CudaBackend fills it
+        d.uniform = p.uniform;
+        d.temperature = p.temperature;
+        d.top_p = p.top_p;
+        d.min_p = p.min_p;
+        d.log_min_p = p.min_p > 0.0f ? std::log(p.min_p) : 0.0f;
+        d.top_k = p.top_k;
+      }
+      DeviceBuffer<cuda::DeviceDraw> dd(ds);
+      cuda::SampleRows(ld.get(), rows, nv, dd.get(), out.get(), nullptr);
+      const auto got = out.ToHost();
+      for (int r = 0; r < rows; ++r) {
+        const std::span<const float> row(&l[static_cast<size_t>(r) * nv], nv);
+        EXPECT_EQ(got[r], DrawToken(row, ps[r], &cand, &probs))
+            << "row " << r << " t " << ps[r].temperature << " k " << ps[r].top_k << " top_p "
+            << ps[r].top_p << " min_p " << ps[r].min_p << " u " << ps[r].uniform;
+      }
     }
   }
 }

@@ -1,0 +1,113 @@
+#include "runtime/sample/draw.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+namespace kinfer {
+namespace {
+
+// Best first: larger logit, then lower id. A strict weak order for non-NaN logits.
+bool Better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+float MaxLogit(const DrawCandidates& c) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (const auto& e : c) m = std::max(m, e.first);
+  return m;
+}
+
+}  // namespace
+
+int32_t ArgmaxLowestId(std::span<const float> logits) {
+  assert(!logits.empty());
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lowest id
+  }
+  return static_cast<int32_t>(best);
+}
+
+void TruncateCandidates(const DrawParams& p, DrawCandidates* cand) {
+  auto& c = *cand;
+  bool sorted = false;  // true when c is in Better order
+
+  // top-k. Ties at the cut go to the lowest ids, so top_k == 1 is exactly the greedy choice.
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) {
+    const auto k = static_cast<size_t>(p.top_k);
+    std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(k), c.end(), Better);
+    c.resize(k);
+    sorted = true;
+  }
+
+  // top-p over the temperature-1 probabilities of what is left.
+  if (p.top_p < 1.0f && c.size() > 1) {
+    const float max_logit = MaxLogit(c);
+    double total = 0.0;
+    for (const auto& e : c) total += std::exp(static_cast<double>(e.first - max_logit));
+    const double target = static_cast<double>(p.top_p) * total;
+
+    // The nucleus is usually far smaller than the vocabulary: sort a growing prefix instead of all.
+    size_t sorted_prefix = sorted ? c.size() : 0;
+    size_t keep = 0;
+    double cum = 0.0;
+    while (true) {
+      if (keep == sorted_prefix) {
+        const size_t want = std::min(c.size(), std::max<size_t>(64, sorted_prefix * 4));
+        std::partial_sort(c.begin() + static_cast<std::ptrdiff_t>(sorted_prefix),
+                          c.begin() + static_cast<std::ptrdiff_t>(want), c.end(), Better);
+        sorted_prefix = want;
+      }
+      cum += std::exp(static_cast<double>(c[keep].first - max_logit));
+      ++keep;  // the token that crosses the threshold is kept, and at least one always is
+      if (cum >= target || keep == c.size()) break;
+    }
+    c.resize(keep);
+  }
+
+  // min-p: p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p).
+  if (p.min_p > 0.0f && c.size() > 1) {
+    const float threshold = MaxLogit(c) + std::log(p.min_p);
+    std::erase_if(c, [threshold](const auto& e) { return e.first < threshold; });
+  }
+}
+
+int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
+                      std::vector<double>* probs_scratch) {
+  assert(!c.empty());
+  if (c.size() == 1) return c[0].second;
+  const float max_logit = MaxLogit(c);
+  const double inv_t = 1.0 / static_cast<double>(temperature);
+  std::vector<double>& probs = *probs_scratch;
+  probs.resize(c.size());
+  double total = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double pr = std::exp(static_cast<double>(c[i].first - max_logit) * inv_t);
+    probs[i] = pr;
+    total += pr;
+  }
+  const double u = uniform * total;
+  double cum = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    cum += probs[i];
+    if (u < cum) return c[i].second;
+  }
+  for (size_t i = c.size(); i-- > 0;) {
+    if (probs[i] > 0.0) return c[i].second;
+  }
+  return c[0].second;
+}
+
+int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c,
+                  std::vector<double>* probs) {
+  assert(!logits.empty());
+  if (p.temperature <= 0.0f) return ArgmaxLowestId(logits);
+  c->resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) (*c)[i] = {logits[i], static_cast<int32_t>(i)};
+  TruncateCandidates(p, c);
+  return PickCandidate(*c, p.temperature, p.uniform, probs);
+}
+
+}  // namespace kinfer

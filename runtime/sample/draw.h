@@ -1,0 +1,51 @@
+// The draw rule: how one row of logits becomes one token once penalties are applied. One
+// statement of it, shared by the host Sampler (runtime/sample/sampler.h), the backends' default
+// ModelBackend::ForwardBatchSample, and the reference the CUDA sampler is tested against.
+//
+//   temperature <= 0: the argmax, ties to the lowest id. Otherwise, in llama.cpp's order:
+//   top-k -> top-p (over the temperature-1 probabilities) -> min-p -> temperature -> softmax
+//   -> the first survivor whose cumulative probability passes `uniform` (inverse CDF).
+//
+// Survivor order, which decides which token a given uniform picks: best first (larger logit, then
+// lower id) when top-k or top-p cut, else id order. Probabilities are in double; the logit
+// differences to the maximum are taken in float, as llama.cpp does.
+//
+// Pure and thread-compatible: no state but the caller's scratch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace kinfer {
+
+struct DrawParams {
+  float temperature = 0.0f;  // <= 0: greedy (the other fields are then unused)
+  int top_k = 0;             // <= 0 or >= vocabulary: off
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+  double uniform = 0.0;      // in [0, 1): the request's one PRNG output for this token
+};
+
+// (logit, id) of the tokens still in the running.
+using DrawCandidates = std::vector<std::pair<float, int32_t>>;
+
+// The index of the largest logit, the lowest on ties. REQUIRES: non-empty.
+int32_t ArgmaxLowestId(std::span<const float> logits);
+
+// Applies top-k, top-p and min-p (p's fields; temperature and uniform unused) to *c, which holds
+// every token in id order on entry; leaves the survivors in the order stated above.
+void TruncateCandidates(const DrawParams& p, DrawCandidates* c);
+
+// The survivor that `uniform` picks at `temperature` (> 0). *probs is scratch. REQUIRES: c
+// non-empty. Rounding that leaves the uniform at or past the end picks the last survivor whose
+// probability is not zero.
+int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
+                      std::vector<double>* probs);
+
+// The whole rule. REQUIRES: logits non-empty, no NaN. c and probs are scratch.
+int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c,
+                  std::vector<double>* probs);
+
+}  // namespace kinfer
