@@ -7,7 +7,10 @@
 //   decode throughput at batch 1, 8, 64, 256 (each sequence 128 tokens of context, 64 steps);
 //   prefill tokens/s on 2048-token prompts (one prompt a step);
 //   and, to settle two defaults: decode at batch 8/32/64 with every product on the fused
-//   matrix-vector kernels, and prefill with the tensor-core attention.
+//   matrix-vector kernels, and prefill with the tensor-core attention;
+//   and decode at batch 64 and 256 drawing with llama.cpp's default settings (temperature 0.8,
+//   top-k 40, top-p 0.95, min-p 0.05) on the device (ForwardBatchSample), against the logits
+//   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64.
 // Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
 // weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // H200's datasheet ceilings (990 TFLOP/s dense bf16, 4.8 TB/s). Prints a table, writes JSON.
@@ -21,6 +24,7 @@
 
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/sample/draw.h"
 
 namespace kinfer {
 namespace {
@@ -64,8 +68,12 @@ class Bench {
     return t;
   }
 
+  // How a decode step's tokens are chosen.
+  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw };
+
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
-  Status Decode(const std::string& name, int B, int ctx, int steps, Result* r) {
+  Status Decode(const std::string& name, int B, int ctx, int steps, Result* r,
+                Pick pick = Pick::kDeviceArgmax) {
     const int blocks_per_seq = (ctx + steps + kBlock) / kBlock + 1;
     std::vector<std::vector<int32_t>> tables(B), toks(B);
     for (int i = 0; i < B; ++i) {
@@ -87,6 +95,9 @@ class Bench {
       for (size_t k = 0; k < seqs.size(); ++k) toks[i0 + k].push_back(ids[k]);
     }
     std::vector<SequenceBatch> seqs(B);
+    std::vector<float> logits;
+    DrawCandidates cand;
+    std::vector<double> probs;
     double t0 = 0;
     const int warm = 3;
     for (int step = 0; step < steps + warm; ++step) {
@@ -97,7 +108,29 @@ class Bench {
         seqs[i].blocks = tables[i];
         seqs[i].mode = ForwardMode::kDecode;
       }
-      KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(seqs, &ids));
+      if (pick == Pick::kDeviceArgmax) {
+        KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(seqs, &ids));
+      } else {
+        std::vector<DrawParams> draws(B);
+        for (DrawParams& d : draws) {
+          d.temperature = 0.8f;
+          d.top_k = 40;
+          d.top_p = 0.95f;
+          d.min_p = 0.05f;
+          d.uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+        }
+        if (pick == Pick::kDeviceDraw) {
+          KINFER_RETURN_IF_ERROR(b_->ForwardBatchSample(seqs, draws, &ids));
+        } else {
+          KINFER_RETURN_IF_ERROR(b_->ForwardBatch(seqs, &logits));
+          const size_t nv = hp_.n_vocab;
+          ids.resize(B);
+          for (int i = 0; i < B; ++i) {
+            ids[i] = DrawToken(std::span<const float>(logits.data() + i * nv, nv), draws[i],
+                               &cand, &probs);
+          }
+        }
+      }
       for (int i = 0; i < B; ++i) toks[i].push_back(ids[i]);
     }
     r->name = name;
@@ -138,6 +171,7 @@ class Bench {
   bool quick_;
   LlamaHParams hp_;
   double params_ = 0;
+  std::mt19937_64 rng_{5};
 };
 
 int Main(int argc, char** argv) {
@@ -212,6 +246,15 @@ int Main(int argc, char** argv) {
   {
     Result r;
     ok &= run(bench.Prefill(2048, quick ? 2 : 10, &r), r);
+  }
+  // What drawing on the device saves: the logits' trip to the host and the host's draw.
+  for (int B : {64, 256}) {
+    Result r;
+    ok &= run(bench.Decode("decode_sampled_dev", B, 128, quick ? 8 : 64, &r, Bench::Pick::kDeviceDraw), r);
+  }
+  {
+    Result r;
+    ok &= run(bench.Decode("decode_sampled_host", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kHostDraw), r);
   }
   // The choices still to be settled by measurement: the products' path at mid batch sizes
   // (fused matrix-vector kernels vs cuBLAS) and the prefill attention (FMA vs tensor cores).
