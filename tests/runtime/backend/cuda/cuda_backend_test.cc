@@ -55,15 +55,12 @@ class CudaBackendTest : public ::testing::Test {
   }
   static int Argmax(const float* r, int n) { return static_cast<int>(std::max_element(r, r + n) - r); }
 
-  // Prefill of prompts (one sequence each, in one step), then `steps` decode steps of all of them
-  // feeding the CPU's argmax; compares every step's logits.
-  void CompareSteps(ModelBackend* gpu, double bound, int steps) {
-    const int nv = cpu_->hparams().n_vocab;
-    std::vector<std::vector<int32_t>> toks = {Prompt(0), Prompt(1), Prompt(2)};
-    std::vector<std::vector<int32_t>> tables;
-    for (size_t i = 0; i < toks.size(); ++i) tables.push_back(testing::Blocks(static_cast<int>(i) * 32, 32));
-    std::vector<int> pos(toks.size(), 0);
-    for (int step = 0; step <= steps; ++step) {
+  // The three bundled prompts as sequences, each in its own 32 blocks.
+  struct ThreePrompts {
+    std::vector<std::vector<int32_t>> toks, tables;
+    std::vector<int> pos;
+    // Step 0: every prompt whole, two logits rows each; then each sequence's newest token.
+    std::vector<SequenceBatch> Step(int step) const {
       std::vector<SequenceBatch> seqs(toks.size());
       for (size_t i = 0; i < toks.size(); ++i) {
         seqs[i].tokens = std::span<const int32_t>(toks[i]).subspan(pos[i]);
@@ -71,6 +68,30 @@ class CudaBackendTest : public ::testing::Test {
         seqs[i].blocks = tables[i];
         seqs[i].num_logits = step == 0 ? 2 : 1;
       }
+      return seqs;
+    }
+    void Append(size_t i, int32_t tok) {
+      pos[i] = static_cast<int>(toks[i].size());
+      toks[i].push_back(tok);
+    }
+  };
+  ThreePrompts Prompts() {
+    ThreePrompts tp;
+    tp.toks = {Prompt(0), Prompt(1), Prompt(2)};
+    for (size_t i = 0; i < tp.toks.size(); ++i) {
+      tp.tables.push_back(testing::Blocks(static_cast<int>(i) * 32, 32));
+    }
+    tp.pos.assign(tp.toks.size(), 0);
+    return tp;
+  }
+
+  // Prefill of prompts (one sequence each, in one step), then `steps` decode steps of all of them
+  // feeding the CPU's argmax; compares every step's logits.
+  void CompareSteps(ModelBackend* gpu, double bound, int steps) {
+    const int nv = cpu_->hparams().n_vocab;
+    ThreePrompts tp = Prompts();
+    for (int step = 0; step <= steps; ++step) {
+      const std::vector<SequenceBatch> seqs = tp.Step(step);
       std::vector<float> want, got;
       ASSERT_TRUE(cpu_->ForwardBatch(seqs, &want).ok());
       const Status st = gpu->ForwardBatch(seqs, &got);
@@ -79,10 +100,8 @@ class CudaBackendTest : public ::testing::Test {
       const double e = Nmse(got, want);
       EXPECT_LT(e, bound) << "step " << step;
       std::printf("step %d: logits NMSE %.3g\n", step, e);
-      for (size_t i = 0; i < toks.size(); ++i) {
-        pos[i] = static_cast<int>(toks[i].size());
-        const size_t row = (step == 0 ? 2 * i + 1 : i) * nv;
-        toks[i].push_back(Argmax(want.data() + row, nv));
+      for (size_t i = 0; i < tp.toks.size(); ++i) {
+        tp.Append(i, Argmax(want.data() + (step == 0 ? 2 * i + 1 : i) * nv, nv));
       }
     }
   }
@@ -210,22 +229,12 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
   nucleus.top_p = 0.9f;
   EXPECT_FALSE(g->CanSample(nucleus));
 
-  std::vector<std::vector<int32_t>> toks = {Prompt(0), Prompt(1), Prompt(2)};
-  std::vector<std::vector<int32_t>> tables;
-  for (size_t i = 0; i < toks.size(); ++i)
-    tables.push_back(testing::Blocks(static_cast<int>(i) * 32, 32));
-  std::vector<int> pos(toks.size(), 0);
+  ThreePrompts tp = Prompts();
   std::mt19937_64 rng(21);
   DrawCandidates cand;
   std::vector<double> probs;
   for (int step = 0; step < 6; ++step) {
-    std::vector<SequenceBatch> seqs(toks.size());
-    for (size_t i = 0; i < toks.size(); ++i) {
-      seqs[i].tokens = std::span<const int32_t>(toks[i]).subspan(pos[i]);
-      seqs[i].pos0 = pos[i];
-      seqs[i].blocks = tables[i];
-      seqs[i].num_logits = step == 0 ? 2 : 1;
-    }
+    const std::vector<SequenceBatch> seqs = tp.Step(step);
     std::vector<float> l;
     ASSERT_TRUE(g->ForwardBatch(seqs, &l).ok());
     const size_t rows = l.size() / nv;
@@ -242,16 +251,13 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
       const std::span<const float> row(l.data() + r * nv, nv);
       EXPECT_EQ(ids[r], DrawToken(row, draws[r], &cand, &probs)) << "step " << step << " row " << r;
     }
-    for (size_t i = 0; i < toks.size(); ++i) {
-      pos[i] = static_cast<int>(toks[i].size());
-      toks[i].push_back(ids[step == 0 ? 2 * i + 1 : i]);
-    }
+    for (size_t i = 0; i < tp.toks.size(); ++i) tp.Append(i, ids[step == 0 ? 2 * i + 1 : i]);
   }
   EXPECT_GE(g->graphs_captured(), 1);
   std::vector<int32_t> ids;
   SequenceBatch one;
-  one.tokens = toks[0];
-  one.blocks = tables[0];
+  one.tokens = tp.toks[0];
+  one.blocks = tp.tables[0];
   const std::vector<DrawParams> two(2);
   EXPECT_EQ(g->ForwardBatchSample(std::span<const SequenceBatch>(&one, 1), two, &ids).code(),
             StatusCode::kInvalidArgument);  // one logits row, two settings
