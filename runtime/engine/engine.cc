@@ -481,8 +481,8 @@ bool Engine::RunStep() {
       break;
     }
   }
-  std::vector<float> logits;
-  std::vector<int32_t> chosen;
+  std::vector<float>& logits = step_logits_;
+  std::vector<int32_t>& chosen = step_tokens_;
   Status st;
   if (backend_step) {
     std::vector<DrawParams> draws;

@@ -203,6 +203,10 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
+  // A step's logits rows and backend-drawn tokens, kept across steps (a fresh logits buffer
+  // costs a page fault per 4 KB every step).
+  std::vector<float> step_logits_;
+  std::vector<int32_t> step_tokens_;
   std::thread thread_;
 };
 

@@ -100,13 +100,43 @@ int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform
   return c[0].second;
 }
 
+void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCandidates* cand) {
+  auto& c = *cand;
+  c.clear();
+  const size_t n = logits.size();
+  if (p.top_k <= 0 || static_cast<size_t>(p.top_k) >= n) {
+    c.resize(n);
+    for (size_t i = 0; i < n; ++i) c[i] = {logits[i], static_cast<int32_t>(i)};
+    return;
+  }
+  // One pass with a heap of the k best so far, its front the worst of them (Better as "less"):
+  // most logits lose one comparison against the front, so this reads the row once instead of
+  // copying and sorting it.
+  const auto k = static_cast<size_t>(p.top_k);
+  c.reserve(k);
+  for (size_t i = 0; i < k; ++i) {
+    c.emplace_back(logits[i], static_cast<int32_t>(i));
+    std::push_heap(c.begin(), c.end(), Better);
+  }
+  // Ids come in increasing order, so a logit equal to the front's loses its tie: only a larger
+  // one enters.
+  float worst = c.front().first;
+  for (size_t i = k; i < n; ++i) {
+    if (!(logits[i] > worst)) continue;
+    std::pop_heap(c.begin(), c.end(), Better);
+    c.back() = {logits[i], static_cast<int32_t>(i)};
+    std::push_heap(c.begin(), c.end(), Better);
+    worst = c.front().first;
+  }
+  std::sort_heap(c.begin(), c.end(), Better);  // best first
+}
+
 int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c,
                   std::vector<double>* probs) {
   assert(!logits.empty());
   if (p.temperature <= 0.0f) return ArgmaxLowestId(logits);
-  c->resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) (*c)[i] = {logits[i], static_cast<int32_t>(i)};
-  TruncateCandidates(p, c);
+  FillCandidates(logits, p, c);
+  TruncateCandidates(p, c);  // top-k is then already done: the k best, best first
   return PickCandidate(*c, p.temperature, p.uniform, probs);
 }
 

@@ -34,6 +34,11 @@ using DrawCandidates = std::vector<std::pair<float, int32_t>>;
 // The index of the largest logit, the lowest on ties. REQUIRES: non-empty.
 int32_t ArgmaxLowestId(std::span<const float> logits);
 
+// The candidates TruncateCandidates starts from, with top-k already applied: every token in id
+// order, or (top_k in [1, vocabulary)) the top_k best, best first, found in one pass over the
+// row. TruncateCandidates on the result leaves what it leaves on every token.
+void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCandidates* c);
+
 // Applies top-k, top-p and min-p (p's fields; temperature and uniform unused) to *c, which holds
 // every token in id order on entry; leaves the survivors in the order stated above.
 void TruncateCandidates(const DrawParams& p, DrawCandidates* c);

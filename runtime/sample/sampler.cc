@@ -91,8 +91,7 @@ void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> his
     out->assign(1, {ArgmaxLowestId(logits), 1.0});
     return;
   }
-  candidates_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  FillCandidates(logits, draw_params(), &candidates_);
   TruncateCandidates(draw_params(), &candidates_);
   SurvivorDistribution(out);
 }

@@ -115,8 +115,11 @@ TEST(SamplerVerifyTest, ADeterministicDraftKeepsTheTargetDistribution) {
       const int32_t t = s.Verify(l, {}, draft, nullptr, &accepted, nullptr);
       freq[t] += 1.0 / kTrials;
       accepted_count += accepted;
-      if (accepted) EXPECT_EQ(t, draft);
-      if (!accepted) EXPECT_NE(t, draft);  // the residual has no mass at the draft
+      if (accepted) {
+        EXPECT_EQ(t, draft);
+      } else {
+        EXPECT_NE(t, draft);  // the residual has no mass at the draft
+      }
     }
     EXPECT_LT(TotalVariation(freq, p), 0.01) << "draft " << draft;
     // Acceptance rate of a point-mass draft is p(draft).
