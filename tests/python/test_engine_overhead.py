@@ -1,0 +1,27 @@
+"""kinfer-engine-overhead (bench/engine/): the engine's own time per step over a backend that
+computes nothing. A short run checks that every mode runs every request to its end and that the
+steps it times held the whole batch."""
+import json
+import subprocess
+
+from conftest import _model, binary
+
+
+def test_engine_overhead_runs_every_mode_to_the_end(tmp_path):
+    exe = binary("kinfer-engine-overhead")
+    out = tmp_path / "overhead.json"
+    proc = subprocess.run([str(exe), "--model", str(_model()), "--batch", "1,3", "--tokens", "12",
+                           "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    runs = {(r["mode"], r["batch"]): r for r in doc["results"]}
+    assert set(runs) == {(m, b) for m in ("device_greedy", "device_sampled", "host_sampled")
+                         for b in (1, 3)}
+    for (mode, batch), r in runs.items():
+        assert r["tokens"] == batch * 12, (mode, batch)  # ignore_eos: exactly max_tokens each
+        assert r["steps"] >= 12
+        assert r["full_steps"] >= 10 and r["ms_per_full_step"] > 0
+    assert "ms/full step" in proc.stdout
+    # Usage errors are exit 2 with a message, not a crash.
+    bad = subprocess.run([str(exe), "--batch"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "usage" in bad.stderr
