@@ -52,10 +52,10 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // FAILED_PRECONDITION before InitKvCache.
   virtual Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) = 0;
   // The same step, greedy: *tokens gets, for every logits row ForwardBatch would return (same
-  // order), the index of its largest logit, the lowest on ties (Sampler's greedy rule). The
-  // engine calls it for steps whose every sampled sequence takes the plain argmax
-  // (Sampler::IsPlainArgmax). This default runs ForwardBatch and takes the argmax on the host;
-  // the CUDA backend takes it on the device, so that only the ids cross PCIe.
+  // order), the index of its largest logit, the lowest on ties (Sampler's greedy rule): what
+  // ForwardBatchSample gives for greedy rows (the benchmarks call it). This default runs
+  // ForwardBatch and takes the argmax on the host; the CUDA backend takes it on the device, so
+  // that only the ids cross PCIe.
   // (Defined here, inline: the CUDA library implements this interface without linking the
   // backend library.)
   virtual Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
