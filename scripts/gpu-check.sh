@@ -108,7 +108,7 @@ cmake -S runtime/backend/cuda/standalone -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYP
   -DCMAKE_CUDA_COMPILER="$NVCC" "${GTEST_ARG[@]}" >> "$LOG_BUILD" 2>&1 || { say "configure failed"; exit 1; }
 say "build"
 cmake --build "$BUILD" -j"$JOBS" --target cuda_kernels_test cuda_backend_test cpu_backend_test \
-  backend_factory_test kinfer-gpu-bench >> "$LOG_BUILD" 2>&1 || { say "build failed"; tail -40 "$LOG_BUILD"; exit 1; }
+  backend_factory_test kinfer-gpu-bench kinfer-engine-overhead >> "$LOG_BUILD" 2>&1 || { say "build failed"; tail -40 "$LOG_BUILD"; exit 1; }
 say "built"
 if [ "$MODE" = "--stash" ]; then
   say "stash + build done; now the second call"
@@ -129,8 +129,22 @@ RC_BENCH=0
 timeout 200 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/bench.json" \
   --note "$MODEL_NOTE" > "$OUT/bench.log" 2>&1 || RC_BENCH=1
 tee -a "$LOG_BUILD" < "$OUT/bench.log"
+# The engine over this machine's host alone (null) and over the GPU (cuda): its tables go to
+# bench.log and its JSON into summary.json (8 files at most come back).
+RC_ENGINE=0
+for b in null cuda; do
+  say "engine overhead: $b"
+  rm -f "$STASH/engine_$b.json"
+  echo "== kinfer-engine-overhead --backend $b" >> "$OUT/bench.log"
+  timeout 120 "$BUILD/bin/kinfer-engine-overhead" --model "$BENCH_MODEL" --backend "$b" \
+    --batch 1,64,256 --tokens 128 --json "$STASH/engine_$b.json" >> "$OUT/bench.log" 2>&1 || RC_ENGINE=1
+done
+ENGINE_NULL=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
+ENGINE_CUDA=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
 cat > "$OUT/summary.json" <<JSON
-{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"}
+{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+ "engine_null": ${ENGINE_NULL},
+ "engine_cuda": ${ENGINE_CUDA}}
 JSON
 say "done: tests rc $RC_TESTS, bench rc $RC_BENCH"
 [ $RC_TESTS -eq 0 ] && [ $RC_BENCH -eq 0 ]

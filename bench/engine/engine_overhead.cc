@@ -1,7 +1,12 @@
 // kinfer-engine-overhead: what the engine thread itself costs per step, over a backend that
 // computes nothing (NullBackend below: no weights, no KV cache; a step returns at once).
 //
-//   kinfer-engine-overhead --model FILE [--batch 1,64,256] [--tokens 128] [--json OUT]
+//   kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] [--batch 1,64,256]
+//                          [--tokens 128] [--json OUT]
+//
+// --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
+// over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
+// both on the GPU machine).
 //
 // For each batch size B, B requests (one chat prompt, ignore_eos, `tokens` tokens each) are
 // submitted at once and read by B threads, as the HTTP handlers read them. Three ways a step's
@@ -18,6 +23,7 @@
 // least a step can take on any device with this engine. Prints a table; --json the figures.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -28,8 +34,6 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/backend/model_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/gguf/gguf_file.h"
@@ -38,6 +42,59 @@
 
 namespace kinfer {
 namespace {
+
+// Forwards to a backend and records when each step starts and how many logits rows it has.
+class TimedBackend final : public ModelBackend {
+ public:
+  explicit TimedBackend(std::unique_ptr<ModelBackend> inner) : b_(std::move(inner)) {}
+  const LlamaHParams& hparams() const override { return b_->hparams(); }
+  std::string name() const override { return b_->name(); }
+  int max_batch_tokens() const override { return b_->max_batch_tokens(); }
+  size_t KvBlockBytes(int block_size) const override { return b_->KvBlockBytes(block_size); }
+  int64_t KvMemoryBudgetBytes(double f) const override { return b_->KvMemoryBudgetBytes(f); }
+  Status InitKvCache(int block_size, int num_blocks) override {
+    return b_->InitKvCache(block_size, num_blocks);
+  }
+  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
+    const auto t = std::chrono::steady_clock::now();
+    Status st = b_->ForwardBatch(seqs, logits);
+    calls_.push_back(Call{t, logits->size() / static_cast<size_t>(hparams().n_vocab)});
+    return st;
+  }
+  bool CanSample(const DrawParams& p) const override { return b_->CanSample(p); }
+  Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws,
+                            std::vector<int32_t>* tokens) override {
+    calls_.push_back(Call{std::chrono::steady_clock::now(), draws.size()});
+    return b_->ForwardBatchSample(seqs, draws, tokens);
+  }
+  int64_t steps() const { return static_cast<int64_t>(calls_.size()); }
+  // The median time between the starts of consecutive steps that both had `rows` logits rows:
+  // the time per step at that batch size, once every request is running.
+  double MedianIntervalSeconds(size_t rows) const {
+    std::vector<double> d;
+    for (size_t i = 1; i < calls_.size(); ++i) {
+      if (calls_[i].rows == rows && calls_[i - 1].rows == rows) {
+        d.push_back(std::chrono::duration<double>(calls_[i].t - calls_[i - 1].t).count());
+      }
+    }
+    if (d.empty()) return 0;
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    return d[d.size() / 2];
+  }
+  size_t full_steps(size_t rows) const {
+    size_t n = 0;
+    for (const Call& c : calls_) n += c.rows == rows ? 1 : 0;
+    return n;
+  }
+
+ private:
+  struct Call {
+    std::chrono::steady_clock::time_point t;
+    size_t rows;
+  };
+  std::unique_ptr<ModelBackend> b_;
+  std::vector<Call> calls_;  // the engine thread's; read after the engine is gone
+};
 
 class NullBackend final : public ModelBackend {
  public:
@@ -73,45 +130,16 @@ class NullBackend final : public ModelBackend {
     tokens->assign(rows, token_);
     return Status::Ok();
   }
-  int64_t steps() const { return steps_.load(); }
-  // The median time between the starts of consecutive steps that both had `rows` logits rows:
-  // the engine's own time per step at that batch size, once every request is running.
-  double MedianIntervalSeconds(size_t rows) const {
-    std::vector<double> d;
-    for (size_t i = 1; i < calls_.size(); ++i) {
-      if (calls_[i].rows == rows && calls_[i - 1].rows == rows) {
-        d.push_back(std::chrono::duration<double>(calls_[i].t - calls_[i - 1].t).count());
-      }
-    }
-    if (d.empty()) return 0;
-    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-    return d[d.size() / 2];
-  }
-  size_t full_steps(size_t rows) const {
-    size_t n = 0;
-    for (const Call& c : calls_) n += c.rows == rows ? 1 : 0;
-    return n;
-  }
 
  private:
   Status Check(std::span<const SequenceBatch> seqs, size_t* rows) {
-    const auto now = std::chrono::steady_clock::now();
-    steps_.fetch_add(1);
-    KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp_.n_vocab, block_size_, num_blocks_,
-                                                   max_batch_tokens(), rows));
-    calls_.push_back(Call{now, *rows});
-    return Status::Ok();
+    return ValidateSequenceBatches(seqs, hp_.n_vocab, block_size_, num_blocks_, max_batch_tokens(),
+                                   rows);
   }
-  struct Call {
-    std::chrono::steady_clock::time_point t;
-    size_t rows;
-  };
-  std::vector<Call> calls_;  // the engine thread's; read after the engine is gone
   LlamaHParams hp_;
   int32_t token_;
   std::vector<float> row_;
   int block_size_ = 16, num_blocks_ = 0;
-  std::atomic<int64_t> steps_{0};
 };
 
 struct Run {
@@ -124,9 +152,14 @@ struct Run {
   double step_seconds = 0;    // their median interval
 };
 
-Run Measure(const LlamaHParams& hp, const Tokenizer& tok, int32_t token, int batch, int tokens,
-            const std::string& mode) {
-  NullBackend backend(hp, token);
+// A fresh backend per run: "null", or CreateBackend's device.
+using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>()>;
+
+StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch, int tokens,
+                      const std::string& mode) {
+  auto made = make();
+  if (!made.ok()) return made.status();
+  TimedBackend backend(std::move(made).value());
   EngineOptions o;
   o.context_length = 512;
   o.max_running = batch;
@@ -182,19 +215,25 @@ Run Measure(const LlamaHParams& hp, const Tokenizer& tok, int32_t token, int bat
   }
   out.steps = backend.steps();
   out.tokens = received.load();
+  if (out.tokens != int64_t{batch} * tokens) {
+    return Internal("a run streamed " + std::to_string(out.tokens) + " tokens of " +
+                    std::to_string(int64_t{batch} * tokens));
+  }
   out.full_steps = backend.full_steps(static_cast<size_t>(batch));
   out.step_seconds = backend.MedianIntervalSeconds(static_cast<size_t>(batch));
   return out;
 }
 
 int Main(int argc, char** argv) {
-  std::string model, json;
+  std::string model, json, backend = "null";
   std::vector<int> batches = {1, 64, 256};
   int tokens = 128;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
       model = argv[++i];
+    } else if (a == "--backend" && i + 1 < argc) {
+      backend = argv[++i];
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -205,8 +244,8 @@ int Main(int argc, char** argv) {
       for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::max(1, std::atoi(b.c_str())));
     } else {
       std::fprintf(stderr,
-                   "usage: kinfer-engine-overhead --model FILE [--batch 1,64,256] [--tokens N] "
-                   "[--json OUT]\n");
+                   "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
+                   "[--batch 1,64,256] [--tokens N] [--json OUT]\n");
       return 2;
     }
   }
@@ -219,32 +258,48 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", f.status().ToString().c_str());
     return 1;
   }
-  auto hp = ReadLlamaHParams(**f);
-  auto tok = Tokenizer::FromGguf(**f);
+  std::shared_ptr<const GgufFile> file(std::move(f).value());
+  auto hp = ReadLlamaHParams(*file);
+  auto tok = Tokenizer::FromGguf(*file);
   if (!hp.ok() || !tok.ok()) {
     std::fprintf(stderr, "%s\n", (!hp.ok() ? hp.status() : tok.status()).ToString().c_str());
     return 1;
   }
   const int32_t token = (*tok)->Encode(" the", false, false).front();
-  nlohmann::json results = nlohmann::json::array();
+  const LlamaHParams hparams = *hp;
+  BackendMaker make;
+  if (backend == "null") {
+    make = [&]() -> StatusOr<std::unique_ptr<ModelBackend>> {
+      return std::unique_ptr<ModelBackend>(new NullBackend(hparams, token));
+    };
+  } else {
+    make = [&]() { return CreateBackend(backend, file, 2); };
+  }
+  std::string results;  // JSON objects, comma-separated
   std::printf("%-15s %6s %7s %9s %12s %11s %14s\n", "mode", "batch", "steps", "seconds",
               "tokens/s", "full steps", "ms/full step");
   for (int b : batches) {
     for (const char* mode : {"device_greedy", "device_sampled", "host_sampled"}) {
-      const Run r = Measure(*hp, **tok, token, b, tokens, mode);
+      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode);
+      if (!run.ok()) {
+        std::fprintf(stderr, "%s\n", run.status().ToString().c_str());
+        return 1;
+      }
+      const Run& r = *run;
       const double ms = 1e3 * r.step_seconds;
       std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f\n", r.mode.c_str(), r.batch,
                   static_cast<long long>(r.steps), r.seconds, r.tokens / r.seconds, r.full_steps,
                   ms);
       std::fflush(stdout);
-      results.push_back({{"mode", r.mode},
-                         {"batch", r.batch},
-                         {"steps", r.steps},
-                         {"tokens", r.tokens},
-                         {"seconds", r.seconds},
-                         {"full_steps", r.full_steps},
-                         {"ms_per_full_step", ms},
-                         {"tokens_per_s", r.tokens / r.seconds}});
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "%s    {\"mode\": \"%s\", \"batch\": %d, \"steps\": %lld, \"tokens\": %lld, "
+                    "\"seconds\": %.6f, \"full_steps\": %zu, \"ms_per_full_step\": %.6f, "
+                    "\"tokens_per_s\": %.1f}",
+                    results.empty() ? "" : ",\n", r.mode.c_str(), r.batch,
+                    static_cast<long long>(r.steps), static_cast<long long>(r.tokens), r.seconds,
+                    r.full_steps, ms, r.tokens / r.seconds);
+      results += line;
     }
   }
   if (!json.empty()) {
@@ -253,10 +308,9 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", json.c_str());
       return 1;
     }
-    const std::string text =
-        nlohmann::json{{"model", model}, {"tokens_per_request", tokens}, {"results", results}}.dump(2);
-    std::fputs(text.c_str(), out);
-    std::fputs("\n", out);
+    std::fprintf(out, "{\n  \"model\": \"%s\", \"backend\": \"%s\", \"tokens_per_request\": %d,\n",
+                 model.c_str(), backend.c_str(), tokens);
+    std::fprintf(out, "  \"results\": [\n%s\n  ]\n}\n", results.c_str());
     std::fclose(out);
   }
   return 0;

@@ -22,6 +22,10 @@ def test_engine_overhead_runs_every_mode_to_the_end(tmp_path):
         assert r["steps"] >= 12
         assert r["full_steps"] >= 10 and r["ms_per_full_step"] > 0
     assert "ms/full step" in proc.stdout
+    # Over CUDA without a device: exit 1 naming why (on a GPU machine it runs).
+    cuda = subprocess.run([str(exe), "--model", str(_model()), "--backend", "cuda", "--batch", "1",
+                           "--tokens", "2"], capture_output=True, text=True, timeout=120)
+    assert cuda.returncode == 0 or (cuda.returncode == 1 and "no CUDA device" in cuda.stderr), cuda.stderr
     # Usage errors are exit 2 with a message, not a crash.
     bad = subprocess.run([str(exe), "--batch"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "usage" in bad.stderr
