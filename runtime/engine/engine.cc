@@ -499,6 +499,15 @@ bool Engine::RunStep() {
   } else {
     st = backend_->ForwardBatch(batch, &logits);
   }
+  if (!st.ok()) {
+    for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {
+      auto it = active_.find(f.id);
+      if (it == active_.end()) continue;
+      Finish(*it->second, FinishReason::kError, f.status);
+      Retire(it);
+    }
+    return true;
+  }
   const size_t nv = backend_->hparams().n_vocab;
   StepResult result;
   size_t row = 0;

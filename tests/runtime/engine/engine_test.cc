@@ -114,6 +114,7 @@ class CountingBackend final : public ModelBackend {
   Status InitKvCache(int block_size, int num_blocks) override { return cpu_->InitKvCache(block_size, num_blocks); }
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
     ++logits_steps;
+    if (++calls > fail_from) return Internal("the device fell off the bus");
     return cpu_->ForwardBatch(seqs, logits);
   }
   bool CanSample(const DrawParams& p) const override { return !refuse_top_p || p.top_p >= 1.0f; }
@@ -125,6 +126,8 @@ class CountingBackend final : public ModelBackend {
   }
   std::atomic<int> logits_steps{0}, sample_steps{0}, sample_rows{0};
   bool refuse_top_p = false;
+  std::atomic<int> calls{0};                      // ForwardBatch calls, the default sampling's too
+  std::atomic<int> fail_from{1 << 30};            // calls after this many fail
 
  private:
   std::unique_ptr<CpuBackend> cpu_;
@@ -216,6 +219,37 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   EXPECT_EQ(refused[1].tokens, off[1].tokens);
   EXPECT_EQ(refused[0].tokens, off[0].tokens);
   EXPECT_LT(refused_n.sample_steps, 12);  // only steps without the top-p request
+}
+
+TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
+  for (bool backend_sampling : {true, false}) {
+    CountingBackend backend(model_);
+    backend.fail_from = 3;  // the prompt's step and two decodes, then the device is gone
+    EngineOptions o;
+    o.context_length = 256;
+    o.backend_sampling = backend_sampling;
+    Engine engine(&backend, tokenizer_, o);
+    GenerationRequest r = Greedy("What is the capital of France?", 12);
+    r.ignore_eos = true;
+    GenerationRequest sampled = r;
+    sampled.sampling.temperature = 0.9f;
+    sampled.sampling.seed = 4;
+    auto a = engine.Submit(r);
+    ASSERT_TRUE(a.ok());
+    const Collected ca = Drain(**a);
+    EXPECT_EQ(ca.finish, FinishReason::kError) << "backend_sampling " << backend_sampling;
+    EXPECT_NE(ca.last.error.message().find("fell off the bus"), std::string::npos)
+        << ca.last.error.ToString();
+    EXPECT_EQ(ca.tokens.size(), 3u);  // what the steps before the failure produced
+    backend.fail_from = 1 << 30;      // the device is back: the engine still serves
+    for (const GenerationRequest* req : {&r, &sampled}) {
+      auto b = engine.Submit(*req);
+      ASSERT_TRUE(b.ok());
+      const Collected cb = Drain(**b);
+      EXPECT_EQ(cb.finish, FinishReason::kLength);
+      EXPECT_EQ(cb.tokens.size(), 12u);
+    }
+  }
 }
 
 TEST_F(EngineTest, MaxTokensEndsWithLength) {
