@@ -2,7 +2,8 @@
 // computes nothing (NullBackend below: no weights, no KV cache; a step returns at once).
 //
 //   kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] [--batch 1,64,256]
-//                          [--tokens 128] [--json OUT]
+//                          [--tokens 128] [--modes device_greedy,device_sampled,host_sampled]
+//                          [--json OUT]
 //
 // --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
 // over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
@@ -228,6 +229,7 @@ int Main(int argc, char** argv) {
   std::string model, json, backend = "null";
   std::vector<int> batches = {1, 64, 256};
   int tokens = 128;
+  std::vector<std::string> modes = {"device_greedy", "device_sampled", "host_sampled"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
@@ -238,6 +240,16 @@ int Main(int argc, char** argv) {
       json = argv[++i];
     } else if (a == "--tokens" && i + 1 < argc) {
       tokens = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--modes" && i + 1 < argc) {
+      modes.clear();
+      std::stringstream ss(argv[++i]);
+      for (std::string m; std::getline(ss, m, ',');) {
+        if (m != "device_greedy" && m != "device_sampled" && m != "host_sampled") {
+          std::fprintf(stderr, "kinfer-engine-overhead: unknown mode '%s'\n", m.c_str());
+          return 2;
+        }
+        modes.push_back(m);
+      }
     } else if (a == "--batch" && i + 1 < argc) {
       batches.clear();
       std::stringstream ss(argv[++i]);
@@ -245,7 +257,8 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
-                   "[--batch 1,64,256] [--tokens N] [--json OUT]\n");
+                   "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
+                   "[--json OUT]\n");
       return 2;
     }
   }
@@ -279,7 +292,7 @@ int Main(int argc, char** argv) {
   std::printf("%-15s %6s %7s %9s %12s %11s %14s\n", "mode", "batch", "steps", "seconds",
               "tokens/s", "full steps", "ms/full step");
   for (int b : batches) {
-    for (const char* mode : {"device_greedy", "device_sampled", "host_sampled"}) {
+    for (const std::string& mode : modes) {
       StatusOr<Run> run = Measure(make, **tok, b, tokens, mode);
       if (!run.ok()) {
         std::fprintf(stderr, "%s\n", run.status().ToString().c_str());

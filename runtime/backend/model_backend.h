@@ -100,6 +100,37 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     }
     return Status::Ok();
   }
+  // ForwardBatchSample in two halves, so that the engine can work while the device computes:
+  // LaunchSample checks and enqueues the step (ForwardBatchSample's contract and errors) and
+  // may return before it is computed; FinishSample waits for it and gives its tokens. The
+  // spans need stay valid only during LaunchSample. One step at a time: LaunchSample while a
+  // step is launched, or FinishSample with none, is FAILED_PRECONDITION. After an error from
+  // either half no step is launched.
+  // The default computes the whole step in LaunchSample (ForwardBatchSample) and hands its
+  // result over in FinishSample; the CUDA backend returns from LaunchSample once the step is
+  // enqueued (LaunchIsAsync).
+  virtual Status LaunchSample(std::span<const SequenceBatch> seqs,
+                              std::span<const DrawParams> rows) {
+    if (launched_) return FailedPrecondition("a step is already launched (FinishSample first)");
+    Status st = ForwardBatchSample(seqs, rows, &launched_tokens_);
+    launched_ = st.ok();
+    return st;
+  }
+  virtual Status FinishSample(std::vector<int32_t>* tokens) {
+    if (!launched_) return FailedPrecondition("no step is launched (LaunchSample first)");
+    launched_ = false;
+    tokens->swap(launched_tokens_);  // the buffers trade places: no copy, no allocation
+    return Status::Ok();
+  }
+  // Whether LaunchSample returns before the step is computed. The engine then streams the
+  // previous step's tokens between the two halves, while the device runs; otherwise before
+  // launching, so that a synchronous backend delays no token by a step.
+  virtual bool LaunchIsAsync() const { return false; }
+
+ private:
+  // The default LaunchSample's step.
+  bool launched_ = false;
+  std::vector<int32_t> launched_tokens_;
 };
 
 struct BackendOptions {

@@ -1,5 +1,7 @@
 #include "runtime/engine/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <string>
 
@@ -102,7 +104,10 @@ void Engine::Start() {
   context_length_ = options_.context_length > 0
                         ? std::min(options_.context_length, backend_->hparams().n_ctx_train)
                         : backend_->hparams().n_ctx_train;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "kinfer-engine");  // for top -H, perf and gdb
+    Loop();
+  });
 }
 
 Engine::~Engine() {
@@ -224,6 +229,7 @@ void Engine::Loop() {
 
   for (;;) {
     std::deque<Pending> inbox;
+    if (!scheduler_->has_work()) FlushOutbox();  // before sleeping: nothing may stay unsent
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!scheduler_->has_work()) {
@@ -240,13 +246,14 @@ void Engine::Loop() {
       }
     }
     ProposeDrafts();
-    RunStep();
+    if (!RunStep()) FlushOutbox();
     PublishStats();
   }
   for (auto& [id, a] : active_) {
     if (!a->finished) Finish(*a, FinishReason::kCancelled, Status::Ok());
   }
   active_.clear();
+  FlushOutbox();
 }
 
 void Engine::Admit(std::deque<Pending>* inbox) {
@@ -275,6 +282,15 @@ void Engine::Admit(std::deque<Pending>* inbox) {
   inbox->clear();
 }
 
+void Engine::Send(Active& a, StreamEvent ev) {
+  outbox_.push_back(Outgoing{a.stream, std::move(ev)});
+}
+
+void Engine::FlushOutbox() {
+  for (Outgoing& o : outbox_) o.stream->Push(std::move(o.event));
+  outbox_.clear();
+}
+
 void Engine::Finish(Active& a, FinishReason reason, Status error) {
   if (a.finished) return;
   a.finished = true;
@@ -290,7 +306,7 @@ void Engine::Finish(Active& a, FinishReason reason, Status error) {
             : std::chrono::duration<double>(std::chrono::steady_clock::now() - a.enqueued).count();
     a.first_event = false;
   }
-  a.stream->Push(std::move(ev));
+  Send(a, std::move(ev));
 }
 
 bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
@@ -338,7 +354,7 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
     ev.queue_seconds = a.queue_seconds;
     a.first_event = false;
   }
-  a.stream->Push(std::move(ev));
+  Send(a, std::move(ev));
   return reason != FinishReason::kNone;
 }
 
@@ -381,6 +397,9 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, Sample
 }
 
 void Engine::ProposeDrafts() {
+  // A draft model computes on the host for as long as a step may take: the previous step's
+  // tokens go out first.
+  if (options_.spec.draft_model != nullptr) FlushOutbox();
   for (auto& [id, a] : active_) {
     a->draft_probs.clear();
     if (a->spec_tokens <= 0 || a->finished) continue;
@@ -491,12 +510,19 @@ bool Engine::RunStep() {
       auto it = active_.find(item->id);
       draws.push_back(it != active_.end() ? it->second->sampler.NextDraw() : DrawParams{});
     }
-    st = backend_->ForwardBatchSample(batch, draws, &chosen);
+    // On a device that computes while LaunchSample returns, the previous step's tokens are
+    // streamed in the meantime; otherwise before the step, so that none waits for a step.
+    const bool overlap = options_.overlap_streaming && backend_->LaunchIsAsync();
+    if (!overlap) FlushOutbox();
+    st = backend_->LaunchSample(batch, draws);
+    if (overlap) FlushOutbox();
+    if (st.ok()) st = backend_->FinishSample(&chosen);
     if (st.ok() && chosen.size() != sampled.size()) {
       st = Internal("the backend's sampling step returned " + std::to_string(chosen.size()) +
                     " tokens for " + std::to_string(sampled.size()) + " sequences");
     }
   } else {
+    FlushOutbox();
     st = backend_->ForwardBatch(batch, &logits);
   }
   if (!st.ok()) {

@@ -18,6 +18,13 @@
 // behind a ModelBackend (runtime/backend: the CPU, or CUDA), which owns the weights and the KV
 // memory; the engine owns which block holds what.
 //
+// CPU/GPU overlap: a step's tokens are chosen, detokenized and checked against every stop rule
+// right after the step, but pushed to their streams (waking their readers) later: on a backend
+// whose steps run asynchronously (ModelBackend::LaunchIsAsync, CUDA) just after the next step is
+// launched, so that the wake-ups run while the device computes; otherwise just before it. Events
+// are also pushed before the engine sleeps, after an idle iteration, and before a draft model
+// computes.
+//
 // Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
 // thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before
 // each step and offers them to the Scheduler (SetDraft); the step computes the sequence's last
@@ -114,6 +121,11 @@ struct EngineOptions {
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.
   bool backend_sampling = true;
+  // On a backend whose steps run asynchronously (ModelBackend::LaunchIsAsync: CUDA), a step's
+  // tokens reach their streams while the device computes the next step, instead of between
+  // the two; every stop rule is still applied before the next step is planned, so the output
+  // is the same. Synchronous backends (the CPU) always stream a step's tokens before the next.
+  bool overlap_streaming = true;
 };
 
 struct EngineStats {
@@ -176,6 +188,11 @@ class Engine {
   // Removes a finished request (and what the proposer keeps for it).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);
   void Finish(Active& a, FinishReason reason, Status error);
+  // Every event for a stream goes through the outbox, in order; FlushOutbox pushes them (waking
+  // the readers, which is most of the engine's cost per token at large batches) at the points
+  // the header comment names.
+  void Send(Active& a, StreamEvent ev);
+  void FlushOutbox();
   void PublishStats();
 
   std::unique_ptr<ModelBackend> owned_backend_;  // the LlamaModel constructor's CpuBackend
@@ -203,6 +220,11 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
+  struct Outgoing {
+    std::shared_ptr<RequestStream> stream;
+    StreamEvent event;
+  };
+  std::vector<Outgoing> outbox_;  // events not yet pushed, in order
   // A step's logits rows and backend-drawn tokens, kept across steps (a fresh logits buffer
   // costs a page fault per 4 KB every step).
   std::vector<float> step_logits_;

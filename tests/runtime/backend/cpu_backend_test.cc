@@ -66,6 +66,41 @@ TEST_F(CpuBackendTest, ForwardBeforeInitKvCacheIsAFailedPrecondition) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST_F(CpuBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalvesOneAtATime) {
+  ASSERT_TRUE(backend_->InitKvCache(16, 8).ok());
+  EXPECT_FALSE(backend_->LaunchIsAsync());  // the CPU computes the whole step in LaunchSample
+  const std::vector<int32_t> prompt = {1, 9690, 198, 2683, 359, 253};
+  const std::vector<int32_t> table = {0};
+  SequenceBatch s;
+  s.tokens = prompt;
+  s.blocks = table;
+  DrawParams greedy;
+  greedy.temperature = 0.0f;
+  DrawParams hot;
+  hot.temperature = 1.0f;
+  hot.uniform = 0.37f;
+  std::vector<int32_t> got, want;
+  EXPECT_EQ(backend_->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
+  for (const DrawParams& p : {greedy, hot}) {
+    ASSERT_TRUE(backend_->ForwardBatchSample(std::span<const SequenceBatch>(&s, 1),
+                                             std::span<const DrawParams>(&p, 1), &want).ok());
+    ASSERT_TRUE(backend_->LaunchSample(std::span<const SequenceBatch>(&s, 1),
+                                       std::span<const DrawParams>(&p, 1)).ok());
+    EXPECT_EQ(backend_->LaunchSample(std::span<const SequenceBatch>(&s, 1),
+                                     std::span<const DrawParams>(&p, 1)).code(),
+              StatusCode::kFailedPrecondition);  // one step at a time
+    ASSERT_TRUE(backend_->FinishSample(&got).ok());
+    EXPECT_EQ(got, want);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(backend_->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
+  }
+  // A launch that fails leaves nothing launched.
+  const std::vector<DrawParams> two = {greedy, greedy};
+  EXPECT_EQ(backend_->LaunchSample(std::span<const SequenceBatch>(&s, 1), two).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(CpuBackendTest, KvSizingIsSane) {
   const LlamaHParams& hp = backend_->hparams();
   EXPECT_EQ(backend_->name(), "cpu");
