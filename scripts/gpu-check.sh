@@ -131,20 +131,27 @@ timeout 200 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/be
 tee -a "$LOG_BUILD" < "$OUT/bench.log"
 # The engine over this machine's host alone (null) and over the GPU (cuda): its tables go to
 # bench.log and its JSON into summary.json (8 files at most come back).
+# cuda_serial is the same engine with EngineOptions::overlap_streaming off (a step's tokens
+# streamed between the steps instead of while the next one runs): the overlap's gain.
 RC_ENGINE=0
-for b in null cuda; do
-  say "engine overhead: $b"
-  rm -f "$STASH/engine_$b.json"
-  echo "== kinfer-engine-overhead --backend $b" >> "$OUT/bench.log"
-  timeout 120 "$BUILD/bin/kinfer-engine-overhead" --model "$BENCH_MODEL" --backend "$b" \
-    --batch 1,64,256 --tokens 128 --json "$STASH/engine_$b.json" >> "$OUT/bench.log" 2>&1 || RC_ENGINE=1
+for run in "null" "cuda" "cuda_serial --overlap off --modes device_greedy,device_sampled"; do
+  read -r name extra <<< "$run"
+  b=${name%_serial}
+  say "engine overhead: $name"
+  rm -f "$STASH/engine_$name.json"
+  echo "== kinfer-engine-overhead --backend $b $extra" >> "$OUT/bench.log"
+  # shellcheck disable=SC2086  # $extra is words
+  timeout 120 "$BUILD/bin/kinfer-engine-overhead" --model "$BENCH_MODEL" --backend "$b" $extra \
+    --batch 1,64,256 --tokens 128 --json "$STASH/engine_$name.json" >> "$OUT/bench.log" 2>&1 || RC_ENGINE=1
 done
 ENGINE_NULL=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
 ENGINE_CUDA=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
+ENGINE_CUDA_SERIAL=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
 cat > "$OUT/summary.json" <<JSON
 {"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "engine_null": ${ENGINE_NULL},
- "engine_cuda": ${ENGINE_CUDA}}
+ "engine_cuda": ${ENGINE_CUDA},
+ "engine_cuda_serial": ${ENGINE_CUDA_SERIAL}}
 JSON
 say "done: tests rc $RC_TESTS, bench rc $RC_BENCH"
 [ $RC_TESTS -eq 0 ] && [ $RC_BENCH -eq 0 ]

@@ -3,11 +3,13 @@
 //
 //   kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] [--batch 1,64,256]
 //                          [--tokens 128] [--modes device_greedy,device_sampled,host_sampled]
-//                          [--json OUT]
+//                          [--device-us 0] [--overlap on|off] [--json OUT]
 //
 // --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
 // over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
-// both on the GPU machine).
+// both on the GPU machine). --device-us N gives the null backend a simulated device that takes
+// N us a sampling step and runs while the engine works (LaunchIsAsync), to measure how much of
+// the engine's time the overlap of streaming with the next step hides (--overlap off: none).
 //
 // For each batch size B, B requests (one chat prompt, ignore_eos, `tokens` tokens each) are
 // submitted at once and read by B threads, as the HTTP handlers read them. Three ways a step's
@@ -68,6 +70,12 @@ class TimedBackend final : public ModelBackend {
     calls_.push_back(Call{std::chrono::steady_clock::now(), draws.size()});
     return b_->ForwardBatchSample(seqs, draws, tokens);
   }
+  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws) override {
+    calls_.push_back(Call{std::chrono::steady_clock::now(), draws.size()});
+    return b_->LaunchSample(seqs, draws);
+  }
+  Status FinishSample(std::vector<int32_t>* tokens) override { return b_->FinishSample(tokens); }
+  bool LaunchIsAsync() const override { return b_->LaunchIsAsync(); }
   int64_t steps() const { return static_cast<int64_t>(calls_.size()); }
   // The median time between the starts of consecutive steps that both had `rows` logits rows:
   // the time per step at that batch size, once every request is running.
@@ -97,9 +105,13 @@ class TimedBackend final : public ModelBackend {
   std::vector<Call> calls_;  // the engine thread's; read after the engine is gone
 };
 
+// With device_us > 0 a sampling step also takes that long on a simulated device that runs
+// while LaunchSample returns (LaunchIsAsync): FinishSample waits until the launch plus
+// device_us, as a real device's stream would.
 class NullBackend final : public ModelBackend {
  public:
-  NullBackend(LlamaHParams hp, int32_t token) : hp_(hp), token_(token), row_(hp.n_vocab) {
+  NullBackend(LlamaHParams hp, int32_t token, int device_us)
+      : hp_(hp), token_(token), row_(hp.n_vocab), device_(std::chrono::microseconds(device_us)) {
     std::mt19937 rng(7);
     std::normal_distribution<float> d(0.0f, 3.0f);
     for (float& x : row_) x = d(rng);
@@ -131,6 +143,17 @@ class NullBackend final : public ModelBackend {
     tokens->assign(rows, token_);
     return Status::Ok();
   }
+  bool LaunchIsAsync() const override { return device_.count() > 0; }
+  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws) override {
+    done_at_ = std::chrono::steady_clock::now() + device_;
+    return ModelBackend::LaunchSample(seqs, draws);
+  }
+  Status FinishSample(std::vector<int32_t>* tokens) override {
+    // As a stream synchronisation waits: polling, yielding the core to runnable threads (CUDA's
+    // cudaDeviceScheduleYield; on a machine with spare cores it spins).
+    while (std::chrono::steady_clock::now() < done_at_) std::this_thread::yield();
+    return ModelBackend::FinishSample(tokens);
+  }
 
  private:
   Status Check(std::span<const SequenceBatch> seqs, size_t* rows) {
@@ -141,6 +164,8 @@ class NullBackend final : public ModelBackend {
   int32_t token_;
   std::vector<float> row_;
   int block_size_ = 16, num_blocks_ = 0;
+  std::chrono::microseconds device_;
+  std::chrono::steady_clock::time_point done_at_;
 };
 
 struct Run {
@@ -157,7 +182,7 @@ struct Run {
 using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>()>;
 
 StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch, int tokens,
-                      const std::string& mode) {
+                      const std::string& mode, bool overlap) {
   auto made = make();
   if (!made.ok()) return made.status();
   TimedBackend backend(std::move(made).value());
@@ -168,6 +193,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   o.max_batch_tokens = 2048;
   o.kv_cache_tokens = int64_t{batch} * 512;
   o.backend_sampling = mode != "host_sampled";
+  o.overlap_streaming = overlap;
   GenerationRequest r;
   r.prompt_tokens = tok.Encode(
       "<|im_start|>user\nWrite a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n",
@@ -229,6 +255,8 @@ int Main(int argc, char** argv) {
   std::string model, json, backend = "null";
   std::vector<int> batches = {1, 64, 256};
   int tokens = 128;
+  int device_us = 0;
+  bool overlap = true;
   std::vector<std::string> modes = {"device_greedy", "device_sampled", "host_sampled"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -240,6 +268,10 @@ int Main(int argc, char** argv) {
       json = argv[++i];
     } else if (a == "--tokens" && i + 1 < argc) {
       tokens = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--device-us" && i + 1 < argc) {
+      device_us = std::max(0, std::atoi(argv[++i]));
+    } else if (a == "--overlap" && i + 1 < argc) {
+      overlap = std::string(argv[++i]) != "off";
     } else if (a == "--modes" && i + 1 < argc) {
       modes.clear();
       std::stringstream ss(argv[++i]);
@@ -258,7 +290,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
                    "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
-                   "[--json OUT]\n");
+                   "[--device-us N] [--overlap on|off] [--json OUT]\n");
       return 2;
     }
   }
@@ -283,7 +315,7 @@ int Main(int argc, char** argv) {
   BackendMaker make;
   if (backend == "null") {
     make = [&]() -> StatusOr<std::unique_ptr<ModelBackend>> {
-      return std::unique_ptr<ModelBackend>(new NullBackend(hparams, token));
+      return std::unique_ptr<ModelBackend>(new NullBackend(hparams, token, device_us));
     };
   } else {
     make = [&]() { return CreateBackend(backend, file, 2); };
@@ -293,7 +325,7 @@ int Main(int argc, char** argv) {
               "tokens/s", "full steps", "ms/full step");
   for (int b : batches) {
     for (const std::string& mode : modes) {
-      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode);
+      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap);
       if (!run.ok()) {
         std::fprintf(stderr, "%s\n", run.status().ToString().c_str());
         return 1;
@@ -321,8 +353,10 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", json.c_str());
       return 1;
     }
-    std::fprintf(out, "{\n  \"model\": \"%s\", \"backend\": \"%s\", \"tokens_per_request\": %d,\n",
-                 model.c_str(), backend.c_str(), tokens);
+    std::fprintf(out,
+                 "{\n  \"model\": \"%s\", \"backend\": \"%s\", \"tokens_per_request\": %d, "
+                 "\"device_us\": %d, \"overlap_streaming\": %s,\n",
+                 model.c_str(), backend.c_str(), tokens, device_us, overlap ? "true" : "false");
     std::fprintf(out, "  \"results\": [\n%s\n  ]\n}\n", results.c_str());
     std::fclose(out);
   }

@@ -141,7 +141,7 @@ struct CudaBackend::Impl {
   int32_t* meta_host = nullptr;  // pinned
   size_t meta_cap = 0;           // int32 elements
   float* logits_host = nullptr;  // pinned, R * n_vocab
-  int32_t* argmax_host = nullptr;  // pinned, R
+  int32_t* argmax_host = nullptr;  // pinned, T: every row's id of a step (passes write theirs)
 
   // KV cache.
   uint16_t* kc = nullptr;
@@ -180,8 +180,16 @@ struct CudaBackend::Impl {
   Status EnsureMeta(size_t elems);
   // What a step returns: every logits row, each row's argmax, or each row's draw (draws[r]).
   enum class Out { kLogits, kArgmax, kSample };
-  Status Step(std::span<const SequenceBatch> seqs, Out out, std::span<const DrawParams> draws,
-              std::vector<float>* logits, std::vector<int32_t>* ids);
+  // Enqueues a step. kLogits: also waits for it and copies every logits row into *logits (the
+  // passes share one pinned buffer). kArgmax / kSample: returns once it is enqueued, its ids
+  // on their way into argmax_host; *rows gets their number, for Collect.
+  Status Enqueue(std::span<const SequenceBatch> seqs, Out out, std::span<const DrawParams> draws,
+                 std::vector<float>* logits, size_t* rows);
+  // Waits for the enqueued step and reads its rows' ids.
+  Status Collect(size_t rows, std::vector<int32_t>* ids);
+  // The step LaunchSample enqueued (rows), if any.
+  bool launched = false;
+  size_t launched_rows = 0;
   // SampleRows' reach (cuda_kernels.h).
   bool CanSample(const DrawParams& p) const {
     if (!(p.temperature > 0.0f)) return true;
@@ -423,7 +431,7 @@ Status CudaBackend::Impl::PlanScratch() {
   if (!argmax_dev || !draws_dev) return Internal("scratch plan too small (a bug)");
   KINFER_CUDA_RETURN(cudaMallocHost(&draws_host, t * sizeof(cuda::DeviceDraw)), "pinned draws");
   KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
-  KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host, R * sizeof(int32_t)), "pinned ids");
+  KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host, T * sizeof(int32_t)), "pinned ids");
   return EnsureMeta(static_cast<size_t>(10) * T);
 }
 
@@ -567,7 +575,8 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
     } else {
       cuda::SampleRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev, stream);
     }
-    cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+    cudaMemcpyAsync(argmax_host + row0, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                    stream);
   } else {
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
                     cudaMemcpyDeviceToHost, stream);
@@ -586,9 +595,9 @@ static Status EnqueueErrors(cublasStatus_t* gemm_status) {
   return Status::Ok();
 }
 
-Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, Out out,
-                               std::span<const DrawParams> draws, std::vector<float>* out_logits,
-                               std::vector<int32_t>* out_ids) {
+Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
+                                  std::span<const DrawParams> draws,
+                                  std::vector<float>* out_logits, size_t* rows_out) {
   if (!kc) return FailedPrecondition("ForwardBatch before InitKvCache");
   if (seqs.empty()) return InvalidArgument("empty step");
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
@@ -670,7 +679,7 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, Out out,
                      "step metadata upload");
 
   if (out_logits) out_logits->resize(rows * static_cast<size_t>(hp.n_vocab));
-  if (out_ids) out_ids->resize(rows);
+  *rows_out = rows;
   const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
   if (use_graph) {
     const int key = g * 3 + static_cast<int>(out);
@@ -701,9 +710,10 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, Out out,
     }
     if (it != graphs.end()) {
       KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
-      KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
-      if (out_logits) std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
-      if (out_ids) std::memcpy(out_ids->data(), argmax_host, rows * sizeof(int32_t));
+      if (out_logits) {
+        KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
+        std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
+      }
       return Status::Ok();
     }
   }
@@ -714,14 +724,20 @@ Status CudaBackend::Impl::Step(std::span<const SequenceBatch> seqs, Out out,
     const int nr = std::min(R, nrows - r0);
     Output(r0, nr, out);
     KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
-    KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
-    if (out_logits) {
+    if (out_logits) {  // the next pass reuses the pinned logits
+      KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
       std::memcpy(out_logits->data() + static_cast<size_t>(r0) * hp.n_vocab, logits_host,
                   static_cast<size_t>(nr) * hp.n_vocab * sizeof(float));
     }
-    if (out_ids) std::memcpy(out_ids->data() + r0, argmax_host, nr * sizeof(int32_t));
   }
+  if (out_logits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  return Status::Ok();
+}
+
+Status CudaBackend::Impl::Collect(size_t rows, std::vector<int32_t>* ids) {
   KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  ids->resize(rows);
+  if (rows > 0) std::memcpy(ids->data(), argmax_host, rows * sizeof(int32_t));
   return Status::Ok();
 }
 
@@ -781,13 +797,27 @@ Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
   return Status::Ok();
 }
 
+// A launched step must be collected before the stream takes another: every entry point but
+// FinishSample refuses while one is (the engine never interleaves them).
+#define KINFER_CUDA_NOT_LAUNCHED()                                                   \
+  do {                                                                               \
+    if (impl_->launched) {                                                           \
+      return FailedPrecondition("a step is already launched (FinishSample first)"); \
+    }                                                                                \
+  } while (0)
+
 Status CudaBackend::ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) {
-  return impl_->Step(seqs, Impl::Out::kLogits, {}, logits, nullptr);
+  KINFER_CUDA_NOT_LAUNCHED();
+  size_t rows = 0;
+  return impl_->Enqueue(seqs, Impl::Out::kLogits, {}, logits, &rows);
 }
 
 Status CudaBackend::ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
                                        std::vector<int32_t>* tokens) {
-  return impl_->Step(seqs, Impl::Out::kArgmax, {}, nullptr, tokens);
+  KINFER_CUDA_NOT_LAUNCHED();
+  size_t rows = 0;
+  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kArgmax, {}, nullptr, &rows));
+  return impl_->Collect(rows, tokens);
 }
 
 bool CudaBackend::CanSample(const DrawParams& p) const { return impl_->CanSample(p); }
@@ -795,8 +825,34 @@ bool CudaBackend::CanSample(const DrawParams& p) const { return impl_->CanSample
 Status CudaBackend::ForwardBatchSample(std::span<const SequenceBatch> seqs,
                                        std::span<const DrawParams> rows,
                                        std::vector<int32_t>* tokens) {
-  return impl_->Step(seqs, Impl::Out::kSample, rows, nullptr, tokens);
+  KINFER_CUDA_NOT_LAUNCHED();
+  size_t n = 0;
+  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, nullptr, &n));
+  return impl_->Collect(n, tokens);
 }
+
+Status CudaBackend::LaunchSample(std::span<const SequenceBatch> seqs,
+                                 std::span<const DrawParams> rows) {
+  KINFER_CUDA_NOT_LAUNCHED();
+  size_t n = 0;
+  Status st = impl_->Enqueue(seqs, Impl::Out::kSample, rows, nullptr, &n);
+  if (!st.ok()) {
+    // Work enqueued before the error must not write the pinned ids under the next step.
+    cudaStreamSynchronize(impl_->stream);
+    return st;
+  }
+  impl_->launched = true;
+  impl_->launched_rows = n;
+  return Status::Ok();
+}
+
+Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
+  if (!impl_->launched) return FailedPrecondition("no step is launched (LaunchSample first)");
+  impl_->launched = false;
+  return impl_->Collect(impl_->launched_rows, tokens);
+}
+
+#undef KINFER_CUDA_NOT_LAUNCHED
 
 const CudaDeviceInfo& CudaBackend::device_info() const { return impl_->info; }
 int CudaBackend::max_batch_tokens() const { return impl_->T; }

@@ -13,7 +13,9 @@
 //                  engine from KvMemoryBudgetBytes (a fraction of what is free after 1-3)
 //
 // A step: the host packs the step's metadata into a pinned buffer, one async copy sends it, the
-// layers run on one stream, and the wanted logits rows come back into a pinned buffer. Matrix
+// layers run on one stream, and the wanted logits rows (or their ids) come back into a pinned
+// buffer. A step that returns ids can be launched and collected apart (LaunchSample /
+// FinishSample), so that the engine streams the previous step's tokens while this one runs. Matrix
 // products of fewer than gemm_min_tokens rows run the fused dequantizing kernels (activations
 // quantized like the CPU's); larger ones FP16 x FP16 -> FP32 cuBLAS GEMMs on the FP16 copies.
 // Pure decode steps (every sequence one token, one logits row) replay a CUDA graph captured per
@@ -85,6 +87,13 @@ class CudaBackend final : public ModelBackend {
   bool CanSample(const DrawParams& p) const override;
   Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
                             std::vector<int32_t>* tokens) override;
+  // The same step in two halves: LaunchSample packs and uploads the step's metadata, enqueues
+  // the layers (or replays the batch size's graph), the draw and the ids' copy back, and
+  // returns; FinishSample waits on the stream and reads the ids. Every other step call is
+  // FAILED_PRECONDITION while a step is launched.
+  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows) override;
+  Status FinishSample(std::vector<int32_t>* tokens) override;
+  bool LaunchIsAsync() const override { return true; }
 
   int max_batch_tokens() const override;
   const CudaDeviceInfo& device_info() const;

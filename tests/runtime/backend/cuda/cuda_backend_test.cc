@@ -13,11 +13,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "runtime/backend/cpu_backend.h"
+#include "runtime/engine/engine.h"
 #include "tests/runtime/backend/backend_test_util.h"
 #include "tests/runtime/backend/cuda/cuda_test_util.h"
 
@@ -264,6 +266,94 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
   const std::vector<DrawParams> refused = {nucleus};
   EXPECT_EQ(g->ForwardBatchSample(std::span<const SequenceBatch>(&one, 1), refused, &ids).code(),
             StatusCode::kInvalidArgument);
+}
+
+// LaunchSample + FinishSample give what ForwardBatchSample gives, on the graph path (decode
+// steps), the plain path (the prompt step) and in several output passes (each pass writes its
+// rows' ids at their place); one step at a time.
+TEST_F(CudaBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalves) {
+  for (int logits_rows : {256, 2}) {
+    SCOPED_TRACE(::testing::Message() << "max_logits_rows " << logits_rows);
+    CudaBackendOptions o;
+    o.max_logits_rows = logits_rows;
+    auto g = Cuda(o);
+    ASSERT_NE(g, nullptr);
+    EXPECT_TRUE(g->LaunchIsAsync());
+    std::vector<DrawParams> kinds(3);
+    kinds[0].temperature = 0.0f;
+    kinds[1].temperature = 0.8f;
+    kinds[1].top_k = 40;
+    kinds[1].top_p = 0.95f;
+    kinds[2].temperature = 1.0f;
+    ThreePrompts tp = Prompts();
+    std::mt19937_64 rng(5);
+    for (int step = 0; step < 5; ++step) {
+      const std::vector<SequenceBatch> seqs = tp.Step(step);
+      const size_t rows = step == 0 ? 2 * seqs.size() : seqs.size();
+      std::vector<DrawParams> draws(rows);
+      for (size_t r = 0; r < rows; ++r) {
+        draws[r] = kinds[(r + step) % kinds.size()];
+        draws[r].uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      }
+      std::vector<int32_t> want, got;
+      ASSERT_TRUE(g->ForwardBatchSample(seqs, draws, &want).ok());
+      ASSERT_TRUE(g->LaunchSample(seqs, draws).ok());  // the same step again
+      std::vector<float> l;
+      EXPECT_EQ(g->LaunchSample(seqs, draws).code(), StatusCode::kFailedPrecondition);
+      EXPECT_EQ(g->ForwardBatch(seqs, &l).code(), StatusCode::kFailedPrecondition);
+      const Status st = g->FinishSample(&got);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(got, want) << "step " << step;
+      EXPECT_EQ(g->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
+      ASSERT_EQ(want.size(), rows);
+      for (size_t i = 0; i < tp.toks.size(); ++i) tp.Append(i, want[step == 0 ? 2 * i + 1 : i]);
+    }
+    if (logits_rows == 256) {
+      EXPECT_GE(g->graphs_captured(), 1);
+    }
+  }
+}
+
+// The engine over the CUDA backend streams the same tokens whether a step's tokens go out while
+// the next step computes (the default) or between the steps.
+TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
+  const Tokenizer* tok = testing::ModelTokenizer();
+  ASSERT_NE(tok, nullptr);
+  std::vector<std::vector<int32_t>> runs[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    auto g = Cuda();
+    ASSERT_NE(g, nullptr);
+    EngineOptions eo;
+    eo.context_length = 512;
+    eo.overlap_streaming = overlap == 1;
+    Engine engine(g.get(), tok, eo);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r;
+      r.prompt_tokens = Prompt(i);
+      r.max_tokens = 24;
+      r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
+      r.sampling.top_k = 40;
+      r.sampling.seed = 7 + i;
+      auto s = engine.Submit(r);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
+    }
+    for (auto& s : streams) {
+      std::vector<int32_t> toks;
+      StreamEvent ev;
+      while (s->Next(&ev, std::chrono::seconds(60))) {
+        toks.insert(toks.end(), ev.tokens.begin(), ev.tokens.end());
+        if (ev.finish != FinishReason::kNone) {
+          EXPECT_NE(ev.finish, FinishReason::kError) << ev.error.ToString();
+          break;
+        }
+      }
+      EXPECT_FALSE(toks.empty());
+      runs[overlap].push_back(toks);
+    }
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 TEST_F(CudaBackendTest, RefusesMalformedStepsLikeTheCpu) {
