@@ -8,8 +8,8 @@
 // --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
 // over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
 // both on the GPU machine). --device-us N gives the null backend a simulated device that takes
-// N us a sampling step and runs while the engine works (LaunchIsAsync), to measure how much of
-// the engine's time the overlap of streaming with the next step hides (--overlap off: none).
+// N us a sampling step, to measure how much of the engine's time the EventPump takes off the
+// step's path (EngineOptions::overlap_streaming; --overlap off: the engine thread pushes).
 //
 // For each batch size B, B requests (one chat prompt, ignore_eos, `tokens` tokens each) are
 // submitted at once and read by B threads, as the HTTP handlers read them. Three ways a step's
@@ -61,34 +61,36 @@ class TimedBackend final : public ModelBackend {
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
     const auto t = std::chrono::steady_clock::now();
     Status st = b_->ForwardBatch(seqs, logits);
-    calls_.push_back(Call{t, logits->size() / static_cast<size_t>(hparams().n_vocab)});
+    calls_.push_back(Call{t, std::chrono::steady_clock::now(),
+                          logits->size() / static_cast<size_t>(hparams().n_vocab)});
     return st;
   }
   bool CanSample(const DrawParams& p) const override { return b_->CanSample(p); }
   Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws,
                             std::vector<int32_t>* tokens) override {
-    calls_.push_back(Call{std::chrono::steady_clock::now(), draws.size()});
-    return b_->ForwardBatchSample(seqs, draws, tokens);
+    const auto t = std::chrono::steady_clock::now();
+    Status st = b_->ForwardBatchSample(seqs, draws, tokens);
+    calls_.push_back(Call{t, std::chrono::steady_clock::now(), draws.size()});
+    return st;
   }
   Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws) override {
-    calls_.push_back(Call{std::chrono::steady_clock::now(), draws.size()});
+    calls_.push_back(Call{std::chrono::steady_clock::now(), {}, draws.size()});
     return b_->LaunchSample(seqs, draws);
   }
-  Status FinishSample(std::vector<int32_t>* tokens) override { return b_->FinishSample(tokens); }
-  bool LaunchIsAsync() const override { return b_->LaunchIsAsync(); }
+  Status FinishSample(std::vector<int32_t>* tokens) override {
+    Status st = b_->FinishSample(tokens);
+    if (!calls_.empty()) calls_.back().done = std::chrono::steady_clock::now();
+    return st;
+  }
   int64_t steps() const { return static_cast<int64_t>(calls_.size()); }
-  // The median time between the starts of consecutive steps that both had `rows` logits rows:
-  // the time per step at that batch size, once every request is running.
+  // Medians over consecutive steps that both had `rows` logits rows (every request running):
+  // the time between their starts (the time per step at that batch size), and the time from
+  // one step's results to the next step's start (the host's work that the device waits for).
   double MedianIntervalSeconds(size_t rows) const {
-    std::vector<double> d;
-    for (size_t i = 1; i < calls_.size(); ++i) {
-      if (calls_[i].rows == rows && calls_[i - 1].rows == rows) {
-        d.push_back(std::chrono::duration<double>(calls_[i].t - calls_[i - 1].t).count());
-      }
-    }
-    if (d.empty()) return 0;
-    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-    return d[d.size() / 2];
+    return Median(rows, [](const Call& a, const Call& b) { return b.t - a.t; });
+  }
+  double MedianGapSeconds(size_t rows) const {
+    return Median(rows, [](const Call& a, const Call& b) { return b.t - a.done; });
   }
   size_t full_steps(size_t rows) const {
     size_t n = 0;
@@ -98,16 +100,27 @@ class TimedBackend final : public ModelBackend {
 
  private:
   struct Call {
-    std::chrono::steady_clock::time_point t;
+    std::chrono::steady_clock::time_point t, done;  // started; its results back
     size_t rows;
   };
+  template <typename F>
+  double Median(size_t rows, F span) const {
+    std::vector<double> d;
+    for (size_t i = 1; i < calls_.size(); ++i) {
+      if (calls_[i].rows == rows && calls_[i - 1].rows == rows) {
+        d.push_back(std::chrono::duration<double>(span(calls_[i - 1], calls_[i])).count());
+      }
+    }
+    if (d.empty()) return 0;
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    return d[d.size() / 2];
+  }
   std::unique_ptr<ModelBackend> b_;
   std::vector<Call> calls_;  // the engine thread's; read after the engine is gone
 };
 
-// With device_us > 0 a sampling step also takes that long on a simulated device that runs
-// while LaunchSample returns (LaunchIsAsync): FinishSample waits until the launch plus
-// device_us, as a real device's stream would.
+// With device_us > 0 a sampling step also takes that long on a simulated device:
+// FinishSample waits until the launch plus device_us, as a real device's stream would.
 class NullBackend final : public ModelBackend {
  public:
   NullBackend(LlamaHParams hp, int32_t token, int device_us)
@@ -143,7 +156,6 @@ class NullBackend final : public ModelBackend {
     tokens->assign(rows, token_);
     return Status::Ok();
   }
-  bool LaunchIsAsync() const override { return device_.count() > 0; }
   Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws) override {
     done_at_ = std::chrono::steady_clock::now() + device_;
     return ModelBackend::LaunchSample(seqs, draws);
@@ -176,6 +188,7 @@ struct Run {
   double seconds = 0;
   size_t full_steps = 0;      // steps with every request in them
   double step_seconds = 0;    // their median interval
+  double gap_seconds = 0;     // their median host gap (results back to the next start)
 };
 
 // A fresh backend per run: "null", or CreateBackend's device.
@@ -248,6 +261,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   }
   out.full_steps = backend.full_steps(static_cast<size_t>(batch));
   out.step_seconds = backend.MedianIntervalSeconds(static_cast<size_t>(batch));
+  out.gap_seconds = backend.MedianGapSeconds(static_cast<size_t>(batch));
   return out;
 }
 
@@ -321,8 +335,8 @@ int Main(int argc, char** argv) {
     make = [&]() { return CreateBackend(backend, file, 2); };
   }
   std::string results;  // JSON objects, comma-separated
-  std::printf("%-15s %6s %7s %9s %12s %11s %14s\n", "mode", "batch", "steps", "seconds",
-              "tokens/s", "full steps", "ms/full step");
+  std::printf("%-15s %6s %7s %9s %12s %11s %14s %12s\n", "mode", "batch", "steps", "seconds",
+              "tokens/s", "full steps", "ms/full step", "ms host gap");
   for (int b : batches) {
     for (const std::string& mode : modes) {
       StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap);
@@ -332,18 +346,18 @@ int Main(int argc, char** argv) {
       }
       const Run& r = *run;
       const double ms = 1e3 * r.step_seconds;
-      std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f\n", r.mode.c_str(), r.batch,
+      std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f %12.4f\n", r.mode.c_str(), r.batch,
                   static_cast<long long>(r.steps), r.seconds, r.tokens / r.seconds, r.full_steps,
-                  ms);
+                  ms, 1e3 * r.gap_seconds);
       std::fflush(stdout);
       char line[512];
       std::snprintf(line, sizeof line,
                     "%s    {\"mode\": \"%s\", \"batch\": %d, \"steps\": %lld, \"tokens\": %lld, "
                     "\"seconds\": %.6f, \"full_steps\": %zu, \"ms_per_full_step\": %.6f, "
-                    "\"tokens_per_s\": %.1f}",
+                    "\"ms_host_gap\": %.6f, \"tokens_per_s\": %.1f}",
                     results.empty() ? "" : ",\n", r.mode.c_str(), r.batch,
                     static_cast<long long>(r.steps), static_cast<long long>(r.tokens), r.seconds,
-                    r.full_steps, ms, r.tokens / r.seconds);
+                    r.full_steps, ms, 1e3 * r.gap_seconds, r.tokens / r.seconds);
       results += line;
     }
   }

@@ -108,7 +108,8 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // either half no step is launched.
   // The default computes the whole step in LaunchSample (ForwardBatchSample) and hands its
   // result over in FinishSample; the CUDA backend returns from LaunchSample once the step is
-  // enqueued (LaunchIsAsync).
+  // enqueued. (The engine collects each step at once for now: this split is where planning
+  // the next step while the device runs will go; docs/cuda.md.)
   virtual Status LaunchSample(std::span<const SequenceBatch> seqs,
                               std::span<const DrawParams> rows) {
     if (launched_) return FailedPrecondition("a step is already launched (FinishSample first)");
@@ -122,10 +123,6 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     tokens->swap(launched_tokens_);  // the buffers trade places: no copy, no allocation
     return Status::Ok();
   }
-  // Whether LaunchSample returns before the step is computed. The engine then streams the
-  // previous step's tokens between the two halves, while the device runs; otherwise before
-  // launching, so that a synchronous backend delays no token by a step.
-  virtual bool LaunchIsAsync() const { return false; }
 
  private:
   // The default LaunchSample's step.

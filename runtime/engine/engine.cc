@@ -1,4 +1,5 @@
 #include "runtime/engine/engine.h"
+#include "runtime/engine/event_pump.h"
 
 #include <pthread.h>
 
@@ -104,6 +105,7 @@ void Engine::Start() {
   context_length_ = options_.context_length > 0
                         ? std::min(options_.context_length, backend_->hparams().n_ctx_train)
                         : backend_->hparams().n_ctx_train;
+  if (options_.overlap_streaming) pump_ = std::make_unique<EventPump>();
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "kinfer-engine");  // for top -H, perf and gdb
     Loop();
@@ -117,6 +119,7 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  pump_.reset();  // pushes what the engine thread posted last
   for (Pending& p : inbox_) {
     StreamEvent ev;
     ev.finish = FinishReason::kCancelled;
@@ -229,7 +232,6 @@ void Engine::Loop() {
 
   for (;;) {
     std::deque<Pending> inbox;
-    if (!scheduler_->has_work()) FlushOutbox();  // before sleeping: nothing may stay unsent
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!scheduler_->has_work()) {
@@ -246,7 +248,8 @@ void Engine::Loop() {
       }
     }
     ProposeDrafts();
-    if (!RunStep()) FlushOutbox();
+    RunStep();
+    FlushOutbox();  // this iteration's events: the step's tokens, and requests that ended
     PublishStats();
   }
   for (auto& [id, a] : active_) {
@@ -283,11 +286,15 @@ void Engine::Admit(std::deque<Pending>* inbox) {
 }
 
 void Engine::Send(Active& a, StreamEvent ev) {
-  outbox_.push_back(Outgoing{a.stream, std::move(ev)});
+  outbox_.push_back(EventPump::Event{a.stream, std::move(ev)});
 }
 
 void Engine::FlushOutbox() {
-  for (Outgoing& o : outbox_) o.stream->Push(std::move(o.event));
+  if (pump_) {
+    pump_->Post(&outbox_);
+    return;
+  }
+  for (EventPump::Event& e : outbox_) e.stream->Push(std::move(e.event));
   outbox_.clear();
 }
 
@@ -397,9 +404,6 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, Sample
 }
 
 void Engine::ProposeDrafts() {
-  // A draft model computes on the host for as long as a step may take: the previous step's
-  // tokens go out first.
-  if (options_.spec.draft_model != nullptr) FlushOutbox();
   for (auto& [id, a] : active_) {
     a->draft_probs.clear();
     if (a->spec_tokens <= 0 || a->finished) continue;
@@ -510,19 +514,13 @@ bool Engine::RunStep() {
       auto it = active_.find(item->id);
       draws.push_back(it != active_.end() ? it->second->sampler.NextDraw() : DrawParams{});
     }
-    // On a device that computes while LaunchSample returns, the previous step's tokens are
-    // streamed in the meantime; otherwise before the step, so that none waits for a step.
-    const bool overlap = options_.overlap_streaming && backend_->LaunchIsAsync();
-    if (!overlap) FlushOutbox();
     st = backend_->LaunchSample(batch, draws);
-    if (overlap) FlushOutbox();
     if (st.ok()) st = backend_->FinishSample(&chosen);
     if (st.ok() && chosen.size() != sampled.size()) {
       st = Internal("the backend's sampling step returned " + std::to_string(chosen.size()) +
                     " tokens for " + std::to_string(sampled.size()) + " sequences");
     }
   } else {
-    FlushOutbox();
     st = backend_->ForwardBatch(batch, &logits);
   }
   if (!st.ok()) {

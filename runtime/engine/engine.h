@@ -18,12 +18,11 @@
 // behind a ModelBackend (runtime/backend: the CPU, or CUDA), which owns the weights and the KV
 // memory; the engine owns which block holds what.
 //
-// CPU/GPU overlap: a step's tokens are chosen, detokenized and checked against every stop rule
-// right after the step, but pushed to their streams (waking their readers) later: on a backend
-// whose steps run asynchronously (ModelBackend::LaunchIsAsync, CUDA) just after the next step is
-// launched, so that the wake-ups run while the device computes; otherwise just before it. Events
-// are also pushed before the engine sleeps, after an idle iteration, and before a draft model
-// computes.
+// Streaming: a step's tokens are chosen, detokenized and checked against every stop rule by the
+// engine thread right after the step; their events go to an outbox, which at the end of each
+// iteration is posted to the EventPump (runtime/engine/event_pump.h), whose own thread pushes
+// them to their streams and wakes their readers while the engine thread plans and runs the next
+// step (EngineOptions::overlap_streaming; off, the engine thread pushes them itself there).
 //
 // Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
 // thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before
@@ -54,6 +53,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/engine/event_pump.h"
 #include "runtime/engine/request.h"
 
 namespace kinfer {
@@ -121,10 +121,9 @@ struct EngineOptions {
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.
   bool backend_sampling = true;
-  // On a backend whose steps run asynchronously (ModelBackend::LaunchIsAsync: CUDA), a step's
-  // tokens reach their streams while the device computes the next step, instead of between
-  // the two; every stop rule is still applied before the next step is planned, so the output
-  // is the same. Synchronous backends (the CPU) always stream a step's tokens before the next.
+  // A thread of the engine's own (EventPump) pushes each step's events to their streams, waking
+  // their readers, while the engine thread goes on to the next step; off, the engine thread
+  // pushes them at the end of each iteration. The same events either way.
   bool overlap_streaming = true;
 };
 
@@ -188,9 +187,8 @@ class Engine {
   // Removes a finished request (and what the proposer keeps for it).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);
   void Finish(Active& a, FinishReason reason, Status error);
-  // Every event for a stream goes through the outbox, in order; FlushOutbox pushes them (waking
-  // the readers, which is most of the engine's cost per token at large batches) at the points
-  // the header comment names.
+  // Every event for a stream goes through the outbox, in order; FlushOutbox, at the end of each
+  // iteration, hands them to the pump (or pushes them).
   void Send(Active& a, StreamEvent ev);
   void FlushOutbox();
   void PublishStats();
@@ -220,11 +218,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
-  struct Outgoing {
-    std::shared_ptr<RequestStream> stream;
-    StreamEvent event;
-  };
-  std::vector<Outgoing> outbox_;  // events not yet pushed, in order
+  std::vector<EventPump::Event> outbox_;  // this iteration's events, in order
+  std::unique_ptr<EventPump> pump_;       // overlap_streaming: pushes them beside this thread
   // A step's logits rows and backend-drawn tokens, kept across steps (a fresh logits buffer
   // costs a page fault per 4 KB every step).
   std::vector<float> step_logits_;

@@ -68,7 +68,6 @@ TEST_F(CpuBackendTest, ForwardBeforeInitKvCacheIsAFailedPrecondition) {
 
 TEST_F(CpuBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalvesOneAtATime) {
   ASSERT_TRUE(backend_->InitKvCache(16, 8).ok());
-  EXPECT_FALSE(backend_->LaunchIsAsync());  // the CPU computes the whole step in LaunchSample
   const std::vector<int32_t> prompt = {1, 9690, 198, 2683, 359, 253};
   const std::vector<int32_t> table = {0};
   SequenceBatch s;

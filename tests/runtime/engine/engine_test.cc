@@ -6,7 +6,6 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -253,93 +252,43 @@ TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
   }
 }
 
-// A CPU backend that says its steps are asynchronous (as the CUDA backend's are) and notes,
-// at each half of every sampling step, how many events its request's stream has received by
-// then (it drains them on the engine thread, so the count is exact).
-class OverlapProbeBackend final : public ModelBackend {
- public:
-  OverlapProbeBackend(LlamaModel* model, bool async) : cpu_(CpuBackend::Borrow(model)), async_(async) {}
-  const LlamaHParams& hparams() const override { return cpu_->hparams(); }
-  std::string name() const override { return "overlap-probe"; }
-  int max_batch_tokens() const override { return cpu_->max_batch_tokens(); }
-  size_t KvBlockBytes(int block_size) const override { return cpu_->KvBlockBytes(block_size); }
-  int64_t KvMemoryBudgetBytes(double fraction) const override { return cpu_->KvMemoryBudgetBytes(fraction); }
-  Status InitKvCache(int block_size, int num_blocks) override { return cpu_->InitKvCache(block_size, num_blocks); }
-  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
-    return cpu_->ForwardBatch(seqs, logits);
-  }
-  bool LaunchIsAsync() const override { return async_; }
-  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows) override {
-    at_launch.push_back(Seen());
-    return ModelBackend::LaunchSample(seqs, rows);
-  }
-  Status FinishSample(std::vector<int32_t>* tokens) override {
-    at_finish.push_back(Seen());
-    Status st = ModelBackend::FinishSample(tokens);
-    finished.fetch_add(1, std::memory_order_release);  // events and at_* are now the test's to read
-    return st;
-  }
-  // The stream to watch; steps before it is set wait for it.
-  std::atomic<RequestStream*> stream{nullptr};
-  std::vector<StreamEvent> events;  // what the engine had pushed, in order (engine thread)
-  std::vector<size_t> at_launch, at_finish;
-  std::atomic<int> finished{0};  // steps finished
-
- private:
-  size_t Seen() {
-    for (int i = 0; i < 10000 && stream.load() == nullptr; ++i) std::this_thread::sleep_for(milliseconds(1));
-    RequestStream* s = stream.load();
-    StreamEvent ev;
-    while (s != nullptr && s->Next(&ev, milliseconds(0))) events.push_back(ev);
-    return events.size();
-  }
-  std::unique_ptr<CpuBackend> cpu_;
-  bool async_;
-};
-
-TEST_F(EngineTest, OnAnAsynchronousBackendAStepsTokensStreamWhileTheNextStepComputes) {
-  GenerationRequest r = Greedy("What is the capital of France?", 6);
-  r.ignore_eos = true;
-  struct Case {
-    bool async, overlap;
-  };
-  std::vector<int32_t> reference;
-  for (const Case c : {Case{false, true}, Case{true, true}, Case{true, false}}) {
-    SCOPED_TRACE(::testing::Message() << "async " << c.async << ", overlap " << c.overlap);
-    OverlapProbeBackend backend(model_, c.async);
+// Whether a step's events are pushed by the engine's EventPump (the default) or by the engine
+// thread itself, every stream gets the same events: same tokens, text, finish and counts.
+TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
+  GenerationRequest greedy = Greedy("Count from 1 to 10, separated by commas.", 24);
+  GenerationRequest stopped = greedy;
+  stopped.stop = {"5"};
+  GenerationRequest sampled = greedy;
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.top_k = 40;
+  sampled.sampling.seed = 9;
+  sampled.ignore_eos = true;
+  std::vector<Collected> runs[2];
+  for (int pump = 0; pump < 2; ++pump) {
     EngineOptions o;
     o.context_length = 256;
-    o.overlap_streaming = c.overlap;
-    std::vector<int32_t> tokens;
-    {
-      Engine engine(&backend, tokenizer_, o);
-      auto s = engine.Submit(r);
-      ASSERT_TRUE(s.ok());
-      backend.stream.store(s->get());
-      // The engine thread drains the stream at each step; the test reads the rest once the
-      // last step is done.
-      for (int i = 0; i < 60000 && backend.finished.load(std::memory_order_acquire) < 6; ++i) {
-        std::this_thread::sleep_for(milliseconds(1));
-      }
-      ASSERT_EQ(backend.finished.load(std::memory_order_acquire), 6);
-      const Collected rest = Drain(**s);
-      for (const StreamEvent& ev : backend.events) tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      tokens.insert(tokens.end(), rest.tokens.begin(), rest.tokens.end());
-      EXPECT_EQ(rest.finish, FinishReason::kLength);
+    o.overlap_streaming = pump == 1;
+    Engine engine(model_, tokenizer_, o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerationRequest* r : {&greedy, &stopped, &sampled}) {
+      auto s = engine.Submit(*r);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
     }
-    ASSERT_EQ(tokens.size(), 6u);
-    if (reference.empty()) reference = tokens;
-    EXPECT_EQ(tokens, reference);  // when tokens are streamed never changes which
-    // One token a step: step k (1-based) is launched with the tokens of steps 1..k-2 streamed
-    // when they overlap (step k-1's go out while step k computes), 1..k-1 otherwise.
-    ASSERT_EQ(backend.at_launch.size(), 6u);
-    ASSERT_EQ(backend.at_finish.size(), 6u);
-    for (size_t k = 1; k <= 6; ++k) {
-      const bool overlapped = c.async && c.overlap;
-      EXPECT_EQ(backend.at_launch[k - 1], overlapped ? (k >= 2 ? k - 2 : 0) : k - 1) << "step " << k;
-      EXPECT_EQ(backend.at_finish[k - 1], k - 1) << "step " << k;
-    }
+    for (auto& s : streams) runs[pump].push_back(Drain(*s));
   }
+  ASSERT_EQ(runs[0].size(), 3u);
+  ASSERT_EQ(runs[1].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    EXPECT_EQ(runs[1][i].tokens, runs[0][i].tokens);
+    EXPECT_EQ(runs[1][i].text, runs[0][i].text);
+    EXPECT_EQ(runs[1][i].finish, runs[0][i].finish);
+    EXPECT_EQ(runs[1][i].last.completion_tokens, runs[0][i].last.completion_tokens);
+  }
+  EXPECT_EQ(runs[1][1].finish, FinishReason::kStop);  // the stop string ended it
+  EXPECT_EQ(runs[1][1].text.find('5'), std::string::npos) << runs[1][1].text;
+  EXPECT_EQ(runs[1][2].tokens.size(), 24u);
 }
 
 TEST_F(EngineTest, MaxTokensEndsWithLength) {
