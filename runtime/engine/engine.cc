@@ -457,22 +457,24 @@ bool Engine::RunStep() {
   }
   if (plan.idle()) return false;
 
-  std::vector<SequenceBatch> batch;
-  std::vector<const ScheduledSeq*> sampled;  // items with logits, in batch order
+  // Kept across steps (steady state allocates none of these).
+  std::vector<SequenceBatch>& batch = step_batch_;
+  std::vector<SampledItem>& sampled = step_sampled_;  // items with logits, in batch order
+  batch.clear();
+  sampled.clear();
   // Decode items with a draft feed their last token and the draft: tokens not yet in the
-  // sequence, kept here until the forward pass has run.
+  // sequence, kept here until the forward pass has run (reserved: the batch points into it).
   std::vector<std::vector<int32_t>> drafted;
-  drafted.reserve(plan.decodes.size());
-  batch.reserve(plan.decodes.size() + plan.prefills.size());
+  if (plan.num_draft_tokens > 0) drafted.reserve(plan.decodes.size());
   for (const std::vector<ScheduledSeq>* items : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *items) {
       std::optional<SeqView> v = scheduler_->Find(item.id);
       if (!v) continue;  // cannot happen: planned sequences are live
       auto it = active_.find(item.id);
-      if (it != active_.end() && !it->second->started) {
-        it->second->started = true;
-        it->second->queue_seconds =
-            std::chrono::duration<double>(now - it->second->enqueued).count();
+      Active* a = it != active_.end() ? it->second.get() : nullptr;
+      if (a != nullptr && !a->started) {
+        a->started = true;
+        a->queue_seconds = std::chrono::duration<double>(now - a->enqueued).count();
       }
       SequenceBatch b;
       if (item.draft.empty()) {
@@ -489,17 +491,16 @@ bool Engine::RunStep() {
       b.want_logits = item.sample;
       b.mode = ForwardMode::kPrompt;  // see cache_generated_blocks above
       batch.push_back(b);
-      if (item.sample) sampled.push_back(&item);
+      if (item.sample) sampled.push_back(SampledItem{&item, a});
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
   // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back.
   bool backend_step = options_.backend_sampling && !sampled.empty();
-  for (const ScheduledSeq* item : sampled) {
-    auto it = active_.find(item->id);
-    if (it == active_.end()) continue;
-    const Sampler& s = it->second->sampler;
-    if (!item->draft.empty() || !s.IsPlainDraw() || !backend_->CanSample(s.draw_params())) {
+  for (const SampledItem& si : sampled) {
+    if (si.active == nullptr) continue;
+    const Sampler& smp = si.active->sampler;
+    if (!si.item->draft.empty() || !smp.IsPlainDraw() || !backend_->CanSample(smp.draw_params())) {
       backend_step = false;
       break;
     }
@@ -508,11 +509,10 @@ bool Engine::RunStep() {
   std::vector<int32_t>& chosen = step_tokens_;
   Status st;
   if (backend_step) {
-    std::vector<DrawParams> draws;
-    draws.reserve(sampled.size());
-    for (const ScheduledSeq* item : sampled) {
-      auto it = active_.find(item->id);
-      draws.push_back(it != active_.end() ? it->second->sampler.NextDraw() : DrawParams{});
+    std::vector<DrawParams>& draws = step_draws_;
+    draws.clear();
+    for (const SampledItem& si : sampled) {
+      draws.push_back(si.active != nullptr ? si.active->sampler.NextDraw() : DrawParams{});
     }
     st = backend_->LaunchSample(batch, draws);
     if (st.ok()) st = backend_->FinishSample(&chosen);
@@ -533,17 +533,18 @@ bool Engine::RunStep() {
     return true;
   }
   const size_t nv = backend_->hparams().n_vocab;
-  StepResult result;
+  StepResult& result = step_result_;
+  result.sampled.clear();
   size_t row = 0;
-  for (const ScheduledSeq* item : sampled) {
-    const size_t rows = item->draft.empty() ? 1 : static_cast<size_t>(item->length);
-    auto it = active_.find(item->id);
-    if (it != active_.end()) {
+  for (const SampledItem& si : sampled) {
+    const ScheduledSeq& item = *si.item;
+    const size_t rows = item.draft.empty() ? 1 : static_cast<size_t>(item.length);
+    if (si.active != nullptr) {
       SampledToken t;
       if (backend_step) {
-        EmitChosen(*it->second, *item, chosen[row], &t);
+        EmitChosen(*si.active, item, chosen[row], &t);
       } else {
-        SampleItem(*it->second, *item, logits.data() + row * nv, &t);
+        SampleItem(*si.active, item, logits.data() + row * nv, &t);
       }
       result.sampled.push_back(t);
     }

@@ -55,6 +55,9 @@
 #include "common/status.h"
 #include "runtime/engine/event_pump.h"
 #include "runtime/engine/request.h"
+#include "runtime/model/llama_model.h"  // SequenceBatch
+#include "runtime/sample/draw.h"
+#include "runtime/sched/step_plan.h"
 
 namespace kinfer {
 
@@ -63,8 +66,6 @@ class LlamaModel;
 class ModelBackend;
 class Scheduler;
 class Tokenizer;
-struct ScheduledSeq;
-struct SampledToken;
 
 // A request's output channel. Shared by the engine (producer) and the caller (consumer).
 class RequestStream {
@@ -224,6 +225,16 @@ class Engine {
   // costs a page fault per 4 KB every step).
   std::vector<float> step_logits_;
   std::vector<int32_t> step_tokens_;
+  // And the step's inputs: the batch, its items with logits (with their request), their draws,
+  // the result for the scheduler.
+  struct SampledItem {
+    const ScheduledSeq* item;
+    Active* active;  // null: not a request of this engine (cannot happen)
+  };
+  std::vector<SequenceBatch> step_batch_;
+  std::vector<SampledItem> step_sampled_;
+  std::vector<DrawParams> step_draws_;
+  StepResult step_result_;
   std::thread thread_;
 };
 

@@ -5,7 +5,6 @@
 #include <limits>
 #include <string>
 #include <tuple>
-#include <unordered_set>
 #include <utility>
 
 namespace kinfer {
@@ -62,7 +61,8 @@ struct Scheduler::Seq {
   int preemptions = 0;
   int cached_tokens = 0;
   bool cancelled = false;
-  std::vector<int32_t> draft;  // SetDraft's offer for the next step
+  bool decode_reserved = false;  // during a Step: a decoder whose token is not yet scheduled
+  std::vector<int32_t> draft;    // SetDraft's offer for the next step
 
   int len() const { return static_cast<int>(tokens.size()); }
   // Feeding its last sampled token: one decode token per step.
@@ -71,7 +71,13 @@ struct Scheduler::Seq {
 
 struct Scheduler::StepState {
   StepPlan plan;
-  std::unordered_set<SchedSeqId> decode_reserved;  // running decoders not yet scheduled
+  int decode_reserved = 0;  // running decoders not yet scheduled (Seq::decode_reserved)
+
+  void Unreserve(Seq& s) {
+    if (!s.decode_reserved) return;
+    s.decode_reserved = false;
+    --decode_reserved;
+  }
 };
 
 Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)) {
@@ -164,12 +170,13 @@ bool Scheduler::SetDraft(SchedSeqId id, std::vector<int32_t> draft) {
 // ---- one step -------------------------------------------------------------------------------
 
 StepPlan Scheduler::Step(SchedTime now) {
-  assert(!outstanding_.has_value());
+  assert(!has_outstanding_);
   StepState st;
   st.plan.step = ++steps_;
 
   // 1. Cancellations and deadlines, in queue order (deterministic).
-  std::vector<SchedSeqId> live = running_;
+  std::vector<SchedSeqId>& live = live_scratch_;
+  live = running_;
   live.insert(live.end(), waiting_.begin(), waiting_.end());
   for (SchedSeqId id : live) {
     const Seq& s = *Get(id);
@@ -187,48 +194,62 @@ StepPlan Scheduler::Step(SchedTime now) {
   ScheduleDrafts(st);
   ExtendPrefills(st);
   assert(st.plan.num_tokens <= config_.max_batch_tokens);
-  if (!st.plan.idle()) outstanding_ = st.plan;
+  if (!st.plan.idle()) {
+    outstanding_ = st.plan;  // into the last plan's vectors
+    has_outstanding_ = true;
+  }
   return std::move(st.plan);
 }
 
 void Scheduler::SortRunning() {
-  std::sort(running_.begin(), running_.end(), [&](SchedSeqId a, SchedSeqId b) {
-    const Seq& x = *seqs_.at(a);
-    const Seq& y = *seqs_.at(b);
-    return std::tie(x.priority, x.order) < std::tie(y.priority, y.order);
+  // One lookup a sequence, not two a comparison.
+  std::vector<RunKey>& keys = sort_keys_;
+  keys.clear();
+  for (SchedSeqId id : running_) {
+    const Seq& s = *seqs_.at(id);
+    keys.push_back(RunKey{s.priority, s.order, id});
+  }
+  std::sort(keys.begin(), keys.end(), [](const RunKey& a, const RunKey& b) {
+    return std::tie(a.priority, a.order) < std::tie(b.priority, b.order);
   });
+  for (size_t i = 0; i < keys.size(); ++i) running_[i] = keys[i].id;
 }
 
 namespace {
-int PrefillBudget(const SchedulerConfig& c, const StepPlan& plan, size_t decode_reserved) {
-  return c.max_batch_tokens - plan.num_tokens - static_cast<int>(decode_reserved);
+int PrefillBudget(const SchedulerConfig& c, const StepPlan& plan, int decode_reserved) {
+  return c.max_batch_tokens - plan.num_tokens - decode_reserved;
 }
 }  // namespace
 
 void Scheduler::ScheduleRunning(StepState& st) {
   SortRunning();
   for (SchedSeqId id : running_) {
-    if (Get(id)->decoding()) st.decode_reserved.insert(id);
+    Seq& s = *Get(id);
+    if (s.decoding()) {
+      s.decode_reserved = true;
+      ++st.decode_reserved;
+    }
   }
   const std::vector<SchedSeqId> order = running_;  // preemption edits running_
   for (SchedSeqId id : order) {
     Seq* s = Get(id);
     if (s == nullptr || s->state != SeqState::kRunning) continue;  // preempted or failed above
     if (s->decoding()) {
-      st.decode_reserved.erase(id);
+      st.Unreserve(*s);
       if (!GrowOrPreempt(*s, 1, st)) continue;
-      st.plan.decodes.push_back(ScheduledSeq{id, s->num_computed, 1, true});
+      st.plan.decodes.push_back(ScheduledSeq{id, s->num_computed, 1, true, {}});
       st.plan.num_tokens += 1;
       continue;
     }
     const int n = std::min({s->len() - s->num_computed, config_.max_prefill_chunk,
-                            PrefillBudget(config_, st.plan, st.decode_reserved.size())});
+                            PrefillBudget(config_, st.plan, st.decode_reserved)});
     if (n <= 0) continue;
     if (!GrowOrPreempt(*s, n, st)) continue;
     st.plan.prefills.push_back(
-        ScheduledSeq{id, s->num_computed, n, s->num_computed + n == s->len()});
+        ScheduledSeq{id, s->num_computed, n, s->num_computed + n == s->len(), {}});
     st.plan.num_tokens += n;
   }
+  assert(st.decode_reserved == 0);  // every decoder was scheduled, preempted or ended
 }
 
 bool Scheduler::GrowOrPreempt(Seq& s, int n, StepState& st) {
@@ -270,7 +291,7 @@ void Scheduler::Preempt(SchedSeqId id, StepState& st) {
   Seq& s = *Get(id);
   assert(s.state == SeqState::kRunning);
   Unschedule(id, st);
-  st.decode_reserved.erase(id);
+  st.Unreserve(s);
   kv_->Free(id);  // its committed full blocks stay cached: the recompute may hit them
   running_.erase(std::find(running_.begin(), running_.end(), id));
   s.state = SeqState::kWaiting;
@@ -331,7 +352,7 @@ void Scheduler::AdmitWaiting(StepState& st, SchedTime now) {
     bool preempted_for_it = false;
     int n = 0;
     for (;;) {
-      const int budget = PrefillBudget(config_, st.plan, st.decode_reserved.size());
+      const int budget = PrefillBudget(config_, st.plan, st.decode_reserved);
       if (budget <= 0) return;
       const PrefixHit hit = kv_->Lookup(s.tokens, s.salt);
       n = std::min({s.len() - hit.tokens, config_.max_prefill_chunk, budget});
@@ -367,7 +388,7 @@ void Scheduler::AdmitWaiting(StepState& st, SchedTime now) {
     s.num_computed = *cached;
     s.cached_tokens = *cached;
     ++admitted_;
-    st.plan.prefills.push_back(ScheduledSeq{s.id, *cached, n, *cached + n == s.len()});
+    st.plan.prefills.push_back(ScheduledSeq{s.id, *cached, n, *cached + n == s.len(), {}});
     st.plan.num_tokens += n;
   }
 }
@@ -383,7 +404,7 @@ void Scheduler::ScheduleDrafts(StepState& st) {
     std::vector<int32_t> draft = std::move(s.draft);
     s.draft.clear();
     if (draft.empty()) continue;
-    const int budget = PrefillBudget(config_, st.plan, st.decode_reserved.size());
+    const int budget = PrefillBudget(config_, st.plan, st.decode_reserved);
     // Verifying k drafts can yield k + 1 tokens: stay within max_tokens.
     const int k = std::min({static_cast<int>(draft.size()), s.max_tokens - s.generated - 1, budget,
                             FreeRoom(item.id)});
@@ -398,7 +419,7 @@ void Scheduler::ScheduleDrafts(StepState& st) {
 
 void Scheduler::ExtendPrefills(StepState& st) {
   for (ScheduledSeq& item : st.plan.prefills) {
-    const int budget = PrefillBudget(config_, st.plan, st.decode_reserved.size());
+    const int budget = PrefillBudget(config_, st.plan, st.decode_reserved);
     if (budget <= 0) return;
     const Seq& s = *Get(item.id);
     const int remaining = s.len() - (item.start + item.length);
@@ -415,24 +436,33 @@ void Scheduler::ExtendPrefills(StepState& st) {
 // ---- results --------------------------------------------------------------------------------
 
 StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& result) {
-  if (!outstanding_) return FailedPrecondition("no step is being computed");
-  const StepPlan& plan = *outstanding_;
-  std::unordered_map<SchedSeqId, const SampledToken*> sampled;
-  for (const SampledToken& t : result.sampled) {
-    if (!sampled.emplace(t.id, &t).second) {
-      return InvalidArgument("two sampled tokens for sequence " + std::to_string(t.id));
+  if (!has_outstanding_) return FailedPrecondition("no step is being computed");
+  const StepPlan& plan = outstanding_;
+  // The results by id (sorted, searched): one allocation a step, not one a sequence.
+  std::vector<std::pair<SchedSeqId, const SampledToken*>>& sampled = sampled_scratch_;
+  sampled.clear();
+  for (const SampledToken& t : result.sampled) sampled.emplace_back(t.id, &t);
+  std::sort(sampled.begin(), sampled.end());
+  for (size_t i = 1; i < sampled.size(); ++i) {
+    if (sampled[i].first == sampled[i - 1].first) {
+      return InvalidArgument("two sampled tokens for sequence " + std::to_string(sampled[i].first));
     }
   }
+  auto find = [&](SchedSeqId id) -> const SampledToken* {
+    auto it = std::lower_bound(sampled.begin(), sampled.end(),
+                               std::pair<SchedSeqId, const SampledToken*>(id, nullptr));
+    return it != sampled.end() && it->first == id ? it->second : nullptr;
+  };
   size_t expected = 0;
   for (const auto* list : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *list) {
       if (!item.sample) continue;
       ++expected;
-      auto it = sampled.find(item.id);
-      if (it == sampled.end()) {
+      const SampledToken* t = find(item.id);
+      if (t == nullptr) {
         return InvalidArgument("no sampled token for sequence " + std::to_string(item.id));
       }
-      const int accepted = it->second->accepted;
+      const int accepted = t->accepted;
       if (accepted < 0 || accepted > static_cast<int>(item.draft.size())) {
         return InvalidArgument("sequence " + std::to_string(item.id) + ": " +
                                std::to_string(accepted) + " draft tokens accepted of " +
@@ -448,7 +478,7 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
   for (const auto* list : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *list) {
       Seq& s = *Get(item.id);
-      const SampledToken* t = item.sample ? sampled.at(item.id) : nullptr;
+      const SampledToken* t = item.sample ? find(item.id) : nullptr;
       const int accepted = t != nullptr ? t->accepted : 0;
       // Accepted draft tokens join the sequence (their KV is valid); rejected ones give their
       // slots back.
@@ -480,15 +510,15 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
       }
     }
   }
-  outstanding_.reset();
+  has_outstanding_ = false;
   return done;
 }
 
 std::vector<FinishedSeq> Scheduler::OnStepFailed(const Status& error) {
   std::vector<FinishedSeq> done;
-  if (!outstanding_) return done;
-  const StepPlan plan = std::move(*outstanding_);
-  outstanding_.reset();
+  if (!has_outstanding_) return done;
+  has_outstanding_ = false;
+  const StepPlan& plan = outstanding_;
   for (const auto* list : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *list) {
       if (Get(item.id) != nullptr) EndSequence(item.id, SeqEnd::kError, error, &done);

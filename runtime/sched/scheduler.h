@@ -223,7 +223,19 @@ class Scheduler {
   std::vector<SchedSeqId> waiting_;  // sorted by (effective priority, arrival order) at each step
   int64_t waiting_prompt_tokens_ = 0;
   uint64_t next_order_ = 0;
-  std::optional<StepPlan> outstanding_;  // the plan being computed, between Step and OnStepDone
+  // The plan being computed, between Step and OnStepDone (kept, not destroyed, after: the next
+  // plan is copied into its vectors).
+  StepPlan outstanding_;
+  bool has_outstanding_ = false;
+  // Scratch kept across steps (no allocations a step in steady state).
+  struct RunKey {
+    int priority;
+    uint64_t order;
+    SchedSeqId id;
+  };
+  std::vector<RunKey> sort_keys_;          // SortRunning
+  std::vector<SchedSeqId> live_scratch_;   // Step
+  std::vector<std::pair<SchedSeqId, const SampledToken*>> sampled_scratch_;  // OnStepDone
   uint64_t steps_ = 0;
   int64_t admitted_ = 0;
   int64_t preemptions_ = 0;
