@@ -73,7 +73,8 @@ class TimedBackend final : public ModelBackend {
     calls_.push_back(Call{t, std::chrono::steady_clock::now(), draws.size()});
     return st;
   }
-  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws) override {
+  Status LaunchSample(std::span<const SequenceBatch> seqs,
+                      std::span<const DrawParams> draws) override {
     calls_.push_back(Call{std::chrono::steady_clock::now(), {}, draws.size()});
     return b_->LaunchSample(seqs, draws);
   }
@@ -156,7 +157,8 @@ class NullBackend final : public ModelBackend {
     tokens->assign(rows, token_);
     return Status::Ok();
   }
-  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws) override {
+  Status LaunchSample(std::span<const SequenceBatch> seqs,
+                      std::span<const DrawParams> draws) override {
     done_at_ = std::chrono::steady_clock::now() + device_;
     return ModelBackend::LaunchSample(seqs, draws);
   }
@@ -301,10 +303,11 @@ int Main(int argc, char** argv) {
       std::stringstream ss(argv[++i]);
       for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::max(1, std::atoi(b.c_str())));
     } else {
-      std::fprintf(stderr,
-                   "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
-                   "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
-                   "[--device-us N] [--overlap on|off] [--json OUT]\n");
+      std::fprintf(
+          stderr,
+          "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
+          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
+          "[--device-us N] [--overlap on|off] [--json OUT]\n");
       return 2;
     }
   }

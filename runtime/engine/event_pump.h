@@ -47,8 +47,8 @@ class EventPump {
   std::mutex mu_;
   std::condition_variable work_cv_;   // posted events, or stopping
   std::condition_variable taken_cv_;  // the pump took the posted batch
-  std::vector<Event> posted_;        // guarded by mu_
-  bool stopping_ = false;            // guarded by mu_
+  std::vector<Event> posted_;         // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
   std::thread thread_;
 };
 

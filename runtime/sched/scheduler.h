@@ -233,8 +233,8 @@ class Scheduler {
     uint64_t order;
     SchedSeqId id;
   };
-  std::vector<RunKey> sort_keys_;          // SortRunning
-  std::vector<SchedSeqId> live_scratch_;   // Step
+  std::vector<RunKey> sort_keys_;                                            // SortRunning
+  std::vector<SchedSeqId> live_scratch_;                                     // Step
   std::vector<std::pair<SchedSeqId, const SampledToken*>> sampled_scratch_;  // OnStepDone
   uint64_t steps_ = 0;
   int64_t admitted_ = 0;

@@ -596,8 +596,8 @@ static Status EnqueueErrors(cublasStatus_t* gemm_status) {
 }
 
 Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
-                                  std::span<const DrawParams> draws,
-                                  std::vector<float>* out_logits, size_t* rows_out) {
+                                  std::span<const DrawParams> draws, std::vector<float>* out_logits,
+                                  size_t* rows_out) {
   if (!kc) return FailedPrecondition("ForwardBatch before InitKvCache");
   if (seqs.empty()) return InvalidArgument("empty step");
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
@@ -799,11 +799,11 @@ Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
 
 // A launched step must be collected before the stream takes another: every entry point but
 // FinishSample refuses while one is (the engine never interleaves them).
-#define KINFER_CUDA_NOT_LAUNCHED()                                                   \
-  do {                                                                               \
-    if (impl_->launched) {                                                           \
+#define KINFER_CUDA_NOT_LAUNCHED()                                                  \
+  do {                                                                              \
+    if (impl_->launched) {                                                          \
       return FailedPrecondition("a step is already launched (FinishSample first)"); \
-    }                                                                                \
+    }                                                                               \
   } while (0)
 
 Status CudaBackend::ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) {

@@ -91,7 +91,8 @@ class CudaBackend final : public ModelBackend {
   // the layers (or replays the batch size's graph), the draw and the ids' copy back, and
   // returns; FinishSample waits on the stream and reads the ids. Every other step call is
   // FAILED_PRECONDITION while a step is launched.
-  Status LaunchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows) override;
+  Status LaunchSample(std::span<const SequenceBatch> seqs,
+                      std::span<const DrawParams> rows) override;
   Status FinishSample(std::vector<int32_t>* tokens) override;
 
   int max_batch_tokens() const override;

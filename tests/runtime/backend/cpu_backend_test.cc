@@ -81,12 +81,18 @@ TEST_F(CpuBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalvesOneAtATime) {
   std::vector<int32_t> got, want;
   EXPECT_EQ(backend_->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
   for (const DrawParams& p : {greedy, hot}) {
-    ASSERT_TRUE(backend_->ForwardBatchSample(std::span<const SequenceBatch>(&s, 1),
-                                             std::span<const DrawParams>(&p, 1), &want).ok());
-    ASSERT_TRUE(backend_->LaunchSample(std::span<const SequenceBatch>(&s, 1),
-                                       std::span<const DrawParams>(&p, 1)).ok());
-    EXPECT_EQ(backend_->LaunchSample(std::span<const SequenceBatch>(&s, 1),
-                                     std::span<const DrawParams>(&p, 1)).code(),
+    ASSERT_TRUE(backend_
+                    ->ForwardBatchSample(std::span<const SequenceBatch>(&s, 1),
+                                         std::span<const DrawParams>(&p, 1), &want)
+                    .ok());
+    ASSERT_TRUE(backend_
+                    ->LaunchSample(std::span<const SequenceBatch>(&s, 1),
+                                   std::span<const DrawParams>(&p, 1))
+                    .ok());
+    EXPECT_EQ(backend_
+                  ->LaunchSample(std::span<const SequenceBatch>(&s, 1),
+                                 std::span<const DrawParams>(&p, 1))
+                  .code(),
               StatusCode::kFailedPrecondition);  // one step at a time
     ASSERT_TRUE(backend_->FinishSample(&got).ok());
     EXPECT_EQ(got, want);

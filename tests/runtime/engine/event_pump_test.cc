@@ -43,7 +43,8 @@ TEST(EventPumpTest, EveryEventArrivesInOrderWhileReadersRead) {
     EventPump pump;
     std::vector<EventPump::Event> batch;
     for (int step = 0; step < kSteps; ++step) {
-      for (int i = 0; i < kStreams; ++i) batch.push_back(TokenEvent(streams[i], step, step == kSteps - 1));
+      for (int i = 0; i < kStreams; ++i)
+        batch.push_back(TokenEvent(streams[i], step, step == kSteps - 1));
       pump.Post(&batch);
       EXPECT_TRUE(batch.empty());
     }
