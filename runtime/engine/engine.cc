@@ -1,5 +1,4 @@
 #include "runtime/engine/engine.h"
-#include "runtime/engine/event_pump.h"
 
 #include <pthread.h>
 
