@@ -63,6 +63,12 @@ struct Scheduler::Seq {
   bool cancelled = false;
   bool decode_reserved = false;  // during a Step: a decoder whose token is not yet scheduled
   std::vector<int32_t> draft;    // SetDraft's offer for the next step
+  // Lookahead (StepAhead): in the step being computed; held out of the plan ahead (it ends, or
+  // its deadline passed, once that step is answered); the index of its token that the step
+  // being computed draws (kPendingToken until SetPendingTokens), or -1.
+  bool in_flight = false;
+  bool held = false;
+  int pending_at = -1;
 
   int len() const { return static_cast<int>(tokens.size()); }
   // Feeding its last sampled token: one decode token per step.
@@ -72,6 +78,7 @@ struct Scheduler::Seq {
 struct Scheduler::StepState {
   StepPlan plan;
   int decode_reserved = 0;  // running decoders not yet scheduled (Seq::decode_reserved)
+  bool ahead = false;       // StepAhead: never preempts, never ends a sequence in flight
 
   void Unreserve(Seq& s) {
     if (!s.decode_reserved) return;
@@ -172,18 +179,55 @@ bool Scheduler::SetDraft(SchedSeqId id, std::vector<int32_t> draft) {
 StepPlan Scheduler::Step(SchedTime now) {
   assert(!has_outstanding_);
   StepState st;
+  return Plan(st, now);
+}
+
+StepPlan Scheduler::StepAhead(SchedTime now) {
+  assert(has_outstanding_ && !has_ahead_ && !outstanding_applied_);
+  assert(outstanding_.num_draft_tokens == 0);
+  // The outstanding step, applied as if each sampled item drew a token that does not stop.
+  for (const auto* list : {&outstanding_.decodes, &outstanding_.prefills}) {
+    for (const ScheduledSeq& item : *list) {
+      Seq& s = *Get(item.id);  // a sequence in flight ends only when its step is answered
+      s.in_flight = true;
+      s.num_computed = item.start + item.length;
+      if (!item.sample) continue;
+      s.pending_at = s.len();
+      s.tokens.push_back(kPendingToken);
+      ++s.generated;
+      ++pending_;
+    }
+  }
+  outstanding_applied_ = true;
+  StepState st;
+  st.ahead = true;
+  StepPlan plan = Plan(st, now);
+  for (const auto* list : {&outstanding_.decodes, &outstanding_.prefills}) {
+    for (const ScheduledSeq& item : *list) Get(item.id)->held = false;
+  }
+  return plan;
+}
+
+StepPlan Scheduler::Plan(StepState& st, SchedTime now) {
   st.plan.step = ++steps_;
 
-  // 1. Cancellations and deadlines, in queue order (deterministic).
+  // 1. Cancellations and deadlines, in queue order (deterministic). Ahead, a sequence in the
+  // step being computed ends only after it (its KV is being written): it is held out of this
+  // plan, and the next one ends it. So is one whose last token is its max_tokens-th.
   std::vector<SchedSeqId>& live = live_scratch_;
   live = running_;
   live.insert(live.end(), waiting_.begin(), waiting_.end());
   for (SchedSeqId id : live) {
-    const Seq& s = *Get(id);
+    Seq& s = *Get(id);
+    const bool expired = s.deadline && now >= *s.deadline;
+    if (s.in_flight) {
+      s.held = s.cancelled || expired || s.generated >= s.max_tokens;
+      continue;
+    }
     if (s.cancelled) {
       EndSequence(id, SeqEnd::kCancelled, Cancelled("the request was cancelled"),
                   &st.plan.finished);
-    } else if (s.deadline && now >= *s.deadline) {
+    } else if (expired) {
       EndSequence(id, SeqEnd::kDeadlineExceeded, DeadlineExceeded("the request's deadline passed"),
                   &st.plan.finished);
     }
@@ -195,8 +239,13 @@ StepPlan Scheduler::Step(SchedTime now) {
   ExtendPrefills(st);
   assert(st.plan.num_tokens <= config_.max_batch_tokens);
   if (!st.plan.idle()) {
-    outstanding_ = st.plan;  // into the last plan's vectors
-    has_outstanding_ = true;
+    if (st.ahead) {
+      ahead_ = st.plan;
+      has_ahead_ = true;
+    } else {
+      outstanding_ = st.plan;  // into the last plan's vectors
+      has_outstanding_ = true;
+    }
   }
   return std::move(st.plan);
 }
@@ -225,7 +274,7 @@ void Scheduler::ScheduleRunning(StepState& st) {
   SortRunning();
   for (SchedSeqId id : running_) {
     Seq& s = *Get(id);
-    if (s.decoding()) {
+    if (s.decoding() && !s.held) {
       s.decode_reserved = true;
       ++st.decode_reserved;
     }
@@ -234,6 +283,7 @@ void Scheduler::ScheduleRunning(StepState& st) {
   for (SchedSeqId id : order) {
     Seq* s = Get(id);
     if (s == nullptr || s->state != SeqState::kRunning) continue;  // preempted or failed above
+    if (s->held) continue;
     if (s->decoding()) {
       st.Unreserve(*s);
       if (!GrowOrPreempt(*s, 1, st)) continue;
@@ -254,6 +304,10 @@ void Scheduler::ScheduleRunning(StepState& st) {
 
 bool Scheduler::GrowOrPreempt(Seq& s, int n, StepState& st) {
   while (!kv_->Grow(s.id, n)) {
+    if (st.ahead) {  // preemption waits for a plan made after the step in flight
+      st.plan.deferred = true;
+      return false;
+    }
     // Everything after `s` in running_ is unscheduled and less important, so the back of the
     // list is the victim the rule names (lowest priority, then latest arrival).
     const SchedSeqId victim = running_.back();
@@ -304,7 +358,8 @@ void Scheduler::Preempt(SchedSeqId id, StepState& st) {
   st.plan.preempted.push_back(id);
 }
 
-bool Scheduler::MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed, StepState& st) {
+bool Scheduler::MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed, StepState& st,
+                                                 bool dry_run) {
   SortRunning();
   // Victims: strictly less important classes, least important (then latest) first. Count only
   // the blocks each holds alone (a lower bound on what preempting it frees) so that nothing is
@@ -320,13 +375,14 @@ bool Scheduler::MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed
     for (int32_t b : kv_->BlockTable(*it)) freeable += kv_->ref_count(b) == 1 ? 1 : 0;
   }
   if (available + freeable < blocks_needed) return false;
+  if (dry_run) return true;
   for (SchedSeqId v : victims) Preempt(v, st);
   return true;
 }
 
 void Scheduler::AdmitWaiting(StepState& st, SchedTime now) {
   // A step that had to preempt is out of KV: admitting now would only preempt again.
-  if (!st.plan.preempted.empty()) return;
+  if (!st.plan.preempted.empty() || st.plan.deferred) return;
   struct Key {
     int eff;
     uint64_t order;
@@ -365,6 +421,12 @@ void Scheduler::AdmitWaiting(StepState& st, SchedTime now) {
                            ? chunk_blocks
                            : kv_->BlocksForTokens(s.len()) - hit.blocks + watermark_blocks_;
       if (available >= need) break;
+      if (st.ahead) {  // no preemption ahead: the next plan does it, if it can
+        st.plan.deferred = !preempted_for_it && !running_.empty() &&
+                           MakeRoomByPreemptingLowerClasses(s, need + hit.blocks_free, st,
+                                                            /*dry_run=*/true);
+        return;
+      }
       if (running_.empty()) {
         EndSequence(s.id, SeqEnd::kError,
                     OutOfRange("the sequence needs more KV cache blocks than the pool has"),
@@ -403,7 +465,7 @@ void Scheduler::ScheduleDrafts(StepState& st) {
     Seq& s = *Get(item.id);
     std::vector<int32_t> draft = std::move(s.draft);
     s.draft.clear();
-    if (draft.empty()) continue;
+    if (draft.empty() || st.ahead) continue;  // a draft follows a token that is known
     const int budget = PrefillBudget(config_, st.plan, st.decode_reserved);
     // Verifying k drafts can yield k + 1 tokens: stay within max_tokens.
     const int k = std::min({static_cast<int>(draft.size()), s.max_tokens - s.generated - 1, budget,
@@ -475,10 +537,28 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
   }
 
   std::vector<FinishedSeq> done;
+  auto cacheable = [&](const Seq& s) {
+    return config_.cache_generated_blocks ? std::numeric_limits<int>::max() : s.prompt_len;
+  };
   for (const auto* list : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *list) {
       Seq& s = *Get(item.id);
       const SampledToken* t = item.sample ? find(item.id) : nullptr;
+      if (outstanding_applied_) {  // StepAhead applied it already, but for the tokens' values
+        s.in_flight = false;
+        if (t != nullptr) {
+          s.tokens[s.pending_at] = t->token;
+          s.pending_at = -1;
+        }
+        kv_->Commit(s.id, s.tokens, s.num_computed, cacheable(s));
+        if (t == nullptr) continue;
+        if (t->stop) {
+          EndSequence(s.id, SeqEnd::kStop, Status::Ok(), &done);
+        } else if (s.generated >= s.max_tokens) {
+          EndSequence(s.id, SeqEnd::kLength, Status::Ok(), &done);
+        }
+        continue;
+      }
       const int accepted = t != nullptr ? t->accepted : 0;
       // Accepted draft tokens join the sequence (their KV is valid); rejected ones give their
       // slots back.
@@ -498,8 +578,7 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
         draft_tokens_ += ndraft;
         accepted_tokens_ += accepted;
       }
-      kv_->Commit(s.id, s.tokens, s.num_computed,
-                  config_.cache_generated_blocks ? std::numeric_limits<int>::max() : s.prompt_len);
+      kv_->Commit(s.id, s.tokens, s.num_computed, cacheable(s));
       if (t == nullptr) continue;
       s.tokens.push_back(t->token);
       s.generated += accepted + 1;
@@ -510,20 +589,55 @@ StatusOr<std::vector<FinishedSeq>> Scheduler::OnStepDone(const StepResult& resul
       }
     }
   }
-  has_outstanding_ = false;
+  outstanding_applied_ = false;
+  pending_ = 0;
+  // The plan ahead (less what just ended) is the one being computed now, even when nothing is
+  // left of it: the engine answers it like any other.
+  has_outstanding_ = has_ahead_;
+  if (has_ahead_) std::swap(outstanding_, ahead_);
+  has_ahead_ = false;
   return done;
+}
+
+Status Scheduler::SetPendingTokens(const StepResult& result) {
+  if (!outstanding_applied_) return FailedPrecondition("no step is planned ahead");
+  int filled = 0;
+  for (const SampledToken& t : result.sampled) {
+    Seq* s = Get(t.id);
+    if (s == nullptr || s->pending_at < 0) {
+      return InvalidArgument("sequence " + std::to_string(t.id) + " has no token pending");
+    }
+    if (t.token < 0) {
+      return InvalidArgument("sequence " + std::to_string(t.id) + ": token " +
+                             std::to_string(t.token));
+    }
+    int32_t& slot = s->tokens[s->pending_at];
+    if (slot == kPendingToken) ++filled;
+    slot = t.token;
+  }
+  if (filled != pending_) {
+    return InvalidArgument(std::to_string(filled) + " pending tokens given of " +
+                           std::to_string(pending_));
+  }
+  return Status::Ok();
 }
 
 std::vector<FinishedSeq> Scheduler::OnStepFailed(const Status& error) {
   std::vector<FinishedSeq> done;
   if (!has_outstanding_) return done;
   has_outstanding_ = false;
-  const StepPlan& plan = outstanding_;
-  for (const auto* list : {&plan.decodes, &plan.prefills}) {
-    for (const ScheduledSeq& item : *list) {
-      if (Get(item.id) != nullptr) EndSequence(item.id, SeqEnd::kError, error, &done);
+  has_ahead_ = false;
+  outstanding_applied_ = false;
+  pending_ = 0;
+  for (const StepPlan* plan : {&outstanding_, &ahead_}) {
+    for (const auto* list : {&plan->decodes, &plan->prefills}) {
+      for (const ScheduledSeq& item : *list) {
+        if (Get(item.id) != nullptr) EndSequence(item.id, SeqEnd::kError, error, &done);
+      }
     }
   }
+  ahead_.decodes.clear();
+  ahead_.prefills.clear();
   return done;
 }
 
@@ -544,6 +658,20 @@ void Scheduler::RemoveFromQueues(SchedSeqId id) {
 
 void Scheduler::EndSequence(SchedSeqId id, SeqEnd reason, Status status,
                             std::vector<FinishedSeq>* out) {
+  // Ended while planned ahead (a late stop): the plan ahead's row for it is computed and thrown
+  // away. Its blocks may go to another sequence at once: the engine launches the next plan only
+  // after the step ahead is computed.
+  if (has_ahead_) {
+    for (auto* list : {&ahead_.decodes, &ahead_.prefills}) {
+      for (auto it = list->begin(); it != list->end(); ++it) {
+        if (it->id == id) {
+          ahead_.num_tokens -= it->length;
+          list->erase(it);
+          break;
+        }
+      }
+    }
+  }
   kv_->Free(id);
   RemoveFromQueues(id);
   seqs_.erase(id);

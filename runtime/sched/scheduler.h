@@ -175,14 +175,39 @@ class Scheduler {
   // with OnStepDone or OnStepFailed.
   StepPlan Step(SchedTime now);
 
+  // Lookahead (vLLM's async scheduling; docs/batching.md): plans the step after the outstanding
+  // one while that one is being computed, as if each of its sampled sequences drew one token
+  // that does not stop. Such a sequence's decode item in the new plan feeds that token, whose
+  // value is not known yet: its place in the sequence holds kPendingToken until
+  // SetPendingTokens. Ahead, the plan
+  //   - never preempts: a sequence that cannot grow without it is left out, and so is an
+  //     admission that would need it; plan.deferred then asks for the next plan to be a Step;
+  //   - leaves out the outstanding step's sequences that were cancelled, whose deadline passed
+  //     or whose pending token is their max_tokens-th (the plan after ends them);
+  //   - verifies no draft.
+  // Then: SetPendingTokens(result) once the outstanding step's tokens are known, and
+  // OnStepDone(result) with the stop flags as always. A sequence that stops there (a late stop)
+  // ends at once; its item in the plan ahead is computed all the same and thrown away (the
+  // plan's result must not hold a token for it). The plan ahead is then the outstanding one,
+  // answered by OnStepDone even when nothing of it is left. An idle plan ahead is not kept.
+  // REQUIRES: a plan outstanding without drafts, not yet planned ahead of.
+  StepPlan StepAhead(SchedTime now);
+
+  // With a plan ahead: the outstanding step's drawn tokens (their stop flags are not read),
+  // written where the plan ahead reads them. INVALID_ARGUMENT unless it gives exactly one token
+  // for each pending one (the plan ahead must then not be computed); FAILED_PRECONDITION when no
+  // plan is made ahead.
+  Status SetPendingTokens(const StepResult& result);
+
   // Applies the outstanding plan's outcome: commits the computed KV (full blocks become cacheable),
   // appends each sampled token, and ends sequences that stopped or reached max_tokens (their KV is
   // freed). Returns those sequences. INVALID_ARGUMENT, with nothing applied, when `result` does not
   // match the plan (a token for an id that was not to be sampled, or a sampled item with none).
   StatusOr<std::vector<FinishedSeq>> OnStepDone(const StepResult& result);
 
-  // The outstanding plan could not be computed (a backend error): every sequence in it ends with
-  // kError and `error`; returns them. No-op (empty) when no plan is outstanding.
+  // The outstanding plan could not be computed (a backend error): every sequence in it (and in
+  // the plan ahead, if any) ends with kError and `error`; returns them. No-op (empty) when no
+  // plan is outstanding.
   std::vector<FinishedSeq> OnStepFailed(const Status& error);
 
   std::optional<SeqView> Find(SchedSeqId id) const;
@@ -193,6 +218,7 @@ class Scheduler {
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_plan_ahead() const { return has_ahead_; }
   SchedulerStats stats() const;
 
  private:
@@ -200,6 +226,8 @@ class Scheduler {
   struct StepState;
 
   Seq* Get(SchedSeqId id);
+  // Step and StepAhead: steps 1-5 of the header comment.
+  StepPlan Plan(StepState& st, SchedTime now);
   int EffectivePriority(const Seq& s, SchedTime now) const;
   void SortRunning();
   void ScheduleRunning(StepState& st);
@@ -209,7 +237,9 @@ class Scheduler {
   // Slots `id` can add without taking blocks from anyone: room in its last block plus free blocks.
   int FreeRoom(SchedSeqId id) const;
   bool GrowOrPreempt(Seq& s, int n, StepState& st);
-  bool MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed, StepState& st);
+  // dry_run: only whether it would make room.
+  bool MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed, StepState& st,
+                                        bool dry_run = false);
   void Preempt(SchedSeqId id, StepState& st);
   void Unschedule(SchedSeqId id, StepState& st);
   void EndSequence(SchedSeqId id, SeqEnd reason, Status status, std::vector<FinishedSeq>* out);
@@ -227,6 +257,12 @@ class Scheduler {
   // plan is copied into its vectors).
   StepPlan outstanding_;
   bool has_outstanding_ = false;
+  // StepAhead: the plan after the outstanding one; whether the outstanding one is applied (all
+  // but its tokens' values, pending_ of them).
+  StepPlan ahead_;
+  bool has_ahead_ = false;
+  bool outstanding_applied_ = false;
+  int pending_ = 0;
   // Scratch kept across steps (no allocations a step in steady state).
   struct RunKey {
     int priority;

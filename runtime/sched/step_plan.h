@@ -19,6 +19,9 @@ namespace kinfer {
 
 using SchedSeqId = uint64_t;
 
+// Scheduler::StepAhead: the value of a token the step being computed is drawing.
+inline constexpr int32_t kPendingToken = -1;
+
 // One sequence's work in a step: positions [start, start + length) of its tokens (prompt, then
 // generated) are fed to the model; their keys and values go to those positions of its block table.
 //
@@ -57,6 +60,9 @@ struct StepPlan {
   std::vector<FinishedSeq> finished;   // ended before this step's compute; KV already freed
   int num_tokens = 0;                  // sum of lengths (draft tokens included); <= max_batch_tokens
   int num_draft_tokens = 0;            // of those, draft tokens to verify
+  // StepAhead only: something was left for a plan made after the step in flight (a preemption);
+  // make the next plan with Step.
+  bool deferred = false;
 
   // True when there is nothing to compute (OnStepDone need not be called).
   bool idle() const { return decodes.empty() && prefills.empty(); }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -56,6 +57,59 @@ class FakeEngine {
     StepPlan plan = s_->Step(now);
     for (const auto& f : plan.finished) ended[f.id] = f.reason;
     if (plan.idle()) return plan;
+    Deliver(Answer(plan));
+    return plan;
+  }
+
+  // The engine with lookahead: while the step planned last is computed, plans the next one with
+  // StepAhead (a Step when there is none, or the last plan ahead was deferred), gives the
+  // computed step's tokens (SetPendingTokens), then its stop flags (OnStepDone). Returns the
+  // plan made.
+  StepPlan RunPipelined(SchedTime now) {
+    if (!in_flight_) {
+      StepPlan plan = s_->Step(now);
+      for (const auto& f : plan.finished) ended[f.id] = f.reason;
+      if (!plan.idle()) in_flight_ = Answer(plan);
+      return plan;
+    }
+    StepPlan ahead;
+    std::optional<StepResult> next;
+    // Rows of sequences that ended after the step was planned are thrown away.
+    std::erase_if(in_flight_->sampled,
+                  [&](const SampledToken& t) { return !s_->Find(t.id).has_value(); });
+    if (!deferred_) {
+      ahead = s_->StepAhead(now);
+      for (const auto& f : ahead.finished) ended[f.id] = f.reason;
+      deferred_ = ahead.deferred;
+      if (!ahead.idle()) next = Answer(ahead);
+      const Status st = s_->SetPendingTokens(*in_flight_);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      ++ahead_steps;
+      // What the engine feeds the plan ahead is known now, and it is each position's token.
+      for (const auto* list : {&ahead.decodes, &ahead.prefills}) {
+        for (const ScheduledSeq& item : *list) {
+          const auto view = s_->Find(item.id);
+          if (!view) continue;
+          for (int p = item.start; p < item.start + item.length; ++p) {
+            const int32_t want =
+                p < view->prompt_len ? view->tokens[p] : TokenFor(item.id, p);
+            EXPECT_EQ(view->tokens[p], want) << "sequence " << item.id << " position " << p;
+          }
+        }
+      }
+    } else {
+      deferred_ = false;
+    }
+    Deliver(*in_flight_);
+    in_flight_ = std::move(next);
+    if (!ahead.idle()) return ahead;
+    if (!in_flight_) return RunPipelined(now);  // nothing ahead: plan now
+    return ahead;
+  }
+
+  // The tokens a plan's sampled items draw, and whether they stop; checks the plan against the
+  // sequences as they stand.
+  StepResult Answer(const StepPlan& plan) {
     StepResult r;
     for (const auto* list : {&plan.decodes, &plan.prefills}) {
       for (const ScheduledSeq& item : *list) {
@@ -95,28 +149,42 @@ class FakeEngine {
           ++j;
         }
         t.accepted = j;
-        accepted_total += j;
-        auto& out = emitted[item.id];
-        out.insert(out.end(), item.draft.begin(), item.draft.begin() + j);
-        out.push_back(t.token);
         r.sampled.push_back(t);
+        drafts[item.id] = item.draft;
       }
+    }
+    return r;
+  }
+
+  // Answers the outstanding plan with `r`, less the tokens of sequences that ended meanwhile
+  // (a late stop: the engine throws those rows away).
+  void Deliver(StepResult r) {
+    std::erase_if(r.sampled, [&](const SampledToken& t) { return !s_->Find(t.id).has_value(); });
+    for (const SampledToken& t : r.sampled) {
+      accepted_total += t.accepted;
+      auto& out = emitted[t.id];
+      const std::vector<int32_t>& d = drafts[t.id];
+      out.insert(out.end(), d.begin(), d.begin() + t.accepted);
+      out.push_back(t.token);
     }
     auto done = s_->OnStepDone(r);
     EXPECT_TRUE(done.ok()) << done.status().ToString();
     if (done.ok()) {
       for (const auto& f : *done) ended[f.id] = f.reason;
     }
-    return plan;
   }
 
   std::map<SchedSeqId, SeqEnd> ended;
   std::map<SchedSeqId, int> stop_at;
   int64_t accepted_total = 0;
   std::map<SchedSeqId, std::vector<int32_t>> emitted;  // every sequence's generated tokens
+  int64_t ahead_steps = 0;                              // RunPipelined: StepAhead calls
 
  private:
   Scheduler* s_;
+  std::map<SchedSeqId, std::vector<int32_t>> drafts;  // each sequence's last planned draft
+  std::optional<StepResult> in_flight_;               // RunPipelined: the step being computed
+  bool deferred_ = false;
 };
 
 // ---- fixture ----------------------------------------------------------------------------------

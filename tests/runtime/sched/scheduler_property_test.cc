@@ -21,6 +21,7 @@ struct Params {
   int max_batch_tokens;
   int max_running;
   int max_prefill_chunk;
+  bool pipelined = false;  // FakeEngine::RunPipelined: every plan it can made ahead
 };
 
 class SchedulerPropertyTest : public ::testing::TestWithParam<Params> {};
@@ -45,6 +46,7 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldAndEverythingEndsWithNoLeakedBlocks)
   const int capacity = prm.num_blocks * prm.block_size;
   std::set<SchedSeqId> submitted;
   std::map<SchedSeqId, int> max_tokens;
+  std::map<SchedSeqId, int> prompt_len;
   SchedSeqId next = 1;
   SchedTime now = T0();
   int64_t refused = 0;
@@ -66,10 +68,12 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldAndEverythingEndsWithNoLeakedBlocks)
         if (rng() % 10 == 0) r.deadline = now + milliseconds(rng() % 2000);
         if (rng() % 7 == 0) eng.stop_at[r.id] = 1 + static_cast<int>(rng() % 10);
         const int mt = r.max_tokens;
+        const int pl = static_cast<int>(r.prompt.size());
         const Status st = s.Submit(std::move(r), now);
         if (st.ok()) {
           submitted.insert(next - 1);
           max_tokens[next - 1] = mt;
+          prompt_len[next - 1] = pl;
         } else {
           ASSERT_TRUE(st.code() == StatusCode::kResourceExhausted ||
                       st.code() == StatusCode::kOutOfRange)
@@ -83,7 +87,7 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldAndEverythingEndsWithNoLeakedBlocks)
       std::advance(it, rng() % submitted.size());
       s.Cancel(*it);
     }
-    const StepPlan p = eng.RunStep(now);
+    const StepPlan p = prm.pipelined ? eng.RunPipelined(now) : eng.RunStep(now);
     now += milliseconds(10 + rng() % 20);
 
     // The budget and the cap hold; every item is sane.
@@ -113,6 +117,21 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldAndEverythingEndsWithNoLeakedBlocks)
   for (const auto& [id, why] : eng.ended) {
     EXPECT_TRUE(submitted.count(id)) << id;
     EXPECT_NE(why, SeqEnd::kError) << id;
+    // Each generated token is the one for its position, and a sequence ends where it should.
+    const std::vector<int32_t>& out = eng.emitted[id];
+    for (size_t j = 0; j < out.size(); ++j) {
+      ASSERT_EQ(out[j], FakeEngine::TokenFor(id, prompt_len[id] + static_cast<int>(j)))
+          << "sequence " << id << " token " << j;
+    }
+    if (why == SeqEnd::kLength) {
+      EXPECT_EQ(static_cast<int>(out.size()), max_tokens[id]) << id;
+    }
+    if (why == SeqEnd::kStop) {
+      EXPECT_EQ(static_cast<int>(out.size()), eng.stop_at[id]) << id;
+    }
+  }
+  if (prm.pipelined) {
+    EXPECT_GT(eng.ahead_steps, kSteps / 2);
   }
   EXPECT_EQ(s.stats().finished, static_cast<int64_t>(submitted.size()));
   EXPECT_EQ(s.stats().rejected, refused);
@@ -135,6 +154,13 @@ INSTANTIATE_TEST_SUITE_P(Seeds, SchedulerPropertyTest,
                                            Params{2, 24, 4, 64, 8, 16}, Params{3, 12, 8, 32, 4, 8},
                                            Params{4, 200, 16, 128, 16, 64},
                                            Params{5, 16, 4, 17, 16, 1}));
+
+// The same runs with every plan it can made ahead of the step being computed (StepAhead).
+INSTANTIATE_TEST_SUITE_P(
+    Lookahead, SchedulerPropertyTest,
+    ::testing::Values(Params{1, 64, 16, 512, 32, 256, true}, Params{2, 24, 4, 64, 8, 16, true},
+                      Params{3, 12, 8, 32, 4, 8, true}, Params{4, 200, 16, 128, 16, 64, true},
+                      Params{5, 16, 4, 17, 16, 1, true}));
 
 }  // namespace
 }  // namespace kinfer
