@@ -40,6 +40,15 @@ TEST_F(SchedulerTest, APlanAheadFeedsTheTokenTheOutstandingStepDraws) {
   EXPECT_EQ(s_->kv().num_computed(1), 7);
 }
 
+TEST_F(SchedulerTest, OnStepDoneAloneAlsoGivesThePendingTokensTheirValues) {
+  Make(Config(64, 4));
+  Submit(Req(1, 6, 10));
+  ASSERT_FALSE(s_->Step(T0()).idle());
+  ASSERT_EQ(s_->StepAhead(T0()).decodes.size(), 1u);
+  ASSERT_TRUE(s_->OnStepDone(Tokens1({{1, 42, false}})).ok());
+  EXPECT_EQ(s_->Find(1)->tokens[6], 42);
+}
+
 TEST_F(SchedulerTest, ALateStopEndsTheSequenceAndItsRowAheadIsThrownAway) {
   Make(Config(64, 4));
   Submit(Req(1, 6, 10));
