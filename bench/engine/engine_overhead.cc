@@ -3,13 +3,16 @@
 //
 //   kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] [--batch 1,64,256]
 //                          [--tokens 128] [--modes device_greedy,device_sampled,host_sampled]
-//                          [--device-us 0] [--overlap on|off] [--json OUT]
+//                          [--device-us 0] [--overlap on|off] [--plan-ahead auto|on|off]
+//                          [--json OUT]
 //
 // --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
 // over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
 // both on the GPU machine). --device-us N gives the null backend a simulated device that takes
 // N us a sampling step, to measure how much of the engine's time the EventPump takes off the
-// step's path (EngineOptions::overlap_streaming; --overlap off: the engine thread pushes).
+// step's path (EngineOptions::overlap_streaming; --overlap off: the engine thread pushes), and
+// how much planning each step while the one before is computed takes off it
+// (EngineOptions::plan_ahead; auto: on over an asynchronous backend, CUDA or --device-us > 0).
 //
 // For each batch size B, B requests (one chat prompt, ignore_eos, `tokens` tokens each) are
 // submitted at once and read by B threads, as the HTTP handlers read them. Three ways a step's
@@ -78,6 +81,7 @@ class TimedBackend final : public ModelBackend {
     calls_.push_back(Call{std::chrono::steady_clock::now(), {}, draws.size()});
     return b_->LaunchSample(seqs, draws);
   }
+  bool LaunchIsAsync() const override { return b_->LaunchIsAsync(); }
   Status FinishSample(std::vector<int32_t>* tokens) override {
     Status st = b_->FinishSample(tokens);
     if (!calls_.empty()) calls_.back().done = std::chrono::steady_clock::now();
@@ -162,6 +166,7 @@ class NullBackend final : public ModelBackend {
     done_at_ = std::chrono::steady_clock::now() + device_;
     return ModelBackend::LaunchSample(seqs, draws);
   }
+  bool LaunchIsAsync() const override { return device_.count() > 0; }
   Status FinishSample(std::vector<int32_t>* tokens) override {
     // As a stream synchronisation waits: polling, yielding the core to runnable threads (CUDA's
     // cudaDeviceScheduleYield; on a machine with spare cores it spins).
@@ -191,13 +196,14 @@ struct Run {
   size_t full_steps = 0;      // steps with every request in them
   double step_seconds = 0;    // their median interval
   double gap_seconds = 0;     // their median host gap (results back to the next start)
+  int64_t steps_ahead = 0;    // steps planned while the one before was computed
 };
 
 // A fresh backend per run: "null", or CreateBackend's device.
 using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>()>;
 
 StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch, int tokens,
-                      const std::string& mode, bool overlap) {
+                      const std::string& mode, bool overlap, EngineOptions::PlanAhead ahead) {
   auto made = make();
   if (!made.ok()) return made.status();
   TimedBackend backend(std::move(made).value());
@@ -209,6 +215,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   o.kv_cache_tokens = int64_t{batch} * 512;
   o.backend_sampling = mode != "host_sampled";
   o.overlap_streaming = overlap;
+  o.plan_ahead = ahead;
   GenerationRequest r;
   r.prompt_tokens = tok.Encode(
       "<|im_start|>user\nWrite a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n",
@@ -254,6 +261,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     }
     for (std::thread& t : readers) t.join();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.steps_ahead = engine.Stats().steps_planned_ahead;
   }
   out.steps = backend.steps();
   out.tokens = received.load();
@@ -273,6 +281,7 @@ int Main(int argc, char** argv) {
   int tokens = 128;
   int device_us = 0;
   bool overlap = true;
+  EngineOptions::PlanAhead ahead = EngineOptions::PlanAhead::kAuto;
   std::vector<std::string> modes = {"device_greedy", "device_sampled", "host_sampled"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -288,6 +297,16 @@ int Main(int argc, char** argv) {
       device_us = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--overlap" && i + 1 < argc) {
       overlap = std::string(argv[++i]) != "off";
+    } else if (a == "--plan-ahead" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "auto" && v != "on" && v != "off") {
+        std::fprintf(stderr, "kinfer-engine-overhead: --plan-ahead auto|on|off, not '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+      ahead = v == "on"    ? EngineOptions::PlanAhead::kAlways
+              : v == "off" ? EngineOptions::PlanAhead::kOff
+                           : EngineOptions::PlanAhead::kAuto;
     } else if (a == "--modes" && i + 1 < argc) {
       modes.clear();
       std::stringstream ss(argv[++i]);
@@ -307,7 +326,7 @@ int Main(int argc, char** argv) {
           stderr,
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
           "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
-          "[--device-us N] [--overlap on|off] [--json OUT]\n");
+          "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--json OUT]\n");
       return 2;
     }
   }
@@ -342,7 +361,7 @@ int Main(int argc, char** argv) {
               "tokens/s", "full steps", "ms/full step", "ms host gap");
   for (int b : batches) {
     for (const std::string& mode : modes) {
-      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap);
+      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap, ahead);
       if (!run.ok()) {
         std::fprintf(stderr, "%s\n", run.status().ToString().c_str());
         return 1;
@@ -357,10 +376,11 @@ int Main(int argc, char** argv) {
       std::snprintf(line, sizeof line,
                     "%s    {\"mode\": \"%s\", \"batch\": %d, \"steps\": %lld, \"tokens\": %lld, "
                     "\"seconds\": %.6f, \"full_steps\": %zu, \"ms_per_full_step\": %.6f, "
-                    "\"ms_host_gap\": %.6f, \"tokens_per_s\": %.1f}",
+                    "\"ms_host_gap\": %.6f, \"tokens_per_s\": %.1f, \"steps_planned_ahead\": %lld}",
                     results.empty() ? "" : ",\n", r.mode.c_str(), r.batch,
                     static_cast<long long>(r.steps), static_cast<long long>(r.tokens), r.seconds,
-                    r.full_steps, ms, 1e3 * r.gap_seconds, r.tokens / r.seconds);
+                    r.full_steps, ms, 1e3 * r.gap_seconds, r.tokens / r.seconds,
+                    static_cast<long long>(r.steps_ahead));
       results += line;
     }
   }
@@ -372,8 +392,11 @@ int Main(int argc, char** argv) {
     }
     std::fprintf(out,
                  "{\n  \"model\": \"%s\", \"backend\": \"%s\", \"tokens_per_request\": %d, "
-                 "\"device_us\": %d, \"overlap_streaming\": %s,\n",
-                 model.c_str(), backend.c_str(), tokens, device_us, overlap ? "true" : "false");
+                 "\"device_us\": %d, \"overlap_streaming\": %s, \"plan_ahead\": \"%s\",\n",
+                 model.c_str(), backend.c_str(), tokens, device_us, overlap ? "true" : "false",
+                 ahead == EngineOptions::PlanAhead::kAlways ? "on"
+                 : ahead == EngineOptions::PlanAhead::kOff  ? "off"
+                                                             : "auto");
     std::fprintf(out, "  \"results\": [\n%s\n  ]\n}\n", results.c_str());
     std::fclose(out);
   }

@@ -108,8 +108,7 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // either half no step is launched.
   // The default computes the whole step in LaunchSample (ForwardBatchSample) and hands its
   // result over in FinishSample; the CUDA backend returns from LaunchSample once the step is
-  // enqueued. (The engine collects each step at once for now: this split is where planning
-  // the next step while the device runs will go; docs/cuda.md.)
+  // enqueued, and the engine plans the next step meanwhile (EngineOptions::plan_ahead).
   virtual Status LaunchSample(std::span<const SequenceBatch> seqs,
                               std::span<const DrawParams> rows) {
     if (launched_) return FailedPrecondition("a step is already launched (FinishSample first)");
@@ -117,6 +116,9 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     launched_ = st.ok();
     return st;
   }
+  // True when LaunchSample returns before the step is computed (the engine then plans the next
+  // step in between by default).
+  virtual bool LaunchIsAsync() const { return false; }
   virtual Status FinishSample(std::vector<int32_t>* tokens) {
     if (!launched_) return FailedPrecondition("no step is launched (LaunchSample first)");
     launched_ = false;

@@ -172,6 +172,8 @@ EngineStats Engine::Stats() const {
   s.preemptions = preemptions_.load();
   s.spec_draft_tokens = spec_draft_.load();
   s.spec_accepted_tokens = spec_accepted_.load();
+  s.steps = steps_.load();
+  s.steps_planned_ahead = steps_ahead_.load();
   return s;
 }
 
@@ -229,11 +231,15 @@ void Engine::Loop() {
         NgramOptions{options_.spec.ngram_min, options_.spec.ngram_max});
   }
 
+  // work_[0] is the step being computed (or none); work_[1] the one planned ahead of it.
+  StepWork* cur = &work_[0];
+  StepWork* next = &work_[1];
+  bool in_flight = false;  // *cur is prepared and launched, its results not yet emitted
   for (;;) {
     std::deque<Pending> inbox;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!scheduler_->has_work()) {
+      if (!in_flight && !scheduler_->has_work()) {
         cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
       }
       if (stopping_) break;
@@ -246,15 +252,86 @@ void Engine::Loop() {
         a->cancel_sent = true;
       }
     }
-    ProposeDrafts();
-    RunStep();
+    const auto now = std::chrono::steady_clock::now();
+    if (!in_flight) {
+      ProposeDrafts();
+      cur->plan = scheduler_->Step(now);
+      cur->ahead = false;
+      EndPlanned(cur->plan.finished);
+      if (!cur->plan.idle()) {
+        Prepare(*cur, now);
+        const Status st = Launch(*cur);
+        if (st.ok()) {
+          in_flight = true;
+        } else {
+          FailStep(st);
+        }
+      }
+    }
+    if (in_flight) {
+      // Plan the next step while this one is computed, and prepare its batch.
+      bool ahead = false;
+      if (CanPlanAhead(*cur)) {
+        next->plan = scheduler_->StepAhead(now);
+        defer_ahead_ = next->plan.deferred;
+        EndPlanned(next->plan.finished);
+        ahead = !next->plan.idle();
+        if (ahead) Prepare(*next, now);
+        next->ahead = true;
+      } else {
+        defer_ahead_ = false;
+      }
+      Status st = Collect(*cur);
+      bool launched_next = false;
+      if (st.ok() && ahead) {
+        // The tokens just drawn are the plan ahead's inputs.
+        pending_result_.sampled.clear();
+        for (size_t i = 0; i < cur->sampled.size(); ++i) {
+          const Active* a = cur->sampled[i].active;
+          if (a == nullptr || a->finished) continue;  // ended after it was planned
+          pending_result_.sampled.push_back(
+              SampledToken{cur->sampled[i].item->id, cur->chosen[i], false, 0});
+        }
+        st = scheduler_->SetPendingTokens(pending_result_);
+        if (st.ok() && next->backend) {
+          const Status launch = Launch(*next);
+          if (!launch.ok()) {
+            Emit(*cur);  // this step's tokens are good; the step ahead's sequences fail
+            FailStep(launch);
+            in_flight = false;
+            FlushOutbox();
+            PublishStats();
+            continue;
+          }
+          launched_next = true;
+        }
+      }
+      if (!st.ok()) {
+        FailStep(st);
+        in_flight = false;
+      } else {
+        Emit(*cur);
+        in_flight = false;
+        if (ahead) {
+          std::swap(cur, next);
+          Status launch = launched_next ? Status::Ok() : Launch(*cur);
+          if (launch.ok()) {
+            in_flight = true;
+          } else {
+            FailStep(launch);
+          }
+        }
+      }
+    }
     FlushOutbox();  // this iteration's events: the step's tokens, and requests that ended
     PublishStats();
   }
+  if (in_flight && cur->launched) (void)Collect(*cur);  // leave the backend with no step
   for (auto& [id, a] : active_) {
     if (!a->finished) Finish(*a, FinishReason::kCancelled, Status::Ok());
   }
   active_.clear();
+  retired_.clear();
   FlushOutbox();
 }
 
@@ -279,6 +356,7 @@ void Engine::Admit(std::deque<Pending>* inbox) {
       Finish(*a, FinishReason::kError, st);
       continue;
     }
+    if (a->spec_tokens > 0) ++num_spec_;
     active_.emplace(p.id, std::move(a));
   }
   inbox->clear();
@@ -403,6 +481,7 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, Sample
 }
 
 void Engine::ProposeDrafts() {
+  if (num_spec_ == 0) return;
   for (auto& [id, a] : active_) {
     a->draft_probs.clear();
     if (a->spec_tokens <= 0 || a->finished) continue;
@@ -425,13 +504,13 @@ void Engine::ProposeDrafts() {
 
 void Engine::Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it) {
   proposer_->Release(it->first);
+  if (it->second->spec_tokens > 0) --num_spec_;
+  retired_.push_back(std::move(it->second));
   active_.erase(it);
 }
 
-bool Engine::RunStep() {
-  const auto now = std::chrono::steady_clock::now();
-  StepPlan plan = scheduler_->Step(now);
-  for (const FinishedSeq& f : plan.finished) {
+void Engine::EndPlanned(const std::vector<FinishedSeq>& finished) {
+  for (const FinishedSeq& f : finished) {
     auto it = active_.find(f.id);
     if (it == active_.end()) continue;
     switch (f.reason) {
@@ -454,17 +533,23 @@ bool Engine::RunStep() {
     }
     Retire(it);
   }
-  if (plan.idle()) return false;
+}
 
-  // Kept across steps (steady state allocates none of these).
-  std::vector<SequenceBatch>& batch = step_batch_;
-  std::vector<SampledItem>& sampled = step_sampled_;  // items with logits, in batch order
-  batch.clear();
-  sampled.clear();
-  // Decode items with a draft feed their last token and the draft: tokens not yet in the
-  // sequence, kept here until the forward pass has run (reserved: the batch points into it).
-  std::vector<std::vector<int32_t>> drafted;
-  if (plan.num_draft_tokens > 0) drafted.reserve(plan.decodes.size());
+bool Engine::CanPlanAhead(const StepWork& w) const {
+  if (options_.plan_ahead == EngineOptions::PlanAhead::kOff) return false;
+  if (options_.plan_ahead == EngineOptions::PlanAhead::kAuto && !backend_->LaunchIsAsync()) {
+    return false;
+  }
+  return w.backend && w.plan.num_draft_tokens == 0 && num_spec_ == 0 && !defer_ahead_;
+}
+
+void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
+  const StepPlan& plan = w.plan;
+  w.batch.clear();
+  w.sampled.clear();
+  w.drafted.clear();
+  w.launched = false;
+  if (plan.num_draft_tokens > 0) w.drafted.reserve(plan.decodes.size());
   for (const std::vector<ScheduledSeq>* items : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *items) {
       std::optional<SeqView> v = scheduler_->Find(item.id);
@@ -477,9 +562,10 @@ bool Engine::RunStep() {
       }
       SequenceBatch b;
       if (item.draft.empty()) {
+        // Ahead, a decode's token may still be drawn: the span sees it once it is written.
         b.tokens = v->tokens.subspan(item.start, item.length);
       } else {
-        std::vector<int32_t>& t = drafted.emplace_back();
+        std::vector<int32_t>& t = w.drafted.emplace_back();
         t.push_back(v->tokens[item.start]);
         t.insert(t.end(), item.draft.begin(), item.draft.end());
         b.tokens = t;
@@ -489,61 +575,80 @@ bool Engine::RunStep() {
       b.blocks = scheduler_->BlockTable(item.id);
       b.want_logits = item.sample;
       b.mode = ForwardMode::kPrompt;  // see cache_generated_blocks above
-      batch.push_back(b);
-      if (item.sample) sampled.push_back(SampledItem{&item, a});
+      w.batch.push_back(b);
+      if (item.sample) w.sampled.push_back(SampledItem{&item, a});
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
   // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back.
-  bool backend_step = options_.backend_sampling && !sampled.empty();
-  for (const SampledItem& si : sampled) {
+  w.backend = options_.backend_sampling && !w.sampled.empty();
+  for (const SampledItem& si : w.sampled) {
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
     if (!si.item->draft.empty() || !smp.IsPlainDraw() || !backend_->CanSample(smp.draw_params())) {
-      backend_step = false;
+      w.backend = false;
       break;
     }
   }
-  std::vector<float>& logits = step_logits_;
-  std::vector<int32_t>& chosen = step_tokens_;
-  Status st;
-  if (backend_step) {
-    std::vector<DrawParams>& draws = step_draws_;
-    draws.clear();
-    for (const SampledItem& si : sampled) {
-      draws.push_back(si.active != nullptr ? si.active->sampler.NextDraw() : DrawParams{});
+  w.draws.clear();
+  if (w.backend) {
+    for (const SampledItem& si : w.sampled) {
+      w.draws.push_back(si.active != nullptr ? si.active->sampler.NextDraw() : DrawParams{});
     }
-    st = backend_->LaunchSample(batch, draws);
-    if (st.ok()) st = backend_->FinishSample(&chosen);
-    if (st.ok() && chosen.size() != sampled.size()) {
-      st = Internal("the backend's sampling step returned " + std::to_string(chosen.size()) +
-                    " tokens for " + std::to_string(sampled.size()) + " sequences");
-    }
-  } else {
-    st = backend_->ForwardBatch(batch, &logits);
   }
-  if (!st.ok()) {
-    for (const FinishedSeq& f : scheduler_->OnStepFailed(st)) {
-      auto it = active_.find(f.id);
-      if (it == active_.end()) continue;
-      Finish(*it->second, FinishReason::kError, f.status);
-      Retire(it);
-    }
-    return true;
+}
+
+Status Engine::Launch(StepWork& w) {
+  Status st = w.backend ? backend_->LaunchSample(w.batch, w.draws)
+                        : backend_->ForwardBatch(w.batch, &step_logits_);
+  w.launched = st.ok();
+  if (st.ok()) {
+    steps_.fetch_add(1, std::memory_order_relaxed);
+    if (w.ahead) steps_ahead_.fetch_add(1, std::memory_order_relaxed);
   }
+  return st;
+}
+
+Status Engine::Collect(StepWork& w) {
+  if (!w.backend) return Status::Ok();  // computed in Launch
+  w.launched = false;
+  Status st = backend_->FinishSample(&w.chosen);
+  if (st.ok() && w.chosen.size() != w.sampled.size()) {
+    st = Internal("the backend's sampling step returned " + std::to_string(w.chosen.size()) +
+                  " tokens for " + std::to_string(w.sampled.size()) + " sequences");
+  }
+  return st;
+}
+
+void Engine::FailStep(const Status& error) {
+  for (const FinishedSeq& f : scheduler_->OnStepFailed(error)) {
+    auto it = active_.find(f.id);
+    if (it == active_.end()) continue;
+    Finish(*it->second, FinishReason::kError, f.status);
+    Retire(it);
+  }
+}
+
+void Engine::Emit(StepWork& w) {
+  // What was retired before now cannot be in a step prepared after this one was emitted.
+  const size_t retired_before = retired_.size();
+  w.launched = false;
   const size_t nv = backend_->hparams().n_vocab;
   StepResult& result = step_result_;
   result.sampled.clear();
   size_t row = 0;
-  for (const SampledItem& si : sampled) {
+  for (size_t i = 0; i < w.sampled.size(); ++i) {
+    const SampledItem& si = w.sampled[i];
     const ScheduledSeq& item = *si.item;
     const size_t rows = item.draft.empty() ? 1 : static_cast<size_t>(item.length);
-    if (si.active != nullptr) {
+    // A sequence that ended after this step was planned (a late stop ahead): its row is thrown
+    // away.
+    if (si.active != nullptr && !si.active->finished) {
       SampledToken t;
-      if (backend_step) {
-        EmitChosen(*si.active, item, chosen[row], &t);
+      if (w.backend) {
+        EmitChosen(*si.active, item, w.chosen[i], &t);
       } else {
-        SampleItem(*si.active, item, logits.data() + row * nv, &t);
+        SampleItem(*si.active, item, step_logits_.data() + row * nv, &t);
       }
       result.sampled.push_back(t);
     }
@@ -551,22 +656,18 @@ bool Engine::RunStep() {
   }
   StatusOr<std::vector<FinishedSeq>> done = scheduler_->OnStepDone(result);
   if (!done.ok()) {  // a mismatch between plan and result is a bug: fail the step's sequences
-    for (const FinishedSeq& f : scheduler_->OnStepFailed(done.status())) {
+    FailStep(done.status());
+  } else {
+    for (const FinishedSeq& f : *done) {
       auto it = active_.find(f.id);
       if (it == active_.end()) continue;
-      Finish(*it->second, FinishReason::kError, f.status);
+      Finish(*it->second,
+             f.reason == SeqEnd::kLength ? FinishReason::kLength : FinishReason::kStop,
+             Status::Ok());
       Retire(it);
     }
-    return true;
   }
-  for (const FinishedSeq& f : *done) {
-    auto it = active_.find(f.id);
-    if (it == active_.end()) continue;
-    Finish(*it->second, f.reason == SeqEnd::kLength ? FinishReason::kLength : FinishReason::kStop,
-           Status::Ok());
-    Retire(it);
-  }
-  return true;
+  retired_.erase(retired_.begin(), retired_.begin() + static_cast<std::ptrdiff_t>(retired_before));
 }
 
 void Engine::PublishStats() {

@@ -126,6 +126,18 @@ struct EngineOptions {
   // their readers, while the engine thread goes on to the next step; off, the engine thread
   // pushes them at the end of each iteration. The same events either way.
   bool overlap_streaming = true;
+  // Lookahead (docs/batching.md): while the backend computes step N, the engine thread plans
+  // step N+1 and prepares its batch (Scheduler::StepAhead); once step N's tokens are back it
+  // writes them into step N+1's inputs, launches step N+1, and only then decodes step N's text
+  // and applies its stop rules, while step N+1 is computed. A sequence that stopped at step N
+  // has a row in step N+1 that is thrown away. Only for steps the backend draws (every sampled
+  // sequence a plain draw), with no speculation running; the same tokens either way.
+  //   kAuto: when the backend's LaunchSample returns before the step is computed (CUDA);
+  //   kAlways: also on a backend that computes in LaunchSample (the CPU: each step's events
+  //     then go out one step later; for tests);
+  //   kOff: each step is planned once the previous one's tokens are applied.
+  enum class PlanAhead { kOff, kAuto, kAlways };
+  PlanAhead plan_ahead = PlanAhead::kAuto;
 };
 
 struct EngineStats {
@@ -140,6 +152,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t spec_draft_tokens = 0;     // draft tokens verified
   int64_t spec_accepted_tokens = 0;  // of those, accepted
+  int64_t steps = 0;                 // steps computed (or being computed)
+  int64_t steps_planned_ahead = 0;   // of those, planned while the one before was computed
 };
 
 class Engine {
@@ -168,12 +182,46 @@ class Engine {
   };
   struct Active;  // a submitted request's engine-thread state (sampler, stops, decoder, stream)
 
+  // Items with logits, in batch order.
+  struct SampledItem {
+    const ScheduledSeq* item;  // in its step's plan
+    Active* active;            // null: not a request of this engine (cannot happen)
+  };
+  // A step from its plan to its results, kept across steps (steady state allocates none of
+  // these; a fresh logits buffer would cost a page fault per 4 KB every step).
+  struct StepWork {
+    StepPlan plan;
+    std::vector<SequenceBatch> batch;
+    std::vector<SampledItem> sampled;
+    // Decode items with a draft feed their last token and the draft: tokens not yet in the
+    // sequence, kept here until the step is launched (the batch points into them).
+    std::vector<std::vector<int32_t>> drafted;
+    std::vector<DrawParams> draws;
+    bool ahead = false;    // planned while the step before it was computed
+    bool backend = false;  // drawn by the backend: LaunchSample, then FinishSample
+    bool launched = false;  // its results are owed (FinishSample, or the logits of ForwardBatch)
+    std::vector<int32_t> chosen;  // backend: the drawn tokens, one per sampled item
+  };
+
   void Start();  // the constructors' common part: context length, then the engine thread
   void Loop();
   // Moves the inbox into the scheduler; ends streams whose request it refuses.
   void Admit(std::deque<Pending>* inbox);
-  // Runs one planned step; false when there was nothing to compute.
-  bool RunStep();
+  // Ends the streams of the sequences a plan ended before computing anything.
+  void EndPlanned(const std::vector<FinishedSeq>& finished);
+  // Builds `w`'s batch from its plan and chooses how it is sampled.
+  void Prepare(StepWork& w, std::chrono::steady_clock::time_point now);
+  // Backend steps: LaunchSample; others compute at once (ForwardBatch into step_logits_).
+  Status Launch(StepWork& w);
+  // Backend steps: FinishSample into w.chosen.
+  Status Collect(StepWork& w);
+  // Samples (or takes the drawn tokens of) every item of a computed step whose sequence has not
+  // ended meanwhile, streams them, and answers the scheduler (OnStepDone).
+  void Emit(StepWork& w);
+  // Ends every sequence of the outstanding plan (and the plan ahead) with `error`.
+  void FailStep(const Status& error);
+  // Whether the step after `w` may be planned while `w` is computed.
+  bool CanPlanAhead(const StepWork& w) const;
   // Offers a draft to the scheduler for every decoding sequence that wants speculation.
   void ProposeDrafts();
   // Appends `tok` to sequence `a`, applies its stop rules and streams the text; returns true when
@@ -185,7 +233,8 @@ class Engine {
   void SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out);
   // The same for a token the backend already drew (ForwardBatchSample; no draft).
   void EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, SampledToken* out);
-  // Removes a finished request (and what the proposer keeps for it).
+  // Removes a finished request (and what the proposer keeps for it). Its state lives on in
+  // retired_ until no prepared step can point at it (the end of the next Emit).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);
   void Finish(Active& a, FinishReason reason, Status error);
   // Every event for a stream goes through the outbox, in order; FlushOutbox, at the end of each
@@ -215,26 +264,22 @@ class Engine {
   std::atomic<int64_t> preemptions_{0};
   std::atomic<int64_t> spec_draft_{0};
   std::atomic<int64_t> spec_accepted_{0};
+  std::atomic<int64_t> steps_{0};
+  std::atomic<int64_t> steps_ahead_{0};
   // Engine-thread state.
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::vector<EventPump::Event> outbox_;  // this iteration's events, in order
   std::unique_ptr<EventPump> pump_;       // overlap_streaming: pushes them beside this thread
-  // A step's logits rows and backend-drawn tokens, kept across steps (a fresh logits buffer
-  // costs a page fault per 4 KB every step).
+  int num_spec_ = 0;  // active requests that want speculation (no lookahead while any do)
+  std::vector<std::unique_ptr<Active>> retired_;
+  // The step being computed (or just prepared), and the one planned ahead of it.
+  StepWork work_[2];
+  bool defer_ahead_ = false;  // the last plan ahead left something for a Step
   std::vector<float> step_logits_;
-  std::vector<int32_t> step_tokens_;
-  // And the step's inputs: the batch, its items with logits (with their request), their draws,
-  // the result for the scheduler.
-  struct SampledItem {
-    const ScheduledSeq* item;
-    Active* active;  // null: not a request of this engine (cannot happen)
-  };
-  std::vector<SequenceBatch> step_batch_;
-  std::vector<SampledItem> step_sampled_;
-  std::vector<DrawParams> step_draws_;
   StepResult step_result_;
+  StepResult pending_result_;  // lookahead: the computed step's tokens for the plan ahead
   std::thread thread_;
 };
 

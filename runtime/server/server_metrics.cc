@@ -86,6 +86,13 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
           r->AddCounter("kinfer_runtime_spec_decode_num_accepted_tokens_total",
                         "Speculative draft tokens accepted (emitted without their own step).")
               .Get()),
+      engine_steps(r->AddCounter("kinfer_runtime_engine_steps_total",
+                                 "Batched model steps the engine computed.")
+                       .Get()),
+      engine_steps_ahead(
+          r->AddCounter("kinfer_runtime_engine_steps_planned_ahead_total",
+                        "Engine steps planned while the step before them was computed.")
+              .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
                                "Generation requests (chat and completions) by outcome.",
                                {"status"})),
@@ -116,6 +123,8 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   add(preemptions, s.preemptions, &seen_.preemptions);
   add(spec_draft_tokens, s.spec_draft_tokens, &seen_.spec_draft_tokens);
   add(spec_accepted_tokens, s.spec_accepted_tokens, &seen_.spec_accepted_tokens);
+  add(engine_steps, s.steps, &seen_.steps);
+  add(engine_steps_ahead, s.steps_planned_ahead, &seen_.steps_planned_ahead);
 }
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {

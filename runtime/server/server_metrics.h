@@ -55,6 +55,10 @@ class RuntimeMetrics {
   // acceptance rate is accepted / draft.
   metrics::Counter& spec_draft_tokens;
   metrics::Counter& spec_accepted_tokens;
+  // Engine steps, and of those the ones planned while the step before was computed
+  // (EngineOptions::plan_ahead).
+  metrics::Counter& engine_steps;
+  metrics::Counter& engine_steps_ahead;
 
  private:
   std::mutex mu_;

@@ -94,6 +94,7 @@ class CudaBackend final : public ModelBackend {
   Status LaunchSample(std::span<const SequenceBatch> seqs,
                       std::span<const DrawParams> rows) override;
   Status FinishSample(std::vector<int32_t>* tokens) override;
+  bool LaunchIsAsync() const override { return true; }
 
   int max_batch_tokens() const override;
   const CudaDeviceInfo& device_info() const;

@@ -222,12 +222,14 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
 }
 
 TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
-  for (bool backend_sampling : {true, false}) {
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool backend_sampling = mode != 1;
     CountingBackend backend(model_);
     backend.fail_from = 3;  // the prompt's step and two decodes, then the device is gone
     EngineOptions o;
     o.context_length = 256;
     o.backend_sampling = backend_sampling;
+    o.plan_ahead = mode == 2 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
     Engine engine(&backend, tokenizer_, o);
     GenerationRequest r = Greedy("What is the capital of France?", 12);
     r.ignore_eos = true;
@@ -237,7 +239,7 @@ TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
     auto a = engine.Submit(r);
     ASSERT_TRUE(a.ok());
     const Collected ca = Drain(**a);
-    EXPECT_EQ(ca.finish, FinishReason::kError) << "backend_sampling " << backend_sampling;
+    EXPECT_EQ(ca.finish, FinishReason::kError) << "mode " << mode;
     EXPECT_NE(ca.last.error.message().find("fell off the bus"), std::string::npos)
         << ca.last.error.ToString();
     EXPECT_EQ(ca.tokens.size(), 3u);  // what the steps before the failure produced
@@ -289,6 +291,96 @@ TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
   EXPECT_EQ(runs[1][1].finish, FinishReason::kStop);  // the stop string ended it
   EXPECT_EQ(runs[1][1].text.find('5'), std::string::npos) << runs[1][1].text;
   EXPECT_EQ(runs[1][2].tokens.size(), 24u);
+}
+
+// Planning each step while the one before is computed (EngineOptions::plan_ahead) gives every
+// request the events it gets step by step: a stop string that ends a request a step late (its
+// row ahead is thrown away), max_tokens, a seeded draw, requests that arrive while others
+// decode, a request sampled on the host (logprobs: those steps are not planned ahead) and a
+// cancellation.
+TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
+  GenerationRequest greedy = Greedy("Count from 1 to 10, separated by commas.", 24);
+  GenerationRequest stopped = greedy;
+  stopped.stop = {"5"};
+  GenerationRequest sampled = greedy;
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.seed = 9;
+  sampled.ignore_eos = true;
+  GenerationRequest shortest = Greedy("Name a colour.", 2);
+  GenerationRequest eos = Greedy("Say yes.", 40);  // ends on the end-of-turn token
+  GenerationRequest with_lp = Greedy("Name three fruits.", 6);
+  with_lp.sampling.logprobs = 2;
+  GenerationRequest cancelled = Greedy("Write a very long essay about the sea.", 200);
+  cancelled.ignore_eos = true;
+  const std::vector<const GenerationRequest*> first = {&greedy, &stopped, &sampled};
+  const std::vector<const GenerationRequest*> later = {&shortest, &eos};
+  std::vector<Collected> runs[2];
+  EngineStats stats[2];
+  for (int ahead = 0; ahead < 2; ++ahead) {
+    EngineOptions o;
+    o.context_length = 256;
+    o.plan_ahead = ahead == 1 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
+    Engine engine(model_, tokenizer_, o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerationRequest* r : first) {
+      auto s = engine.Submit(*r);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
+    }
+    StreamEvent ev;
+    ASSERT_TRUE(streams[0]->Next(&ev, milliseconds(60000)));  // decoding now
+    Collected head;
+    head.text = ev.text;
+    head.tokens = ev.tokens;
+    for (const GenerationRequest* r : later) {
+      auto s = engine.Submit(*r);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Collected c = Drain(*streams[i]);
+      if (i == 0) {
+        c.text = head.text + c.text;
+        c.tokens.insert(c.tokens.begin(), head.tokens.begin(), head.tokens.end());
+      }
+      runs[ahead].push_back(c);
+    }
+    for (const GenerationRequest* r : {&with_lp, &greedy}) {
+      auto s = engine.Submit(*r);
+      ASSERT_TRUE(s.ok());
+      streams.push_back(*s);
+    }
+    runs[ahead].push_back(Drain(*streams[streams.size() - 2]));
+    runs[ahead].push_back(Drain(*streams.back()));
+    auto c = engine.Submit(cancelled);
+    ASSERT_TRUE(c.ok());
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE((*c)->Next(&ev, milliseconds(60000)));
+    (*c)->Cancel();
+    const Collected cc = Drain(**c);
+    EXPECT_EQ(cc.finish, FinishReason::kCancelled);
+    EXPECT_LT(cc.last.completion_tokens, 200);
+    stats[ahead] = engine.Stats();
+  }
+  ASSERT_EQ(runs[0].size(), 7u);
+  ASSERT_EQ(runs[1].size(), 7u);
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    EXPECT_EQ(runs[1][i].tokens, runs[0][i].tokens);
+    EXPECT_EQ(runs[1][i].text, runs[0][i].text);
+    EXPECT_EQ(runs[1][i].finish, runs[0][i].finish);
+    EXPECT_EQ(runs[1][i].last.completion_tokens, runs[0][i].last.completion_tokens);
+    EXPECT_EQ(runs[1][i].last.prompt_tokens, runs[0][i].last.prompt_tokens);
+  }
+  EXPECT_EQ(runs[1][1].finish, FinishReason::kStop);  // the stop string, a step late
+  EXPECT_EQ(runs[1][1].text.find('5'), std::string::npos) << runs[1][1].text;
+  EXPECT_EQ(runs[1][2].tokens.size(), 24u);
+  EXPECT_EQ(runs[1][3].finish, FinishReason::kLength);
+  EXPECT_EQ(runs[1][4].finish, FinishReason::kStop) << runs[1][4].text;
+  EXPECT_EQ(stats[0].steps_planned_ahead, 0);
+  EXPECT_GT(stats[1].steps_planned_ahead, stats[1].steps / 2)
+      << stats[1].steps_planned_ahead << " of " << stats[1].steps;
+  // Thrown-away rows aside, the steps are the same ones.
+  EXPECT_GT(stats[0].steps, 0);
 }
 
 TEST_F(EngineTest, MaxTokensEndsWithLength) {

@@ -315,16 +315,21 @@ TEST_F(CudaBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalves) {
 
 // The engine over the CUDA backend streams the same tokens whether a step's tokens go out while
 // the next step computes (the default) or between the steps.
+// Runs: everything in turn on the engine thread; events pushed by the pump; and the default,
+// each step also planned while the one before is computed (a late stop included: the stop
+// string).
 TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
   const Tokenizer* tok = testing::ModelTokenizer();
   ASSERT_NE(tok, nullptr);
-  std::vector<std::vector<int32_t>> runs[2];
-  for (int overlap = 0; overlap < 2; ++overlap) {
+  std::vector<std::vector<int32_t>> runs[3];
+  for (int overlap = 0; overlap < 3; ++overlap) {
     auto g = Cuda();
     ASSERT_NE(g, nullptr);
     EngineOptions eo;
     eo.context_length = 512;
-    eo.overlap_streaming = overlap == 1;
+    eo.overlap_streaming = overlap >= 1;
+    eo.plan_ahead =
+        overlap == 2 ? EngineOptions::PlanAhead::kAuto : EngineOptions::PlanAhead::kOff;
     Engine engine(g.get(), tok, eo);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 3; ++i) {
@@ -334,6 +339,7 @@ TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
       r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
       r.sampling.top_k = 40;
       r.sampling.seed = 7 + i;
+      if (i == 1) r.stop = {" the"};
       auto s = engine.Submit(r);
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       streams.push_back(*s);
@@ -351,8 +357,12 @@ TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
       EXPECT_FALSE(toks.empty());
       runs[overlap].push_back(toks);
     }
+    if (overlap == 2) {
+      EXPECT_GT(engine.Stats().steps_planned_ahead, 0);
+    }
   }
   EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
 }
 
 TEST_F(CudaBackendTest, RefusesMalformedStepsLikeTheCpu) {
