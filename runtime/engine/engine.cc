@@ -314,9 +314,15 @@ void Engine::Loop() {
         in_flight = false;
         if (ahead) {
           std::swap(cur, next);
-          Status launch = launched_next ? Status::Ok() : Launch(*cur);
+          Status launch;
+          if (!launched_next) {
+            // Sampled on the host, so computed only now: Emit may have ended sequences the
+            // prepared batch points into (late stops), so it is built again without them.
+            Prepare(*cur, now);
+            if (!cur->batch.empty()) launch = Launch(*cur);
+          }
           if (launch.ok()) {
-            in_flight = true;
+            in_flight = true;  // an empty step is answered empty
           } else {
             FailStep(launch);
           }

@@ -2,8 +2,11 @@
 // cancellation, admission errors, and determinism (greedy and seeded) across requests.
 #include "runtime/engine/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -381,6 +384,102 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
       << stats[1].steps_planned_ahead << " of " << stats[1].steps;
   // Thrown-away rows aside, the steps are the same ones.
   EXPECT_GT(stats[0].steps, 0);
+}
+
+// Holds its `gate`-th LaunchSample until Open(): the test then knows which step is in flight
+// when it submits.
+class GatedBackend final : public ModelBackend {
+ public:
+  explicit GatedBackend(LlamaModel* model) : cpu_(CpuBackend::Borrow(model)) {}
+  const LlamaHParams& hparams() const override { return cpu_->hparams(); }
+  std::string name() const override { return "gated"; }
+  int max_batch_tokens() const override { return cpu_->max_batch_tokens(); }
+  size_t KvBlockBytes(int block_size) const override { return cpu_->KvBlockBytes(block_size); }
+  int64_t KvMemoryBudgetBytes(double fraction) const override {
+    return cpu_->KvMemoryBudgetBytes(fraction);
+  }
+  Status InitKvCache(int block_size, int num_blocks) override {
+    return cpu_->InitKvCache(block_size, num_blocks);
+  }
+  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
+    return cpu_->ForwardBatch(seqs, logits);
+  }
+  Status LaunchSample(std::span<const SequenceBatch> seqs,
+                      std::span<const DrawParams> rows) override {
+    if (++launches_ == gate) {
+      std::unique_lock<std::mutex> l(mu_);
+      reached_ = true;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return open_; });
+    }
+    return ModelBackend::LaunchSample(seqs, rows);
+  }
+  bool WaitReached() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(60), [&] { return reached_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  int gate = 0;
+
+ private:
+  std::unique_ptr<CpuBackend> cpu_;
+  std::atomic<int> launches_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool reached_ = false, open_ = false;
+};
+
+// A request sampled on the host (logprobs) arrives while a plain one is decoding, so the step
+// planned ahead with both is computed only after the step in flight is emitted, and that step
+// ends the plain one (a stop token, a step late): the step ahead is computed without it, and
+// both requests get what they get alone.
+TEST_F(EngineTest, AHostSampledStepPlannedAheadLeavesOutALateStop) {
+  GenerationRequest plain = Greedy("Count from 1 to 10, separated by commas.", 16);
+  plain.ignore_eos = true;
+  GenerationRequest with_lp = Greedy("Name three fruits.", 4);
+  with_lp.sampling.logprobs = 1;
+  auto alone = [&](const GenerationRequest& r) {
+    auto s = engine_->Submit(r);
+    EXPECT_TRUE(s.ok());
+    return Drain(**s);
+  };
+  const Collected ref = alone(plain);
+  const Collected ref_lp = alone(with_lp);
+  ASSERT_EQ(ref.tokens.size(), 16u);
+  size_t k = 3;  // the first token from the fourth on that did not come before
+  while (k < ref.tokens.size() &&
+         std::find(ref.tokens.begin(), ref.tokens.begin() + k, ref.tokens[k]) !=
+             ref.tokens.begin() + k) {
+    ++k;
+  }
+  ASSERT_LT(k, ref.tokens.size());
+  GenerationRequest stopping = plain;
+  stopping.stop_tokens = {ref.tokens[k]};
+
+  GatedBackend backend(model_);
+  backend.gate = static_cast<int>(k) + 1;  // the step that draws token k
+  EngineOptions o;
+  o.context_length = 256;
+  o.plan_ahead = EngineOptions::PlanAhead::kAlways;
+  Engine engine(&backend, tokenizer_, o);
+  auto a = engine.Submit(stopping);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(backend.WaitReached());
+  auto b = engine.Submit(with_lp);  // planned ahead with it, while that step is computed
+  ASSERT_TRUE(b.ok());
+  backend.Open();
+  const Collected ca = Drain(**a);
+  const Collected cb = Drain(**b);
+  EXPECT_EQ(ca.finish, FinishReason::kStop);
+  EXPECT_EQ(ca.tokens, std::vector<int32_t>(ref.tokens.begin(), ref.tokens.begin() + k + 1));
+  EXPECT_EQ(cb.tokens, ref_lp.tokens);
+  EXPECT_EQ(cb.text, ref_lp.text);
+  EXPECT_EQ(cb.finish, ref_lp.finish);
+  EXPECT_GT(engine.Stats().steps_planned_ahead, 0);
 }
 
 TEST_F(EngineTest, MaxTokensEndsWithLength) {
