@@ -55,6 +55,9 @@ Options:
   --prefix-caching[=BOOL]  reuse cached KV of earlier prompts with the same prefix (default true)
   --batch-invariant[=BOOL] a request's output does not depend on its batch, cache hits or
                          preemption; false = faster prefill (the GEMM kernels) (default true)
+  --plan-ahead MODE      auto, on or off: plan each step while the device computes the one
+                         before (auto: on CUDA; on = on the CPU too, where each step's text
+                         then streams a step later) (default auto)
   --spec-tokens N        speculative decoding: draft tokens verified per step at most, for
                          requests that ask ("speculative": true) (default 3; 0 = never)
   --spec-default[=BOOL]  speculate for requests that do not say (default false)
@@ -138,6 +141,17 @@ Flags ParseFlags(int argc, char** argv) {
       f.engine.prefix_caching = flags.Bool();
     } else if (flags.Is("--batch-invariant")) {
       f.engine.batch_invariant = flags.Bool();
+    } else if (flags.Is("--plan-ahead")) {
+      const std::string v = flags.Value();
+      if (v == "auto") {
+        f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kAuto;
+      } else if (v == "on") {
+        f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kAlways;
+      } else if (v == "off") {
+        f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kOff;
+      } else {
+        BadFlag("--plan-ahead must be auto, on or off, not '" + v + "'");
+      }
     } else if (flags.Is("--spec-tokens")) {
       f.engine.spec.max_tokens = static_cast<int>(flags.Int(0, 64));
     } else if (flags.Is("--spec-default")) {

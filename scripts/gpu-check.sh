@@ -131,12 +131,15 @@ timeout 200 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/be
 tee -a "$LOG_BUILD" < "$OUT/bench.log"
 # The engine over this machine's host alone (null) and over the GPU (cuda): its tables go to
 # bench.log and its JSON into summary.json (8 files at most come back).
-# cuda_serial is the same engine with EngineOptions::overlap_streaming off (a step's tokens
-# streamed between the steps instead of while the next one runs): the overlap's gain.
+# cuda is the default engine: each step planned while the one before is computed, its events
+# pushed by the pump. cuda_noahead plans each step after the one before (EngineOptions::
+# plan_ahead off): planning ahead's gain. cuda_serial pushes the events on the engine thread
+# too (overlap_streaming off): the pump's gain.
 RC_ENGINE=0
-for run in "null" "cuda" "cuda_serial --overlap off --modes device_greedy,device_sampled"; do
+for run in "null" "cuda" "cuda_noahead --plan-ahead off --modes device_greedy,device_sampled" \
+  "cuda_serial --plan-ahead off --overlap off --modes device_greedy,device_sampled"; do
   read -r name extra <<< "$run"
-  b=${name%_serial}
+  b=${name%%_*}
   say "engine overhead: $name"
   rm -f "$STASH/engine_$name.json"
   echo "== kinfer-engine-overhead --backend $b $extra" >> "$OUT/bench.log"
@@ -146,11 +149,13 @@ for run in "null" "cuda" "cuda_serial --overlap off --modes device_greedy,device
 done
 ENGINE_NULL=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
 ENGINE_CUDA=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
+ENGINE_CUDA_NOAHEAD=$(cat "$STASH/engine_cuda_noahead.json" 2>/dev/null || echo null)
 ENGINE_CUDA_SERIAL=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
 cat > "$OUT/summary.json" <<JSON
 {"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "engine_null": ${ENGINE_NULL},
  "engine_cuda": ${ENGINE_CUDA},
+ "engine_cuda_noahead": ${ENGINE_CUDA_NOAHEAD},
  "engine_cuda_serial": ${ENGINE_CUDA_SERIAL}}
 JSON
 say "done: tests rc $RC_TESTS, bench rc $RC_BENCH"

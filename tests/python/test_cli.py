@@ -29,7 +29,7 @@ def test_help_lists_flags():
     assert p.returncode == 0
     for flag in ("--model", "--host", "--port", "--threads", "--ctx-size", "--model-name",
                  "--max-body-bytes", "--log-level", "--device", "--kv-cache-fraction",
-                 "--spec-tokens", "--spec-default", "--draft-model", "--mmap"):
+                 "--spec-tokens", "--spec-default", "--draft-model", "--mmap", "--plan-ahead"):
         assert flag in p.stdout
 
 
@@ -38,6 +38,7 @@ def test_bad_flags_exit_2_with_a_message():
                         (("--model", "m.gguf", "--port", "abc"), "--port"),
                         (("--model", "m.gguf", "--log-level", "loud"), "log level"),
                         (("--model", "m.gguf", "--device", "gpu"), "--device"),
+                        (("--model", "m.gguf", "--plan-ahead", "yes"), "--plan-ahead"),
                         (("--model", "m.gguf", "--kv-cache-fraction", "1.5"), "--kv-cache-fraction"),
                         (("--model", "m.gguf", "--kv-cache-fraction", "x"), "--kv-cache-fraction"),
                         (("--model", "m.gguf", "--spec-tokens", "65"), "--spec-tokens"),
