@@ -24,6 +24,12 @@
 // them to their streams and wakes their readers while the engine thread plans and runs the next
 // step (EngineOptions::overlap_streaming; off, the engine thread pushes them itself there).
 //
+// Planning ahead (EngineOptions::plan_ahead; docs/batching.md): on a backend whose LaunchSample
+// returns early (CUDA), the engine thread plans and prepares step N+1 (Scheduler::StepAhead)
+// while step N is computed, launches it as soon as step N's tokens are back
+// (Scheduler::SetPendingTokens), and only then streams step N and applies its stop rules. A
+// sequence that step N ends has a row in step N+1 that is thrown away.
+//
 // Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
 // thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before
 // each step and offers them to the Scheduler (SetDraft); the step computes the sequence's last
