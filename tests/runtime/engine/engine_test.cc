@@ -48,6 +48,24 @@ Collected Drain(RequestStream& s) {
   return c;
 }
 
+// Greedy, ended by the stop string "5", and a seeded draw for all 24 tokens.
+struct ThreeRequests {
+  GenerationRequest greedy, stopped, sampled;
+};
+
+// Each request's events in `got` are those in `want`: tokens, text, finish and counts.
+void ExpectSameEvents(const std::vector<Collected>& want, const std::vector<Collected>& got) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    EXPECT_EQ(got[i].tokens, want[i].tokens);
+    EXPECT_EQ(got[i].text, want[i].text);
+    EXPECT_EQ(got[i].finish, want[i].finish);
+    EXPECT_EQ(got[i].last.completion_tokens, want[i].last.completion_tokens);
+    EXPECT_EQ(got[i].last.prompt_tokens, want[i].last.prompt_tokens);
+  }
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -83,6 +101,19 @@ class EngineTest : public ::testing::Test {
     r.sampling.temperature = 0;
     return r;
   }
+  ThreeRequests Three() {
+    ThreeRequests t;
+    t.greedy = Greedy("Count from 1 to 10, separated by commas.", 24);
+    t.stopped = t.greedy;
+    t.stopped.stop = {"5"};
+    t.sampled = t.greedy;
+    t.sampled.sampling.temperature = 0.8f;
+    t.sampled.sampling.top_k = 40;
+    t.sampled.sampling.seed = 9;
+    t.sampled.ignore_eos = true;
+    return t;
+  }
+
 
   static std::shared_ptr<const GgufFile>* file_;
   static Tokenizer* tokenizer_;
@@ -106,15 +137,31 @@ TEST_F(EngineTest, GreedyAnswerStreamsTokensAndNamesParis) {
 
 // A CPU backend that counts which of the two step calls the engine makes, and can refuse to
 // draw (as a device refuses settings its kernel does not cover).
-class CountingBackend final : public ModelBackend {
+// The CPU backend behind a test's own hooks.
+class WrappedCpu : public ModelBackend {
  public:
-  explicit CountingBackend(LlamaModel* model) : cpu_(CpuBackend::Borrow(model)) {}
+  explicit WrappedCpu(LlamaModel* model) : cpu_(CpuBackend::Borrow(model)) {}
   const LlamaHParams& hparams() const override { return cpu_->hparams(); }
-  std::string name() const override { return "counting"; }
+  std::string name() const override { return "wrapped-cpu"; }
   int max_batch_tokens() const override { return cpu_->max_batch_tokens(); }
   size_t KvBlockBytes(int block_size) const override { return cpu_->KvBlockBytes(block_size); }
-  int64_t KvMemoryBudgetBytes(double fraction) const override { return cpu_->KvMemoryBudgetBytes(fraction); }
-  Status InitKvCache(int block_size, int num_blocks) override { return cpu_->InitKvCache(block_size, num_blocks); }
+  int64_t KvMemoryBudgetBytes(double fraction) const override {
+    return cpu_->KvMemoryBudgetBytes(fraction);
+  }
+  Status InitKvCache(int block_size, int num_blocks) override {
+    return cpu_->InitKvCache(block_size, num_blocks);
+  }
+  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
+    return cpu_->ForwardBatch(seqs, logits);
+  }
+
+ protected:
+  std::unique_ptr<CpuBackend> cpu_;
+};
+
+class CountingBackend final : public WrappedCpu {
+ public:
+  using WrappedCpu::WrappedCpu;
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
     ++logits_steps;
     if (++calls > fail_from) return Internal("the device fell off the bus");
@@ -131,9 +178,6 @@ class CountingBackend final : public ModelBackend {
   bool refuse_top_p = false;
   std::atomic<int> calls{0};                      // ForwardBatch calls, the default sampling's too
   std::atomic<int> fail_from{1 << 30};            // calls after this many fail
-
- private:
-  std::unique_ptr<CpuBackend> cpu_;
 };
 
 TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
@@ -260,14 +304,7 @@ TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
 // Whether a step's events are pushed by the engine's EventPump (the default) or by the engine
 // thread itself, every stream gets the same events: same tokens, text, finish and counts.
 TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
-  GenerationRequest greedy = Greedy("Count from 1 to 10, separated by commas.", 24);
-  GenerationRequest stopped = greedy;
-  stopped.stop = {"5"};
-  GenerationRequest sampled = greedy;
-  sampled.sampling.temperature = 0.8f;
-  sampled.sampling.top_k = 40;
-  sampled.sampling.seed = 9;
-  sampled.ignore_eos = true;
+  const auto [greedy, stopped, sampled] = Three();
   std::vector<Collected> runs[2];
   for (int pump = 0; pump < 2; ++pump) {
     EngineOptions o;
@@ -283,14 +320,7 @@ TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
     for (auto& s : streams) runs[pump].push_back(Drain(*s));
   }
   ASSERT_EQ(runs[0].size(), 3u);
-  ASSERT_EQ(runs[1].size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    SCOPED_TRACE(::testing::Message() << "request " << i);
-    EXPECT_EQ(runs[1][i].tokens, runs[0][i].tokens);
-    EXPECT_EQ(runs[1][i].text, runs[0][i].text);
-    EXPECT_EQ(runs[1][i].finish, runs[0][i].finish);
-    EXPECT_EQ(runs[1][i].last.completion_tokens, runs[0][i].last.completion_tokens);
-  }
+  ExpectSameEvents(runs[0], runs[1]);
   EXPECT_EQ(runs[1][1].finish, FinishReason::kStop);  // the stop string ended it
   EXPECT_EQ(runs[1][1].text.find('5'), std::string::npos) << runs[1][1].text;
   EXPECT_EQ(runs[1][2].tokens.size(), 24u);
@@ -302,13 +332,7 @@ TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
 // decode, a request sampled on the host (logprobs: those steps are not planned ahead) and a
 // cancellation.
 TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
-  GenerationRequest greedy = Greedy("Count from 1 to 10, separated by commas.", 24);
-  GenerationRequest stopped = greedy;
-  stopped.stop = {"5"};
-  GenerationRequest sampled = greedy;
-  sampled.sampling.temperature = 0.8f;
-  sampled.sampling.seed = 9;
-  sampled.ignore_eos = true;
+  const auto [greedy, stopped, sampled] = Three();
   GenerationRequest shortest = Greedy("Name a colour.", 2);
   GenerationRequest eos = Greedy("Say yes.", 40);  // ends on the end-of-turn token
   GenerationRequest with_lp = Greedy("Name three fruits.", 6);
@@ -348,7 +372,8 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
       }
       runs[ahead].push_back(c);
     }
-    for (const GenerationRequest* r : {&with_lp, &greedy}) {
+    const GenerationRequest* together[] = {&with_lp, &greedy};
+    for (const GenerationRequest* r : together) {
       auto s = engine.Submit(*r);
       ASSERT_TRUE(s.ok());
       streams.push_back(*s);
@@ -365,15 +390,7 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
     stats[ahead] = engine.Stats();
   }
   ASSERT_EQ(runs[0].size(), 7u);
-  ASSERT_EQ(runs[1].size(), 7u);
-  for (size_t i = 0; i < runs[0].size(); ++i) {
-    SCOPED_TRACE(::testing::Message() << "request " << i);
-    EXPECT_EQ(runs[1][i].tokens, runs[0][i].tokens);
-    EXPECT_EQ(runs[1][i].text, runs[0][i].text);
-    EXPECT_EQ(runs[1][i].finish, runs[0][i].finish);
-    EXPECT_EQ(runs[1][i].last.completion_tokens, runs[0][i].last.completion_tokens);
-    EXPECT_EQ(runs[1][i].last.prompt_tokens, runs[0][i].last.prompt_tokens);
-  }
+  ExpectSameEvents(runs[0], runs[1]);
   EXPECT_EQ(runs[1][1].finish, FinishReason::kStop);  // the stop string, a step late
   EXPECT_EQ(runs[1][1].text.find('5'), std::string::npos) << runs[1][1].text;
   EXPECT_EQ(runs[1][2].tokens.size(), 24u);
@@ -388,22 +405,9 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
 
 // Holds its `gate`-th LaunchSample until Open(): the test then knows which step is in flight
 // when it submits.
-class GatedBackend final : public ModelBackend {
+class GatedBackend final : public WrappedCpu {
  public:
-  explicit GatedBackend(LlamaModel* model) : cpu_(CpuBackend::Borrow(model)) {}
-  const LlamaHParams& hparams() const override { return cpu_->hparams(); }
-  std::string name() const override { return "gated"; }
-  int max_batch_tokens() const override { return cpu_->max_batch_tokens(); }
-  size_t KvBlockBytes(int block_size) const override { return cpu_->KvBlockBytes(block_size); }
-  int64_t KvMemoryBudgetBytes(double fraction) const override {
-    return cpu_->KvMemoryBudgetBytes(fraction);
-  }
-  Status InitKvCache(int block_size, int num_blocks) override {
-    return cpu_->InitKvCache(block_size, num_blocks);
-  }
-  Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
-    return cpu_->ForwardBatch(seqs, logits);
-  }
+  using WrappedCpu::WrappedCpu;
   Status LaunchSample(std::span<const SequenceBatch> seqs,
                       std::span<const DrawParams> rows) override {
     if (++launches_ == gate) {
@@ -426,7 +430,6 @@ class GatedBackend final : public ModelBackend {
   int gate = 0;
 
  private:
-  std::unique_ptr<CpuBackend> cpu_;
   std::atomic<int> launches_{0};
   std::mutex mu_;
   std::condition_variable cv_;
