@@ -396,7 +396,7 @@ int Main(int argc, char** argv) {
                  model.c_str(), backend.c_str(), tokens, device_us, overlap ? "true" : "false",
                  ahead == EngineOptions::PlanAhead::kAlways ? "on"
                  : ahead == EngineOptions::PlanAhead::kOff  ? "off"
-                                                             : "auto");
+                                                            : "auto");
     std::fprintf(out, "  \"results\": [\n%s\n  ]\n}\n", results.c_str());
     std::fclose(out);
   }

@@ -667,8 +667,7 @@ void Engine::Emit(StepWork& w) {
     for (const FinishedSeq& f : *done) {
       auto it = active_.find(f.id);
       if (it == active_.end()) continue;
-      Finish(*it->second,
-             f.reason == SeqEnd::kLength ? FinishReason::kLength : FinishReason::kStop,
+      Finish(*it->second, f.reason == SeqEnd::kLength ? FinishReason::kLength : FinishReason::kStop,
              Status::Ok());
       Retire(it);
     }

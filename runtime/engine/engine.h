@@ -203,8 +203,8 @@ class Engine {
     // sequence, kept here until the step is launched (the batch points into them).
     std::vector<std::vector<int32_t>> drafted;
     std::vector<DrawParams> draws;
-    bool ahead = false;    // planned while the step before it was computed
-    bool backend = false;  // drawn by the backend: LaunchSample, then FinishSample
+    bool ahead = false;     // planned while the step before it was computed
+    bool backend = false;   // drawn by the backend: LaunchSample, then FinishSample
     bool launched = false;  // its results are owed (FinishSample, or the logits of ForwardBatch)
     std::vector<int32_t> chosen;  // backend: the drawn tokens, one per sampled item
   };

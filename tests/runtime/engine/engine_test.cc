@@ -6,8 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -113,7 +113,6 @@ class EngineTest : public ::testing::Test {
     t.sampled.ignore_eos = true;
     return t;
   }
-
 
   static std::shared_ptr<const GgufFile>* file_;
   static Tokenizer* tokenizer_;
@@ -454,9 +453,8 @@ TEST_F(EngineTest, AHostSampledStepPlannedAheadLeavesOutALateStop) {
   const Collected ref_lp = alone(with_lp);
   ASSERT_EQ(ref.tokens.size(), 16u);
   size_t k = 3;  // the first token from the fourth on that did not come before
-  while (k < ref.tokens.size() &&
-         std::find(ref.tokens.begin(), ref.tokens.begin() + k, ref.tokens[k]) !=
-             ref.tokens.begin() + k) {
+  while (k < ref.tokens.size() && std::find(ref.tokens.begin(), ref.tokens.begin() + k,
+                                            ref.tokens[k]) != ref.tokens.begin() + k) {
     ++k;
   }
   ASSERT_LT(k, ref.tokens.size());

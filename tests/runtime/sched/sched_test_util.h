@@ -91,8 +91,7 @@ class FakeEngine {
           const auto view = s_->Find(item.id);
           if (!view) continue;
           for (int p = item.start; p < item.start + item.length; ++p) {
-            const int32_t want =
-                p < view->prompt_len ? view->tokens[p] : TokenFor(item.id, p);
+            const int32_t want = p < view->prompt_len ? view->tokens[p] : TokenFor(item.id, p);
             EXPECT_EQ(view->tokens[p], want) << "sequence " << item.id << " position " << p;
           }
         }
@@ -178,7 +177,7 @@ class FakeEngine {
   std::map<SchedSeqId, int> stop_at;
   int64_t accepted_total = 0;
   std::map<SchedSeqId, std::vector<int32_t>> emitted;  // every sequence's generated tokens
-  int64_t ahead_steps = 0;                              // RunPipelined: StepAhead calls
+  int64_t ahead_steps = 0;                             // RunPipelined: StepAhead calls
 
  private:
   Scheduler* s_;

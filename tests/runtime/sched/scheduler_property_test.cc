@@ -156,11 +156,12 @@ INSTANTIATE_TEST_SUITE_P(Seeds, SchedulerPropertyTest,
                                            Params{5, 16, 4, 17, 16, 1}));
 
 // The same runs with every plan it can made ahead of the step being computed (StepAhead).
-INSTANTIATE_TEST_SUITE_P(
-    Lookahead, SchedulerPropertyTest,
-    ::testing::Values(Params{1, 64, 16, 512, 32, 256, true}, Params{2, 24, 4, 64, 8, 16, true},
-                      Params{3, 12, 8, 32, 4, 8, true}, Params{4, 200, 16, 128, 16, 64, true},
-                      Params{5, 16, 4, 17, 16, 1, true}));
+INSTANTIATE_TEST_SUITE_P(Lookahead, SchedulerPropertyTest,
+                         ::testing::Values(Params{1, 64, 16, 512, 32, 256, true},
+                                           Params{2, 24, 4, 64, 8, 16, true},
+                                           Params{3, 12, 8, 32, 4, 8, true},
+                                           Params{4, 200, 16, 128, 16, 64, true},
+                                           Params{5, 16, 4, 17, 16, 1, true}));
 
 }  // namespace
 }  // namespace kinfer

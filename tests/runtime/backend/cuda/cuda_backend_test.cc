@@ -328,8 +328,7 @@ TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
     EngineOptions eo;
     eo.context_length = 512;
     eo.overlap_streaming = overlap >= 1;
-    eo.plan_ahead =
-        overlap == 2 ? EngineOptions::PlanAhead::kAuto : EngineOptions::PlanAhead::kOff;
+    eo.plan_ahead = overlap == 2 ? EngineOptions::PlanAhead::kAuto : EngineOptions::PlanAhead::kOff;
     Engine engine(g.get(), tok, eo);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 3; ++i) {
