@@ -625,19 +625,19 @@ Status Scheduler::SetPendingTokens(const StepResult& result) {
 std::vector<FinishedSeq> Scheduler::OnStepFailed(const Status& error) {
   std::vector<FinishedSeq> done;
   if (!has_outstanding_) return done;
+  const bool had_ahead = has_ahead_;  // else ahead_ holds an earlier plan
   has_outstanding_ = false;
   has_ahead_ = false;
   outstanding_applied_ = false;
   pending_ = 0;
   for (const StepPlan* plan : {&outstanding_, &ahead_}) {
+    if (plan == &ahead_ && !had_ahead) break;
     for (const auto* list : {&plan->decodes, &plan->prefills}) {
       for (const ScheduledSeq& item : *list) {
         if (Get(item.id) != nullptr) EndSequence(item.id, SeqEnd::kError, error, &done);
       }
     }
   }
-  ahead_.decodes.clear();
-  ahead_.prefills.clear();
   return done;
 }
 

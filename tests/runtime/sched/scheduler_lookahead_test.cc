@@ -141,6 +141,27 @@ TEST_F(SchedulerTest, AFailedStepEndsTheSequencesOfThePlanAheadToo) {
   EXPECT_TRUE(s_->Step(T0()).idle());
 }
 
+TEST_F(SchedulerTest, AFailedStepAfterAPlanAheadEndsOnlyThatStepsSequences) {
+  Make(Config(64, 4));
+  Submit(Req(1, 6, 10));
+  Submit(Req(2, 6, 10));
+  ASSERT_EQ(s_->Step(T0()).prefills.size(), 2u);
+  s_->Cancel(2);
+  StepPlan a = s_->StepAhead(T0());  // 2 is held out: it ends after this step
+  ASSERT_EQ(a.decodes.size(), 1u);
+  const StepResult r = Tokens1({{1, 5, false}, {2, 5, false}});
+  ASSERT_TRUE(s_->SetPendingTokens(r).ok());
+  ASSERT_TRUE(s_->OnStepDone(r).ok());
+  // The step planned ahead (1 alone) fails; 2 was not in it.
+  auto done = s_->OnStepFailed(Internal("device lost"));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, 1u);
+  ASSERT_TRUE(s_->Find(2).has_value());
+  StepPlan p = s_->Step(T0());
+  ASSERT_EQ(p.finished.size(), 1u);
+  EXPECT_EQ(p.finished[0].reason, SeqEnd::kCancelled);
+}
+
 TEST_F(SchedulerTest, SetPendingTokensWantsExactlyOneTokenForEachPendingOne) {
   Make(Config(64, 4));
   Submit(Req(1, 6, 10));
