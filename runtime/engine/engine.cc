@@ -234,7 +234,7 @@ void Engine::Loop() {
   // work_[0] is the step being computed (or none); work_[1] the one planned ahead of it.
   StepWork* cur = &work_[0];
   StepWork* next = &work_[1];
-  bool in_flight = false;  // *cur is prepared and launched, its results not yet emitted
+  bool in_flight = false;  // *cur is launched (or empty), its results not yet emitted
   for (;;) {
     std::deque<Pending> inbox;
     {
@@ -332,7 +332,7 @@ void Engine::Loop() {
     FlushOutbox();  // this iteration's events: the step's tokens, and requests that ended
     PublishStats();
   }
-  if (in_flight && cur->launched) (void)Collect(*cur);  // leave the backend with no step
+  if (in_flight) (void)Collect(*cur);  // leave the backend with no step launched
   for (auto& [id, a] : active_) {
     if (!a->finished) Finish(*a, FinishReason::kCancelled, Status::Ok());
   }
@@ -554,7 +554,6 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   w.batch.clear();
   w.sampled.clear();
   w.drafted.clear();
-  w.launched = false;
   if (plan.num_draft_tokens > 0) w.drafted.reserve(plan.decodes.size());
   for (const std::vector<ScheduledSeq>* items : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *items) {
@@ -607,7 +606,6 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
 Status Engine::Launch(StepWork& w) {
   Status st = w.backend ? backend_->LaunchSample(w.batch, w.draws)
                         : backend_->ForwardBatch(w.batch, &step_logits_);
-  w.launched = st.ok();
   if (st.ok()) {
     steps_.fetch_add(1, std::memory_order_relaxed);
     if (w.ahead) steps_ahead_.fetch_add(1, std::memory_order_relaxed);
@@ -617,7 +615,6 @@ Status Engine::Launch(StepWork& w) {
 
 Status Engine::Collect(StepWork& w) {
   if (!w.backend) return Status::Ok();  // computed in Launch
-  w.launched = false;
   Status st = backend_->FinishSample(&w.chosen);
   if (st.ok() && w.chosen.size() != w.sampled.size()) {
     st = Internal("the backend's sampling step returned " + std::to_string(w.chosen.size()) +
@@ -638,7 +635,6 @@ void Engine::FailStep(const Status& error) {
 void Engine::Emit(StepWork& w) {
   // What was retired before now cannot be in a step prepared after this one was emitted.
   const size_t retired_before = retired_.size();
-  w.launched = false;
   const size_t nv = backend_->hparams().n_vocab;
   StepResult& result = step_result_;
   result.sampled.clear();

@@ -205,7 +205,6 @@ class Engine {
     std::vector<DrawParams> draws;
     bool ahead = false;     // planned while the step before it was computed
     bool backend = false;   // drawn by the backend: LaunchSample, then FinishSample
-    bool launched = false;  // its results are owed (FinishSample, or the logits of ForwardBatch)
     std::vector<int32_t> chosen;  // backend: the drawn tokens, one per sampled item
   };
 
