@@ -10,7 +10,10 @@
 //   matrix-vector kernels, and prefill with the tensor-core attention;
 //   and decode at batch 64 and 256 drawing with llama.cpp's default settings (temperature 0.8,
 //   top-k 40, top-p 0.95, min-p 0.05) on the device (ForwardBatchSample), against the logits
-//   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64.
+//   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64;
+//   single-stream decode at a 2,000-token context; and single stream (128 and 2,000 tokens of
+//   context) and batch 256 again with the per-head decode attention
+//   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain.
 // Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
 // weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // H200's datasheet ceilings (990 TFLOP/s dense bf16, 4.8 TB/s). Prints a table, writes JSON.
@@ -247,6 +250,11 @@ int Main(int argc, char** argv) {
     Result r;
     ok &= run(bench.Prefill(2048, quick ? 2 : 10, &r), r);
   }
+  // A long context, where splitting a token's positions over blocks matters.
+  {
+    Result r;
+    ok &= run(bench.Decode("single_stream_ctx2000", 1, 2000, quick ? 16 : 128, &r), r);
+  }
   // What drawing on the device saves: the logits' trip to the host and the host's draw.
   for (int B : {64, 256}) {
     Result r;
@@ -278,6 +286,20 @@ int Main(int argc, char** argv) {
       Bench b3(tc->get(), quick);
       Result r;
       ok &= run(b3.Prefill(2048, quick ? 2 : 10, &r, "_tc_attention"), r);
+    }
+  }
+  // The decode attention before shared K/V reads and splits (one block per token and head):
+  // what they gain.
+  {
+    CudaBackendOptions o4 = opt;
+    o4.shared_kv_decode = false;
+    auto ph = CudaBackend::Create(file, o4);
+    if (ph.ok() && (*ph)->InitKvCache(kBlock, std::max(blocks, 2048 / kBlock + 1)).ok()) {
+      Bench b4(ph->get(), quick);
+      Result r;
+      ok &= run(b4.Decode("single_stream_per_head_attn", 1, 128, quick ? 32 : 256, &r), r);
+      ok &= run(b4.Decode("single_stream_ctx2000_per_head_attn", 1, 2000, quick ? 16 : 128, &r), r);
+      ok &= run(b4.Decode("decode_batch_per_head_attn", 256, 128, quick ? 8 : 64, &r), r);
     }
   }
   if (!json.empty()) {

@@ -8,6 +8,7 @@
 // dot products and the softmax run in fp32 (the CPU's denominator is a double) and the
 // probabilities are not rounded to FP16 before they meet V (the CPU does on llama.cpp's batch
 // path): a relative difference of at most ~2^-11 per probability, inside the stated tolerance.
+#include <algorithm>
 #include <cfloat>
 
 #include <mma.h>
@@ -78,6 +79,154 @@ __global__ void __launch_bounds__(128) AttnDecodeKernel(AttnParams p) {
     float o = 0.0f;
     for (int w = 0; w < 4; ++w) o += sacc[w][d] * wgt[w];
     out[d] = o / L;
+  }
+}
+
+// ---- decode, shared K/V: one block of 4 warps per (token, KV head, split) ----------------------
+//
+//   lanes per position TG = D / 8 (each holds 8 dims as one 16-byte load of K and of V);
+//   positions per warp per pass P = 32 / TG; a block covers 4 * P positions per pass, each
+//   (warp, lane group) a "slot" with its own online softmax state for each of the G heads.
+//   The slots merge in shared memory; with splits the partial states go to global scratch and
+//   the last block of the token (an atomic count) merges them and resets its count.
+__device__ __forceinline__ void Unpack8(const uint4 w, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(&w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
+  constexpr int TG = D / 8;
+  constexpr int P = 32 / TG;
+  constexpr int SLOTS = 4 * P;
+  const int bx = blockIdx.x;
+  const int g = p.tok_index ? p.tok_index[bx] : bx;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z, n_split = gridDim.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int tl = lane % TG, slot = warp * P + lane / TG;
+  const int seq = p.tok_seq[g];
+  const int npos = p.tok_pos[g] + 1;
+  const int chunk = max(kDecodeSplitMinPositions, (npos + n_split - 1) / n_split);
+  const int j0 = min(npos, split * chunk), j1 = min(npos, j0 + chunk);
+  const int dkv = p.n_head_kv * D;
+
+  float q[G][8], acc[G][8], m[G], l[G];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    const float* qh = p.q + static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + tl * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      q[i][e] = __half2float(__float2half_rn(qh[e]));
+      acc[i][e] = 0.0f;
+    }
+    m[i] = -FLT_MAX;
+    l[i] = 0.0f;
+  }
+  // Every lane of a warp runs the same passes (the shuffles need them all); a slot past j1 only
+  // joins the shuffles.
+  for (int base = j0; base < j1; base += SLOTS) {
+    const int j = base + slot;
+    const bool valid = j < j1;
+    float kf[8], vf[8];
+    if (valid) {
+      const size_t off = CacheRow(p, seq, j) * dkv + kvh * D + tl * 8;
+      Unpack8(*reinterpret_cast<const uint4*>(p.k + off), kf);
+      Unpack8(*reinterpret_cast<const uint4*>(p.v + off), vf);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kf[e] = vf[e] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot += q[i][e] * kf[e];
+#pragma unroll
+      for (int o = TG / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(kFullMask, dot, o);
+      if (valid) {
+        const float s = dot * p.scale;
+        const float mn = fmaxf(m[i], s);
+        const float corr = __expf(m[i] - mn);
+        const float pr = __expf(s - mn);
+        l[i] = l[i] * corr + pr;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i][e] = acc[i][e] * corr + pr * vf[e];
+        m[i] = mn;
+      }
+    }
+  }
+  __shared__ float sm[SLOTS][G], sl[SLOTS][G];
+  __shared__ float sacc[SLOTS][G][D];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    if (tl == 0) {
+      sm[slot][i] = m[i];
+      sl[slot][i] = l[i];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sacc[slot][i][tl * 8 + e] = acc[i][e];
+  }
+  __syncthreads();
+  // Merge the slots: element (i, d) of the G x D output per thread, strided.
+  float* part = nullptr;
+  if (n_split > 1) {
+    part = p.split_partial +
+           (static_cast<size_t>(bx * p.n_head_kv + kvh) * n_split + split) * (G * (D + 2));
+  }
+  for (int x = threadIdx.x; x < G * D; x += blockDim.x) {
+    const int i = x / D, d = x % D;
+    float M = -FLT_MAX;
+    for (int s = 0; s < SLOTS; ++s) M = fmaxf(M, sm[s][i]);
+    float L = 0.0f, o = 0.0f;
+    for (int s = 0; s < SLOTS; ++s) {
+      const float w = sl[s][i] > 0.0f ? __expf(sm[s][i] - M) : 0.0f;
+      L += sl[s][i] * w;
+      o += sacc[s][i][d] * w;
+    }
+    if (part == nullptr) {
+      p.out[static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + d] = o / L;
+    } else {
+      part[i * D + d] = o;
+      if (d == 0) {
+        part[G * D + i] = M;
+        part[G * D + G + i] = L;
+      }
+    }
+  }
+  if (part == nullptr) return;
+  // Split: the last of the token's blocks to get here merges every split's state.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* count = p.split_counters + bx * p.n_head_kv + kvh;
+    last = atomicAdd(count, 1) == n_split - 1;
+    if (last) *count = 0;  // every other block of this token has counted already
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* parts =
+      p.split_partial + static_cast<size_t>(bx * p.n_head_kv + kvh) * n_split * (G * (D + 2));
+  for (int x = threadIdx.x; x < G * D; x += blockDim.x) {
+    const int i = x / D, d = x % D;
+    float M = -FLT_MAX;
+    for (int s = 0; s < n_split; ++s) M = fmaxf(M, __ldcg(parts + s * (G * (D + 2)) + G * D + i));
+    float L = 0.0f, o = 0.0f;
+    for (int s = 0; s < n_split; ++s) {
+      const float* ps = parts + s * (G * (D + 2));
+      const float ls = __ldcg(ps + G * D + G + i);
+      const float w = ls > 0.0f ? __expf(__ldcg(ps + G * D + i) - M) : 0.0f;
+      L += ls * w;
+      o += __ldcg(ps + i * D + d) * w;
+    }
+    p.out[static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + d] = o / L;
   }
 }
 
@@ -343,8 +492,47 @@ void LaunchPrefillTc(const AttnParams& p, const int32_t* tiles, const int32_t* t
 
 }  // namespace
 
+namespace {
+
+bool GqaDecodeApplies(const AttnParams& p) {
+  if (p.per_head_decode || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) return false;
+  const int group = p.n_head / p.n_head_kv;
+  return (p.head_dim == 64 || p.head_dim == 128) && group >= 1 && group <= kMaxGqaGroup;
+}
+
+template <int D>
+void LaunchDecodeGqa(const AttnParams& p, int splits, cudaStream_t stream) {
+  using Kernel = void (*)(AttnParams);
+  static constexpr Kernel kByGroup[kMaxGqaGroup] = {
+      AttnDecodeGqaKernel<D, 1>, AttnDecodeGqaKernel<D, 2>, AttnDecodeGqaKernel<D, 3>,
+      AttnDecodeGqaKernel<D, 4>, AttnDecodeGqaKernel<D, 5>, AttnDecodeGqaKernel<D, 6>,
+      AttnDecodeGqaKernel<D, 7>, AttnDecodeGqaKernel<D, 8>};
+  static_assert(kMaxGqaGroup == 8, "one kernel per group size");
+  const dim3 grid(p.n_tok, p.n_head_kv, splits);
+  kByGroup[p.n_head / p.n_head_kv - 1]<<<grid, 128, 0, stream>>>(p);  // GqaDecodeApplies: 1-8
+}
+
+}  // namespace
+
+int DecodeSplits(const AttnParams& p) {
+  if (!GqaDecodeApplies(p) || !p.split_partial || !p.split_counters || p.n_tok <= 0) return 1;
+  const int blocks = p.n_tok * p.n_head_kv;
+  if (blocks > p.max_split_blocks) return 1;
+  const int want = std::min(kMaxDecodeSplit, std::max(1, 2 * p.sm_count / blocks));
+  return std::max(1, std::min(want, p.max_split_blocks / blocks));
+}
+
 void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
   if (p.n_tok <= 0) return;
+  if (GqaDecodeApplies(p)) {
+    const int splits = DecodeSplits(p);
+    if (p.head_dim == 64)
+      LaunchDecodeGqa<64>(p, splits, stream);
+    else
+      LaunchDecodeGqa<128>(p, splits, stream);
+    KINFER_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const dim3 grid(p.n_tok, p.n_head);
   switch (p.head_dim / 32) {
     case 1: AttnDecodeKernel<1><<<grid, 128, 0, stream>>>(p); break;

@@ -122,6 +122,9 @@ struct CudaBackend::Impl {
   float* output_norm = nullptr;
   std::vector<Layer> layers;
   uint16_t* w16_scratch = nullptr;  // when there are no fp16 copies
+  // Split decode attention's partial states and per-token counts (cuda_kernels.h).
+  float* split_partial = nullptr;
+  int32_t* split_counters = nullptr;
 
   // Scratch activations, [max_tokens][...].
   int T = 0;  // max tokens
@@ -232,6 +235,10 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   opt.gemm_min_tokens = EnvInt("KINFER_CUDA_GEMM_MIN_TOKENS", opt.gemm_min_tokens);
   opt.cuda_graphs = opt.cuda_graphs && EnvInt("KINFER_CUDA_GRAPHS", 1) != 0;
   opt.tensor_core_attention = EnvInt("KINFER_CUDA_TC_ATTENTION", opt.tensor_core_attention ? 1 : 0) != 0;
+  if (const char* e = std::getenv("KINFER_CUDA_DECODE_ATTENTION");
+      e && std::string(e) == "per_head") {
+    opt.shared_kv_decode = false;
+  }
   KINFER_RETURN_IF_ERROR(CudaDeviceUsable(opt.device));
   KINFER_ASSIGN_OR_RETURN(hp, ReadLlamaHParams(*file));
   if (hp.head_dim % 32 != 0 || hp.head_dim > 256) {
@@ -406,9 +413,12 @@ Status CudaBackend::Impl::PlanScratch() {
   const size_t t = T;
   const size_t floats = t * d + t * std::max(d, dq) + t * dq + 2 * t * dkv + t * dq + 2 * t * ff +
                         t * std::max(d, dq) + R * d + R * nv + t * maxc + t * maxc / 16;
+  const size_t split_floats =
+      cuda::DecodeSplitScratchFloats(info.sm_count, hp.n_head, hp.n_head_kv, hp.head_dim);
+  const size_t split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
                        t * maxc * 2 /* x16 */ + R * 4 + Align256(t * sizeof(cuda::DeviceDraw)) +
-                       256;
+                       Align256(split_floats * 4) + Align256(split_blocks * 4) + 3 * 256;
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
   xn = scratch.Take<float>(t * std::max(d, dq));
@@ -428,7 +438,14 @@ Status CudaBackend::Impl::PlanScratch() {
   x16 = scratch.Take<uint16_t>(t * maxc);
   argmax_dev = scratch.Take<int32_t>(R);
   draws_dev = scratch.Take<cuda::DeviceDraw>(t);
-  if (!argmax_dev || !draws_dev) return Internal("scratch plan too small (a bug)");
+  split_partial = scratch.Take<float>(split_floats);
+  split_counters = scratch.Take<int32_t>(split_blocks);
+  if (!argmax_dev || !draws_dev || !split_partial || !split_counters) {
+    return Internal("scratch plan too small (a bug)");
+  }
+  KINFER_CUDA_RETURN(cudaMemsetAsync(split_counters, 0, split_blocks * sizeof(int32_t), stream),
+                     "split counters");
+  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "split counters");
   KINFER_CUDA_RETURN(cudaMallocHost(&draws_host, t * sizeof(cuda::DeviceDraw)), "pinned draws");
   KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
   KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host, T * sizeof(int32_t)), "pinned ids");
@@ -507,6 +524,11 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
   ap.head_dim = hp.head_dim;
   ap.block_size = block_size;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  ap.split_partial = split_partial;
+  ap.split_counters = split_counters;
+  ap.max_split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
+  ap.sm_count = info.sm_count;
+  ap.per_head_decode = !opt.shared_kv_decode;
   const size_t layer_elems = static_cast<size_t>(num_blocks) * block_size * dkv;
   using cuda::PlainOut;
   const bool gemm = UseGemm(n);

@@ -46,6 +46,9 @@ struct CudaBackendOptions {
   bool tensor_core_attention = false;  // the WMMA prefill attention (env KINFER_CUDA_TC_ATTENTION=1);
                                        // off until a GPU run has checked and timed it
   bool cuda_graphs = true;       // env KINFER_CUDA_GRAPHS=0 turns them off
+  // Decode attention with shared K/V reads and split positions (cuda_kernels.h AttentionDecode);
+  // false, or env KINFER_CUDA_DECODE_ATTENTION=per_head: one block per (token, head), unsplit.
+  bool shared_kv_decode = true;
 };
 
 struct CudaDeviceInfo {

@@ -166,10 +166,37 @@ struct AttnParams {
   int head_dim = 0;
   int block_size = 0;
   float scale = 0.0f;  // 1 / sqrt(head_dim)
+  // AttentionDecode only. split_partial / split_counters: scratch for splitting a token's
+  // positions over several blocks (DecodeSplits); null = never split. split_counters must be
+  // zero before the first launch; every launch leaves them zero.
+  float* split_partial = nullptr;     // DecodeSplitScratchFloats(...) floats
+  int32_t* split_counters = nullptr;  // max_split_blocks ints
+  int max_split_blocks = 0;           // blocks the scratch holds (DecodeSplitBlocks)
+  int sm_count = 0;                   // the device's multiprocessors (sizes the split)
+  bool per_head_decode = false;       // force the per-(token, head) kernel (a fallback)
 };
 
-// One block per (token, head), online softmax over all its positions: for decode steps. Any
-// head_dim <= 256 (a multiple of 32).
+// Decode attention. Two kernels:
+//  * shared K/V (head_dim 64 or 128, n_head / n_head_kv <= kMaxGqaGroup): one block of 4 warps
+//    per (token, KV head) computes all the query heads that share that KV head, so each K/V row
+//    is read once per group instead of once per head; a K/V row is read as 16-byte vectors by
+//    head_dim / 8 lanes, several positions per warp at once. When the step has few tokens
+//    (n_tok * n_head_kv blocks leave most multiprocessors idle) each token's positions are split
+//    over up to kMaxDecodeSplit blocks (split-K, as flash-decoding), whose partial softmax
+//    states the last block to finish merges; no second launch.
+//  * per head (any other shape, or per_head_decode): one block of 4 warps per (token, head),
+//    online softmax over all its positions. Any head_dim <= 256 (a multiple of 32).
+constexpr int kMaxGqaGroup = 8;
+constexpr int kMaxDecodeSplit = 32;
+constexpr int kDecodeSplitMinPositions = 64;  // a split covers at least this many positions
+// Splits per token for a step of n_tok decode tokens: enough blocks to fill 2 x sm_count, at most
+// kMaxDecodeSplit, 1 when the scratch is absent or the shared-K/V kernel does not apply.
+int DecodeSplits(const AttnParams& p);
+// Scratch for split decode: blocks = 2 x sm_count, each with a partial state per query head.
+inline int DecodeSplitBlocks(int sm_count) { return 2 * sm_count; }
+inline size_t DecodeSplitScratchFloats(int sm_count, int n_head, int n_head_kv, int head_dim) {
+  return static_cast<size_t>(DecodeSplitBlocks(sm_count)) * (n_head / n_head_kv) * (head_dim + 2);
+}
 void AttentionDecode(const AttnParams& p, cudaStream_t stream);
 
 // Tiled (flash-style) causal attention: one block per (tile of kPrefillTile query tokens of one

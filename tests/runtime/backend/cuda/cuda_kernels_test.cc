@@ -98,6 +98,50 @@ struct DevAct {
   cuda::ActBuffers a;
 };
 
+// Attention in double over a paged FP16 cache (the query rounded to FP16, as the kernels do):
+// q and the result are [token][n_head * hd]; token g reads positions 0..tok_pos[g] of its
+// sequence's table.
+std::vector<float> ReferenceAttention(const std::vector<uint16_t>& kc,
+                                      const std::vector<uint16_t>& vc,
+                                      const std::vector<std::vector<int32_t>>& seq_tables,
+                                      const std::vector<int32_t>& tok_seq,
+                                      const std::vector<int32_t>& tok_pos,
+                                      const std::vector<float>& q, int n_head, int n_kv, int hd,
+                                      int bs) {
+  const int dkv = n_kv * hd;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<float> ref(q.size());
+  for (size_t g = 0; g < tok_seq.size(); ++g) {
+    const std::vector<int32_t>& table = seq_tables[tok_seq[g]];
+    const auto row = [&](int j, int kvh) {
+      return (static_cast<size_t>(table[j / bs]) * bs + j % bs) * dkv + kvh * hd;
+    };
+    for (int h = 0; h < n_head; ++h) {
+      const int kvh = h / (n_head / n_kv);
+      const float* qh = q.data() + (g * n_head + h) * hd;
+      std::vector<double> sc(tok_pos[g] + 1);
+      double mx = -1e300;
+      for (int j = 0; j <= tok_pos[g]; ++j) {
+        double dot = 0;
+        for (int e = 0; e < hd; ++e) {
+          dot +=
+              static_cast<double>(Fp16ToFp32(Fp32ToFp16(qh[e]))) * Fp16ToFp32(kc[row(j, kvh) + e]);
+        }
+        sc[j] = dot * static_cast<float>(scale);
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int j = 0; j <= tok_pos[g]; ++j) o += sc[j] / sum * Fp16ToFp32(vc[row(j, kvh) + e]);
+        ref[(g * n_head + h) * hd + e] = static_cast<float>(o);
+      }
+    }
+  }
+  return ref;
+}
+
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override { KINFER_REQUIRE_CUDA(); }
@@ -319,35 +363,10 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   const int n_tok = static_cast<int>(tok_seq.size());
   const std::vector<float> q = RandomFloats(static_cast<size_t>(n_tok) * n_head * hd, 8, -2.0f, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Reference.
-  std::vector<float> ref(q.size());
-  for (int g = 0; g < n_tok; ++g) {
-    const Seq& s = seqs[tok_seq[g]];
-    for (int h = 0; h < n_head; ++h) {
-      const int kvh = h / (n_head / n_kv);
-      std::vector<double> sc(tok_pos[g] + 1);
-      double mx = -1e300;
-      for (int j = 0; j <= tok_pos[g]; ++j) {
-        const size_t row = (static_cast<size_t>(s.table[j / bs]) * bs + j % bs) * dkv + kvh * hd;
-        double dot = 0;
-        for (int e = 0; e < hd; ++e) {
-          dot += static_cast<double>(Fp16ToFp32(Fp32ToFp16(q[(g * n_head + h) * hd + e]))) * Fp16ToFp32(kc[row + e]);
-        }
-        sc[j] = dot * scale;
-        mx = std::max(mx, sc[j]);
-      }
-      double sum = 0;
-      for (double& v : sc) sum += (v = std::exp(v - mx));
-      for (int e = 0; e < hd; ++e) {
-        double o = 0;
-        for (int j = 0; j <= tok_pos[g]; ++j) {
-          const size_t row = (static_cast<size_t>(s.table[j / bs]) * bs + j % bs) * dkv + kvh * hd;
-          o += sc[j] / sum * Fp16ToFp32(vc[row + e]);
-        }
-        ref[(g * n_head + h) * hd + e] = static_cast<float>(o);
-      }
-    }
-  }
+  std::vector<std::vector<int32_t>> seq_tables;
+  for (const Seq& s : seqs) seq_tables.push_back(s.table);
+  const std::vector<float> ref =
+      ReferenceAttention(kc, vc, seq_tables, tok_seq, tok_pos, q, n_head, n_kv, hd, bs);
   DeviceBuffer<float> qd(q), out(q.size()), out_all(q.size());
   DeviceBuffer<uint16_t> kd(kc), vd(vc);
   DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables), ti(tiles), tl(tile_len), dd(dec);
@@ -384,6 +403,117 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   p.n_tok = n_tok;
   cuda::AttentionDecode(p, nullptr);
   EXPECT_LT(Nmse(out_all.ToHost(), ref), 1e-6);
+}
+
+// The shared-K/V decode kernel for every group size it takes (1-8 query heads per KV head), both
+// head sizes, contexts from 1 to 1,500 positions, with and without splitting a token's positions
+// over several blocks, and the per-head kernel it replaces; all against the double reference.
+// Each configuration runs twice on the same split counters: the second launch must find them
+// reset and give the same bits.
+TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
+  int sm_count = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Shape {
+    int n_head, n_kv, hd;
+  };
+  const Shape shapes[] = {{9, 3, 64},  {32, 8, 128}, {8, 8, 64}, {16, 2, 128}, {6, 1, 64},
+                          {14, 2, 64}, {10, 2, 128}, {12, 3, 96} /* per-head kernel */};
+  const int bs = 16;
+  for (const Shape& sh : shapes) {
+    for (const std::vector<int>& lens :
+         {std::vector<int>{1}, std::vector<int>{1500}, std::vector<int>{17, 200, 1, 64, 65},
+          std::vector<int>(48, 129)}) {
+      const int dkv = sh.n_kv * sh.hd;
+      int nblocks = 0;
+      for (int len : lens) nblocks += (len + bs - 1) / bs;
+      std::mt19937 rng(sh.n_head * 131 + static_cast<int>(lens.size()));
+      std::vector<int32_t> perm(nblocks);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<std::vector<int32_t>> seq_tables;
+      std::vector<int32_t> tok_seq, tok_pos, table_off, tables;
+      int next = 0;
+      for (size_t s = 0; s < lens.size(); ++s) {
+        seq_tables.emplace_back();
+        for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) seq_tables.back().push_back(perm[next++]);
+        table_off.push_back(static_cast<int32_t>(tables.size()));
+        tables.insert(tables.end(), seq_tables.back().begin(), seq_tables.back().end());
+        tok_seq.push_back(static_cast<int32_t>(s));
+        tok_pos.push_back(lens[s] - 1);  // one decode token at the end of each sequence
+      }
+      std::vector<uint16_t> kc(static_cast<size_t>(nblocks) * bs * dkv), vc(kc.size());
+      const std::vector<float> kr = RandomFloats(kc.size(), 11), vr = RandomFloats(vc.size(), 12);
+      for (size_t i = 0; i < kc.size(); ++i) {
+        kc[i] = Fp32ToFp16(kr[i]);
+        vc[i] = Fp32ToFp16(vr[i]);
+      }
+      const int n_tok = static_cast<int>(tok_seq.size());
+      const std::vector<float> q =
+          RandomFloats(static_cast<size_t>(n_tok) * sh.n_head * sh.hd, 13, -2.0f, 2.0f);
+      const std::vector<float> ref = ReferenceAttention(kc, vc, seq_tables, tok_seq, tok_pos, q,
+                                                        sh.n_head, sh.n_kv, sh.hd, bs);
+      DeviceBuffer<float> qd(q), out(q.size());
+      DeviceBuffer<uint16_t> kd(kc), vd(vc);
+      DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables);
+      DeviceBuffer<float> partial(
+          std::max<size_t>(1, cuda::DecodeSplitScratchFloats(sm_count, sh.n_head, sh.n_kv, sh.hd)));
+      DeviceBuffer<int32_t> counters(cuda::DecodeSplitBlocks(sm_count));
+      cuda::AttnParams p;
+      p.q = qd.get();
+      p.k = kd.get();
+      p.v = vd.get();
+      p.out = out.get();
+      p.tok_seq = ts.get();
+      p.tok_pos = tp.get();
+      p.seq_table_off = to.get();
+      p.tables = tb.get();
+      p.n_tok = n_tok;
+      p.n_head = sh.n_head;
+      p.n_head_kv = sh.n_kv;
+      p.head_dim = sh.hd;
+      p.block_size = bs;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
+      p.sm_count = sm_count;
+      p.max_split_blocks = cuda::DecodeSplitBlocks(sm_count);
+      for (int variant = 0; variant < 3; ++variant) {
+        // 0: shared K/V, split where it pays; 1: shared K/V, never split; 2: per head.
+        p.split_partial = variant == 0 ? partial.get() : nullptr;
+        p.split_counters = variant == 0 ? counters.get() : nullptr;
+        p.per_head_decode = variant == 2;
+        const std::string what = "heads " + std::to_string(sh.n_head) + "/" +
+                                 std::to_string(sh.n_kv) + " hd " + std::to_string(sh.hd) +
+                                 " tokens " + std::to_string(n_tok) + " first len " +
+                                 std::to_string(lens[0]) + " variant " + std::to_string(variant) +
+                                 " splits " + std::to_string(cuda::DecodeSplits(p));
+        cuda::AttentionDecode(p, nullptr);
+        const std::vector<float> first = out.ToHost();
+        EXPECT_LT(Nmse(first, ref), 1e-6) << what;
+        cudaMemset(out.get(), 0, q.size() * sizeof(float));
+        cuda::AttentionDecode(p, nullptr);
+        EXPECT_EQ(out.ToHost(), first) << what << ": a second launch differs";
+      }
+      EXPECT_EQ(counters.ToHost(), std::vector<int32_t>(cuda::DecodeSplitBlocks(sm_count), 0))
+          << "split counters left non-zero";
+    }
+  }
+  // The split decision: a lone token of SmolLM2's shape splits, a batch of 256 does not.
+  cuda::AttnParams p;
+  p.n_head = 9;
+  p.n_head_kv = 3;
+  p.head_dim = 64;
+  p.sm_count = 132;
+  p.max_split_blocks = cuda::DecodeSplitBlocks(132);
+  float f = 0;
+  int32_t c = 0;
+  p.split_partial = &f;
+  p.split_counters = &c;
+  p.n_tok = 1;
+  EXPECT_EQ(cuda::DecodeSplits(p), cuda::kMaxDecodeSplit);
+  p.n_tok = 256;
+  EXPECT_EQ(cuda::DecodeSplits(p), 1);
+  p.per_head_decode = true;
+  p.n_tok = 1;
+  EXPECT_EQ(cuda::DecodeSplits(p), 1);
 }
 
 // The fused producers give exactly what the unfused kernels give.
