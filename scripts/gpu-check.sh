@@ -129,6 +129,11 @@ RC_BENCH=0
 timeout 200 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/bench.json" \
   --note "$MODEL_NOTE" > "$OUT/bench.log" 2>&1 || RC_BENCH=1
 tee -a "$LOG_BUILD" < "$OUT/bench.log"
+# The issue's three goals and the decode attention kernels' ratio, into bench.log and summary.json.
+rm -f "$STASH/goals.json"
+if [ -s "$OUT/bench.json" ]; then
+  python3 bench/gpu/goals.py "$OUT/bench.json" --json "$STASH/goals.json" 2>&1 | tee -a "$OUT/bench.log" "$LOG_BUILD"
+fi
 # The engine over this machine's host alone (null) and over the GPU (cuda): its tables go to
 # bench.log and its JSON into summary.json (8 files at most come back).
 # cuda is the default engine: each step planned while the one before is computed, its events
@@ -151,12 +156,14 @@ ENGINE_NULL=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
 ENGINE_CUDA=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
 ENGINE_CUDA_NOAHEAD=$(cat "$STASH/engine_cuda_noahead.json" 2>/dev/null || echo null)
 ENGINE_CUDA_SERIAL=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
+GOALS=$(cat "$STASH/goals.json" 2>/dev/null || echo null)
 cat > "$OUT/summary.json" <<JSON
 {"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "engine_null": ${ENGINE_NULL},
  "engine_cuda": ${ENGINE_CUDA},
  "engine_cuda_noahead": ${ENGINE_CUDA_NOAHEAD},
- "engine_cuda_serial": ${ENGINE_CUDA_SERIAL}}
+ "engine_cuda_serial": ${ENGINE_CUDA_SERIAL},
+ "goals": ${GOALS}}
 JSON
 say "done: tests rc $RC_TESTS, bench rc $RC_BENCH"
 [ $RC_TESTS -eq 0 ] && [ $RC_BENCH -eq 0 ]
