@@ -99,6 +99,15 @@ __device__ __forceinline__ void Unpack8(const uint4 w, float* f) {
   }
 }
 
+// Element d of head h of token g's output, and with q8_out_on its Q8 block: lane l of a warp
+// holds element d = 32 k + l of one head (the callers' loops give a warp 32 consecutive
+// elements), so the warp quantizes the whole block. The whole warp calls it.
+__device__ __forceinline__ void StoreDecodeOut(const AttnParams& p, int g, int h, int d, float v) {
+  const size_t at = (static_cast<size_t>(g) * p.n_head + h) * p.head_dim + d;
+  p.out[at] = v;
+  if (p.q8_out_on) QuantBlock32(v, threadIdx.x & 31, static_cast<int64_t>(at / 32), p.q8_out);
+}
+
 template <int D, int G>
 __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
   constexpr int TG = D / 8;
@@ -190,7 +199,7 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
       o += sacc[s][i][d] * w;
     }
     if (part == nullptr) {
-      p.out[static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + d] = o / L;
+      StoreDecodeOut(p, g, kvh * G + i, d, o / L);
     } else {
       part[i * D + d] = o;
       if (d == 0) {
@@ -226,7 +235,7 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
       L += ls * w;
       o += __ldcg(ps + i * D + d) * w;
     }
-    p.out[static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + d] = o / L;
+    StoreDecodeOut(p, g, kvh * G + i, d, o / L);
   }
 }
 
@@ -513,6 +522,8 @@ void LaunchDecodeGqa(const AttnParams& p, int splits, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool DecodeQuantizesOutput(const AttnParams& p) { return GqaDecodeApplies(p); }
 
 int DecodeSplits(const AttnParams& p) {
   if (!GqaDecodeApplies(p) || !p.split_partial || !p.split_counters || p.n_tok <= 0) return 1;

@@ -557,9 +557,20 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
     ap.k = kl;
     ap.v = vl;
     ap.n_tok = n_dec;
+    // Every token through the decode kernel, on the matrix-vector path with 32-block activations:
+    // the kernel quantizes its output for the output product itself (one launch fewer a layer).
+    const cuda::ActFormat wo_fmt = cuda::ActFormatFor(L.wo.type);
+    ap.q8_out_on = !gemm && n_dec == n && n_tiles == 0 &&
+                   (wo_fmt == cuda::ActFormat::kQ8_0 || wo_fmt == cuda::ActFormat::kQ8_1) &&
+                   cuda::DecodeQuantizesOutput(ap);
+    ap.q8_out = act;
     cuda::AttentionDecode(ap, stream);
     cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, opt.tensor_core_attention, stream);
-    Products(attn, n, {{&L.wo, PlainOut(x, true)}});
+    if (ap.q8_out_on) {
+      cuda::MatVec(L.wo, act, n, PlainOut(x, true), stream);
+    } else {
+      Products(attn, n, {{&L.wo, PlainOut(x, true)}});
+    }
     // Feed-forward block.
     if (!gemm && L.w_gate_up.data) {
       cuda::RmsNormQuantize(cuda::ActFormatFor(L.w_gate_up.type), x, L.ffn_norm, n, d, hp.rms_eps, act, stream);

@@ -1,5 +1,6 @@
 // Device-side helpers shared by the backend's .cu files: warp reductions, unaligned loads, the
-// fp16 / bf16 conversions the CPU uses (round to nearest even), and the launch error check.
+// fp16 / bf16 conversions the CPU uses (round to nearest even), the launch error check, and the
+// Q8_0 / Q8_1 block quantizer.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "runtime/backend/cuda/cuda_kernels.h"  // ActBuffers
 
 namespace kinfer::cuda {
 
@@ -48,6 +51,24 @@ __device__ __forceinline__ int LoadI32Aligned2(const uint8_t* p) {
 }
 __device__ __forceinline__ int LoadI32Aligned4(const uint8_t* p) {
   return *reinterpret_cast<const int*>(p);
+}
+
+// One 32-block (lane i holds element i, b = the block's index over all rows): Q8_0 / Q8_1 exactly
+// as the CPU's QuantizeQ8 (amax / 127 as the scale, q = rint(x * (127 / amax)), d and s rounded
+// through fp16). The whole warp calls it.
+__device__ __forceinline__ void QuantBlock32(float v, int lane, int64_t b, const ActBuffers& act) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  const float dv = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const int q = static_cast<int>(rintf(__fmul_rn(v, id)));
+  act.qs[b * 32 + lane] = static_cast<int8_t>(q);
+  const int sum = WarpSumInt(q);
+  if (lane == 0) {
+    act.d[b] = HalfBitsToFloat(FloatToHalfBits(dv));
+    act.s[b] = HalfBitsToFloat(FloatToHalfBits(__fmul_rn(dv, static_cast<float>(sum))));
+  }
 }
 
 }  // namespace kinfer::cuda

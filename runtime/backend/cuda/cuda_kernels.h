@@ -174,6 +174,11 @@ struct AttnParams {
   int max_split_blocks = 0;           // blocks the scratch holds (DecodeSplitBlocks)
   int sm_count = 0;                   // the device's multiprocessors (sizes the split)
   bool per_head_decode = false;       // force the per-(token, head) kernel (a fallback)
+  // AttentionDecode only, REQUIRES DecodeQuantizesOutput(p): each token's output row (n_head *
+  // head_dim) is also quantized into q8_out in QuantizeActivations' kQ8_0 / kQ8_1 layout, bit
+  // for bit, so that the output product needs no quantizer launch.
+  bool q8_out_on = false;
+  ActBuffers q8_out;
 };
 
 // Decode attention. Two kernels:
@@ -197,6 +202,8 @@ inline int DecodeSplitBlocks(int sm_count) { return 2 * sm_count; }
 inline size_t DecodeSplitScratchFloats(int sm_count, int n_head, int n_head_kv, int head_dim) {
   return static_cast<size_t>(DecodeSplitBlocks(sm_count)) * (n_head / n_head_kv) * (head_dim + 2);
 }
+// Whether AttentionDecode can quantize its output (q8_out_on): the shared-K/V kernel applies.
+bool DecodeQuantizesOutput(const AttnParams& p);
 void AttentionDecode(const AttnParams& p, cudaStream_t stream);
 
 // Tiled (flash-style) causal attention: one block per (tile of kPrefillTile query tokens of one

@@ -11,23 +11,7 @@ namespace {
 
 // ---- activation quantizers -----------------------------------------------------------------
 
-// One 32-block (lane i holds element i, b = the block's index over all rows): Q8_0 / Q8_1 exactly
-// as the CPU's QuantizeQ8 (amax / 127 as the scale, q = rint(x * (127 / amax)), d and s rounded
-// through fp16). The whole warp calls it.
-__device__ __forceinline__ void QuantBlock32(float v, int lane, int64_t b, const ActBuffers& act) {
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-  const float dv = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int q = static_cast<int>(rintf(__fmul_rn(v, id)));
-  act.qs[b * 32 + lane] = static_cast<int8_t>(q);
-  const int sum = WarpSumInt(q);
-  if (lane == 0) {
-    act.d[b] = HalfBitsToFloat(FloatToHalfBits(dv));
-    act.s[b] = HalfBitsToFloat(FloatToHalfBits(__fmul_rn(dv, static_cast<float>(sum))));
-  }
-}
+// QuantBlock32: cuda_common.cuh (the decode attention quantizes its output with it too).
 
 // One 256-block (lane holds elements 8*lane .. 8*lane+7, sb = the block's index over all rows):
 // the CPU's Q8_K (the value of largest magnitude, first on ties, sets iscale = -127 / max;

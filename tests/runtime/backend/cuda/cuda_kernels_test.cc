@@ -408,8 +408,9 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
 // The shared-K/V decode kernel for every group size it takes (1-8 query heads per KV head), both
 // head sizes, contexts from 1 to 1,500 positions, with and without splitting a token's positions
 // over several blocks, and the per-head kernel it replaces; all against the double reference.
-// Each configuration runs twice on the same split counters: the second launch must find them
-// reset and give the same bits.
+// Its Q8 output equals QuantizeActivations' of its float output bit for bit. Each configuration
+// runs twice on the same split counters: the second launch must find them reset and give the
+// same bits.
 TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
   int sm_count = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -485,9 +486,23 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
                                  " tokens " + std::to_string(n_tok) + " first len " +
                                  std::to_string(lens[0]) + " variant " + std::to_string(variant) +
                                  " splits " + std::to_string(cuda::DecodeSplits(p));
+        // The shared-K/V kernel also quantizes its output, exactly as QuantizeActivations does.
+        const int cols = sh.n_head * sh.hd;
+        DevAct fused(n_tok, cols), unfused(n_tok, cols);
+        p.q8_out_on = cuda::DecodeQuantizesOutput(p);
+        p.q8_out = fused.a;
+        EXPECT_EQ(p.q8_out_on, variant < 2 && sh.hd != 96) << what;
         cuda::AttentionDecode(p, nullptr);
         const std::vector<float> first = out.ToHost();
         EXPECT_LT(Nmse(first, ref), 1e-6) << what;
+        if (p.q8_out_on) {
+          cuda::QuantizeActivations(cuda::ActFormat::kQ8_1, out.get(), n_tok, cols, unfused.a,
+                                    nullptr);
+          EXPECT_EQ(fused.qs.ToHost(), unfused.qs.ToHost()) << what;
+          EXPECT_EQ(fused.d.ToHost(), unfused.d.ToHost()) << what;
+          EXPECT_EQ(fused.s.ToHost(), unfused.s.ToHost()) << what;
+        }
+        p.q8_out_on = false;
         cudaMemset(out.get(), 0, q.size() * sizeof(float));
         cuda::AttentionDecode(p, nullptr);
         EXPECT_EQ(out.ToHost(), first) << what << ": a second launch differs";
