@@ -9,6 +9,7 @@
 // probabilities are not rounded to FP16 before they meet V (the CPU does on llama.cpp's batch
 // path): a relative difference of at most ~2^-11 per probability, inside the stated tolerance.
 #include <algorithm>
+#include <cassert>
 #include <cfloat>
 
 #include <mma.h>
@@ -108,6 +109,19 @@ __device__ __forceinline__ void StoreDecodeOut(const AttnParams& p, int g, int h
   if (p.q8_out_on) QuantBlock32(v, threadIdx.x & 31, static_cast<int64_t>(at / 32), p.q8_out);
 }
 
+// RoPE on 8 consecutive dims of one head (lane tl's: pairs 4 tl .. 4 tl + 3), given their
+// angles: RopeWriteKvKernel's floats; pairs at or past rope_dim / 2 stay as they are.
+__device__ __forceinline__ void RopePairs(float (&x)[8], const float (&c)[4], const float (&s)[4],
+                                          int tl, int rope_dim) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (tl * 4 + k >= rope_dim / 2) continue;
+    const float x0 = x[2 * k], x1 = x[2 * k + 1];
+    x[2 * k] = __fsub_rn(__fmul_rn(x0, c[k]), __fmul_rn(x1, s[k]));
+    x[2 * k + 1] = __fadd_rn(__fmul_rn(x0, s[k]), __fmul_rn(x1, c[k]));
+  }
+}
+
 template <int D, int G>
 __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
   constexpr int TG = D / 8;
@@ -125,13 +139,48 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
   const int j0 = min(npos, split * chunk), j1 = min(npos, j0 + chunk);
   const int dkv = p.n_head_kv * D;
 
+  // With rope_on: this lane's 4 pairs' angles (RopeWriteKv's floats), for the G query heads and,
+  // in the block whose split holds the token's own position, for its k row, written to the cache
+  // with v before any position is read.
+  float rc[4], rs[4];
+  if (p.rope_on) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int pair = tl * 4 + k;
+      rc[k] = 1.0f;
+      rs[k] = 0.0f;
+      if (pair < p.rope_dim / 2) {
+        float theta = __fmul_rn(static_cast<float>(npos - 1), p.freq_scale);
+        for (int jj = 0; jj < pair; ++jj) theta = __fmul_rn(theta, p.theta_scale);
+        rc[k] = static_cast<float>(cos(static_cast<double>(theta)));
+        rs[k] = static_cast<float>(sin(static_cast<double>(theta)));
+      }
+    }
+    if (slot == 0 && split == (npos - 1) / chunk) {
+      const size_t src = static_cast<size_t>(g) * dkv + kvh * D + tl * 8;
+      float kr[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kr[e] = p.k_new[src + e];
+      RopePairs(kr, rc, rs, tl, p.rope_dim);
+      const size_t dst = static_cast<size_t>(p.slot_rows[g]) * dkv + kvh * D + tl * 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        p.k_cache[dst + e] = FloatToHalfBits(kr[e]);
+        p.v_cache[dst + e] = FloatToHalfBits(p.v_new[src + e]);
+      }
+    }
+    __syncthreads();  // the token's own K/V row is in the cache for the block's reads
+  }
   float q[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
     const float* qh = p.q + static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + tl * 8;
 #pragma unroll
+    for (int e = 0; e < 8; ++e) q[i][e] = qh[e];
+    if (p.rope_on) RopePairs(q[i], rc, rs, tl, p.rope_dim);
+#pragma unroll
     for (int e = 0; e < 8; ++e) {
-      q[i][e] = __half2float(__float2half_rn(qh[e]));
+      q[i][e] = __half2float(__float2half_rn(q[i][e]));
       acc[i][e] = 0.0f;
     }
     m[i] = -FLT_MAX;
@@ -524,6 +573,7 @@ void LaunchDecodeGqa(const AttnParams& p, int splits, cudaStream_t stream) {
 }  // namespace
 
 bool DecodeQuantizesOutput(const AttnParams& p) { return GqaDecodeApplies(p); }
+bool DecodeFusesRope(const AttnParams& p) { return GqaDecodeApplies(p); }
 
 int DecodeSplits(const AttnParams& p) {
   if (!GqaDecodeApplies(p) || !p.split_partial || !p.split_counters || p.n_tok <= 0) return 1;
@@ -535,6 +585,7 @@ int DecodeSplits(const AttnParams& p) {
 
 void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
   if (p.n_tok <= 0) return;
+  assert(GqaDecodeApplies(p) || (!p.q8_out_on && !p.rope_on));  // callers ask first
   if (GqaDecodeApplies(p)) {
     const int splits = DecodeSplits(p);
     if (p.head_dim == 64)

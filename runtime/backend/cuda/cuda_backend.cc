@@ -202,7 +202,7 @@ struct CudaBackend::Impl {
   bool UseGemm(int n) const { return opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens; }
   void Products(const float* x_in, int n,
                 std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws);
-  void Layers(int n, int n_dec, int n_tiles);
+  void Layers(int n, int n_dec, int n_tiles, bool one_token_each);
   void Output(int row0, int rows, Out out);
 };
 
@@ -505,7 +505,8 @@ void CudaBackend::Impl::Products(const float* x_in, int n,
 }
 
 // The layers over the step's n tokens; metadata already on the device.
-void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
+// one_token_each: every sequence has one token in the step (none reads another's new K/V).
+void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_each) {
   const int d = hp.n_embd, dkv = hp.n_embd_kv(), dq = hp.n_head * hp.head_dim;
   const int32_t* tokens = meta_dev;
   const int32_t* pos = meta_dev + T;
@@ -529,6 +530,15 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
   ap.max_split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   ap.sm_count = info.sm_count;
   ap.per_head_decode = !opt.shared_kv_decode;
+  // A decode step of one token per sequence: the decode kernel applies RoPE and writes the
+  // cache itself (one launch fewer a layer).
+  ap.rope_on = one_token_each && n_dec == n && cuda::DecodeFusesRope(ap);
+  ap.k_new = k;
+  ap.v_new = v;
+  ap.slot_rows = slots;
+  ap.rope_dim = hp.rope_dim;
+  ap.theta_scale = theta_scale;
+  ap.freq_scale = hp.rope_freq_scale;
   const size_t layer_elems = static_cast<size_t>(num_blocks) * block_size * dkv;
   using cuda::PlainOut;
   const bool gemm = UseGemm(n);
@@ -552,10 +562,14 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles) {
     }
     uint16_t* kl = kc + l * layer_elems;
     uint16_t* vl = vc + l * layer_elems;
-    cuda::RopeWriteKv(q, k, v, pos, slots, n, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim,
-                      theta_scale, hp.rope_freq_scale, kl, vl, stream);
+    if (!ap.rope_on) {
+      cuda::RopeWriteKv(q, k, v, pos, slots, n, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim,
+                        theta_scale, hp.rope_freq_scale, kl, vl, stream);
+    }
     ap.k = kl;
     ap.v = vl;
+    ap.k_cache = kl;
+    ap.v_cache = vl;
     ap.n_tok = n_dec;
     // Every token through the decode kernel, on the matrix-vector path with 32-block activations:
     // the kernel quantizes its output for the output product itself (one launch fewer a layer).
@@ -677,6 +691,7 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
   int32_t* m = meta_host;
   int g = 0, n_dec = 0, n_tiles = 0, nrows = 0, tab = 0;
   bool pure_decode = true;
+  bool one_token_each = true;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SequenceBatch& s = seqs[i];
     const int n = static_cast<int>(s.tokens.size());
@@ -686,6 +701,7 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
     tab += nb;
     const bool tiled = n >= opt.prefill_min_tokens && cuda::AttentionPrefillSupports(hp.head_dim);
     pure_decode = pure_decode && n == 1 && s.want_logits && s.num_logits == 1;
+    one_token_each = one_token_each && n == 1;
     for (int t = 0; t < n; ++t) {
       const int p = s.pos0 + t;
       m[g + t] = s.tokens[t];
@@ -724,7 +740,7 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
       cudaGraphExec_t exec = nullptr;
       cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
       if (e == cudaSuccess) {
-        Layers(g, n_dec, n_tiles);
+        Layers(g, n_dec, n_tiles, one_token_each);
         Output(0, nrows, out);
         e = cudaStreamEndCapture(stream, &graph);
         const Status enq = EnqueueErrors(&gemm_status);
@@ -751,7 +767,7 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
     }
   }
 
-  Layers(g, n_dec, n_tiles);
+  Layers(g, n_dec, n_tiles, one_token_each);
   KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
   for (int r0 = 0; r0 < nrows; r0 += R) {
     const int nr = std::min(R, nrows - r0);

@@ -179,6 +179,20 @@ struct AttnParams {
   // for bit, so that the output product needs no quantizer launch.
   bool q8_out_on = false;
   ActBuffers q8_out;
+  // AttentionDecode only, REQUIRES DecodeFusesRope(p) and one token per sequence in the launch
+  // (no token reads another's new K/V): q holds the step's queries before RoPE, and the kernel
+  // does RopeWriteKv's work itself, bit for bit: RoPE on each token's query heads and on its k
+  // row (k_new, [n_tok][n_head_kv * head_dim] floats), and k / v_new written as FP16 into the
+  // cache row slot_rows[g] of k_cache / v_cache (the layer's cache, as k and v).
+  bool rope_on = false;
+  const float* k_new = nullptr;
+  const float* v_new = nullptr;
+  const int32_t* slot_rows = nullptr;
+  uint16_t* k_cache = nullptr;
+  uint16_t* v_cache = nullptr;
+  int rope_dim = 0;
+  float theta_scale = 1.0f;
+  float freq_scale = 1.0f;
 };
 
 // Decode attention. Two kernels:
@@ -202,8 +216,10 @@ inline int DecodeSplitBlocks(int sm_count) { return 2 * sm_count; }
 inline size_t DecodeSplitScratchFloats(int sm_count, int n_head, int n_head_kv, int head_dim) {
   return static_cast<size_t>(DecodeSplitBlocks(sm_count)) * (n_head / n_head_kv) * (head_dim + 2);
 }
-// Whether AttentionDecode can quantize its output (q8_out_on): the shared-K/V kernel applies.
+// Whether AttentionDecode can quantize its output (q8_out_on) and apply RoPE and write the KV
+// cache itself (rope_on): the shared-K/V kernel applies.
 bool DecodeQuantizesOutput(const AttnParams& p);
+bool DecodeFusesRope(const AttnParams& p);
 void AttentionDecode(const AttnParams& p, cudaStream_t stream);
 
 // Tiled (flash-style) causal attention: one block per (tile of kPrefillTile query tokens of one

@@ -417,8 +417,11 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
   struct Shape {
     int n_head, n_kv, hd;
   };
-  const Shape shapes[] = {{9, 3, 64},  {32, 8, 128}, {8, 8, 64}, {16, 2, 128}, {6, 1, 64},
-                          {14, 2, 64}, {10, 2, 128}, {12, 3, 96} /* per-head kernel */};
+  // Group sizes 3, 4, 1, 8, 6, 7, 5, 2 (head_dim 64) and 2, 3 (128); head_dim 96 takes the
+  // per-head kernel.
+  const Shape shapes[] = {{9, 3, 64},   {32, 8, 128}, {8, 8, 64},   {16, 2, 128},
+                          {6, 1, 64},   {14, 2, 64},  {10, 2, 128}, {8, 4, 64},
+                          {16, 8, 128}, {12, 4, 128}, {12, 3, 96} /* per-head kernel */};
   const int bs = 16;
   for (const Shape& sh : shapes) {
     for (const std::vector<int>& lens :
@@ -529,6 +532,104 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
   p.per_head_decode = true;
   p.n_tok = 1;
   EXPECT_EQ(cuda::DecodeSplits(p), 1);
+}
+
+// A decode step of one token per sequence with rope_on: the decode kernel applies RoPE and
+// writes the token's K/V row itself, and gives exactly what RopeWriteKv then the decode kernel
+// give: the same output bits and the same cache, split or not, with a partial rotary dimension
+// too.
+TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
+  int sm_count = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Shape {
+    int n_head, n_kv, hd, rope_dim;
+  };
+  const Shape shapes[] = {{9, 3, 64, 64}, {32, 8, 128, 128}, {16, 2, 128, 64}};
+  const int bs = 16;
+  const float theta_scale = std::pow(10000.0f, -2.0f / 64.0f), freq_scale = 1.0f;
+  for (const Shape& sh : shapes) {
+    for (const std::vector<int>& lens :
+         {std::vector<int>{1500}, std::vector<int>{1}, std::vector<int>{3, 70, 129, 16, 17, 800}}) {
+      const int dkv = sh.n_kv * sh.hd, n_tok = static_cast<int>(lens.size());
+      std::vector<int32_t> tok_seq, tok_pos, table_off, tables, slots;
+      int nblocks = 0;
+      for (int s = 0; s < n_tok; ++s) {
+        table_off.push_back(static_cast<int32_t>(tables.size()));
+        for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) tables.push_back(nblocks++);
+        tok_seq.push_back(s);
+        tok_pos.push_back(lens[s] - 1);
+        const int p = lens[s] - 1;
+        slots.push_back(tables[table_off[s] + p / bs] * bs + p % bs);
+      }
+      std::vector<uint16_t> kc(static_cast<size_t>(nblocks) * bs * dkv), vc(kc.size());
+      const std::vector<float> kr = RandomFloats(kc.size(), 21), vr = RandomFloats(vc.size(), 22);
+      for (size_t i = 0; i < kc.size(); ++i) {
+        kc[i] = Fp32ToFp16(kr[i]);
+        vc[i] = Fp32ToFp16(vr[i]);
+      }
+      const std::vector<float> q =
+          RandomFloats(static_cast<size_t>(n_tok) * sh.n_head * sh.hd, 23, -2.0f, 2.0f);
+      const std::vector<float> kn = RandomFloats(static_cast<size_t>(n_tok) * dkv, 24);
+      const std::vector<float> vn = RandomFloats(static_cast<size_t>(n_tok) * dkv, 25);
+      DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables), sl(slots);
+      DeviceBuffer<float> partial(
+          cuda::DecodeSplitScratchFloats(sm_count, sh.n_head, sh.n_kv, sh.hd));
+      DeviceBuffer<int32_t> counters(cuda::DecodeSplitBlocks(sm_count));
+      for (const bool split : {true, false}) {
+        // A: RopeWriteKv, then the decode kernel.
+        DeviceBuffer<float> qa(q), ka(kn), va(vn), outa(q.size());
+        DeviceBuffer<uint16_t> kca(kc), vca(vc);
+        cuda::RopeWriteKv(qa.get(), ka.get(), va.get(), tp.get(), sl.get(), n_tok, sh.n_head,
+                          sh.n_kv, sh.hd, sh.rope_dim, theta_scale, freq_scale, kca.get(),
+                          vca.get(), nullptr);
+        cuda::AttnParams p;
+        p.q = qa.get();
+        p.k = kca.get();
+        p.v = vca.get();
+        p.out = outa.get();
+        p.tok_seq = ts.get();
+        p.tok_pos = tp.get();
+        p.seq_table_off = to.get();
+        p.tables = tb.get();
+        p.n_tok = n_tok;
+        p.n_head = sh.n_head;
+        p.n_head_kv = sh.n_kv;
+        p.head_dim = sh.hd;
+        p.block_size = bs;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
+        p.sm_count = sm_count;
+        p.max_split_blocks = cuda::DecodeSplitBlocks(sm_count);
+        p.split_partial = split ? partial.get() : nullptr;
+        p.split_counters = split ? counters.get() : nullptr;
+        cuda::AttentionDecode(p, nullptr);
+        // B: the decode kernel alone, on the queries, k and v before RoPE.
+        DeviceBuffer<float> qb(q), kb(kn), vb(vn), outb(q.size());
+        DeviceBuffer<uint16_t> kcb(kc), vcb(vc);
+        ASSERT_TRUE(cuda::DecodeFusesRope(p));
+        p.q = qb.get();
+        p.k = kcb.get();
+        p.v = vcb.get();
+        p.out = outb.get();
+        p.rope_on = true;
+        p.k_new = kb.get();
+        p.v_new = vb.get();
+        p.slot_rows = sl.get();
+        p.k_cache = kcb.get();
+        p.v_cache = vcb.get();
+        p.rope_dim = sh.rope_dim;
+        p.theta_scale = theta_scale;
+        p.freq_scale = freq_scale;
+        cuda::AttentionDecode(p, nullptr);
+        const std::string what =
+            "heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) + " hd " +
+            std::to_string(sh.hd) + " rope " + std::to_string(sh.rope_dim) + " tokens " +
+            std::to_string(n_tok) + " splits " + std::to_string(cuda::DecodeSplits(p));
+        EXPECT_EQ(outb.ToHost(), outa.ToHost()) << what;
+        EXPECT_EQ(kcb.ToHost(), kca.ToHost()) << what;
+        EXPECT_EQ(vcb.ToHost(), vca.ToHost()) << what;
+      }
+    }
+  }
 }
 
 // The fused producers give exactly what the unfused kernels give.
