@@ -142,6 +142,32 @@ std::vector<float> ReferenceAttention(const std::vector<uint16_t>& kc,
   return ref;
 }
 
+// Decode attention over a step's device buffers: q [n_tok][n_head * hd], the paged caches, the
+// tokens' sequences and positions, and the sequences' block tables; no split scratch.
+cuda::AttnParams DecodeParams(const float* q, const uint16_t* k, const uint16_t* v, float* out,
+                              const int32_t* tok_seq, const int32_t* tok_pos,
+                              const int32_t* table_off, const int32_t* tables, int n_tok,
+                              int n_head, int n_kv, int hd, int bs, int sm_count) {
+  cuda::AttnParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  p.tok_seq = tok_seq;
+  p.tok_pos = tok_pos;
+  p.seq_table_off = table_off;
+  p.tables = tables;
+  p.n_tok = n_tok;
+  p.n_head = n_head;
+  p.n_head_kv = n_kv;
+  p.head_dim = hd;
+  p.block_size = bs;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  p.sm_count = sm_count;
+  p.max_split_blocks = cuda::DecodeSplitBlocks(sm_count);
+  return p;
+}
+
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override { KINFER_REQUIRE_CUDA(); }
@@ -462,23 +488,9 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
       DeviceBuffer<float> partial(
           std::max<size_t>(1, cuda::DecodeSplitScratchFloats(sm_count, sh.n_head, sh.n_kv, sh.hd)));
       DeviceBuffer<int32_t> counters(cuda::DecodeSplitBlocks(sm_count));
-      cuda::AttnParams p;
-      p.q = qd.get();
-      p.k = kd.get();
-      p.v = vd.get();
-      p.out = out.get();
-      p.tok_seq = ts.get();
-      p.tok_pos = tp.get();
-      p.seq_table_off = to.get();
-      p.tables = tb.get();
-      p.n_tok = n_tok;
-      p.n_head = sh.n_head;
-      p.n_head_kv = sh.n_kv;
-      p.head_dim = sh.hd;
-      p.block_size = bs;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
-      p.sm_count = sm_count;
-      p.max_split_blocks = cuda::DecodeSplitBlocks(sm_count);
+      cuda::AttnParams p =
+          DecodeParams(qd.get(), kd.get(), vd.get(), out.get(), ts.get(), tp.get(), to.get(),
+                       tb.get(), n_tok, sh.n_head, sh.n_kv, sh.hd, bs, sm_count);
       for (int variant = 0; variant < 3; ++variant) {
         // 0: shared K/V, split where it pays; 1: shared K/V, never split; 2: per head.
         p.split_partial = variant == 0 ? partial.get() : nullptr;
@@ -582,23 +594,9 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
         cuda::RopeWriteKv(qa.get(), ka.get(), va.get(), tp.get(), sl.get(), n_tok, sh.n_head,
                           sh.n_kv, sh.hd, sh.rope_dim, theta_scale, freq_scale, kca.get(),
                           vca.get(), nullptr);
-        cuda::AttnParams p;
-        p.q = qa.get();
-        p.k = kca.get();
-        p.v = vca.get();
-        p.out = outa.get();
-        p.tok_seq = ts.get();
-        p.tok_pos = tp.get();
-        p.seq_table_off = to.get();
-        p.tables = tb.get();
-        p.n_tok = n_tok;
-        p.n_head = sh.n_head;
-        p.n_head_kv = sh.n_kv;
-        p.head_dim = sh.hd;
-        p.block_size = bs;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
-        p.sm_count = sm_count;
-        p.max_split_blocks = cuda::DecodeSplitBlocks(sm_count);
+        cuda::AttnParams p =
+            DecodeParams(qa.get(), kca.get(), vca.get(), outa.get(), ts.get(), tp.get(), to.get(),
+                         tb.get(), n_tok, sh.n_head, sh.n_kv, sh.hd, bs, sm_count);
         p.split_partial = split ? partial.get() : nullptr;
         p.split_counters = split ? counters.get() : nullptr;
         cuda::AttentionDecode(p, nullptr);
