@@ -555,19 +555,37 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
   ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   struct Shape {
     int n_head, n_kv, hd, rope_dim;
+    float freq_scale;
   };
-  const Shape shapes[] = {{9, 3, 64, 64}, {32, 8, 128, 128}, {16, 2, 128, 64}};
+  // Partial rotary dimensions at a lane boundary (64 of 128) and inside a lane (100 of 128).
+  const Shape shapes[] = {{9, 3, 64, 64, 1.0f},
+                          {32, 8, 128, 128, 0.25f},
+                          {16, 2, 128, 64, 1.0f},
+                          {16, 2, 128, 100, 0.5f},
+                          {8, 8, 64, 64, 1.0f}};
   const int bs = 16;
-  const float theta_scale = std::pow(10000.0f, -2.0f / 64.0f), freq_scale = 1.0f;
+  const float theta_scale = std::pow(10000.0f, -2.0f / 64.0f);
   for (const Shape& sh : shapes) {
+    const float freq_scale = sh.freq_scale;
+    // Lengths around a split's first pass and its 64-position minimum, where the row written
+    // last is read early.
     for (const std::vector<int>& lens :
-         {std::vector<int>{1500}, std::vector<int>{1}, std::vector<int>{3, 70, 129, 16, 17, 800}}) {
+         {std::vector<int>{1500}, std::vector<int>{1}, std::vector<int>{3, 70, 129, 16, 17, 800},
+          std::vector<int>{65, 66, 128, 64}}) {
       const int dkv = sh.n_kv * sh.hd, n_tok = static_cast<int>(lens.size());
       std::vector<int32_t> tok_seq, tok_pos, table_off, tables, slots;
       int nblocks = 0;
-      for (int s = 0; s < n_tok; ++s) {
+      for (int len : lens) nblocks += (len + bs - 1) / bs;
+      std::vector<int32_t> perm(nblocks);  // shuffled block tables
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(sh.hd + n_tok));
+      // The kernel's blocks take the tokens in reverse (tok_index), as the backend's do in its
+      // own order.
+      std::vector<int32_t> order(n_tok);
+      for (int i = 0; i < n_tok; ++i) order[i] = n_tok - 1 - i;
+      for (int s = 0, next = 0; s < n_tok; ++s) {
         table_off.push_back(static_cast<int32_t>(tables.size()));
-        for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) tables.push_back(nblocks++);
+        for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) tables.push_back(perm[next++]);
         tok_seq.push_back(s);
         tok_pos.push_back(lens[s] - 1);
         const int p = lens[s] - 1;
@@ -583,7 +601,8 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
           RandomFloats(static_cast<size_t>(n_tok) * sh.n_head * sh.hd, 23, -2.0f, 2.0f);
       const std::vector<float> kn = RandomFloats(static_cast<size_t>(n_tok) * dkv, 24);
       const std::vector<float> vn = RandomFloats(static_cast<size_t>(n_tok) * dkv, 25);
-      DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables), sl(slots);
+      DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables), sl(slots),
+          ti(order);
       DeviceBuffer<float> partial(
           cuda::DecodeSplitScratchFloats(sm_count, sh.n_head, sh.n_kv, sh.hd));
       DeviceBuffer<int32_t> counters(cuda::DecodeSplitBlocks(sm_count));
@@ -599,6 +618,7 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
                          tb.get(), n_tok, sh.n_head, sh.n_kv, sh.hd, bs, sm_count);
         p.split_partial = split ? partial.get() : nullptr;
         p.split_counters = split ? counters.get() : nullptr;
+        p.tok_index = ti.get();
         cuda::AttentionDecode(p, nullptr);
         // B: the decode kernel alone, on the queries, k and v before RoPE.
         DeviceBuffer<float> qb(q), kb(kn), vb(vn), outb(q.size());
