@@ -552,12 +552,6 @@ void LaunchPrefillTc(const AttnParams& p, const int32_t* tiles, const int32_t* t
 
 namespace {
 
-bool GqaDecodeApplies(const AttnParams& p) {
-  if (p.per_head_decode || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) return false;
-  const int group = p.n_head / p.n_head_kv;
-  return (p.head_dim == 64 || p.head_dim == 128) && group >= 1 && group <= kMaxGqaGroup;
-}
-
 template <int D>
 void LaunchDecodeGqa(const AttnParams& p, int splits, cudaStream_t stream) {
   using Kernel = void (*)(AttnParams);
@@ -567,16 +561,19 @@ void LaunchDecodeGqa(const AttnParams& p, int splits, cudaStream_t stream) {
       AttnDecodeGqaKernel<D, 7>, AttnDecodeGqaKernel<D, 8>};
   static_assert(kMaxGqaGroup == 8, "one kernel per group size");
   const dim3 grid(p.n_tok, p.n_head_kv, splits);
-  kByGroup[p.n_head / p.n_head_kv - 1]<<<grid, 128, 0, stream>>>(p);  // GqaDecodeApplies: 1-8
+  kByGroup[p.n_head / p.n_head_kv - 1]<<<grid, 128, 0, stream>>>(p);  // SharedKvDecodeApplies: 1-8
 }
 
 }  // namespace
 
-bool DecodeQuantizesOutput(const AttnParams& p) { return GqaDecodeApplies(p); }
-bool DecodeFusesRope(const AttnParams& p) { return GqaDecodeApplies(p); }
+bool SharedKvDecodeApplies(const AttnParams& p) {
+  if (p.per_head_decode || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) return false;
+  const int group = p.n_head / p.n_head_kv;
+  return (p.head_dim == 64 || p.head_dim == 128) && group >= 1 && group <= kMaxGqaGroup;
+}
 
 int DecodeSplits(const AttnParams& p) {
-  if (!GqaDecodeApplies(p) || !p.split_partial || !p.split_counters || p.n_tok <= 0) return 1;
+  if (!SharedKvDecodeApplies(p) || !p.split_partial || !p.split_counters || p.n_tok <= 0) return 1;
   const int blocks = p.n_tok * p.n_head_kv;
   if (blocks > p.max_split_blocks) return 1;
   const int want = std::min(kMaxDecodeSplit, std::max(1, 2 * p.sm_count / blocks));
@@ -585,8 +582,8 @@ int DecodeSplits(const AttnParams& p) {
 
 void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
   if (p.n_tok <= 0) return;
-  assert(GqaDecodeApplies(p) || (!p.q8_out_on && !p.rope_on));  // callers ask first
-  if (GqaDecodeApplies(p)) {
+  assert(SharedKvDecodeApplies(p) || (!p.q8_out_on && !p.rope_on));  // callers ask first
+  if (SharedKvDecodeApplies(p)) {
     const int splits = DecodeSplits(p);
     if (p.head_dim == 64)
       LaunchDecodeGqa<64>(p, splits, stream);

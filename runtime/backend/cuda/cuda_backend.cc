@@ -532,7 +532,8 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   ap.per_head_decode = !opt.shared_kv_decode;
   // A decode step of one token per sequence: the decode kernel applies RoPE and writes the
   // cache itself (one launch fewer a layer).
-  ap.rope_on = one_token_each && n_dec == n && cuda::DecodeFusesRope(ap);
+  const bool shared_kv = cuda::SharedKvDecodeApplies(ap);
+  ap.rope_on = one_token_each && n_dec == n && shared_kv;
   ap.k_new = k;
   ap.v_new = v;
   ap.slot_rows = slots;
@@ -576,7 +577,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     const cuda::ActFormat wo_fmt = cuda::ActFormatFor(L.wo.type);
     ap.q8_out_on = !gemm && n_dec == n && n_tiles == 0 &&
                    (wo_fmt == cuda::ActFormat::kQ8_0 || wo_fmt == cuda::ActFormat::kQ8_1) &&
-                   cuda::DecodeQuantizesOutput(ap);
+                   shared_kv;
     ap.q8_out = act;
     cuda::AttentionDecode(ap, stream);
     cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, opt.tensor_core_attention, stream);

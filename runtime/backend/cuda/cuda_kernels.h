@@ -174,15 +174,15 @@ struct AttnParams {
   int max_split_blocks = 0;           // blocks the scratch holds (DecodeSplitBlocks)
   int sm_count = 0;                   // the device's multiprocessors (sizes the split)
   bool per_head_decode = false;       // force the per-(token, head) kernel (a fallback)
-  // AttentionDecode only, REQUIRES DecodeQuantizesOutput(p): each token's output row (n_head *
+  // AttentionDecode only, REQUIRES SharedKvDecodeApplies(p): each token's output row (n_head *
   // head_dim) is also quantized into q8_out in QuantizeActivations' kQ8_0 / kQ8_1 layout, bit
   // for bit, so that the output product needs no quantizer launch.
   bool q8_out_on = false;
   ActBuffers q8_out;
-  // AttentionDecode only, REQUIRES DecodeFusesRope(p) and one token per sequence in the launch
-  // (no token reads another's new K/V): q holds the step's queries before RoPE, and the kernel
-  // does RopeWriteKv's work itself, bit for bit: RoPE on each token's query heads and on its k
-  // row (k_new, [n_tok][n_head_kv * head_dim] floats), and k / v_new written as FP16 into the
+  // AttentionDecode only, REQUIRES SharedKvDecodeApplies(p) and one token per sequence in the
+  // launch (no token reads another's new K/V): q holds the step's queries before RoPE, and the
+  // kernel does RopeWriteKv's work itself, bit for bit: RoPE on each token's query heads and on its
+  // k row (k_new, [n_tok][n_head_kv * head_dim] floats), and k / v_new written as FP16 into the
   // cache row slot_rows[g] of k_cache / v_cache (the layer's cache, as k and v).
   bool rope_on = false;
   const float* k_new = nullptr;
@@ -216,10 +216,10 @@ inline int DecodeSplitBlocks(int sm_count) { return 2 * sm_count; }
 inline size_t DecodeSplitScratchFloats(int sm_count, int n_head, int n_head_kv, int head_dim) {
   return static_cast<size_t>(DecodeSplitBlocks(sm_count)) * (n_head / n_head_kv) * (head_dim + 2);
 }
-// Whether AttentionDecode can quantize its output (q8_out_on) and apply RoPE and write the KV
-// cache itself (rope_on): the shared-K/V kernel applies.
-bool DecodeQuantizesOutput(const AttnParams& p);
-bool DecodeFusesRope(const AttnParams& p);
+// Whether AttentionDecode takes the shared-K/V kernel for p's shape (and per_head_decode is off):
+// only then can it split, quantize its output (q8_out_on) and apply RoPE and write the KV cache
+// itself (rope_on).
+bool SharedKvDecodeApplies(const AttnParams& p);
 void AttentionDecode(const AttnParams& p, cudaStream_t stream);
 
 // Tiled (flash-style) causal attention: one block per (tile of kPrefillTile query tokens of one

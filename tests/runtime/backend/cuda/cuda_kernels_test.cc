@@ -504,7 +504,7 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
         // The shared-K/V kernel also quantizes its output, exactly as QuantizeActivations does.
         const int cols = sh.n_head * sh.hd;
         DevAct fused(n_tok, cols), unfused(n_tok, cols);
-        p.q8_out_on = cuda::DecodeQuantizesOutput(p);
+        p.q8_out_on = cuda::SharedKvDecodeApplies(p);
         p.q8_out = fused.a;
         EXPECT_EQ(p.q8_out_on, variant < 2 && sh.hd != 96) << what;
         cuda::AttentionDecode(p, nullptr);
@@ -623,7 +623,7 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
         // B: the decode kernel alone, on the queries, k and v before RoPE.
         DeviceBuffer<float> qb(q), kb(kn), vb(vn), outb(q.size());
         DeviceBuffer<uint16_t> kcb(kc), vcb(vc);
-        ASSERT_TRUE(cuda::DecodeFusesRope(p));
+        ASSERT_TRUE(cuda::SharedKvDecodeApplies(p));
         p.q = qb.get();
         p.k = kcb.get();
         p.v = vcb.get();
