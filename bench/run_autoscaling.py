@@ -11,9 +11,11 @@ peak, HPA, Knative KPA, the oracle) and writes
   python3 bench/run_autoscaling.py [--sim build/bin/kinfer-sim] [--slo-ttft 2] [--cold-start 60]
                                    [--seed 1] [--seeds 1,2,3] [-- extra kinfer-sim flags]
 
-With --seeds the run is repeated per seed (outputs <name>_s<seed>.*) and <name>.md gets one line
-per seed (attainment, requests over the SLO and replica-hours vs the oracle of every policy, and
-the goal's checks); plots are written for the first seed only.
+With --seeds (a list, ranges allowed: 1-40) the run is repeated per seed (outputs
+<name>_s<seed>.*) and <name>.md gets one line per seed (attainment, requests over the SLO and
+replica-hours vs the oracle of every policy, and the goal's checks) and a summary: on how many
+seeds the goal is met, and each policy's misses and cost over all of them; plots are written for
+the first seed only.
 
 Plots use matplotlib when it is importable, else a small built-in PNG writer (zlib + struct).
 """
@@ -123,6 +125,51 @@ def missed(p):
     return round(p["requests"] * (1 - p["slo_attainment"]))
 
 
+def parse_seeds(text):
+    """'1,2,5-8' -> ['1', '2', '5', '6', '7', '8']."""
+    seeds = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if sep:
+            if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
+                raise ValueError(f"bad seed range '{part}'")
+            seeds += [str(s) for s in range(int(lo), int(hi) + 1)]
+        elif part.isdigit():
+            seeds.append(part)
+        else:
+            raise ValueError(f"bad seed '{part}'")
+    if not seeds:
+        raise ValueError("no seed given")
+    return seeds
+
+
+def seeds_summary(docs):
+    """The goal over every seed: on how many it is met, and each policy's requests over the SLO
+    (in all and on the worst seed) and replica-hours vs the oracle (mean and highest)."""
+    met = 0
+    per = {}
+    for _, doc in docs:
+        by = {p["policy"]: p for p in doc["policies"]}
+        checks = goal_checks(by)
+        met += bool(checks) and all(ok for _, ok in checks)
+        for name, p in by.items():
+            d = per.setdefault(name, {"missed": [], "vs": []})
+            d["missed"].append(missed(p))
+            if p["replica_hours_vs_oracle"] is not None:
+                d["vs"].append(p["replica_hours_vs_oracle"])
+    lines = [f"Goal met on {met} of {len(docs)} seeds.", "",
+             "| policy | requests over the SLO, all seeds | worst seed | vs oracle, mean | highest |",
+             "|---|---:|---:|---:|---:|"]
+    for name, d in per.items():
+        vs = d["vs"]
+        lines.append(f"| {name} | {sum(d['missed'])} | {max(d['missed'])} | "
+                     + (f"{sum(vs) / len(vs):.3f}x | {max(vs):.3f}x |" if vs else " | |"))
+    return met, lines
+
+
 def seeds_table(docs):
     """docs: [(seed, kinfer-sim document)] -> markdown lines, one row per seed."""
     names = [p["policy"] for p in docs[0][1]["policies"]]
@@ -185,7 +232,8 @@ def main():
     ap.add_argument("--slo-ttft", default="2")
     ap.add_argument("--cold-start", default="60")
     ap.add_argument("--seed", default="1")
-    ap.add_argument("--seeds", help="comma-separated seeds: one run each and a table of them")
+    ap.add_argument("--seeds", help="seeds, comma-separated, ranges allowed (1-40): one run each, "
+                    "a table of them and how many meet the goal")
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--name", default="autoscaling", help="output file stem")
     ap.add_argument("extra", nargs="*", help="more kinfer-sim flags, after --")
@@ -194,7 +242,10 @@ def main():
     out = pathlib.Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sim = find_sim(args.sim)
-    seeds = args.seeds.split(",") if args.seeds else [args.seed]
+    try:
+        seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    except ValueError as e:
+        ap.error(str(e))
     runs = []
     for seed in seeds:
         stem = f"{args.name}_s{seed}" if args.seeds else args.name
@@ -247,7 +298,9 @@ def main():
     if args.seeds:
         lines += ["", f"Every seed ({', '.join(seeds)}; the same command with --seed N): "
                   "attainment (requests over the SLO) / replica-hours vs the oracle.", ""]
-        lines += seeds_table([(s, json.loads(j.read_text())) for s, _, j, _ in runs])
+        docs = [(s, json.loads(j.read_text())) for s, _, j, _ in runs]
+        lines += seeds_table(docs)
+        lines += [""] + seeds_summary(docs)[1]
     lines += ["", f"Plots (seed {seed}): " + ", ".join(f"`{p}`" for p in pngs) + ".", ""]
     (out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))

@@ -25,6 +25,11 @@ double Round(double v, int digits) {
 
 }  // namespace
 
+double KinferTargetRps(const ExperimentOptions& options, const ExperimentResult& result) {
+  return options.kinfer_target_rps.value_or(options.kinfer_rate_fraction *
+                                            result.calibration.max_rps);
+}
+
 StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel& model,
                                          const ExperimentOptions& options) {
   const auto& known = KnownPolicies();
@@ -51,8 +56,12 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   if (options.calibration_requests < 10 || options.calibration_streams < 1) {
     return InvalidArgument("calibration needs >= 10 requests and >= 1 stream");
   }
-  result.calibration = CalibrateReplica(trace, model, sim, options.plan,
-                                        options.calibration_requests, options.calibration_streams);
+  if (options.kinfer_target_rps && !(*options.kinfer_target_rps >= 0)) {
+    return InvalidArgument("kinfer's target requests per second must be >= 0 (0: no rate term)");
+  }
+  result.calibration =
+      CalibrateReplica(trace, model, sim, options.plan, options.calibration_requests,
+                       options.calibration_streams, options.threads);
   result.capacity = options.capacity.value_or(result.calibration.concurrency);
   if (!(result.capacity > 0)) {
     return InvalidArgument(
@@ -87,8 +96,7 @@ StatusOr<ExperimentResult> RunExperiment(const Trace& trace, const ServiceModel&
   kc.slo_ttft_p99_seconds = options.kinfer_slo_term ? sim.slo_ttft_s : 0;
   kc.target_load_per_replica = options.kinfer_target_fraction * result.capacity;
   result.kinfer_target_load = kc.target_load_per_replica;
-  kc.target_requests_per_second_per_replica =
-      options.kinfer_rate_fraction * result.calibration.max_rps;
+  kc.target_requests_per_second_per_replica = KinferTargetRps(options, result);
 
   // Build every policy first (errors surface before any run).
   std::vector<std::unique_ptr<Policy>> policies;
@@ -189,12 +197,14 @@ nlohmann::json ExperimentJson(const Trace& trace, const ServiceModel& model,
                   {"max_prefill_tokens", sim.limits.max_prefill_tokens},
                   {"queue_deadline_s", sim.limits.queue_deadline_s}};
   j["calibration"] = {{"max_rps_per_replica", Round(result.calibration.max_rps, 4)},
+                      {"max_rps_stderr", Round(result.calibration.max_rps_stderr, 4)},
+                      {"draws", result.calibration.streams},
+                      {"requests_per_draw", options.calibration_requests},
                       {"concurrency_at_max_rps", Round(result.calibration.concurrency, 3)},
                       {"capacity_used", Round(result.capacity, 3)}};
   j["targets"] = {
       {"kinfer_target_load_per_replica", Round(result.kinfer_target_load, 3)},
-      {"kinfer_target_requests_per_second_per_replica",
-       Round(options.kinfer_rate_fraction * result.calibration.max_rps, 4)},
+      {"kinfer_target_requests_per_second_per_replica", Round(KinferTargetRps(options, result), 4)},
       {"kinfer_tick_s", options.kinfer_tick_s},
       {"kinfer_slo_term", options.kinfer_slo_term},
       {"kinfer_scale_down_delay_s",

@@ -56,6 +56,10 @@ policy, and reports SLO attainment and replica-hours per policy.
   --kinfer-target-fraction F kinfer target load = F x capacity (default 1.5)
   --kinfer-rate-fraction F   kinfer target req/s per replica = F x calibrated max rate
                              (default 1.1; 0: no rate term)
+  --kinfer-target-rps R      kinfer target req/s per replica as given (overrides the fraction;
+                             what a CR's targetRequestsPerSecondPerReplica carries)
+  --calibration-draws N      independent draws the replica calibration averages (default 40)
+  --calibration-requests N   requests per calibration draw (default 20000)
   --kinfer-scale-down-delay SECONDS   the core's stabilization window (default 120)
   --kinfer-max-scale-up-rate X        the core's scale-up factor per tick (default: the core's)
   --kinfer-slo-term 0|1      0 runs the core without its SLO term (diagnostic; default 1)
@@ -201,6 +205,12 @@ int main(int argc, char** argv) {
           std::chrono::duration<double>(Double(flags, 1, 86400)));
     } else if (flags.Is("--kinfer-rate-fraction")) {
       opt.kinfer_rate_fraction = Double(flags, 0, 10);
+    } else if (flags.Is("--kinfer-target-rps")) {
+      opt.kinfer_target_rps = Double(flags, 0, 1e9);
+    } else if (flags.Is("--calibration-draws")) {
+      opt.calibration_streams = static_cast<int>(flags.Int(1, 10000));
+    } else if (flags.Is("--calibration-requests")) {
+      opt.calibration_requests = static_cast<int>(flags.Int(10, 10000000));
     } else if (flags.Is("--kinfer-slo-max-step")) {
       opt.kinfer.slo_max_step = static_cast<int>(flags.Int(0, 1000));
     } else if (flags.Is("--hpa-target")) {
@@ -239,9 +249,10 @@ int main(int argc, char** argv) {
               trace->source.c_str(), trace->requests.size(), trace->span_s(),
               model->description().c_str(), opt.sim.slo_ttft_s, opt.sim.cold_start_s);
   std::printf(
-      "replica capacity: %.3f req/s within the SLO at %.2f concurrent; oracle peak %d "
-      "replicas (window %d)\n",
-      result->calibration.max_rps, result->calibration.concurrency, result->oracle.peak_count,
+      "replica capacity: %.3f req/s (+-%.3f, %d draws) within the SLO at %.2f concurrent; "
+      "kinfer target %.3f req/s per replica; oracle peak %d replicas (window %d)\n",
+      result->calibration.max_rps, result->calibration.max_rps_stderr, result->calibration.streams,
+      result->calibration.concurrency, KinferTargetRps(opt, *result), result->oracle.peak_count,
       result->oracle.peak_window);
   PrintTable(*result);
 

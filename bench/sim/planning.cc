@@ -1,8 +1,10 @@
 #include "bench/sim/planning.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "bench/sim/baseline_policies.h"
 #include "bench/sim/stats.h"
@@ -86,15 +88,16 @@ Trace PoissonTrace(const std::vector<double>& unit_gaps, const std::vector<Trace
 
 ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
                                  const SimConfig& config, const PlanOptions& options, int requests,
-                                 int streams) {
+                                 int streams, int threads) {
   SimConfig c = config;
   c.timeline_period_s = 0;
   c.warmup_s = 0;
   c.first_tick_s = 0;
   c.min_replicas = c.max_replicas = 1;
   c.tick_s = kNoTicks;
-  ReplicaCapacity mean;
-  for (int stream = 0; stream < streams; ++stream) {
+  streams = std::max(streams, 1);
+  // One draw: its highest rate within the SLO and the concurrency at that rate.
+  auto draw = [&](int stream) -> ReplicaCapacity {
     std::mt19937_64 rng(config.seed * 1000003ULL + 0x5eed5eedULL + static_cast<uint64_t>(stream));
     std::vector<double> gaps;
     std::vector<TraceRequest> lengths;
@@ -104,11 +107,12 @@ ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
       gaps.push_back(-std::log1p(-u));
       lengths.push_back(trace.requests[rng() % trace.requests.size()]);
     }
+    SimConfig sc = c;
     auto serve = [&](double rps, double* concurrency) {
       Trace t = PoissonTrace(gaps, lengths, rps);
-      c.horizon_s = t.span_s();
+      sc.horizon_s = t.span_s();
       SchedulePolicy one = SchedulePolicy::Constant("one", 1);
-      const SimRun run = Simulate(t, model, c, one);
+      const SimRun run = Simulate(t, model, sc, one);
       // The first 10% warm the replica up.
       const double from = t.requests[t.requests.size() / 10].arrival_s;
       const double attainment = Attainment(t, run, config.slo_ttft_s, from, 1e300);
@@ -142,10 +146,35 @@ ReplicaCapacity CalibrateReplica(const Trace& trace, const ServiceModel& model,
       const double mid = (lo + hi) / 2;
       (serve(mid, nullptr) ? lo : hi) = mid;
     }
-    double concurrency = 0;
-    if (lo > 0) serve(lo, &concurrency);
-    mean.max_rps += lo / streams;
-    mean.concurrency += concurrency / streams;
+    ReplicaCapacity one;
+    one.max_rps = lo;
+    if (lo > 0) serve(lo, &one.concurrency);
+    return one;
+  };
+
+  std::vector<ReplicaCapacity> draws(streams);
+  std::atomic<int> next{0};
+  auto worker = [&] {
+    for (int k; (k = next.fetch_add(1)) < streams;) draws[k] = draw(k);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::clamp(threads, 1, streams); ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+
+  // Summed in stream order, so the thread count changes nothing.
+  ReplicaCapacity mean;
+  mean.streams = streams;
+  for (const ReplicaCapacity& d : draws) {
+    mean.max_rps += d.max_rps / streams;
+    mean.concurrency += d.concurrency / streams;
+  }
+  if (streams > 1) {
+    double ss = 0;
+    for (const ReplicaCapacity& d : draws) {
+      ss += (d.max_rps - mean.max_rps) * (d.max_rps - mean.max_rps);
+    }
+    mean.max_rps_stderr = std::sqrt(ss / (streams - 1)) / std::sqrt(static_cast<double>(streams));
   }
   return mean;
 }

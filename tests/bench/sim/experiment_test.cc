@@ -3,6 +3,7 @@
 // output is identical under a seed, and the kinfer policy drives the real decision core.
 #include "bench/sim/experiment.h"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -27,7 +28,7 @@ class ExperimentTest : public ::testing::Test {
     options_.sim.slo_ttft_s = 2;
     options_.sim.cold_start_s = 60;
     options_.sim.timeline_period_s = 10;
-    options_.calibration_requests = 4000;  // the full calibration is 5 x 20000: slower, same code
+    options_.calibration_requests = 4000;  // the full calibration is 40 x 20000: slower, same code
     options_.calibration_streams = 2;
   }
 
@@ -89,6 +90,80 @@ TEST_F(ExperimentTest, SameSeedGivesTheSameJson) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(ExperimentJson(trace_, *model_, options_, *a).dump(),
             ExperimentJson(trace_, *model_, options_, *c).dump());
+}
+
+// The calibration's draws run on several threads and are summed in draw order: the same figures
+// on one thread or three. One draw has no spread to report; several do, and their mean moves
+// less from seed to seed than one draw does.
+TEST_F(ExperimentTest, CalibrationIsTheSameOnAnyThreadCountAndReportsItsSpread) {
+  const int requests = 3000;
+  const ReplicaCapacity one_thread =
+      CalibrateReplica(trace_, *model_, options_.sim, options_.plan, requests, 6, 1);
+  const ReplicaCapacity three_threads =
+      CalibrateReplica(trace_, *model_, options_.sim, options_.plan, requests, 6, 3);
+  EXPECT_EQ(one_thread.max_rps, three_threads.max_rps);
+  EXPECT_EQ(one_thread.concurrency, three_threads.concurrency);
+  EXPECT_EQ(one_thread.max_rps_stderr, three_threads.max_rps_stderr);
+  EXPECT_EQ(one_thread.streams, 6);
+  EXPECT_GT(one_thread.max_rps_stderr, 0);
+  EXPECT_LT(one_thread.max_rps_stderr, 0.2 * one_thread.max_rps);
+
+  const ReplicaCapacity single =
+      CalibrateReplica(trace_, *model_, options_.sim, options_.plan, requests, 1, 2);
+  EXPECT_EQ(single.streams, 1);
+  EXPECT_EQ(single.max_rps_stderr, 0);
+  EXPECT_GT(single.max_rps, 0.5);
+
+  // Over seeds, single draws scatter more than means of 6 draws.
+  auto spread = [&](int draws) {
+    double lo = 1e9, hi = 0;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      SimConfig c = options_.sim;
+      c.seed = seed;
+      const double r =
+          CalibrateReplica(trace_, *model_, c, options_.plan, requests, draws, 2).max_rps;
+      lo = std::min(lo, r);
+      hi = std::max(hi, r);
+    }
+    return hi - lo;
+  };
+  EXPECT_LT(spread(6), spread(1));
+}
+
+// A target rate given as such (a CR's targetRequestsPerSecondPerReplica) replaces the fraction of
+// the calibrated rate, reaches the core, and is reported; a negative one is refused.
+TEST_F(ExperimentTest, AGivenTargetRateReplacesTheCalibratedFraction) {
+  options_.policies = {"kinfer"};
+  options_.record_kinfer_decisions = true;
+  options_.kinfer_target_rps = 0.25;  // far below what a replica serves: the rate term asks more
+  auto low = RunExperiment(trace_, *model_, options_);
+  ASSERT_TRUE(low.ok()) << low.status().ToString();
+  EXPECT_DOUBLE_EQ(KinferTargetRps(options_, *low), 0.25);
+  const nlohmann::json j = ExperimentJson(trace_, *model_, options_, *low);
+  EXPECT_DOUBLE_EQ(j["targets"]["kinfer_target_requests_per_second_per_replica"].get<double>(),
+                   0.25);
+  EXPECT_GT(j["calibration"]["max_rps_stderr"].get<double>(), 0);
+  EXPECT_EQ(j["calibration"]["draws"], 2);
+  int by_rate = 0;
+  for (const KinferDecisionRow& d : low->kinfer_decisions) {
+    by_rate = std::max(by_rate, d.desired_by_rate);
+    // desired_by_rate = ceil(rate / 0.25)
+    if (d.request_rate_stable > 0) {
+      EXPECT_GE(d.desired_by_rate * 0.25, d.request_rate_stable - 1e-9);
+    }
+  }
+  EXPECT_GT(by_rate, 4);
+
+  options_.kinfer_target_rps.reset();
+  auto calibrated = RunExperiment(trace_, *model_, options_);
+  ASSERT_TRUE(calibrated.ok());
+  EXPECT_DOUBLE_EQ(KinferTargetRps(options_, *calibrated),
+                   options_.kinfer_rate_fraction * calibrated->calibration.max_rps);
+  EXPECT_LT(Get(*calibrated, "kinfer").summary.replica_hours,
+            Get(*low, "kinfer").summary.replica_hours);
+
+  options_.kinfer_target_rps = -1;
+  EXPECT_EQ(RunExperiment(trace_, *model_, options_).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ExperimentTest, JsonHasTheRequiredFieldsPerPolicy) {
