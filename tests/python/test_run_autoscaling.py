@@ -48,12 +48,19 @@ def test_the_goal_needs_all_four_checks():
 
 def test_the_summary_counts_seeds_and_misses():
     docs = [("1", doc(0, 2.2, 0)), ("2", doc(3, 2.2, 1)), ("3", doc(0, 2.1, 2))]
-    met, lines = ra.seeds_summary(docs)
+    met, pooled_checks, lines = ra.seeds_summary(docs)
     assert met == 2
     assert lines[0] == "Goal met on 2 of 3 seeds."
     row = next(l for l in lines if l.startswith("| kinfer |"))
-    assert row == "| kinfer | 3 | 3 | 1.083x | 1.100x |"
+    # 3 of 3000 over the SLO; 6.5 replica-hours against the oracle's 6.0
+    assert row == "| kinfer | 3 | 3 | 99.9000% | 1.083x | 1.100x | 1.083x |"
     assert next(l for l in lines if l.startswith("| hpa |")).startswith("| hpa | 3 | 2 |")
+    # Pooled, kinfer misses as many as HPA at fewer replica-hours: strictly better.
+    assert all(ok for _, ok in pooled_checks)
+    docs.append(("4", doc(2, 2.2, 0)))
+    _, pooled_checks, lines = ra.seeds_summary(docs)
+    assert [name for name, ok in pooled_checks if not ok] == ["strictly better than HPA"]
+    assert "strictly better than HPA: NO" in lines[-1]
 
 
 def test_a_real_run_over_two_seeds(tmp_path):
