@@ -123,9 +123,11 @@ def bench_args(args, rate, seed):
             "--goodput", f"ttft:{args.slo_ttft * 1000:g}",
             "--drain-timeout", str(args.drain_timeout)]
     if args.trace:
-        # The trace's lengths in its order from a seed-dependent row; arrivals are Poisson.
+        # The trace's lengths in its order from a seed-dependent row (wrapping around a short
+        # trace); arrivals are Poisson.
+        start = (seed * args.num_prompts) % max(1, args.trace_rows - args.num_prompts + 1)
         argv += ["--trace", args.trace, "--length-scale", repr(args.length_scale),
-                 "--trace-start", str(seed * args.num_prompts)]
+                 "--trace-start", str(start)]
     else:
         argv += ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
     if args.model:
@@ -191,6 +193,14 @@ def parse_args(argv=None):
         ap.error("need 0 < --min-rate <= --start-rate <= --max-rate")
     if not 0 < args.precision < 1 or not args.fraction > 0:
         ap.error("need 0 < --precision < 1 and --fraction > 0")
+    args.trace_rows = 0
+    if args.trace:
+        try:
+            args.trace_rows = len(kinfer_bench.workload.load_trace(args.trace))
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"cannot read --trace {args.trace}: {e}")
+        if args.trace_rows < args.num_prompts:
+            ap.error(f"--trace has {args.trace_rows} requests, fewer than --num-prompts")
     try:  # the passed-through flags must make sense to kinfer-bench
         bench_args(args, args.start_rate, args.seed)
     except SystemExit:

@@ -109,3 +109,22 @@ def test_bad_arguments_and_an_unreachable_server():
     assert p.returncode == 2
     p = run_tool("http://127.0.0.1:9", "--slo-ttft", "1", "--num-prompts", "10")
     assert p.returncode == 1 and "cannot reach" in p.stderr
+    short = ROOT / "tests" / "fixtures" / "traces" / "azure_conv_first10min.csv"
+    p = run_tool("http://127.0.0.1:9", "--slo-ttft", "1", "--trace", str(short),
+                 "--num-prompts", "100000")
+    assert p.returncode == 2 and "fewer than --num-prompts" in p.stderr
+
+
+def test_trace_draws_start_at_seed_dependent_rows_and_wrap(tmp_path):
+    trace = ROOT / "tests" / "fixtures" / "traces" / "azure_conv_first10min.csv"
+    args = ftr.parse_args(["--base-url", "http://x", "--slo-ttft", "1", "--trace", str(trace),
+                           "--num-prompts", "1000"])
+    rows = args.trace_rows
+    assert rows > 1000
+    starts = [ftr.bench_args(args, 1.0, seed).trace_start for seed in range(12)]
+    assert starts[0] == 0 and starts[1] == 1000
+    assert all(0 <= s <= rows - 1000 for s in starts)
+    # Each draw gets its own lengths, and Poisson arrivals at the probe's rate.
+    specs = ftr.poissonize(ftr.bench_args(args, 5.0, 3), 5.0, 3)
+    assert len(specs) == 1000
+    assert 150 < specs[-1][0] < 250  # 1000 arrivals at 5/s: about 200 s
