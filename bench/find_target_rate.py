@@ -14,8 +14,9 @@ is what the autoscaler multiplies by the replica count.
 
 What it does, as kinfer-sim calibrates a simulated replica (docs/simulator.md):
   * A probe sends --num-prompts requests at Poisson arrivals of a given rate with kinfer-bench
-    (open loop, streaming) and passes when at least --attainment of them (the first 10% left
-    out as warm-up) got their first token within --slo-ttft; a failed request counts as a miss.
+    (open loop, streaming, each prompt salted so that the prefix cache serves none of them) and
+    passes when at least --attainment of them (the first 10% left out as warm-up) got their
+    first token within --slo-ttft; a failed request counts as a miss.
   * A draw brackets the highest passing rate by doubling or halving from --start-rate, then
     bisects until the bracket is within --precision of it. Each draw uses its own arrival and
     prompt-length seed.
@@ -132,6 +133,10 @@ def bench_args(args, rate, seed):
         argv += ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
     if args.model:
         argv += ["--model", args.model]
+    if "--prompt-salt" not in args.bench:
+        # No probe's prompts share a prefix with another's: the runtime's prefix cache would
+        # otherwise serve repeated MT-Bench text and overstate the rate.
+        argv += ["--prompt-salt", f"ftr-{seed}-{rate:.6g}"]
     return kinfer_bench.parse_args(argv + args.bench)
 
 

@@ -125,6 +125,12 @@ def test_trace_draws_start_at_seed_dependent_rows_and_wrap(tmp_path):
     assert starts[0] == 0 and starts[1] == 1000
     assert all(0 <= s <= rows - 1000 for s in starts)
     # Each draw gets its own lengths, and Poisson arrivals at the probe's rate.
+    # Every probe salts its prompts differently, unless told otherwise.
+    salts = {ftr.bench_args(args, r, seed).prompt_salt for r in (1.0, 2.0) for seed in (0, 1)}
+    assert len(salts) == 4 and all(salts)
+    args.bench = ["--prompt-salt", "mine"]
+    assert ftr.bench_args(args, 1.0, 0).prompt_salt == "mine"
+    args.bench = []
     specs = ftr.poissonize(ftr.bench_args(args, 5.0, 3), 5.0, 3)
     assert len(specs) == 1000
     assert 150 < specs[-1][0] < 250  # 1000 arrivals at 5/s: about 200 s
