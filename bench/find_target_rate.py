@@ -21,8 +21,8 @@ What it does, as kinfer-sim calibrates a simulated replica (docs/simulator.md):
     bisects until the bracket is within --precision of it. Each draw uses its own arrival and
     prompt-length seed.
   * Over --draws draws it reports the mean rate and its standard error, and recommends
-    --fraction x (mean - 2 x standard error), rounded down to 3 significant digits: the low end
-    of the measurement, since a target set too high costs SLO attainment and one set too low
+    --fraction x (mean - 2 x standard error, but not below the lowest draw), rounded down to 3
+    significant digits: the low end of the measurement, since a target set too high costs SLO attainment and one set too low
     only replica-hours (docs/benchmarks.md, "The goal over 80 seeds").
 
 A probe takes about num-prompts / rate seconds, and the server must be otherwise idle. Exit
@@ -107,13 +107,14 @@ def round_down(x, digits=3):
 
 def recommend(rates, fraction=1.1):
     """{mean, stderr, low, target} from each draw's highest passing rate: stderr = the sample
-    standard deviation / sqrt(draws) (0 with one draw), low = mean - 2 x stderr (at least 0),
-    target = fraction x low, rounded down to 3 significant digits."""
+    standard deviation / sqrt(draws) (0 with one draw), low = mean - 2 x stderr but not below
+    the lowest draw (a few scattered draws make a poor standard error, and no draw measured
+    less), target = fraction x low, rounded down to 3 significant digits."""
     n = len(rates)
     mean = sum(rates) / n
     stderr = (math.sqrt(sum((r - mean) ** 2 for r in rates) / (n - 1)) / math.sqrt(n)
               if n > 1 else 0.0)
-    low = max(0.0, mean - 2 * stderr)
+    low = max(min(rates), mean - 2 * stderr)
     return {"mean": mean, "stderr": stderr, "low": low, "target": round_down(fraction * low)}
 
 
@@ -156,7 +157,11 @@ async def run_probe(args, rate, seed, prompts, model):
         raise ValueError(f"a probe needs at least 10 requests, the workload gave {len(specs)}")
     runner = kinfer_bench.Runner(bench, model, prompts)
     records, _ = await runner.run(specs)
-    return attainment(records, args.slo_ttft)
+    ttfts = [r["ttft"] for r in records if r["ok"] and r["ttft"] is not None]
+    return {"attainment": attainment(records, args.slo_ttft),
+            "failed": sum(1 for r in records if not r["ok"]),
+            "ttft_p50_s": kinfer_bench.metrics.percentile(ttfts, 50),
+            "ttft_p99_s": kinfer_bench.metrics.percentile(ttfts, 99)}
 
 
 def parse_args(argv=None):
@@ -240,12 +245,16 @@ def measure(args):
         log = []
 
         def probe(rate):
-            share = asyncio.run(run_probe(args, rate, seed, prompts, model))
-            passed = share >= args.attainment
-            log.append({"rate": rate, "attainment": share, "passed": passed})
+            got = asyncio.run(run_probe(args, rate, seed, prompts, model))
+            passed = got["attainment"] >= args.attainment
+            log.append({"rate": rate, **got, "passed": passed})
             if not args.quiet:
-                print(f"draw {k + 1}/{args.draws}: {rate:.4g} req/s -> {100 * share:.2f}% "
-                      f"within {args.slo_ttft:g} s ({'pass' if passed else 'fail'})", flush=True)
+                p50, p99 = (f"{v:.3g}" if v is not None else "-"
+                            for v in (got["ttft_p50_s"], got["ttft_p99_s"]))
+                print(f"draw {k + 1}/{args.draws}: {rate:.4g} req/s -> "
+                      f"{100 * got['attainment']:.2f}% within {args.slo_ttft:g} s "
+                      f"({'pass' if passed else 'fail'}; TTFT p50 {p50} s, p99 {p99} s, "
+                      f"{got['failed']} failed)", flush=True)
             return passed
 
         rate, _ = find_max_rate(probe, args.start_rate, args.precision, args.min_rate,
@@ -281,7 +290,8 @@ def main(argv=None):
     print(f"highest rate within the SLO per draw: {rates} req/s; mean {rec['mean']:.4g} "
           f"+- {rec['stderr']:.2g} (standard error)")
     print(f"targetRequestsPerSecondPerReplica: {rec['target']:g}  "
-          f"(= {args.fraction:g} x {rec['low']:.4g}, the mean less 2 standard errors, rounded down)")
+          f"(= {args.fraction:g} x {rec['low']:.4g}: the mean less 2 standard errors, not below the "
+          f"lowest draw; rounded down)")
     return 0
 
 

@@ -33,15 +33,21 @@ def test_the_search_brackets_then_bisects_to_the_precision():
 
 
 def test_the_recommendation_is_the_low_end_times_the_fraction_rounded_down():
-    r = ftr.recommend([3.0, 3.2, 2.8], fraction=1.1)
+    draws = [3.0] * 4 + [3.1] * 3 + [2.9] * 3
+    r = ftr.recommend(draws, fraction=1.1)
+    sd = (6 * 0.01 / 9) ** 0.5
     assert r["mean"] == pytest.approx(3.0)
-    assert r["stderr"] == pytest.approx(0.2 / 3 ** 0.5)
-    assert r["low"] == pytest.approx(3.0 - 0.4 / 3 ** 0.5)
-    assert r["target"] == ftr.round_down(1.1 * r["low"]) == 3.04  # 3.0459... rounded down
+    assert r["stderr"] == pytest.approx(sd / 10 ** 0.5)
+    assert r["low"] == pytest.approx(3.0 - 2 * sd / 10 ** 0.5)  # 2.948, above the lowest draw
+    assert r["target"] == ftr.round_down(1.1 * r["low"]) == 3.24  # 3.2432... rounded down
+    # Three draws: the mean less 2 standard errors (2.77) is under the lowest draw (2.8).
+    assert ftr.recommend([3.0, 3.2, 2.8])["low"] == 2.8
     one = ftr.recommend([5.0])
     assert one["stderr"] == 0 and one["target"] == 5.5
     assert ftr.round_down(0.012345) == 0.0123 and ftr.round_down(1234.5) == 1230
-    assert ftr.recommend([0.1, 10.0])["low"] == 0 and ftr.recommend([0.1, 10.0])["target"] == 0
+    # Two scattered draws: the mean less 2 standard errors is negative; the lowest draw holds.
+    assert ftr.recommend([0.1, 10.0])["low"] == 0.1
+    assert ftr.recommend([0.1, 10.0])["target"] == 0.11
 
 
 def test_attainment_leaves_out_the_warm_up_and_counts_failures_as_misses():
@@ -85,7 +91,8 @@ def test_a_real_pod_is_measured_and_one_slot_serves_less_than_two(tmp_path):
     assert rec["target"] == ftr.round_down(1.1 * rec["low"]) and rec["low"] == r2
     assert two["server"]["model"] == "primary"
     probes = two["draws"][0]["probes"]
-    assert probes[0]["rate"] == 10 and probes[0]["passed"]
+    assert probes[0]["rate"] == 10 and probes[0]["passed"] and probes[0]["failed"] == 0
+    assert 0.05 <= probes[0]["ttft_p50_s"] <= probes[0]["ttft_p99_s"] < 0.2
     assert any(not p["passed"] for p in probes)  # the search found where it stops passing
 
 
