@@ -9,8 +9,14 @@
 #include <cpprest/http_listener.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "operator/controller/autoscale_loop.h"
@@ -386,9 +392,45 @@ TEST_F(ControllerTest, ManyInferenceServicesConvergeAndGoQuiet) {
 }
 
 // A fake sidecar: serves a fixed /metrics page (queue depth, in flight) on 127.0.0.1.
+// A loopback port the kernel had free a moment ago (bind to port 0, read it back, close).
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+// Starts a fake HTTP server (its constructor takes the port and throws when it cannot bind) on a
+// free loopback port, picking again if another test took the port in between; null when 20
+// picks all failed. (A fixed port next to the API server's was taken by a test running beside
+// this one under ctest -j2 on 2026-12-02.)
+template <class Fake>
+std::unique_ptr<Fake> OnAFreePort() {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const int port = FreeLoopbackPort();
+    if (port == 0) continue;
+    try {
+      return std::make_unique<Fake>(port);
+    } catch (const std::exception&) {
+      // taken meanwhile: pick again
+    }
+  }
+  return nullptr;
+}
+
 class FakeSidecarPage {
  public:
-  explicit FakeSidecarPage(int port) : listener_("http://127.0.0.1:" + std::to_string(port)) {
+  explicit FakeSidecarPage(int port)
+      : port_(port), listener_("http://127.0.0.1:" + std::to_string(port)) {
     listener_.support([this](web::http::http_request req) {
       std::string page;
       {
@@ -400,6 +442,7 @@ class FakeSidecarPage {
     listener_.open().wait();
   }
   ~FakeSidecarPage() { listener_.close().wait(); }
+  int port() const { return port_; }
   void Set(double queue, double in_flight) {
     std::lock_guard<std::mutex> l(mu_);
     page_ =
@@ -411,15 +454,17 @@ class FakeSidecarPage {
   }
 
  private:
+  int port_;
   web::http::experimental::listener::http_listener listener_;
   std::mutex mu_;
   std::string page_;
 };
 
 TEST_F(ControllerTest, TheAutoscalerScalesOnTheSidecarsQueue) {
-  const int port = server_->port() + 1;  // a port next to the API server's, free in practice
-  FakeSidecarPage page(port);
-  page.Set(40, 8);  // 48 requests waiting or running on one pod: 6x the target of 8
+  std::unique_ptr<FakeSidecarPage> page = OnAFreePort<FakeSidecarPage>();
+  ASSERT_NE(page, nullptr) << "no free loopback port for the sidecar page";
+  const int port = page->port();
+  page->Set(40, 8);  // 48 requests waiting or running on one pod: 6x the target of 8
   StartController();
   AutoscaleLoopOptions ao;
   ao.interval = milliseconds(100);
@@ -511,7 +556,9 @@ class FakePrometheus {
 };
 
 TEST_F(ControllerTest, TheAutoscalerAsksPrometheusWhenTheServiceNamesIt) {
-  FakePrometheus prom(server_->port() + 2);
+  std::unique_ptr<FakePrometheus> prom_server = OnAFreePort<FakePrometheus>();
+  ASSERT_NE(prom_server, nullptr) << "no free loopback port for the fake Prometheus";
+  FakePrometheus& prom = *prom_server;
   StartController();
   AutoscaleLoopOptions ao;
   ao.interval = milliseconds(100);
