@@ -50,9 +50,17 @@ namespace kinfer {
 namespace {
 
 // Forwards to a backend and records when each step starts and how many logits rows it has.
+// Its first step waits until Open(): the run submits every request of the batch first, so that
+// they decode together even when the submitting thread is preempted between two submits (with a
+// backend that computes nothing, one request can otherwise run to its end before the next
+// arrives, and no step holds the whole batch).
 class TimedBackend final : public ModelBackend {
  public:
   explicit TimedBackend(std::unique_ptr<ModelBackend> inner) : b_(std::move(inner)) {}
+  void Open() {
+    open_.store(true);
+    open_.notify_all();
+  }
   const LlamaHParams& hparams() const override { return b_->hparams(); }
   std::string name() const override { return b_->name(); }
   int max_batch_tokens() const override { return b_->max_batch_tokens(); }
@@ -62,6 +70,7 @@ class TimedBackend final : public ModelBackend {
     return b_->InitKvCache(block_size, num_blocks);
   }
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
+    open_.wait(false);
     const auto t = std::chrono::steady_clock::now();
     Status st = b_->ForwardBatch(seqs, logits);
     calls_.push_back(Call{t, std::chrono::steady_clock::now(),
@@ -71,6 +80,7 @@ class TimedBackend final : public ModelBackend {
   bool CanSample(const DrawParams& p) const override { return b_->CanSample(p); }
   Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws,
                             std::vector<int32_t>* tokens) override {
+    open_.wait(false);
     const auto t = std::chrono::steady_clock::now();
     Status st = b_->ForwardBatchSample(seqs, draws, tokens);
     calls_.push_back(Call{t, std::chrono::steady_clock::now(), draws.size()});
@@ -78,6 +88,7 @@ class TimedBackend final : public ModelBackend {
   }
   Status LaunchSample(std::span<const SequenceBatch> seqs,
                       std::span<const DrawParams> draws) override {
+    open_.wait(false);
     calls_.push_back(Call{std::chrono::steady_clock::now(), {}, draws.size()});
     return b_->LaunchSample(seqs, draws);
   }
@@ -121,6 +132,7 @@ class TimedBackend final : public ModelBackend {
     return d[d.size() / 2];
   }
   std::unique_ptr<ModelBackend> b_;
+  std::atomic<bool> open_{false};
   std::vector<Call> calls_;  // the engine thread's; read after the engine is gone
 };
 
@@ -238,8 +250,8 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   {
     Engine engine(&backend, &tok, o);
     const auto t0 = std::chrono::steady_clock::now();
-    // Every request first (Submit takes microseconds, so the engine admits them within a step
-    // or two), then their readers.
+    // Every request first, the backend's first step held until they are all in, then their
+    // readers.
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < batch; ++i) {
       auto s = engine.Submit(r);
@@ -249,6 +261,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
       }
       streams.push_back(*s);
     }
+    backend.Open();
     std::vector<std::thread> readers;
     for (const std::shared_ptr<RequestStream>& s : streams) {
       readers.emplace_back([stream = s, &received] {
