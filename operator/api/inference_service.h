@@ -107,7 +107,10 @@ struct SidecarTimeoutsSpec {
 };
 
 struct AdmissionSpec {
-  int max_concurrency = 8;
+  // Requests in flight to the runtime. Left out of the CR (0 here) it follows
+  // spec.runtime.maxRunningRequests, the runtime's batch: ParseInferenceService resolves it, so a
+  // parsed spec always holds the value the sidecar gets.
+  int max_concurrency = 0;
   int reserved_for_top = 1;
   int max_queue = 256;
   int max_queue_per_class = 128;

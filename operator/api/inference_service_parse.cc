@@ -312,7 +312,7 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   ar.Duration("codelTarget", &a.codel_target, true);
   ar.Duration("codelInterval", &a.codel_interval, true);
   ar.Duration("minRetryAfter", &a.min_retry_after, false);
-  if (ar.ok() && a.reserved_for_top >= a.max_concurrency) {
+  if (ar.ok() && a.max_concurrency > 0 && a.reserved_for_top >= a.max_concurrency) {
     ar.Fail("reservedForTop", "must be less than maxConcurrency");
   }
   if (ar.ok() && a.max_queue_per_class > a.max_queue) {
@@ -472,6 +472,18 @@ void ReadSpec(FieldReader r, InferenceServiceSpec* spec) {
   }
   ReadRuntime(r.Object("runtime"), &spec->runtime);
   ReadSidecar(r.Object("sidecar"), &spec->sidecar);
+  // maxConcurrency left out follows the runtime's batch, so the sidecar lets through exactly what
+  // the runtime decodes together (fewer would leave batch slots idle behind the sidecar's queue).
+  AdmissionSpec& admission = spec->sidecar.admission;
+  if (r.ok() && admission.max_concurrency == 0) {
+    admission.max_concurrency = spec->runtime.max_running_requests;
+    if (admission.reserved_for_top >= admission.max_concurrency) {
+      r.Object("sidecar").Object("admission").Fail(
+          "reservedForTop", "must be less than spec.runtime.maxRunningRequests (" +
+                                std::to_string(admission.max_concurrency) +
+                                "), which maxConcurrency follows when it is left out");
+    }
+  }
   ReadResources(r.Object("resources"), &spec->resources);
   ReadStringMap(r, "nodeSelector", &spec->node_selector, 63);
   if (const json* t = r.Raw("tolerations")) {

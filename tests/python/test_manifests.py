@@ -398,6 +398,13 @@ INVALID = [
     ("reserved >= concurrency", _minimal,
      [("spec.sidecar", {"admission": {"maxConcurrency": 2, "reservedForTop": 2}})],
      "reservedForTop must be less than maxConcurrency"),
+    ("reserved >= runtime batch, maxConcurrency left out", _minimal,
+     [("spec.runtime", {"maxRunningRequests": 2}),
+      ("spec.sidecar", {"admission": {"reservedForTop": 2}})],
+     "reservedForTop must be less than spec.runtime.maxRunningRequests"),
+    ("default reserved slot >= a batch of one", _minimal,
+     [("spec.runtime", {"maxRunningRequests": 1})],
+     "reservedForTop must be less than spec.runtime.maxRunningRequests"),
     ("per-class queue > queue", _minimal,
      [("spec.sidecar", {"admission": {"maxQueue": 10}})], "maxQueuePerClass must be at most"),
     ("failure rate 0", _minimal, [("spec.sidecar", {"circuitBreaker": {"failureRateThreshold": 0}})],
@@ -436,6 +443,25 @@ def test_scale_round_trip_on_manual_sample():
         assert admit(obj) == []
     obj["spec"]["autoscaling"]["enabled"] = True
     assert any("spec.replicas may be set" in e for e in admit(obj))
+
+
+def test_reserved_slots_are_checked_against_the_concurrency_the_sidecar_gets():
+    # maxConcurrency left out follows spec.runtime.maxRunningRequests, and reservedForTop is
+    # checked against whichever of the two the sidecar gets.
+    def with_(runtime=None, admission=None):
+        obj = _minimal()
+        if runtime is not None:
+            obj["spec"]["runtime"] = runtime
+        if admission is not None:
+            obj["spec"]["sidecar"] = {"admission": admission}
+        return admit(obj)
+    assert with_({"maxRunningRequests": 1}, {"reservedForTop": 0}) == []
+    assert with_({"maxRunningRequests": 1}, {"maxConcurrency": 4}) == []
+    assert with_({"maxRunningRequests": 2}) == []
+    assert with_({"maxRunningRequests": 2}, {"maxQueue": 512}) == []
+    assert with_(None, {"reservedForTop": 63}) == []
+    assert any("spec.runtime.maxRunningRequests" in e for e in with_(None, {"reservedForTop": 64}))
+    assert with_({"maxRunningRequests": 2}, {"maxConcurrency": 8, "reservedForTop": 7}) == []
 
 
 def test_cel_subset_semantics():
@@ -546,6 +572,11 @@ def test_sidecar_fields_mirror_the_sidecar_config_and_its_defaults():
         if key in ("classes", "rate_limits.overrides") or key.startswith("metrics.") and \
                 key.endswith("buckets"):
             assert "default" not in node, f"{crd_path}: left out = the sidecar's default"
+            continue
+        if key == "admission.max_concurrency":
+            # Left out, it follows spec.runtime.maxRunningRequests (the operator resolves it),
+            # not the sidecar's own default: the sidecar lets through what the runtime batches.
+            assert "default" not in node and "maxRunningRequests" in node["description"]
             continue
         assert "default" in node, f"spec.sidecar.{crd_path} needs the sidecar's default {want}"
         got = node["default"]

@@ -157,6 +157,10 @@ TEST(InferenceServiceTest, DefaultsAreTheCrdDefaults) {
     ASSERT_TRUE(effective.contains(pointer)) << path << " is missing from ToJson(spec)";
     EXPECT_EQ(effective[pointer], value) << path;
   }
+  // The field without a schema default: maxConcurrency left out is the runtime's batch.
+  EXPECT_EQ(effective["sidecar"]["admission"]["maxConcurrency"],
+            effective["runtime"]["maxRunningRequests"]);
+  EXPECT_EQ(effective["runtime"]["maxRunningRequests"], 64);
 }
 
 // Walks the CRD schema: a value of the wrong type at any field the schema defines is an error
@@ -282,6 +286,17 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
          s["sidecar"] = {{"admission", {{"maxConcurrency", 2}, {"reservedForTop", 2}}}};
        },
        "spec.sidecar.admission.reservedForTop:"},
+      {"reserved slots against the runtime's batch",
+       [](json& s) {
+         s["runtime"] = {{"maxRunningRequests", 2}};
+         s["sidecar"] = {{"admission", {{"reservedForTop", 2}}}};
+       },
+       "spec.sidecar.admission.reservedForTop: must be less than spec.runtime.maxRunningRequests "
+       "(2), which maxConcurrency follows"},
+      {"the default reserved slot against a batch of one",
+       [](json& s) { s["runtime"] = {{"maxRunningRequests", 1}}; },
+       "spec.sidecar.admission.reservedForTop: must be less than spec.runtime.maxRunningRequests "
+       "(1)"},
       {"per-class queue",
        [](json& s) {
          s["sidecar"] = {{"admission", {{"maxQueue", 4}, {"maxQueuePerClass", 5}}}};

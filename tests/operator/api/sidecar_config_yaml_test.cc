@@ -71,7 +71,9 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
     EXPECT_EQ(c.classes[i].degrade.degrade_on.slo_breach,
               d.classes[i].degrade.degrade_on.slo_breach);
   }
-  EXPECT_EQ(c.admission.max_concurrency, d.admission.max_concurrency);
+  // The one default that is not the sidecar's own: left out, max_concurrency is the runtime's batch
+  // (spec.runtime.maxRunningRequests, 64 by default), not the sidecar's 8.
+  EXPECT_EQ(c.admission.max_concurrency, 64);
   EXPECT_EQ(c.admission.reserved_for_top, d.admission.reserved_for_top);
   EXPECT_EQ(c.admission.max_queue_total, d.admission.max_queue_total);
   EXPECT_EQ(c.admission.max_queue_per_class, d.admission.max_queue_per_class);
@@ -110,6 +112,19 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
   EXPECT_EQ(c.stats_window.window, d.stats_window.window);
   EXPECT_EQ(c.stats_window.bucket_width, d.stats_window.bucket_width);
   EXPECT_TRUE(c.api_keys.empty());
+}
+
+TEST(SidecarConfigYamlTest, MaxConcurrencyLeftOutFollowsTheRuntimesBatch) {
+  json object = Sample("minimal.yaml");
+  object["spec"]["runtime"] = {{"maxRunningRequests", 24}};
+  EXPECT_EQ(Load(Parse(object).spec).admission.max_concurrency, 24);
+  object["spec"]["sidecar"] = {{"admission", {{"maxQueue", 300}}}};
+  EXPECT_EQ(Load(Parse(object).spec).admission.max_concurrency, 24);
+  // Given, it is passed through as it is, above or below the batch.
+  object["spec"]["sidecar"]["admission"]["maxConcurrency"] = 6;
+  EXPECT_EQ(Load(Parse(object).spec).admission.max_concurrency, 6);
+  object["spec"]["sidecar"]["admission"]["maxConcurrency"] = 100;
+  EXPECT_EQ(Load(Parse(object).spec).admission.max_concurrency, 100);
 }
 
 TEST(SidecarConfigYamlTest, FullSampleMapsEveryKey) {
