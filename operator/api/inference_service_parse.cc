@@ -478,10 +478,11 @@ void ReadSpec(FieldReader r, InferenceServiceSpec* spec) {
   if (r.ok() && admission.max_concurrency == 0) {
     admission.max_concurrency = spec->runtime.max_running_requests;
     if (admission.reserved_for_top >= admission.max_concurrency) {
-      r.Object("sidecar").Object("admission").Fail(
-          "reservedForTop", "must be less than spec.runtime.maxRunningRequests (" +
-                                std::to_string(admission.max_concurrency) +
-                                "), which maxConcurrency follows when it is left out");
+      r.Object("sidecar")
+          .Object("admission")
+          .Fail("reservedForTop", "must be less than spec.runtime.maxRunningRequests (" +
+                                      std::to_string(admission.max_concurrency) +
+                                      "), which maxConcurrency follows when it is left out");
     }
   }
   ReadResources(r.Object("resources"), &spec->resources);

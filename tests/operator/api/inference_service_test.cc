@@ -294,7 +294,9 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
        "spec.sidecar.admission.reservedForTop: must be less than spec.runtime.maxRunningRequests "
        "(2), which maxConcurrency follows"},
       {"the default reserved slot against a batch of one",
-       [](json& s) { s["runtime"] = {{"maxRunningRequests", 1}}; },
+       [](json& s) {
+         s["runtime"] = {{"maxRunningRequests", 1}};
+       },
        "spec.sidecar.admission.reservedForTop: must be less than spec.runtime.maxRunningRequests "
        "(1)"},
       {"per-class queue",
