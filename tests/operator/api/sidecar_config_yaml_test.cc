@@ -140,7 +140,7 @@ TEST(SidecarConfigYamlTest, FullSampleMapsEveryKey) {
   EXPECT_FALSE(c.classes[0].degrade.degrade_on.slo_breach);
   EXPECT_EQ(c.classes[2].timeout, seconds(300));
   EXPECT_EQ(c.classes[2].degrade.max_tokens_cap, 256);
-  EXPECT_EQ(c.admission.max_concurrency, 16);
+  EXPECT_EQ(c.admission.max_concurrency, 96);
   EXPECT_EQ(c.admission.reserved_for_top, 2);
   EXPECT_EQ(c.admission.max_queue_total, 512u);
   EXPECT_EQ(c.admission.max_queue_per_class, 256u);
