@@ -53,6 +53,14 @@ BUILD=$ROOT/build-gpu
 LOG_BUILD=$OUT/build.log
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
+# The whole run fits GPU_CHECK_BUDGET seconds (default 560, inside the device call's 600 s): each
+# step's timeout is its own limit or what is left less 20 s, and a step with under 15 s left is
+# skipped, so that summary.json is always written and comes back.
+BUDGET=${GPU_CHECK_BUDGET:-560}
+step_timeout() {
+  local left=$(( BUDGET - $(elapsed) - 20 ))
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
 say() { echo "[gpu-check +$(elapsed)s] $*" | tee -a "$LOG_BUILD"; }
 : > "$LOG_BUILD"
 
@@ -62,7 +70,9 @@ say "machine: $(uname -m), $(nproc) cores"
 export PATH=$PATH:/usr/local/cuda/bin
 NVCC=$(command -v nvcc || true)
 [ -n "$NVCC" ] || { say "no nvcc on this machine"; exit 1; }
-{ "$NVCC" --version | tail -2; cmake --version | head -1; g++ --version | head -1; } >> "$LOG_BUILD" 2>&1
+{ "$NVCC" --version | tail -2; cmake --version | head -1; g++ --version | head -1
+  echo "cuBLAS: $(find -H /usr/local/cuda*/lib64 /usr/lib/x86_64-linux-gnu -maxdepth 1 -name 'libcublas*.so*' 2>/dev/null | head -4 | tr '\n' ' ')"
+  command -v compute-sanitizer || true; } >> "$LOG_BUILD" 2>&1
 GEN="Unix Makefiles"
 command -v ninja >/dev/null 2>&1 && GEN=Ninja
 JOBS=$(nproc)
@@ -118,19 +128,54 @@ fi
 # ---- tests and bench --------------------------------------------------------------------------
 export KINFER_MODEL=${MODEL:-/nonexistent}
 RC_TESTS=0
+RC_BENCH=0
+RC_ENGINE=0
+SKIPPED_STEPS=""
+# summary.json is written on any exit from here on (a step that fails or runs out of time too):
+# the exit codes, the steps skipped for time, and the engine and goals JSON found so far.
+write_summary() {
+  local engine_null engine_cuda engine_noahead engine_serial goals
+  engine_null=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
+  engine_cuda=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
+  engine_noahead=$(cat "$STASH/engine_cuda_noahead.json" 2>/dev/null || echo null)
+  engine_serial=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
+  goals=$(cat "$STASH/goals.json" 2>/dev/null || echo null)
+  cat > "$OUT/summary.json" <<JSON
+{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "budget": $BUDGET, "skipped_for_time": "${SKIPPED_STEPS# }", "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+ "engine_null": ${engine_null},
+ "engine_cuda": ${engine_cuda},
+ "engine_cuda_noahead": ${engine_noahead},
+ "engine_cuda_serial": ${engine_serial},
+ "goals": ${goals}}
+JSON
+}
+rm -f "$STASH"/engine_*.json "$STASH/goals.json"
+trap write_summary EXIT
+# run_step NAME MAX_SECONDS CMD...: CMD under the budget's timeout, or skipped (rc 1) when too
+# little is left.
+run_step() {
+  local name=$1 t
+  t=$(step_timeout "$2")
+  shift 2
+  if [ "$t" -lt 15 ]; then
+    say "skip $name: out of time (${BUDGET}s budget)"
+    SKIPPED_STEPS="$SKIPPED_STEPS $name"
+    return 1
+  fi
+  timeout "$t" "$@"
+}
+
 : > "$OUT/tests.log"
 for t in cuda_kernels_test cuda_backend_test backend_factory_test; do
   say "test $t"
-  timeout 240 "$BUILD/bin/$t" --gtest_output="json:$OUT/$t.json" >> "$OUT/tests.log" 2>&1 || RC_TESTS=1
+  run_step "$t" 180 "$BUILD/bin/$t" --gtest_output="json:$OUT/$t.json" >> "$OUT/tests.log" 2>&1 || RC_TESTS=1
 done
 grep -E '^\[  (PASSED  \] [0-9]+ test|SKIPPED \] [0-9]+ test|FAILED  \])' "$OUT/tests.log" | tee -a "$LOG_BUILD"
 say "bench"
-RC_BENCH=0
-timeout 200 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/bench.json" \
+run_step kinfer-gpu-bench 150 "$BUILD/bin/kinfer-gpu-bench" --model "$BENCH_MODEL" --json "$OUT/bench.json" \
   --note "$MODEL_NOTE" > "$OUT/bench.log" 2>&1 || RC_BENCH=1
 tee -a "$LOG_BUILD" < "$OUT/bench.log"
 # The issue's three goals and the decode attention kernels' ratio, into bench.log and summary.json.
-rm -f "$STASH/goals.json"
 if [ -s "$OUT/bench.json" ]; then
   python3 bench/gpu/goals.py "$OUT/bench.json" --json "$STASH/goals.json" 2>&1 | tee -a "$OUT/bench.log" "$LOG_BUILD"
 fi
@@ -140,30 +185,27 @@ fi
 # pushed by the pump. cuda_noahead plans each step after the one before (EngineOptions::
 # plan_ahead off): planning ahead's gain. cuda_serial pushes the events on the engine thread
 # too (overlap_streaming off): the pump's gain.
-RC_ENGINE=0
 for run in "null" "cuda" "cuda_noahead --plan-ahead off --modes device_greedy,device_sampled" \
   "cuda_serial --plan-ahead off --overlap off --modes device_greedy,device_sampled"; do
   read -r name extra <<< "$run"
   b=${name%%_*}
   say "engine overhead: $name"
-  rm -f "$STASH/engine_$name.json"
   echo "== kinfer-engine-overhead --backend $b $extra" >> "$OUT/bench.log"
   # shellcheck disable=SC2086  # $extra is words
-  timeout 120 "$BUILD/bin/kinfer-engine-overhead" --model "$BENCH_MODEL" --backend "$b" $extra \
+  run_step "engine_$name" 60 "$BUILD/bin/kinfer-engine-overhead" --model "$BENCH_MODEL" --backend "$b" $extra \
     --batch 1,64,256 --tokens 128 --json "$STASH/engine_$name.json" >> "$OUT/bench.log" 2>&1 || RC_ENGINE=1
 done
-ENGINE_NULL=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
-ENGINE_CUDA=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
-ENGINE_CUDA_NOAHEAD=$(cat "$STASH/engine_cuda_noahead.json" 2>/dev/null || echo null)
-ENGINE_CUDA_SERIAL=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
-GOALS=$(cat "$STASH/goals.json" 2>/dev/null || echo null)
-cat > "$OUT/summary.json" <<JSON
-{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
- "engine_null": ${ENGINE_NULL},
- "engine_cuda": ${ENGINE_CUDA},
- "engine_cuda_noahead": ${ENGINE_CUDA_NOAHEAD},
- "engine_cuda_serial": ${ENGINE_CUDA_SERIAL},
- "goals": ${GOALS}}
-JSON
-say "done: tests rc $RC_TESTS, bench rc $RC_BENCH"
+# With time to spare: the decode and prefill attention kernels under compute-sanitizer's race
+# and barrier checkers (their split merge and shared-memory barriers), into tests.log. Not part
+# of tests_rc: a finding is read from the log.
+if command -v compute-sanitizer >/dev/null 2>&1 && [ "$(step_timeout 1000)" -ge 90 ]; then
+  for tool in racecheck synccheck; do
+    say "compute-sanitizer --tool $tool"
+    echo "== compute-sanitizer --tool $tool cuda_kernels_test (attention)" >> "$OUT/tests.log"
+    run_step "sanitizer_$tool" 60 compute-sanitizer --tool "$tool" --print-limit 20 \
+      "$BUILD/bin/cuda_kernels_test" --gtest_filter='*Attention*:*Decode*' >> "$OUT/tests.log" 2>&1 \
+      || echo "compute-sanitizer $tool: rc $?" >> "$OUT/tests.log"
+  done
+fi
+say "done: tests rc $RC_TESTS, bench rc $RC_BENCH, engine rc $RC_ENGINE"
 [ $RC_TESTS -eq 0 ] && [ $RC_BENCH -eq 0 ]

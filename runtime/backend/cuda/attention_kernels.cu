@@ -9,6 +9,7 @@
 // probabilities are not rounded to FP16 before they meet V (the CPU does on llama.cpp's batch
 // path): a relative difference of at most ~2^-11 per probability, inside the stated tolerance.
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cfloat>
 
@@ -382,6 +383,21 @@ __global__ void __launch_bounds__(128) AttnPrefillKernel(AttnParams p, const int
   }
 }
 
+// Opts a kernel into more than 48 KB of dynamic shared memory, once per device: the attribute is
+// per device, and backends on two devices (or two threads) may launch the same kernel. A failure
+// is left to the launch, which then reports it (EnqueueErrors).
+template <typename Kernel>
+void AllowDynamicSmem(Kernel kernel, size_t smem, std::atomic<uint64_t>* configured) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;
+  const uint64_t bit = uint64_t{1} << dev;
+  if (configured->load(std::memory_order_acquire) & bit) return;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) == cudaSuccess) {
+    configured->fetch_or(bit, std::memory_order_release);
+  }
+}
+
 template <int D>
 size_t PrefillSmem() {
   return sizeof(float) * (2 * kPrefillTile * (D + 1) + kPrefillTile * D + kPrefillTile * (kPrefillTile + 1));
@@ -390,13 +406,9 @@ size_t PrefillSmem() {
 template <int D>
 void LaunchPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len, int n_tiles,
                    cudaStream_t stream) {
-  static bool configured = false;  // engine thread only
+  static std::atomic<uint64_t> configured{0};  // a bit per device
   const size_t smem = PrefillSmem<D>();
-  if (!configured) {
-    cudaFuncSetAttribute(AttnPrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    configured = true;
-  }
+  AllowDynamicSmem(AttnPrefillKernel<D>, smem, &configured);
   AttnPrefillKernel<D><<<dim3(n_tiles, p.n_head), 128, smem, stream>>>(p, tiles, tile_len);
 }
 
@@ -538,13 +550,9 @@ size_t PrefillTcSmem() {
 template <int D>
 void LaunchPrefillTc(const AttnParams& p, const int32_t* tiles, const int32_t* tile_len, int n_tiles,
                      cudaStream_t stream) {
-  static bool configured = false;  // engine thread only
+  static std::atomic<uint64_t> configured{0};  // a bit per device
   const size_t smem = PrefillTcSmem<D>();
-  if (!configured) {
-    cudaFuncSetAttribute(AttnPrefillTcKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    configured = true;
-  }
+  AllowDynamicSmem(AttnPrefillTcKernel<D>, smem, &configured);
   AttnPrefillTcKernel<D><<<dim3(n_tiles, p.n_head), 128, smem, stream>>>(p, tiles, tile_len);
 }
 

@@ -188,6 +188,8 @@ struct CudaBackend::Impl {
   // on their way into argmax_host; *rows gets their number, for Collect.
   Status Enqueue(std::span<const SequenceBatch> seqs, Out out, std::span<const DrawParams> draws,
                  std::vector<float>* logits, size_t* rows);
+  Status EnqueueStep(std::span<const SequenceBatch> seqs, Out out,
+                     std::span<const DrawParams> draws, std::vector<float>* logits, size_t* rows);
   // Waits for the enqueued step and reads its rows' ids.
   Status Collect(size_t rows, std::vector<int32_t>* ids);
   // The step LaunchSample enqueued (rows), if any.
@@ -268,11 +270,15 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
     return FailedPrecondition("no CUDA device: cublasCreate failed");
   }
-  cublasSetStream(cublas, stream);
+  if (cublasSetStream(cublas, stream) != CUBLAS_STATUS_SUCCESS) {
+    return Internal("cublasSetStream failed");
+  }
   // An explicit workspace, so that GEMMs inside captured graphs allocate nothing.
   const size_t ws_bytes = 32u << 20;
   KINFER_CUDA_RETURN(cudaMalloc(&cublas_ws, ws_bytes), "cuBLAS workspace");
-  cublasSetWorkspace(cublas, cublas_ws, ws_bytes);
+  if (cublasSetWorkspace(cublas, cublas_ws, ws_bytes) != CUBLAS_STATUS_SUCCESS) {
+    return Internal("cublasSetWorkspace failed");
+  }
   theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.rope_dim));
   KINFER_RETURN_IF_ERROR(UploadWeights());
   KINFER_RETURN_IF_ERROR(PlanScratch());
@@ -335,10 +341,16 @@ Status CudaBackend::Impl::UploadWeights() {
   std::vector<Pending> mats;
   size_t total = 0, f16_total = 0, largest = 0;
   weight_bytes_per_token = 0;
+  // A fused group's matrices are one matrix, back to back; those of an unfused group (types
+  // differ) each start 256-byte aligned, as the kernels' wide loads need whatever size the matrix
+  // before has (a Q8_0 matrix of an odd number of rows ends 2 bytes off a 4-byte boundary).
+  auto stride = [](const Group& g, const Pending& m) {
+    return g.fused ? static_cast<size_t>(m.t.info->size_bytes) : Align256(m.t.info->size_bytes);
+  };
   for (const Group& g : groups) {
     size_t bytes = 0;
     for (const Pending& m : g.mats) {
-      bytes += m.t.info->size_bytes;
+      bytes += stride(g, m);
       const size_t e = static_cast<size_t>(m.t.rows * m.t.cols);
       f16_total += Align256(e * 2);
       largest = std::max(largest, e);
@@ -351,7 +363,7 @@ Status CudaBackend::Impl::UploadWeights() {
   KINFER_RETURN_IF_ERROR(weights.Allocate(total, "weights"));
   for (const Group& g : groups) {
     size_t bytes = 0;
-    for (const Pending& m : g.mats) bytes += m.t.info->size_bytes;
+    for (const Pending& m : g.mats) bytes += stride(g, m);
     uint8_t* p = weights.Take<uint8_t>(bytes);
     uint8_t* at = p;
     int64_t rows = 0;
@@ -360,7 +372,7 @@ Status CudaBackend::Impl::UploadWeights() {
                          "weight upload");
       *m.dst = DevMatrix{m.t.info->type, at, m.t.rows, m.t.cols,
                          static_cast<size_t>(m.t.info->size_bytes / m.t.rows), nullptr};
-      at += m.t.info->size_bytes;
+      at += stride(g, m);
       rows += m.t.rows;
     }
     if (g.fused) {
@@ -646,6 +658,17 @@ static Status EnqueueErrors(cublasStatus_t* gemm_status) {
 Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
                                   std::span<const DrawParams> draws, std::vector<float>* out_logits,
                                   size_t* rows_out) {
+  // The engine calls from its own thread, whose current device is 0 until it is set.
+  KINFER_CUDA_RETURN(cudaSetDevice(opt.device), "cudaSetDevice");
+  Status st = EnqueueStep(seqs, out, draws, out_logits, rows_out);
+  // Work enqueued before an error must land before the next step rewrites the pinned buffers.
+  if (!st.ok()) cudaStreamSynchronize(stream);
+  return st;
+}
+
+Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out out,
+                                      std::span<const DrawParams> draws,
+                                      std::vector<float>* out_logits, size_t* rows_out) {
   if (!kc) return FailedPrecondition("ForwardBatch before InitKvCache");
   if (seqs.empty()) return InvalidArgument("empty step");
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
@@ -814,6 +837,7 @@ int64_t CudaBackend::KvMemoryBudgetBytes(double fraction) const {
   if (!(fraction > 0.0)) return 0;
   fraction = std::min(fraction, 1.0);
   size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(impl_->opt.device) != cudaSuccess) return 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
   // A cache already allocated counts as free: InitKvCache replaces it.
   return static_cast<int64_t>(static_cast<double>(free_b + impl_->kv_bytes) * fraction);
@@ -825,6 +849,7 @@ Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
     return InvalidArgument("KV cache needs block_size >= 1 and num_blocks >= 1, got " +
                            std::to_string(block_size) + " and " + std::to_string(num_blocks));
   }
+  KINFER_CUDA_RETURN(cudaSetDevice(I.opt.device), "cudaSetDevice");
   I.ClearGraphs();
   if (I.kc) cudaFree(I.kc);
   if (I.vc) cudaFree(I.vc);
@@ -885,12 +910,7 @@ Status CudaBackend::LaunchSample(std::span<const SequenceBatch> seqs,
                                  std::span<const DrawParams> rows) {
   KINFER_CUDA_NOT_LAUNCHED();
   size_t n = 0;
-  Status st = impl_->Enqueue(seqs, Impl::Out::kSample, rows, nullptr, &n);
-  if (!st.ok()) {
-    // Work enqueued before the error must not write the pinned ids under the next step.
-    cudaStreamSynchronize(impl_->stream);
-    return st;
-  }
+  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, nullptr, &n));
   impl_->launched = true;
   impl_->launched_rows = n;
   return Status::Ok();

@@ -12,8 +12,9 @@ namespace {
 inline unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
 
 // One block per row. The sum of squares accumulates in double, as the CPU's.
-__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ w, int d,
-                              float eps, float* __restrict__ y) {
+// y may be x (the output pass normalises in place), so neither is __restrict__.
+__global__ void RmsNormKernel(const float* x, const float* __restrict__ w, int d, float eps,
+                              float* y) {
   const float* xr = x + static_cast<size_t>(blockIdx.x) * d;
   float* yr = y + static_cast<size_t>(blockIdx.x) * d;
   double s = 0.0;
@@ -132,7 +133,13 @@ __global__ void GatherRowsKernel(const float* __restrict__ x, const int32_t* __r
 }
 
 // One block per row: each thread scans a strided slice, then (value, index) pairs reduce with the
-// smaller index winning ties (the first maximum, as std::max_element).
+// smaller index winning ties (the first maximum, as std::max_element). A lane that saw no element
+// holds index n_vocab and loses to every lane that did, whatever its value (-inf included).
+__device__ __forceinline__ bool ArgmaxBeats(float v, int i, float best, int bi, int n_vocab) {
+  if (i == n_vocab) return false;
+  return bi == n_vocab || v > best || (v == best && i < bi);
+}
+
 __global__ void ArgmaxKernel(const float* __restrict__ logits, int n_vocab, int32_t* __restrict__ out) {
   const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
   float best = -FLT_MAX;
@@ -148,7 +155,7 @@ __global__ void ArgmaxKernel(const float* __restrict__ logits, int n_vocab, int3
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(kFullMask, best, o);
     const int oi = __shfl_xor_sync(kFullMask, bi, o);
-    if (ov > best || (ov == best && oi < bi)) {
+    if (ArgmaxBeats(ov, oi, best, bi, n_vocab)) {
       best = ov;
       bi = oi;
     }
@@ -163,7 +170,7 @@ __global__ void ArgmaxKernel(const float* __restrict__ logits, int n_vocab, int3
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < blockDim.x / 32; ++w) {
-      if (sv[w] > best || (sv[w] == best && si[w] < bi)) {
+      if (ArgmaxBeats(sv[w], si[w], best, bi, n_vocab)) {
         best = sv[w];
         bi = si[w];
       }

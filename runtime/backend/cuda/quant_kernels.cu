@@ -514,9 +514,11 @@ __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ 
   out[i] = DequantElem(type, w + static_cast<size_t>(ids[r]) * row_bytes, c);
 }
 
+// Activations for cuBLAS: saturated to FP16's range (+-65504), so that an outlier activation of
+// a larger model costs precision in one element instead of turning into inf and then NaN logits.
 __global__ void F32ToF16Kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = FloatToHalfBits(x[i]);
+  if (i < n) y[i] = FloatToHalfBits(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
 }
 
 inline unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }

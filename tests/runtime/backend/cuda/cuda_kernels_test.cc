@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -340,6 +341,24 @@ TEST_F(CudaKernelsTest, ArgmaxIsTheFirstMaximum) {
   DeviceBuffer<int32_t> out(rows);
   cuda::ArgmaxRows(ld.get(), rows, nv, out.get(), nullptr);
   EXPECT_EQ(out.ToHost(), (std::vector<int32_t>{777, 10, nv - 1}));
+}
+
+// Rows shorter than the block (lanes that see no element) and rows of -inf only: the index is
+// std::max_element's (the first), never n_vocab from an empty lane.
+TEST_F(CudaKernelsTest, ArgmaxOfShortAndAllMinusInfinityRows) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int nv : {1, 3, 100, 255, 256, 257}) {
+    SCOPED_TRACE(nv);
+    std::vector<float> l(2 * nv, -inf);
+    l[nv + nv - 1] = -1e30f;  // row 1: one finite value, last
+    DeviceBuffer<float> ld(l);
+    DeviceBuffer<int32_t> out(2);
+    cuda::ArgmaxRows(ld.get(), 2, nv, out.get(), nullptr);
+    const std::vector<int32_t> want = {
+        static_cast<int32_t>(std::max_element(l.begin(), l.begin() + nv) - l.begin()),
+        static_cast<int32_t>(std::max_element(l.begin() + nv, l.end()) - l.begin() - nv)};
+    EXPECT_EQ(out.ToHost(), want);
+  }
 }
 
 // Attention over a paged cache with shuffled block tables, both kernels against a double-precision
