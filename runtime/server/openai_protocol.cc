@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_limits.h"
 #include "runtime/sample/sampling_validation.h"
 #include "runtime/tokenizer/unicode.h"
 
@@ -22,9 +23,13 @@ Status Invalid(ErrorDetail* d, std::string param, std::string message) {
 // Parses `body` into an object. Exceptions stay inside this function.
 Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {
   if (!IsValidUtf8(body)) return Invalid(d, "", "request body is not valid UTF-8");
+  if (!JsonNestingWithin(body)) {
+    return Invalid(d, "", "request body nests arrays and objects deeper than " +
+                              std::to_string(kMaxJsonNesting) + " levels");
+  }
   try {
     *out = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     std::string what = e.what();
     size_t p = what.find("] ");  // drop nlohmann's "[json.exception.parse_error.101] " prefix
     if (p != std::string::npos) what = what.substr(p + 2);

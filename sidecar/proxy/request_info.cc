@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "common/json_limits.h"
+
 namespace kinfer {
 namespace {
 
@@ -73,6 +75,11 @@ Status ReadNumber(const json& body, const char* field, std::optional<T>* out) {
 StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
                                        const SidecarConfig& config) {
   RequestInfo info;
+  // Deeper bodies would overflow the stack in dump() (the cache key, the degrade rewrite).
+  if (!JsonNestingWithin(body)) {
+    return InvalidArgument("request body nests arrays and objects deeper than " +
+                           std::to_string(kMaxJsonNesting) + " levels");
+  }
   info.body = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (info.body.is_discarded()) return InvalidArgument("request body is not valid JSON");
   if (!info.body.is_object()) return InvalidArgument("request body must be a JSON object");
@@ -131,6 +138,7 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
     info.timeout = *timeout;
   }
   if (auto value = header("cache-control")) info.cache_control = std::string(*value);
+  if (auto value = header("x-kinfer-tenant")) info.tenant_header = std::string(*value);
 
   double prompt_tokens = std::ceil(static_cast<double>(body.size()) / 4.0);
   info.token_estimate =
@@ -151,7 +159,11 @@ std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model
 }
 
 std::string NormalizedRequestText(std::string_view path, const RequestInfo& info) {
-  std::string text(path);
+  std::string text = info.rate_key;
+  text += '\n';
+  text += info.tenant_header;
+  text += '\n';
+  text += path;
   text += '\n';
   text += info.body.dump(-1, ' ', false, json::error_handler_t::replace);
   return text;

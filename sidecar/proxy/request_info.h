@@ -17,8 +17,11 @@
 //    the class default. The deadline is arrival + timeout: the latest time the request may start.
 //  * Token estimate for the tokens/s limit: prompt bytes / 4 (rounded up) + max_tokens, or
 //    + kDefaultMaxTokensEstimate when the client set none.
-//  * Cache key text: the request path plus the body re-serialised with sorted keys (nlohmann's
-//    object order), so key order and whitespace do not split the cache.
+//  * Cache key text: the caller's partition (rate key, then the x-kinfer-tenant header), the
+//    request path, and the body re-serialised with sorted keys (nlohmann's object order), so key
+//    order and whitespace do not split the cache, and one tenant or key never gets, or learns
+//    from a hit, what another asked.
+//  * A body nested deeper than kMaxJsonNesting (common/json_limits.h) is INVALID_ARGUMENT.
 //
 // Pure; thread-safe.
 #pragma once
@@ -53,6 +56,7 @@ struct RequestInfo {
   int priority = 0;                  // class index, 0 = most important
   std::string api_key;               // "" when none
   std::string rate_key;              // tenant, key, or "anonymous"
+  std::string tenant_header;         // x-kinfer-tenant as sent ("" when absent)
   std::chrono::nanoseconds timeout{};  // from the header or the class default
   double token_estimate = 0;
   std::string cache_control;  // raw Cache-Control header, "" when absent
@@ -67,7 +71,7 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
 std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
                         int64_t max_tokens);
 
-// "<path>\n<body with sorted keys>" (see the contract).
+// "<rate key>\n<tenant header>\n<path>\n<body with sorted keys>" (see the contract).
 std::string NormalizedRequestText(std::string_view path, const RequestInfo& info);
 
 }  // namespace kinfer

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/json_limits.h"
 #include "runtime/tokenizer/unicode.h"
 
 namespace kinfer {
@@ -92,6 +93,34 @@ TEST(ParseChatTest, RejectsMalformedBodies) {
   EXPECT_EQ(ChatError(R"({"messages":[{"role":"user"}]})").param, "messages[0].content");
   EXPECT_EQ(ChatError(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})").param,
             "messages[0].content");
+}
+
+// A number past double's range (nlohmann's out_of_range 406, not a parse_error) and a body nested
+// past kMaxJsonNesting are the client's errors: 400 invalid_request_error, never a 500.
+TEST(ParseChatTest, RejectsOverflowingNumbersAndDeepNestingAsBadRequests) {
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],)";
+  for (const std::string& field :
+       {std::string(R"("temperature":1e999)"), std::string(R"("max_tokens":-1e400)"),
+        std::string(R"("metadata":{"a":1e999})")}) {
+    ErrorDetail d;
+    auto r = ParseChatRequest(chat + field + "}", &d);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("not valid JSON"), std::string::npos)
+        << r.status().message();
+  }
+  ErrorDetail d;
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"content":"x","n":1e999})", &d).ok());
+  const std::string deep = chat + R"("x":)" + std::string(kMaxJsonNesting, '[') +
+                           std::string(kMaxJsonNesting, ']') + "}";
+  auto r = ParseChatRequest(deep, &d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("deeper than"), std::string::npos) << r.status().message();
+  // One level less fits (the body's own object is the first level).
+  const std::string fits = chat + R"("x":)" + std::string(kMaxJsonNesting - 1, '[') +
+                           std::string(kMaxJsonNesting - 1, ']') + "}";
+  EXPECT_TRUE(ParseChatRequest(fits, &d).ok());
 }
 
 TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {

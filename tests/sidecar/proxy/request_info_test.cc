@@ -2,6 +2,7 @@
 // OpenAI request's headers and body, against the default classes (critical, standard, batch).
 #include "sidecar/proxy/request_info.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,10 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.h"
+
 namespace kinfer {
 namespace {
 
 using nlohmann::json;
+using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -311,9 +315,37 @@ TEST_F(RequestInfoTest, NormalizedTextDiffersByPathAndContent) {
   EXPECT_NE(NormalizedRequestText("/p", c), NormalizedRequestText("/p", d));
 }
 
-TEST_F(RequestInfoTest, NormalizedTextStartsWithThePath) {
+TEST_F(RequestInfoTest, NormalizedTextIsThePartitionThePathAndTheSortedBody) {
   RequestInfo a = MustParse(R"({"b":1,"a":2})");
-  EXPECT_EQ(NormalizedRequestText("/v1/completions", a), "/v1/completions\n{\"a\":2,\"b\":1}");
+  EXPECT_EQ(NormalizedRequestText("/v1/completions", a),
+            "anonymous\n\n/v1/completions\n{\"a\":2,\"b\":1}");
+}
+
+// The same deterministic request from two tenants, two unmapped keys, or two x-kinfer-tenant
+// values (the runtime's prefix-cache partition) never shares a cache entry: a hit would hand one
+// caller another's answer and tell it what the other asked.
+TEST_F(RequestInfoTest, NormalizedTextIsPartitionedByCaller) {
+  const std::string body = R"({"model":"m","temperature":0,"prompt":"secret"})";
+  auto text = [&](const Headers& h) {
+    return NormalizedRequestText("/v1/completions", MustParse(body, h));
+  };
+  const std::string anon = text({});
+  EXPECT_NE(anon, text({{"authorization", "Bearer sk-alice"}}));
+  EXPECT_NE(text({{"authorization", "Bearer sk-alice"}}), text({{"authorization", "Bearer sk-bob"}}));
+  EXPECT_NE(text({{"x-kinfer-tenant", "alice"}}), text({{"x-kinfer-tenant", "bob"}}));
+  EXPECT_NE(anon, text({{"x-kinfer-tenant", "alice"}}));
+  // One tenant's keys (sk-gold maps to team-a) share its partition.
+  EXPECT_EQ(text({{"authorization", "Bearer sk-gold"}}),
+            text({{"authorization", "Bearer sk-gold"}, {"x-kinfer-priority", "batch"}}));
+}
+
+TEST_F(RequestInfoTest, ABodyNestedTooDeeplyIsRefused) {
+  const std::string ok = R"({"model":"m","x":)" + std::string(kMaxJsonNesting - 1, '[') +
+                         std::string(kMaxJsonNesting - 1, ']') + "}";
+  MustParse(ok);
+  const std::string deep = R"({"model":"m","temperature":0,"x":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  EXPECT_THAT(ErrorOf(deep), HasSubstr("deeper than " + std::to_string(kMaxJsonNesting) + " levels"));
 }
 
 }  // namespace
