@@ -631,8 +631,10 @@ void Exchange::OnDone(UpstreamError error) {
     session_->Reply(std::move(buffered_));
   }
   CountResponse(status_);
-  if (status_ >= 500) metrics().CountUpstreamError("status_5xx");
-  Complete(status_ >= 500 ? Result::kFailure : Result::kSuccess);
+  const Result result = SidecarCore::ResultForUpstreamStatus(
+      status_, session_->request().count("x-kinfer-timeout") != 0);
+  if (result == Result::kFailure) metrics().CountUpstreamError("status_5xx");
+  Complete(result);
 }
 
 void Exchange::FailBeforeResponse(UpstreamError error) {

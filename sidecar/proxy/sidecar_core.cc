@@ -189,6 +189,11 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Ro
   return std::nullopt;
 }
 
+SidecarCore::Result SidecarCore::ResultForUpstreamStatus(int http_status, bool client_deadline) {
+  if (http_status == 504 && client_deadline) return Result::kIgnored;
+  return http_status >= 500 ? Result::kFailure : Result::kSuccess;
+}
+
 AdmissionQueue::Dispatch SidecarCore::OnFinished(RequestId id, const Route& route, Result result,
                                                  Duration upstream_time, TimePoint now) {
   if (!route.fallback_upstream && breaker_permits_.erase(id) != 0) {

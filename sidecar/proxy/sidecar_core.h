@@ -81,6 +81,13 @@ class SidecarCore {
     kIgnored,   // ended by the client, or rejected at start: says nothing about the upstream
   };
 
+  // How an upstream that answered with `http_status` counts: 5xx is a failure, except a 504 to a
+  // request that carried the client's own deadline (x-kinfer-timeout, which the runtime enforces
+  // end to end): the client's time ran out, which says nothing of the upstream's health, and
+  // counting it let one client open the breaker for everyone with short deadlines. The sidecar's
+  // own upstream_timeout is still a failure.
+  static Result ResultForUpstreamStatus(int http_status, bool client_deadline);
+
   // REQUIRES: config.Validate().ok().
   SidecarCore(const SidecarConfig& config, SidecarMetrics* metrics);
 

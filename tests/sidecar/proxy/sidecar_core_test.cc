@@ -388,6 +388,29 @@ TEST_F(SidecarCoreBreakerTest, FewerFailuresKeepItClosed) {
   EXPECT_TRUE(core_->Ready(now_));
 }
 
+// A 504 that ends the client's own deadline (x-kinfer-timeout) says nothing of the upstream:
+// twenty of them leave the breaker closed, where four 504s without one open it.
+TEST_F(SidecarCoreBreakerTest, ClientDeadline504sDoNotOpenTheBreaker) {
+  using R = SidecarCore::Result;
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(200, true), R::kSuccess);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(429, false), R::kSuccess);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(500, true), R::kFailure);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(503, true), R::kFailure);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(504, false), R::kFailure);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(504, true), R::kIgnored);
+
+  UseSmallBreaker();
+  Init();
+  for (SidecarCore::RequestId id = 1; id <= 20; ++id) {
+    Call(id, SidecarCore::ResultForUpstreamStatus(504, true));
+  }
+  EXPECT_TRUE(core_->Ready(now_));
+  for (SidecarCore::RequestId id = 21; id <= 24; ++id) {
+    Call(id, SidecarCore::ResultForUpstreamStatus(504, false));
+  }
+  EXPECT_FALSE(core_->Ready(now_));
+}
+
 TEST_F(SidecarCoreBreakerTest, OpenBreakerRoutesToTheFallbackUpstream) {
   UseSmallBreaker();
   config_.fallback_model = "small";
