@@ -104,6 +104,7 @@ struct SidecarTimeoutsSpec {
   DurationValue connect{"2s", std::chrono::seconds(2)};
   DurationValue upstream{"10m", std::chrono::minutes(10)};
   DurationValue drain{"30s", std::chrono::seconds(30)};
+  DurationValue client_write{"30s", std::chrono::seconds(30)};
 };
 
 struct AdmissionSpec {

@@ -288,6 +288,7 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   t.Duration("connect", &sc->timeouts.connect, true);
   t.Duration("upstream", &sc->timeouts.upstream, true);
   t.Duration("drain", &sc->timeouts.drain, false);
+  t.Duration("clientWrite", &sc->timeouts.client_write, true);
   r.String("defaultClass", &sc->default_class, 63);
   ReadClasses(r, sc);
   if (r.ok() &&

@@ -79,6 +79,7 @@ std::string RenderSidecarConfigYaml(const InferenceServiceSpec& spec, const std:
       .Kv("connect_timeout", Q(s.timeouts.connect.text))
       .Kv("upstream_timeout", Q(s.timeouts.upstream.text))
       .Kv("drain_timeout", Q(s.timeouts.drain.text))
+      .Kv("client_write_timeout", Q(s.timeouts.client_write.text))
       .Kv("default_class", Q(s.default_class));
   y.Open("classes");
   for (const PriorityClassSpec& c : s.classes) {

@@ -390,6 +390,7 @@ Fields TopLevelFields(SidecarConfig* c) {
       {"connect_timeout", DurationValue(&c->connect_timeout)},
       {"upstream_timeout", DurationValue(&c->upstream_timeout)},
       {"drain_timeout", DurationValue(&c->drain_timeout)},
+      {"client_write_timeout", DurationValue(&c->client_write_timeout)},
       {"default_class", Value(&c->default_class)},
       {"classes",
        [c](const Node& node, const std::string& path) {
@@ -603,6 +604,7 @@ Status SidecarConfig::Validate() const {
   if (connect_timeout <= 0s) return InvalidArgument("connect_timeout: must be > 0");
   if (upstream_timeout <= 0s) return InvalidArgument("upstream_timeout: must be > 0");
   if (drain_timeout < 0s) return InvalidArgument("drain_timeout: must be >= 0");
+  if (client_write_timeout <= 0s) return InvalidArgument("client_write_timeout: must be > 0");
 
   if (classes.empty()) return InvalidArgument("classes: must name at least one class");
   for (size_t i = 0; i < classes.size(); ++i) {

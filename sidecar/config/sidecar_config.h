@@ -91,6 +91,9 @@ struct SidecarConfig {
   std::chrono::nanoseconds upstream_timeout = std::chrono::minutes(10);
   // SIGTERM: how long in-flight requests may take to finish before the sidecar exits.
   std::chrono::nanoseconds drain_timeout = std::chrono::seconds(30);
+  // How long a write to the client may stall (the client not reading) before the sidecar closes
+  // the connection and cancels the upstream request, freeing its admission slot.
+  std::chrono::nanoseconds client_write_timeout = std::chrono::seconds(30);
 
   // Priority classes, most important first. Default: critical, standard, batch.
   std::vector<PriorityClassConfig> classes;  // filled by the defaults in SidecarConfig()

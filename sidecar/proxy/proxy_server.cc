@@ -66,6 +66,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res.keep_alive(keep_alive_);
     res.prepare_payload();
     auto msg = std::make_shared<http::response<http::string_body>>(std::move(res));
+    ArmWriteTimer();
     http::async_write(stream_, *msg,
                       [self = shared_from_this(), msg](beast::error_code ec, size_t) {
                         self->Finished(!ec && self->keep_alive_);
@@ -234,6 +235,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (watching_) {
       read_after_watch_ = true;  // the pending watch read becomes the next request's first read
+      stream_.expires_after(kIdleTimeout);  // and it waits no longer than any idle connection
       return;
     }
     DoRead();
@@ -248,10 +250,18 @@ class Session : public std::enable_shared_from_this<Session> {
     if (writes_.size() == 1) WriteNext();
   }
 
+  // Every write to the client runs under client_write_timeout: a client that stops reading (a
+  // full socket buffer) would otherwise hold its request's admission slot, and the upstream
+  // request behind it, for as long as it liked. On expiry the stream closes the socket, the write
+  // fails, and the exchange ends as if the client had gone (the upstream request is cancelled).
+  void ArmWriteTimer() { stream_.expires_after(server_->core_.config().client_write_timeout); }
+
   void WriteNext() {
     auto on_written = [self = shared_from_this()](beast::error_code ec, size_t) {
       PendingWrite done = std::move(self->writes_.front());
       self->writes_.pop_front();
+      // Nothing left to write: no timer while the stream waits for the upstream's next bytes.
+      if (!ec && self->writes_.empty()) self->stream_.expires_never();
       if (ec) {
         // The client is gone: fail every queued write too.
         std::deque<PendingWrite> rest;
@@ -267,6 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (done.done) done.done(true);
     };
     PendingWrite& w = writes_.front();
+    ArmWriteTimer();
     if (w.custom) {
       w.custom(this, std::move(on_written));
     } else {

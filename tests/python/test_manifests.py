@@ -501,6 +501,7 @@ SIDECAR_KEYS = {
     "connect_timeout": "timeouts.connect",
     "upstream_timeout": "timeouts.upstream",
     "drain_timeout": "timeouts.drain",
+    "client_write_timeout": "timeouts.clientWrite",
     "default_class": "defaultClass",
     "classes": "classes",
     "api_keys": None,  # secrets: apiKeysSecretName names a Secret instead

@@ -216,3 +216,33 @@ def test_sighup_reloads_config_without_dropping_connections(upstream):
         session.close()
     finally:
         sc.stop()
+
+
+def test_a_client_that_stops_reading_is_closed_and_its_slot_freed(upstream):
+    # A stream far larger than the socket buffers, to a client that never reads: once a write
+    # has stalled for client_write_timeout the sidecar closes the connection, cancels the upstream
+    # request and frees the admission slot (max_concurrency 1: the next request gets through).
+    upstream.reset()
+    sc = Sidecar(upstream.url, {"cache": {"enabled": False}, "client_write_timeout": "1s",
+                                "admission": {"max_concurrency": 1, "reserved_for_top": 0}})
+    try:
+        upstream.control(chunks=1_000_000)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(5)
+        s.connect(("127.0.0.1", sc.port))
+        body = json.dumps(chat_body(stream=True)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert wait_for(lambda: sc.stats()["in_flight"] == 1)
+        started = time.monotonic()
+        assert wait_for(lambda: upstream.stats()["cancelled"] == 1, timeout=20), upstream.stats()
+        assert wait_for(lambda: sc.stats()["in_flight"] == 0)
+        assert time.monotonic() - started < 15
+        upstream.control(chunks=4)
+        r = post_chat(sc.url, chat_body())
+        assert r.status_code == 200, r.text
+        s.close()
+    finally:
+        sc.stop()

@@ -46,6 +46,7 @@ void ExpectSameConfig(const SidecarConfig& a, const SidecarConfig& b) {
   EXPECT_EQ(a.connect_timeout, b.connect_timeout);
   EXPECT_EQ(a.upstream_timeout, b.upstream_timeout);
   EXPECT_EQ(a.drain_timeout, b.drain_timeout);
+  EXPECT_EQ(a.client_write_timeout, b.client_write_timeout);
 
   ASSERT_EQ(a.classes.size(), b.classes.size());
   for (size_t i = 0; i < a.classes.size(); ++i) {
@@ -176,6 +177,7 @@ max_body_bytes: 2MiB
 connect_timeout: 500ms
 upstream_timeout: 2m
 drain_timeout: 0
+client_write_timeout: 5s
 default_class: low
 classes:
   - {name: high, timeout: 5s, degrade: {on: [breaker_open]}}
@@ -209,6 +211,7 @@ metrics: {ttft_buckets: [0.1, 1, 10], e2e_buckets: [1, 60], stats_window: 30s, s
   EXPECT_EQ(c.connect_timeout, 500ms);
   EXPECT_EQ(c.upstream_timeout, 2min);
   EXPECT_EQ(c.drain_timeout, 0s);
+  EXPECT_EQ(c.client_write_timeout, 5s);
 
   ASSERT_EQ(c.classes.size(), 2u);  // the list replaces the defaults
   EXPECT_EQ(c.default_class, "low");
@@ -554,6 +557,8 @@ TEST(SidecarConfigTest, PolicyErrorsCarryTheSectionName) {
   EXPECT_THAT(LoadError("degrade: {fallback_upstream: 'http://h:1'}\n"),
               StartsWith("degrade.fallback_upstream: set, but degrade.fallback_model is empty"));
   EXPECT_THAT(LoadError("connect_timeout: 0\n"), StartsWith("connect_timeout: must be > 0"));
+  EXPECT_THAT(LoadError("client_write_timeout: 0\n"),
+              StartsWith("client_write_timeout: must be > 0"));
 }
 
 TEST(SidecarConfigTest, ValidateCatchesConfigsBuiltInCode) {
