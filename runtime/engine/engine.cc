@@ -194,7 +194,7 @@ void Engine::Loop() {
   SchedulerConfig sc;
   sc.max_batch_tokens = std::min(options_.max_batch_tokens, backend_->max_batch_tokens());
   sc.max_running = std::max(1, std::min(options_.max_running, sc.max_batch_tokens - 1));
-  sc.max_prefill_chunk = std::min(sc.max_prefill_chunk, sc.max_batch_tokens);
+  sc.max_prefill_chunk = PrefillChunkFor(sc.max_batch_tokens, sc.max_prefill_chunk);
   sc.max_waiting = options_.max_queued_requests;
   sc.max_waiting_prompt_tokens = options_.max_waiting_prompt_tokens > 0
                                      ? options_.max_waiting_prompt_tokens

@@ -101,6 +101,15 @@ struct SchedulerConfig {
   bool cache_generated_blocks = true;
 };
 
+// The per-prompt share for a step budget: max_prefill_chunk, but at most half the budget, so
+// that a long prompt never takes a whole step and prompts behind it start at once (the default
+// 256 of 512; at a budget of 256, 128). A lone prompt still fills the step (leftover budget goes
+// back to the prompts).
+inline int PrefillChunkFor(int max_batch_tokens, int max_prefill_chunk) {
+  const int half = max_batch_tokens / 2 > 0 ? max_batch_tokens / 2 : 1;
+  return max_prefill_chunk < half ? max_prefill_chunk : half;
+}
+
 // INVALID_ARGUMENT naming the bad field.
 Status ValidateSchedulerConfig(const SchedulerConfig& config);
 

@@ -182,6 +182,29 @@ TEST_F(SchedulerTest, ShortPromptBehindALongOneStartsInTheSameStep) {
   EXPECT_EQ(p.num_tokens, 512);
 }
 
+// kinfer-runtime's default budget is 256 tokens: with the share the engine derives from it
+// (PrefillChunkFor: half the budget), a short prompt behind a long one still starts in step 1
+// (with the share at the whole budget, it waited for the long prompt's whole prefill).
+TEST_F(SchedulerTest, AtTheRuntimesDefaultBudgetAShortPromptStillStartsInStepOne) {
+  EXPECT_EQ(PrefillChunkFor(512, 256), 256);
+  EXPECT_EQ(PrefillChunkFor(256, 256), 128);
+  EXPECT_EQ(PrefillChunkFor(2048, 256), 256);
+  EXPECT_EQ(PrefillChunkFor(3, 256), 1);
+  EXPECT_EQ(PrefillChunkFor(1, 256), 1);
+  SchedulerConfig c = Config(512, 16);
+  c.max_batch_tokens = 256;
+  c.max_prefill_chunk = PrefillChunkFor(256, 256);
+  Make(c);
+  Submit(Req(1, 6000, 4));
+  Submit(Req(2, 20, 4), T0() + milliseconds(1));
+  const StepPlan p = Run(T0() + milliseconds(2));
+  const ScheduledSeq* shrt = FindItem(p.prefills, 2);
+  ASSERT_NE(shrt, nullptr);
+  EXPECT_EQ(shrt->length, 20);
+  EXPECT_TRUE(shrt->sample);
+  EXPECT_EQ(p.num_tokens, 256);
+}
+
 TEST_F(SchedulerTest, LongPromptProgressesEveryStepUnderAStreamOfShortPrompts) {
   SchedulerConfig c = Config(4096, 16);
   c.max_batch_tokens = 256;
