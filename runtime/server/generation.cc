@@ -120,10 +120,10 @@ HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta,
   std::vector<TokenLogprob> lps;
   StreamEvent ev;
   while (true) {
-    if (!stream->Next(&ev, kPollInterval)) {
-      if (ctx.stopping->load()) stream->Cancel();
-      continue;
-    }
+    // Checked every turn, not only when no event came: a generation that streams steadily would
+    // otherwise run on past the server's shutdown.
+    if (ctx.stopping->load()) stream->Cancel();
+    if (!stream->Next(&ev, kPollInterval)) continue;
     timer.OnEvent(ev);
     text += ev.text;
     AppendLogprobs(&lps, ev.logprobs);
@@ -164,12 +164,12 @@ void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta,
   size_t offset = 0;
   StreamEvent ev;
   while (true) {
+    if (ctx.stopping->load()) stream->Cancel();  // every turn (see WholeResponse)
     if (!stream->Next(&ev, kPollInterval)) {
       if (sink.Closed()) {
         client_gone = true;
         stream->Cancel();
       }
-      if (ctx.stopping->load()) stream->Cancel();
       continue;
     }
     timer.OnEvent(ev);

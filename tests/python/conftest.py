@@ -46,43 +46,55 @@ class Server:
             return "".join(f.readlines()[-n:])
 
 
-@pytest.fixture(scope="session")
-def server():
+def start_runtime(extra_args=()) -> Server:
+    """A kinfer-runtime on a free port serving the bundled model, once /ready answers 200."""
     binary, model = _binary(), _model()
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="kinfer-runtime-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
          "--threads", os.environ.get("KINFER_THREADS", "2"), "--ctx-size", str(CTX_SIZE),
-         "--log-level", "info"],
+         "--log-level", "info", *extra_args],
         stdout=log, stderr=subprocess.STDOUT)
+    log.close()
     srv = Server(f"http://127.0.0.1:{port}", port, proc, log.name)
     deadline = time.time() + 120
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"kinfer-runtime exited with {proc.returncode}:\n{srv.log_tail()}")
+        try:
+            if requests.get(srv.url + "/ready", timeout=1).status_code == 200:
+                return srv
+        except requests.ConnectionError:
+            pass
+        if time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"kinfer-runtime not ready after 120 s:\n{srv.log_tail()}")
+        time.sleep(0.1)
+
+
+def stop_runtime(srv: Server, timeout: float = 15):
+    """SIGTERM, then SIGKILL after `timeout`; prints the log when the exit was not clean."""
+    srv.proc.send_signal(signal.SIGTERM)
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"kinfer-runtime exited with {proc.returncode}:\n{srv.log_tail()}")
-            try:
-                if requests.get(srv.url + "/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"kinfer-runtime not ready after 120 s:\n{srv.log_tail()}")
-            time.sleep(0.1)
+        rc = srv.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        srv.proc.kill()
+        srv.proc.wait()
+        rc = None
+    if rc not in (0, None):
+        print(f"kinfer-runtime exited with {rc}:\n{srv.log_tail()}")
+    os.unlink(srv.log_path)
+    return rc
+
+
+@pytest.fixture(scope="session")
+def server():
+    srv = start_runtime()
+    try:
         yield srv
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = None
-        log.close()
-        if rc not in (0, None):
-            print(f"kinfer-runtime exited with {rc}:\n{srv.log_tail()}")
-        os.unlink(log.name)
+        stop_runtime(srv)
 
 
 @pytest.fixture(scope="session")
