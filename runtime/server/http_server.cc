@@ -95,7 +95,13 @@ Status HttpServer::Start() {
   try {
     impl_->listener = std::make_unique<http::experimental::listener::http_listener>(url);
     Impl* impl = impl_.get();
-    impl_->listener->support([impl](http::http_request req) { impl->OnRequest(std::move(req)); });
+    auto handler = [impl](http::http_request req) { impl->OnRequest(std::move(req)); };
+    impl_->listener->support(handler);
+    // cpprestsdk answers TRACE (echoing the request's headers, Authorization included) and
+    // OPTIONS itself unless a handler is registered for the method: route both to the Router,
+    // which answers 405 with a JSON body as for any other method a route does not take.
+    impl_->listener->support(http::methods::TRCE, handler);
+    impl_->listener->support(http::methods::OPTIONS, handler);
     impl_->listener->open().wait();
   } catch (const std::exception& e) {
     impl_->listener.reset();

@@ -236,6 +236,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (watching_) {
       read_after_watch_ = true;  // the pending watch read becomes the next request's first read
       stream_.expires_after(kIdleTimeout);  // and it waits no longer than any idle connection
+      if (buffer_.size() > 0) {
+        // The watch already holds the next (pipelined) request: stop waiting for more bytes,
+        // which a pipelining client sends only after this answer, and parse it now.
+        beast::error_code ignored;
+        stream_.socket().cancel(ignored);
+      }
       return;
     }
     DoRead();
@@ -687,7 +693,8 @@ void Session::WatchClient() {
     if (!ec) self->buffer_.commit(n);
     if (self->read_after_watch_) {
       self->read_after_watch_ = false;
-      if (ec) return self->Close();
+      const bool pipelined = ec == net::error::operation_aborted && self->buffer_.size() > 0;
+      if (ec && !pipelined) return self->Close();
       return self->DoRead();
     }
     if (ec) {

@@ -58,6 +58,10 @@ CASES = [
      "prompt"),
     ("echo", COMPLETIONS, json.dumps({"prompt": "a", "echo": True}).encode(), 400, "echo"),
     ("non_utf8_body", CHAT, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
+    ("number_past_double", CHAT, b'{"messages": [{"role": "user", "content": "hi"}], '
+     b'"temperature": 1e999}', 400, None),
+    ("nested_too_deep", CHAT, b'{"messages": [{"role": "user", "content": "hi"}], "x": ' +
+     b"[" * 100000 + b"]" * 100000 + b"}", 400, None),
 ]
 
 
@@ -99,6 +103,16 @@ def test_wrong_method_is_405(server):
     check_error(server, r, 405)
     assert r.headers["Allow"] == "POST"
     check_error(server, requests.post(server.url + "/health"), 405)
+
+
+def test_trace_and_options_are_405_not_echoed(server):
+    # cpprestsdk's own TRACE handler echoed the request, Authorization header included.
+    for method in ("TRACE", "OPTIONS"):
+        r = requests.request(method, server.url + CHAT,
+                             headers={"Authorization": "Bearer sk-secret"}, timeout=10)
+        check_error(server, r, 405)
+        assert "sk-secret" not in r.text
+        assert r.headers["Allow"] == "POST"
 
 
 def test_unknown_path_is_404(server):

@@ -246,3 +246,42 @@ def test_a_client_that_stops_reading_is_closed_and_its_slot_freed(upstream):
         s.close()
     finally:
         sc.stop()
+
+
+def _read_responses(s, n, timeout=10):
+    """Reads n whole HTTP/1.1 responses (Content-Length bodies) from socket s; their statuses."""
+    s.settimeout(timeout)
+    buf, statuses = b"", []
+    while len(statuses) < n:
+        while b"\r\n\r\n" not in buf:
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed after {len(statuses)} responses"
+            buf += chunk
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(buf) < length:
+            chunk = s.recv(65536)
+            assert chunk, "connection closed inside a body"
+            buf += chunk
+        buf = buf[length:]
+        statuses.append(int(head.split(b" ")[1]))
+    return statuses
+
+
+@pytest.mark.parametrize("kind", ["models", "chat"])
+def test_pipelined_requests_are_answered_in_order(fake, sidecar, kind):
+    # HTTP/1.1 pipelining: requests sent back to back on one connection before any answer.
+    if kind == "models":
+        one = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    else:
+        body = json.dumps(chat_body()).encode()
+        one = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+               b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    s.sendall(one * 3)
+    assert _read_responses(s, 3) == [200, 200, 200]
+    s.close()
