@@ -188,7 +188,9 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(GetBool(obj, "cache_prompt", &r->cache_prompt, d));
   if (const json* p = Field(obj, "priority")) {
     if (!p->is_number_integer() || p->get<int64_t>() < -1000000 || p->get<int64_t>() > 1000000) {
-      return Invalid(d, "priority", "'priority' must be an integer (smaller is served first)");
+      return Invalid(d, "priority",
+                     "'priority' must be an integer in [-1000000, 1000000] (smaller is served "
+                     "first)");
     }
     r->priority = p->get<int>();
   }

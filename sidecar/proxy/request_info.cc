@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/json_limits.h"
@@ -65,6 +66,12 @@ Status ReadNumber(const json& body, const char* field, std::optional<T>* out) {
     if (!it->is_number_integer()) {
       return InvalidArgument(std::string(field) + ": must be an integer");
     }
+    // An unsigned value past T's range would wrap (2^63 read as a negative int64).
+    if (it->is_number_unsigned() &&
+        it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+      return InvalidArgument(std::string(field) + ": must be at most " +
+                             std::to_string(std::numeric_limits<T>::max()));
+    }
   }
   *out = it->get<T>();
   return Status();
@@ -99,8 +106,8 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
     max_tokens_field = "max_completion_tokens";
     KINFER_RETURN_IF_ERROR(ReadNumber(info.body, max_tokens_field, &max_tokens));
   }
-  if (max_tokens && *max_tokens < 0) {
-    return InvalidArgument(std::string(max_tokens_field) + ": must be >= 0");
+  if (max_tokens && *max_tokens < 1) {  // as the runtime and OpenAI: 0 is refused too
+    return InvalidArgument(std::string(max_tokens_field) + ": must be >= 1");
   }
   info.max_tokens = max_tokens.value_or(0);
   KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "temperature", &info.temperature));

@@ -133,6 +133,12 @@ TEST_F(RequestInfoTest, WrongFieldTypesNameTheField) {
 
 TEST_F(RequestInfoTest, NegativeMaxTokensIsRefusedNamingTheField) {
   EXPECT_EQ(ErrorOf(R"({"max_tokens":-1})").rfind("max_tokens:", 0), 0u);
+  EXPECT_EQ(ErrorOf(R"({"max_tokens":0})"), "max_tokens: must be >= 1");
+  // 2^63 does not wrap to a negative int64.
+  EXPECT_EQ(ErrorOf(R"({"max_tokens":9223372036854775808})"),
+            "max_tokens: must be at most 9223372036854775807");
+  EXPECT_EQ(ErrorOf(R"({"seed":18446744073709551615})"),
+            "seed: must be at most 9223372036854775807");
   EXPECT_EQ(ErrorOf(R"({"max_completion_tokens":-1})").rfind("max_completion_tokens:", 0), 0u);
 }
 
