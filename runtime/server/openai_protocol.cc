@@ -199,6 +199,12 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     if (sp->is_boolean()) {
       r->speculative_tokens = sp->get<bool>() ? kSpeculativeServerMax : 0;
     } else if (sp->is_object()) {
+      for (const auto& [key, value] : sp->items()) {
+        if (key != "n_max") {
+          return Invalid(d, "speculative." + key,
+                         "'speculative." + key + "' is not a known field (only n_max)");
+        }
+      }
       int n = kSpeculativeServerMax;
       if (Status st = GetIntField(*sp, "n_max", 0, kMaxSpecTokens, &n, d); !st.ok()) {
         if (d != nullptr) d->param = "speculative.n_max";

@@ -111,6 +111,8 @@ TEST(ParseChatTest, RejectsOverflowingNumbersAndDeepNestingAsBadRequests) {
   }
   ErrorDetail d;
   EXPECT_FALSE(ParseTokenizeRequest(R"({"content":"x","n":1e999})", &d).ok());
+  EXPECT_EQ(ChatError(chat + R"("speculative":{"n_max":2,"a":1}})").param, "speculative.a");
+  EXPECT_TRUE(ParseChatRequest(chat + R"("speculative":{"n_max":2}})", &d).ok());
   const std::string deep = chat + R"("x":)" + std::string(kMaxJsonNesting, '[') +
                            std::string(kMaxJsonNesting, ']') + "}";
   auto r = ParseChatRequest(deep, &d);
