@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/json_limits.h"
+#include "common/timeout_header.h"
 #include "runtime/sample/sampling_validation.h"
 #include "runtime/tokenizer/unicode.h"
 
@@ -443,28 +444,15 @@ uint64_t CacheSaltFor(std::string_view tenant) {
 StatusOr<std::optional<std::chrono::milliseconds>> ParseRequestTimeout(std::string_view header,
                                                                        ErrorDetail* d) {
   if (header.empty()) return std::optional<std::chrono::milliseconds>();
-  double scale_ms = 1000;  // plain seconds
-  std::string_view num = header;
-  if (num.size() > 2 && num.substr(num.size() - 2) == "ms") {
-    scale_ms = 1;
-    num.remove_suffix(2);
-  } else if (!num.empty() && num.back() == 's') {
-    num.remove_suffix(1);
-  } else if (!num.empty() && num.back() == 'm') {
-    scale_ms = 60000;
-    num.remove_suffix(1);
-  }
-  double v = 0;
-  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
-  if (ec != std::errc() || end != num.data() + num.size() || !(v > 0) || v * scale_ms > 864e5) {
+  std::optional<std::chrono::milliseconds> timeout = ParseTimeoutHeader(header);
+  if (!timeout) {
     d->param = "x-kinfer-timeout";
     return InvalidArgument(
         "x-kinfer-timeout must be a positive duration such as 500ms, 2s or 1m "
         "(at most a day), not '" +
         std::string(header.substr(0, 64)) + "'");
   }
-  return std::optional<std::chrono::milliseconds>(
-      std::chrono::milliseconds(static_cast<int64_t>(std::ceil(v * scale_ms))));
+  return timeout;
 }
 
 GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int32_t> prompt,

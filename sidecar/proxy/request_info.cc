@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/json_limits.h"
+#include "common/timeout_header.h"
 
 namespace kinfer {
 namespace {
@@ -137,10 +138,13 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
 
   info.timeout = config.classes[info.priority].timeout;
   if (auto value = header("x-kinfer-timeout")) {
-    StatusOr<std::chrono::nanoseconds> timeout = ParseDuration(Trim(*value));
-    if (!timeout.ok() || timeout->count() <= 0) {
-      return InvalidArgument("x-kinfer-timeout: expected a positive duration such as '2s' "
-                                  "or '500ms', got '" + std::string(*value) + "'");
+    // The runtime's syntax (common/timeout_header.h): the header travels on to it.
+    std::optional<std::chrono::milliseconds> timeout = ParseTimeoutHeader(Trim(*value));
+    if (!timeout) {
+      return InvalidArgument(
+          "x-kinfer-timeout: expected a positive duration such as '2s', '500ms' or '1m' (at "
+          "most a day), got '" +
+          std::string(value->substr(0, 64)) + "'");
     }
     info.timeout = *timeout;
   }
