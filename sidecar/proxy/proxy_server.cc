@@ -490,8 +490,12 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   }
   out.set(http::field::host, url.host + ":" + std::to_string(url.port));
   out.keep_alive(true);
-  out.body() = (policy_ && route_.rewrite()) ? RewriteBody(info_, route_.model, route_.max_tokens)
-                                             : in.body();
+  out.body() = (policy_ && (route_.rewrite() || info_.body_priority))
+                   ? RewriteBody(info_, route_.model, route_.max_tokens)
+                   : in.body();
+  // The runtime orders its own queue by this header: the class the sidecar decided (its index,
+  // which is the runtime's scale: critical 0, standard 1, batch 2 with the default classes).
+  if (policy_) out.set("x-kinfer-priority", std::to_string(info_.priority));
   out.prepare_payload();
   return out;
 }

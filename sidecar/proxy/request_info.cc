@@ -150,6 +150,7 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   }
   if (auto value = header("cache-control")) info.cache_control = std::string(*value);
   if (auto value = header("x-kinfer-tenant")) info.tenant_header = std::string(*value);
+  if (auto it = info.body.find("priority"); it != info.body.end()) info.body_priority = true;
 
   double prompt_tokens = std::ceil(static_cast<double>(body.size()) / 4.0);
   info.token_estimate =
@@ -161,6 +162,7 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
 std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
                         int64_t max_tokens) {
   json body = info.body;
+  body.erase("priority");
   if (!fallback_model.empty()) body["model"] = std::string(fallback_model);
   if (max_tokens > 0) {
     body.erase("max_completion_tokens");

@@ -60,14 +60,17 @@ struct RequestInfo {
   std::chrono::nanoseconds timeout{};  // from the header or the class default
   double token_estimate = 0;
   std::string cache_control;  // raw Cache-Control header, "" when absent
+  bool body_priority = false;  // the body has vLLM's `priority` field (RewriteBody drops it)
 };
 
 StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
                                        const SidecarConfig& config);
 
-// The body to send upstream for a degraded request: `model` replaced when fallback_model is not
+// The body to send upstream when it must change: `model` replaced when fallback_model is not
 // empty, `max_tokens` set when max_tokens > 0 (and `max_completion_tokens` dropped so the two
-// cannot disagree).
+// cannot disagree), and vLLM's `priority` field dropped: the runtime orders its queue by the
+// x-kinfer-priority header the sidecar sets to the request's class, and a body field (which the
+// runtime would prefer) let a client of any class jump ahead there.
 std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
                         int64_t max_tokens);
 

@@ -279,6 +279,16 @@ TEST_F(RequestInfoTest, RewriteBodyReplacesModelAndMaxTokens) {
   EXPECT_EQ(out["messages"], info.body["messages"]);
 }
 
+TEST_F(RequestInfoTest, RewriteBodyDropsTheBodysPriority) {
+  RequestInfo info = MustParse(R"({"model":"m","priority":-100,"prompt":"x"})");
+  EXPECT_TRUE(info.body_priority);
+  EXPECT_FALSE(MustParse(R"({"model":"m","prompt":"x"})").body_priority);
+  json out = json::parse(RewriteBody(info, "", 0));
+  EXPECT_FALSE(out.contains("priority"));
+  EXPECT_EQ(out["model"], "m");
+  EXPECT_EQ(out["prompt"], "x");
+}
+
 TEST_F(RequestInfoTest, RewriteBodyLeavesWhatItIsNotAskedToChange) {
   RequestInfo info = MustParse(R"({"model":"big","max_completion_tokens":900,"stream":true})");
   json model_only = json::parse(RewriteBody(info, "small", 0));
