@@ -736,10 +736,22 @@ void Session::Handle() {
     Reply(std::move(res));
   } else if (get && path == "/stats") {
     ReplyJson(200, server_->core_.StatsJson(server_->Now()));
+  } else if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/stats") {
+    // A body after a HEAD answer would be read as the next response: close after it instead.
+    if (req.method() == http::verb::head) keep_alive_ = false;
+    http::response<http::string_body> res{http::status::method_not_allowed, 11};
+    res.set(http::field::content_type, kJson);
+    res.set(http::field::allow, "GET");
+    res.body() = ErrorBody(405, "use GET for " + std::string(path));
+    Reply(std::move(res));
   } else if (IsPolicyPath(path) || IsPassThroughPath(path)) {
     bool policy = IsPolicyPath(path);
     if (policy && req.method() != http::verb::post) {
-      ReplyError(405, "use POST for " + std::string(path));
+      http::response<http::string_body> res{http::status::method_not_allowed, 11};
+      res.set(http::field::content_type, kJson);
+      res.set(http::field::allow, "POST");
+      res.body() = ErrorBody(405, "use POST for " + std::string(path));
+      Reply(std::move(res));
       return;
     }
     exchange_ = std::make_shared<Exchange>(shared_from_this(), server_, policy);

@@ -100,7 +100,13 @@ def test_unknown_route_and_method(sidecar):
     r = requests.get(sidecar.url + "/nope", timeout=5)
     assert r.status_code == 404 and "error" in r.json()
     r = requests.get(sidecar.url + "/v1/chat/completions", timeout=5)
-    assert r.status_code == 405
+    assert r.status_code == 405 and r.headers["Allow"] == "POST" and "error" in r.json()
+    for method in ("PUT", "DELETE", "POST"):
+        r = requests.request(method, sidecar.url + "/health", timeout=5)
+        assert r.status_code == 405 and r.headers["Allow"] == "GET", (method, r.status_code)
+        assert r.json()["error"]["type"] == "invalid_request_error"
+    assert requests.head(sidecar.url + "/metrics", timeout=5).status_code == 405
+    assert requests.get(sidecar.url + "/health", timeout=5).status_code == 200
 
 
 def _raw_request(port, body: dict, headers=""):
