@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/http_errors.h"
+#include "runtime/server/cancel_registry.h"
 #include "runtime/server/served_model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -135,7 +136,10 @@ HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta,
     return ErrorResponse(s, ErrorDetail{});
   }
   if (ev.finish == FinishReason::kCancelled) {
-    return ErrorResponse(Unavailable("the server is shutting down"), ErrorDetail{});
+    return ErrorResponse(ctx.stopping->load()
+                             ? Unavailable("the server is shutting down")
+                             : Cancelled("the request was cancelled (POST /cancel)"),
+                         ErrorDetail{});
   }
   Usage usage{ev.prompt_tokens, ev.completion_tokens};
   const std::vector<TokenLogprob>* lp = r.logprobs ? &lps : nullptr;
@@ -188,10 +192,12 @@ void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta,
     return;
   }
   if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kCancelled) {
-    // kCancelled here means the server is stopping (the client is still there).
-    Status s = ev.finish == FinishReason::kCancelled ? Unavailable("the server is shutting down")
-               : ev.error.ok()                       ? Internal("generation failed")
-                                                     : ev.error;
+    // kCancelled here: the server is stopping, or POST /cancel (the client is still there).
+    Status s = ev.finish == FinishReason::kCancelled
+                   ? (ctx.stopping->load() ? Unavailable("the server is shutting down")
+                                           : Cancelled("the request was cancelled (POST /cancel)"))
+               : ev.error.ok() ? Internal("generation failed")
+                               : ev.error;
     sink.Write(SseEvent(ErrorBodyFor(s)));
   } else {
     std::string empty;
@@ -254,6 +260,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   spdlog::debug("{}: {} prompt tokens, max_tokens {}, stream {}", meta.id, n_prompt, *max_tokens,
                 r.stream);
 
+  // Held until the response is done: POST /cancel with this id reaches the generation.
+  std::shared_ptr<void> registration =
+      ctx.cancels != nullptr ? ctx.cancels->Register(request.request_id, *stream) : nullptr;
   if (!r.stream) return WholeResponse(r, meta, std::move(stream).value(), timer, ctx);
 
   HttpResponse resp;
@@ -262,9 +271,8 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   resp.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   // The stream function owns what it needs; it runs after this function returns.
   auto owned = std::make_shared<ParsedRequest>(std::move(r));
-  resp.stream = [owned, meta, s = std::move(stream).value(), timer, ctx](ChunkSink& sink) mutable {
-    StreamResponse(*owned, meta, s, timer, ctx, sink);
-  };
+  resp.stream = [owned, meta, s = std::move(stream).value(), timer, ctx, registration](
+                    ChunkSink& sink) mutable { StreamResponse(*owned, meta, s, timer, ctx, sink); };
   return resp;
 }
 

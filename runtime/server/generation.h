@@ -16,12 +16,14 @@
 
 namespace kinfer {
 
+class CancelRegistry;
 class ServedModel;
 
 struct GenerationContext {
   ServedModel* model = nullptr;  // loaded; outlives the request
   RuntimeMetrics* metrics = nullptr;
   const std::atomic<bool>* stopping = nullptr;  // server shutting down: cancel and end
+  CancelRegistry* cancels = nullptr;            // generations by x-kinfer-request-id (POST /cancel)
 };
 
 HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,

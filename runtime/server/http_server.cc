@@ -176,6 +176,9 @@ void HttpServer::Impl::Serve(http::http_request req) {
     if (auto h = req.headers().find("x-kinfer-priority"); h != req.headers().end()) {
       in.priority_header = h->second;
     }
+    if (auto h = req.headers().find("x-kinfer-request-id"); h != req.headers().end()) {
+      in.request_id = h->second.substr(0, 256);
+    }
     if (auto h = req.headers().find("x-kinfer-tenant"); h != req.headers().end()) {
       in.tenant_header = h->second;
     }

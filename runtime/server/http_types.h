@@ -25,6 +25,7 @@ struct HttpRequest {
   std::string priority_header;  // x-kinfer-priority, "" when absent
   std::string tenant_header;    // x-kinfer-tenant: the prefix-cache isolation key
   std::string timeout_header;   // x-kinfer-timeout: "500ms", "2s", "1m" or seconds
+  std::string request_id;       // x-kinfer-request-id: names a generation for POST /cancel
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 

@@ -491,4 +491,16 @@ StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body, Err
   return ids;
 }
 
+StatusOr<std::string> ParseCancelRequest(std::string_view body, ErrorDetail* d) {
+  json obj;
+  KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
+  const json* id = Field(obj, "request_id");
+  if (id == nullptr) return Invalid(d, "request_id", "'request_id' is required");
+  if (!id->is_string() || id->get_ref<const std::string&>().empty() ||
+      id->get_ref<const std::string&>().size() > 256) {
+    return Invalid(d, "request_id", "'request_id' must be a non-empty string of at most 256 bytes");
+  }
+  return id->get<std::string>();
+}
+
 }  // namespace kinfer

@@ -122,6 +122,8 @@ struct TokenizeRequest {
 StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body, ErrorDetail* detail);
 // /detokenize {tokens: [int...]}; ids are range-checked by the caller (it knows the vocabulary).
 StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body, ErrorDetail* detail);
+// POST /cancel {"request_id": "..."} -> the id (a non-empty string of at most 256 bytes).
+StatusOr<std::string> ParseCancelRequest(std::string_view body, ErrorDetail* detail);
 
 // ---- responses ----------------------------------------------------------------------------
 

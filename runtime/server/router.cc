@@ -56,6 +56,7 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/completions", "completions"},
     {"POST", "/tokenize", "tokenize"},
     {"POST", "/detokenize", "detokenize"},
+    {"POST", "/cancel", "cancel"},
 };
 
 constexpr char kModelsPrefix[] = "/v1/models/";
@@ -135,13 +136,20 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
                             : JsonResponse(503, R"({"status":"loading"})");
   } else if (name == "metrics") {
     resp = Metrics();
+  } else if (name == "cancel") {
+    ErrorDetail d;
+    StatusOr<std::string> id = ParseCancelRequest(req.body, &d);
+    resp = id.ok()
+               ? JsonResponse(
+                     200, DumpJson(json{{"request_id", *id}, {"cancelled", cancels_.Cancel(*id)}}))
+               : ErrorResponse(id.status(), d);
   } else if (model == nullptr) {
     resp = NotReady();
     if (name == "chat_completions" || name == "completions") metrics_.CountRequest(kStatusRejected);
   } else if (name == "models") {
     resp = Models(path, *model);
   } else if (name == "chat_completions" || name == "completions") {
-    GenerationContext ctx{model, &metrics_, &stopping_};
+    GenerationContext ctx{model, &metrics_, &stopping_, &cancels_};
     resp = HandleGeneration(name == "chat_completions" ? ApiKind::kChat : ApiKind::kCompletion, req,
                             ctx);
   } else if (name == "tokenize") {

@@ -8,6 +8,9 @@
 //   POST /v1/chat/completions   -> generation.h
 //   POST /v1/completions        -> generation.h
 //   POST /tokenize, /detokenize -> llama.cpp-compatible
+//   POST /cancel                -> {"request_id": ID}: cancels the generations sent with
+//                                  x-kinfer-request-id: ID (cancel_registry.h); not under /v1/,
+//                                  so kinfer-sidecar never passes a client's call through
 // Unknown paths are 404, known paths with another method 405 (with Allow); bodies are JSON
 // errors in the OpenAI shape.
 //
@@ -22,6 +25,7 @@
 #include <memory>
 
 #include "common/metrics/metrics.h"
+#include "runtime/server/cancel_registry.h"
 #include "runtime/server/http_types.h"
 #include "runtime/server/server_metrics.h"
 
@@ -58,6 +62,7 @@ class Router {
   std::unique_ptr<ServedModel> owned_model_;  // written once by SetModel
   std::atomic<ServedModel*> model_{nullptr};
   std::atomic<bool> stopping_{false};
+  CancelRegistry cancels_;
 };
 
 }  // namespace kinfer

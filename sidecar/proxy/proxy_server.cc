@@ -1,10 +1,13 @@
 #include "sidecar/proxy/proxy_server.h"
 
 #include <cctype>
+#include <cstdio>
 #include <deque>
 #include <optional>
+#include <random>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "common/http_errors.h"
 #include "common/metrics/metrics.h"
@@ -18,6 +21,7 @@ constexpr auto kIdleTimeout = std::chrono::seconds(75);
 constexpr size_t kMaxPipelinedBytes = 64 * 1024;
 constexpr size_t kMaxBufferedResponse = 64u << 20;  // non-streamed upstream bodies
 constexpr auto kReadyProbeTimeout = std::chrono::seconds(1);
+constexpr auto kCancelTimeout = std::chrono::seconds(2);
 constexpr auto kExpiryTick = std::chrono::milliseconds(5);
 constexpr auto kDrainPoll = std::chrono::milliseconds(20);
 constexpr std::string_view kJson = "application/json";
@@ -345,6 +349,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     session_->ReplyError(status, message, retry_after, code);
   }
   http::request<http::string_body> BuildUpstreamRequest() const;
+  std::string UpstreamRequestId() const;
+  void CancelUpstream();
 
   std::shared_ptr<Session> session_;
   ProxyServer* server_;
@@ -472,12 +478,40 @@ void Exchange::OnClientGone() {
     return;
   }
   if (call_) {
+    // Closing the connection stops a stream (the runtime's next write fails), not a whole
+    // response: the runtime writes nothing until the end. Name it and cancel it.
+    if (policy_ && !streaming_) CancelUpstream();
     call_->Cancel();  // OnDone(kCancelled) completes the exchange
   } else if (state_ == State::kUpstream) {
     backoff_.cancel();
     Complete(SidecarCore::Result::kIgnored);
   }
   session_->Close();
+}
+
+std::string Exchange::UpstreamRequestId() const {
+  return server_->request_id_prefix_ + std::to_string(id_);
+}
+
+// Fire and forget: POST /cancel {"request_id": ...} to the upstream this exchange's request went
+// to. kinfer-runtime stops the generation (runtime/server/cancel_registry.h); another upstream
+// answers 404, which changes nothing.
+void Exchange::CancelUpstream() {
+  const SidecarConfig& config = core().config();
+  const UpstreamUrl& url = route_.fallback_upstream ? config.fallback_upstream : config.upstream;
+  UpstreamPool* pool = route_.fallback_upstream && server_->fallback_ ? server_->fallback_.get()
+                                                                      : &server_->primary_;
+  http::request<http::string_body> req{http::verb::post, url.base_path + "/cancel", 11};
+  req.set(http::field::host, url.host + ":" + std::to_string(url.port));
+  req.set(http::field::content_type, kJson);
+  req.keep_alive(true);
+  req.body() = nlohmann::json{{"request_id", UpstreamRequestId()}}.dump();
+  req.prepare_payload();
+  UpstreamCall::Handlers h;
+  h.on_header = [](const UpstreamCall::Header&, bool) {};
+  h.on_data = [](std::string_view, std::function<void()> next) { next(); };
+  h.on_done = [](UpstreamError) {};
+  UpstreamCall::Start(pool, std::move(req), config.connect_timeout, kCancelTimeout, std::move(h));
 }
 
 http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
@@ -495,7 +529,10 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
                    : in.body();
   // The runtime orders its own queue by this header: the class the sidecar decided (its index,
   // which is the runtime's scale: critical 0, standard 1, batch 2 with the default classes).
-  if (policy_) out.set("x-kinfer-priority", std::to_string(info_.priority));
+  if (policy_) {
+    out.set("x-kinfer-priority", std::to_string(info_.priority));
+    out.set("x-kinfer-request-id", UpstreamRequestId());
+  }
   out.prepare_payload();
   return out;
 }
@@ -810,6 +847,10 @@ ProxyServer::ProxyServer(net::io_context& ioc, const SidecarConfig& config,
       acceptor_(ioc),
       expiry_timer_(ioc),
       drain_timer_(ioc) {
+  std::random_device rd;
+  char tag[24];
+  std::snprintf(tag, sizeof tag, "sc-%08x%08x-", rd(), rd());
+  request_id_prefix_ = tag;
   if (config.has_fallback_upstream) {
     fallback_ = std::make_unique<UpstreamPool>(ioc, config.fallback_upstream.host,
                                                config.fallback_upstream.port);

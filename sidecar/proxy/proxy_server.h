@@ -80,6 +80,8 @@ class ProxyServer {
   tcp::acceptor acceptor_;
   uint16_t port_ = 0;
   uint64_t next_id_ = 1;
+  // "sc-<random>-": with an exchange's id, the x-kinfer-request-id of its upstream request.
+  std::string request_id_prefix_;
   std::unordered_map<uint64_t, std::weak_ptr<Exchange>> waiting_;  // queued in the core
   net::steady_timer expiry_timer_;
   bool expiry_armed_ = false;

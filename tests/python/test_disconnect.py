@@ -57,3 +57,68 @@ def test_disconnect_cancels_streaming_generation(server):
                       json={"prompt": "Hi", "max_tokens": 2, "temperature": 0})
     assert r.status_code == 200
     assert time.time() - t0 < 3
+
+
+def test_post_cancel_stops_a_whole_response_generation(server):
+    # A non-streaming generation writes nothing until it ends, so a client that goes away is not
+    # seen; a proxy (kinfer-sidecar) names it with x-kinfer-request-id and cancels it.
+    import threading
+    out = {}
+
+    def run():
+        t = time.time()
+        r = requests.post(server.url + "/v1/completions",
+                          json={"prompt": "Write a very long story about a dragon.",
+                                "max_tokens": 1500, "ignore_eos": True, "temperature": 0},
+                          headers={"x-kinfer-request-id": "test-cancel-1"}, timeout=120)
+        out["status"], out["body"], out["seconds"] = r.status_code, r.json(), time.time() - t
+
+    th = threading.Thread(target=run)
+    th.start()
+    deadline = time.time() + 30
+    while metric_value(scrape(server), "kinfer_runtime_num_requests_running") < 1:
+        assert time.time() < deadline, "the request never started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    r = requests.post(server.url + "/cancel", json={"request_id": "test-cancel-1"}, timeout=10)
+    assert r.status_code == 200 and r.json() == {"request_id": "test-cancel-1", "cancelled": 1}
+    th.join(30)
+    assert out["status"] == 499, out
+    assert "cancelled" in out["body"]["error"]["message"]
+    assert out["seconds"] < 15  # 1500 tokens would take far longer on this machine
+    # Unknown or finished ids cancel nothing; a bad body is a 400.
+    r = requests.post(server.url + "/cancel", json={"request_id": "test-cancel-1"}, timeout=10)
+    assert r.json()["cancelled"] == 0
+    assert requests.post(server.url + "/cancel", json={}, timeout=10).status_code == 400
+
+
+def test_sidecar_cancels_a_whole_response_when_its_client_goes_away(server):
+    # Through kinfer-sidecar: the client of a non-streaming request closes its socket; the sidecar
+    # names the upstream request (x-kinfer-request-id) and POSTs /cancel, so the runtime stops
+    # generating for nobody.
+    from sidecar_harness import Sidecar
+    sc = Sidecar(server.url, {"cache": {"enabled": False}})
+    try:
+        before = scrape(server)
+        cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
+        body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": 1500,
+                           "ignore_eos": True, "temperature": 0}).encode()
+        sock = socket.create_connection(("127.0.0.1", sc.port), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.time() + 30
+        while metric_value(scrape(server), "kinfer_runtime_num_requests_running") < 1:
+            assert time.time() < deadline, "the request never reached the runtime"
+            time.sleep(0.05)
+        sock.close()
+        closed_at = time.time()
+        while True:
+            text = scrape(server)
+            if (metric_value(text, "kinfer_runtime_num_requests_running") == 0 and
+                    metric_value(text, "kinfer_runtime_requests_total", 'status="cancelled"')
+                    > cancelled0):
+                break
+            assert time.time() - closed_at < 10, "the runtime kept generating for a gone client"
+            time.sleep(0.05)
+    finally:
+        sc.stop()
