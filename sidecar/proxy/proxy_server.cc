@@ -212,6 +212,13 @@ class Session : public std::enable_shared_from_this<Session> {
                           std::to_string(server_->core_.config().max_body_bytes) + " bytes");
       return;
     }
+    if (ec && ec.category() == http::make_error_code(http::error::bad_chunk).category() &&
+        ec != http::error::partial_message && ec != http::error::end_of_stream) {
+      // A malformed body (a bad chunk size, say) gets an answer, then the connection closes.
+      keep_alive_ = false;
+      ReplyError(400, "malformed HTTP request body: " + ec.message());
+      return;
+    }
     if (ec) {
       Close();
       return;

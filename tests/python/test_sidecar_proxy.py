@@ -291,3 +291,16 @@ def test_pipelined_requests_are_answered_in_order(fake, sidecar, kind):
     s.sendall(one * 3)
     assert _read_responses(s, 3) == [200, 200, 200]
     s.close()
+
+
+def test_a_malformed_chunked_body_gets_a_400(sidecar):
+    s = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"closed without an answer: {data!r}"
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 400"), data
+    s.close()
