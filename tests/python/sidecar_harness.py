@@ -28,10 +28,20 @@ def binary(name: str) -> pathlib.Path:
     return path
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, and never one this test process handed out before: the
+    kernel can return a just-closed port again, and two processes started back to back were
+    then given the same one ('bind: Address already in use' in a clean-clone CI run)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class Process:
