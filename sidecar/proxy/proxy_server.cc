@@ -94,6 +94,15 @@ class Session : public std::enable_shared_from_this<Session> {
     ReplyJson(status, ErrorBody(status, message, {}, code), retry_after_seconds);
   }
 
+  // 405 with Allow and a JSON body.
+  void ReplyMethodNotAllowed(std::string_view allow, std::string_view path) {
+    http::response<http::string_body> res{http::status::method_not_allowed, 11};
+    res.set(http::field::content_type, kJson);
+    res.set(http::field::allow, allow);
+    res.body() = ErrorBody(405, "use " + std::string(allow) + " for " + std::string(path));
+    Reply(std::move(res));
+  }
+
   // Streaming: the header (chunked), then chunks, then the end. Writes are queued in order;
   // `done(ok)` runs when that write finished (ok false: the client is gone).
   void StartStream(http::response<http::empty_body> res, std::function<void(bool)> done) {
@@ -358,6 +367,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   http::request<http::string_body> BuildUpstreamRequest() const;
   std::string UpstreamRequestId() const;
   void CancelUpstream();
+  // The upstream this exchange's route goes to: its URL and its connection pool.
+  const UpstreamUrl& RouteUrl() const;
+  UpstreamPool* RoutePool() const;
 
   std::shared_ptr<Session> session_;
   ProxyServer* server_;
@@ -505,9 +517,7 @@ std::string Exchange::UpstreamRequestId() const {
 // answers 404, which changes nothing.
 void Exchange::CancelUpstream() {
   const SidecarConfig& config = core().config();
-  const UpstreamUrl& url = route_.fallback_upstream ? config.fallback_upstream : config.upstream;
-  UpstreamPool* pool = route_.fallback_upstream && server_->fallback_ ? server_->fallback_.get()
-                                                                      : &server_->primary_;
+  const UpstreamUrl& url = RouteUrl();
   http::request<http::string_body> req{http::verb::post, url.base_path + "/cancel", 11};
   req.set(http::field::host, url.host + ":" + std::to_string(url.port));
   req.set(http::field::content_type, kJson);
@@ -518,13 +528,23 @@ void Exchange::CancelUpstream() {
   h.on_header = [](const UpstreamCall::Header&, bool) {};
   h.on_data = [](std::string_view, std::function<void()> next) { next(); };
   h.on_done = [](UpstreamError) {};
-  UpstreamCall::Start(pool, std::move(req), config.connect_timeout, kCancelTimeout, std::move(h));
+  UpstreamCall::Start(RoutePool(), std::move(req), config.connect_timeout, kCancelTimeout,
+                      std::move(h));
+}
+
+const UpstreamUrl& Exchange::RouteUrl() const {
+  const SidecarConfig& config = server_->core_.config();
+  return route_.fallback_upstream ? config.fallback_upstream : config.upstream;
+}
+
+UpstreamPool* Exchange::RoutePool() const {
+  return route_.fallback_upstream && server_->fallback_ ? server_->fallback_.get()
+                                                        : &server_->primary_;
 }
 
 http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   const auto& in = session_->request();
-  const SidecarConfig& config = server_->core_.config();
-  const UpstreamUrl& url = route_.fallback_upstream ? config.fallback_upstream : config.upstream;
+  const UpstreamUrl& url = RouteUrl();
   http::request<http::string_body> out{in.method(), url.base_path + std::string(in.target()), 11};
   for (const auto& field : in) {
     if (!IsHopByHop(field.name_string())) out.set(field.name_string(), field.value());
@@ -545,8 +565,7 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
 }
 
 void Exchange::Attempt() {
-  UpstreamPool* pool = route_.fallback_upstream && server_->fallback_ ? server_->fallback_.get()
-                                                                       : &server_->primary_;
+  UpstreamPool* pool = RoutePool();
   UpstreamCall::Handlers h;
   auto self = shared_from_this();
   h.on_header = [self](const UpstreamCall::Header& header, bool chunked) {
@@ -783,19 +802,11 @@ void Session::Handle() {
   } else if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/stats") {
     // A body after a HEAD answer would be read as the next response: close after it instead.
     if (req.method() == http::verb::head) keep_alive_ = false;
-    http::response<http::string_body> res{http::status::method_not_allowed, 11};
-    res.set(http::field::content_type, kJson);
-    res.set(http::field::allow, "GET");
-    res.body() = ErrorBody(405, "use GET for " + std::string(path));
-    Reply(std::move(res));
+    ReplyMethodNotAllowed("GET", path);
   } else if (IsPolicyPath(path) || IsPassThroughPath(path)) {
     bool policy = IsPolicyPath(path);
     if (policy && req.method() != http::verb::post) {
-      http::response<http::string_body> res{http::status::method_not_allowed, 11};
-      res.set(http::field::content_type, kJson);
-      res.set(http::field::allow, "POST");
-      res.body() = ErrorBody(405, "use POST for " + std::string(path));
-      Reply(std::move(res));
+      ReplyMethodNotAllowed("POST", path);
       return;
     }
     exchange_ = std::make_shared<Exchange>(shared_from_this(), server_, policy);
