@@ -5,7 +5,7 @@
 namespace kinfer::kube {
 
 void WorkQueueCore::Add(const std::string& key) {
-  if (dirty_.count(key) != 0) return;
+  if (dirty_.count(key) != 0 || held_.count(key) != 0) return;
   dirty_.insert(key);
   if (processing_.count(key) != 0) return;  // Done requeues it
   queue_.push_back(key);
@@ -17,17 +17,12 @@ void WorkQueueCore::AddAfter(const std::string& key, std::chrono::nanoseconds de
     Add(key);
     return;
   }
+  if (held_.count(key) != 0) return;
   Clock::time_point due = now + delay;
   auto it = delayed_at_.find(key);
   if (it != delayed_at_.end()) {
     if (it->second <= due) return;  // an earlier copy is already waiting
-    auto range = delayed_.equal_range(it->second);
-    for (auto d = range.first; d != range.second; ++d) {
-      if (d->second == key) {
-        delayed_.erase(d);
-        break;
-      }
-    }
+    EraseDelayed(key);
   }
   delayed_.emplace(due, key);
   delayed_at_[key] = due;
@@ -46,7 +41,17 @@ std::chrono::nanoseconds WorkQueueCore::AddRateLimited(const std::string& key,
     }
   }
   delay = std::max(delay, at_least);
+  if (at_least > std::chrono::nanoseconds::zero()) {
+    // The hold replaces any earlier copy (or hold) and any pending re-add: the server's time
+    // comes first.
+    held_.erase(key);
+    EraseDelayed(key);
+    if (dirty_.erase(key) != 0 && processing_.count(key) == 0) {
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), key), queue_.end());
+    }
+  }
   AddAfter(key, delay, now);
+  if (at_least > std::chrono::nanoseconds::zero()) held_.insert(key);
   return delay;
 }
 
@@ -57,11 +62,25 @@ int WorkQueueCore::NumRequeues(const std::string& key) const {
   return it == failures_.end() ? 0 : it->second;
 }
 
+void WorkQueueCore::EraseDelayed(const std::string& key) {
+  auto it = delayed_at_.find(key);
+  if (it == delayed_at_.end()) return;
+  auto range = delayed_.equal_range(it->second);
+  for (auto d = range.first; d != range.second; ++d) {
+    if (d->second == key) {
+      delayed_.erase(d);
+      break;
+    }
+  }
+  delayed_at_.erase(it);
+}
+
 void WorkQueueCore::PromoteDue(Clock::time_point now) {
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
     std::string key = delayed_.begin()->second;
     delayed_.erase(delayed_.begin());
     delayed_at_.erase(key);
+    held_.erase(key);
     Add(key);
   }
 }

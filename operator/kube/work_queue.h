@@ -2,7 +2,9 @@
 // workqueue: an item is queued at most once while it waits; an item re-added while a worker
 // processes it is queued again when that worker calls Done (so it is processed again, never by two
 // workers at once); AddRateLimited delays an item by base * 2^failures (5 ms .. 1000 s) and
-// Forget resets its failure count.
+// Forget resets its failure count. A server's Retry-After is a hold, not only a floor: until that
+// delayed retry is due, further Adds of the item (watch events) do not bring it forward, where a
+// plain backoff yields to them (a new event may fix what failed, as in controller-runtime).
 //
 // WorkQueueCore is pure: no threads, no clock; every call takes `now`. WorkQueue wraps it with a
 // mutex, a condition variable and the steady clock for worker threads.
@@ -40,7 +42,9 @@ class WorkQueueCore {
   // Queues `key` once `delay` has passed (at `now + delay`); a zero or negative delay is Add.
   void AddAfter(const std::string& key, std::chrono::nanoseconds delay, Clock::time_point now);
   // AddAfter with this key's next backoff delay (base * 2^failures, capped at max, and at least
-  // `at_least`: a server's Retry-After) and counts a failure. Returns the delay used.
+  // `at_least`: a server's Retry-After) and counts a failure. Returns the delay used. A positive
+  // `at_least` holds the key: until the delayed copy is due, Add and AddAfter of it do nothing
+  // (and a re-add that came while a worker held it is dropped).
   std::chrono::nanoseconds AddRateLimited(const std::string& key, Clock::time_point now,
                                           std::chrono::nanoseconds at_least = {});
   // Forgets the failure count of `key` (call after a successful process).
@@ -62,6 +66,7 @@ class WorkQueueCore {
 
  private:
   void PromoteDue(Clock::time_point now);
+  void EraseDelayed(const std::string& key);  // drops the delayed copy of `key`, if any
 
   BackoffPolicy policy_;
   std::deque<std::string> queue_;
@@ -70,6 +75,7 @@ class WorkQueueCore {
   std::multimap<Clock::time_point, std::string> delayed_;
   std::map<std::string, Clock::time_point> delayed_at_;  // earliest due time per key
   std::map<std::string, int> failures_;
+  std::set<std::string> held_;  // delayed under a server's Retry-After: not before it is due
 };
 
 // The blocking wrapper for worker threads.

@@ -74,6 +74,32 @@ TEST_F(WorkQueueCoreTest, RetryAfterIsAFloorOnTheBackoff) {
   EXPECT_EQ(q_.AddRateLimited("a", now_, milliseconds(1)), milliseconds(10));
 }
 
+TEST_F(WorkQueueCoreTest, RetryAfterHoldsTheItemAgainstEventsUntilDue) {
+  // The server said "not before 1 s": a watch event for the same key meanwhile does not bring the
+  // retry forward (without a Retry-After an event does, as in controller-runtime).
+  ASSERT_EQ((q_.Add("a"), q_.TryGet(now_)), "a");
+  q_.Add("a");  // an event while the worker holds it
+  (void)q_.AddRateLimited("a", now_, seconds(1));
+  q_.Done("a");
+  q_.Add("a");  // an event after it failed
+  q_.AddAfter("a", milliseconds(10), now_);
+  EXPECT_EQ(q_.TryGet(now_ + milliseconds(999)), std::nullopt);
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), "a");
+  q_.Done("a");
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), std::nullopt) << "one retry, not one per event";
+  q_.Add("a");  // the hold ended with the retry
+  EXPECT_EQ(q_.TryGet(now_ + seconds(1)), "a");
+}
+
+TEST_F(WorkQueueCoreTest, PlainBackoffYieldsToEvents) {
+  ASSERT_EQ((q_.Add("a"), q_.TryGet(now_)), "a");
+  (void)q_.AddRateLimited("a", now_);
+  (void)q_.AddRateLimited("a", now_);
+  q_.Done("a");
+  q_.Add("a");
+  EXPECT_EQ(q_.TryGet(now_), "a") << "a new event may fix what failed: retry now";
+}
+
 TEST_F(WorkQueueCoreTest, BackoffIsPerItem) {
   (void)q_.AddRateLimited("a", now_);
   (void)q_.AddRateLimited("a", now_);
