@@ -117,8 +117,10 @@ class FakePages {
               "HTTP/1.1 " + std::to_string(status_) +
               " X\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body_.size()) +
               "\r\nConnection: close\r\n\r\n" + body_;
-          ::send(c.fd, answer.data(), answer.size(), MSG_NOSIGNAL);  // fits the socket buffer
+          // Counted before it is sent: the client may read it, and its test check the count,
+          // before this thread runs again.
           answered_.fetch_add(1);
+          ::send(c.fd, answer.data(), answer.size(), MSG_NOSIGNAL);  // fits the socket buffer
         }
         if (gone || (c.read && now - c.read_at >= hold_)) {
           ::close(c.fd);
