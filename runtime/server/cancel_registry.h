@@ -1,8 +1,7 @@
 // CancelRegistry: running generations by the id their caller gave them (x-kinfer-request-id),
-// so that a proxy whose client went away can stop a whole-response (non-streaming) generation
-// with POST /cancel. A stream notices a gone client at its next write; a whole response writes
-// nothing until the end, and the runtime's HTTP layer (cpprestsdk) does not show the request's
-// socket closing, so without this the generation ran to max_tokens for nobody.
+// so that a caller can stop a generation with POST /cancel while keeping its connection open (a
+// proxy whose own client left, say, or one that pools its upstream connections). A client that
+// closes its connection needs none of this: the HTTP layer sees it and cancels the generation.
 //
 // Contract:
 //  * Register(id, stream) keeps a weak reference under `id` until the returned handle is

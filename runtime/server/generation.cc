@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "common/http_errors.h"
@@ -116,21 +117,32 @@ void AppendLogprobs(std::vector<TokenLogprob>* all, std::vector<TokenLogprob>& a
 
 HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta,
                            std::shared_ptr<RequestStream> stream, RequestTimer timer,
-                           const GenerationContext& ctx) {
+                           const GenerationContext& ctx, const std::function<bool()>& client_gone) {
   std::string text;
   std::vector<TokenLogprob> lps;
   StreamEvent ev;
+  bool gone = false;
   while (true) {
     // Checked every turn, not only when no event came: a generation that streams steadily would
-    // otherwise run on past the server's shutdown.
+    // otherwise run on past the server's shutdown (or its client's departure).
     if (ctx.stopping->load()) stream->Cancel();
+    if (!gone && client_gone && client_gone()) {
+      gone = true;
+      stream->Cancel();
+    }
     if (!stream->Next(&ev, kPollInterval)) continue;
     timer.OnEvent(ev);
     text += ev.text;
     AppendLogprobs(&lps, ev.logprobs);
     if (ev.finish != FinishReason::kNone) break;
   }
-  timer.Finish(ev, StatusLabelFor(ev.finish));
+  timer.Finish(ev, gone ? kStatusCancelled : StatusLabelFor(ev.finish));
+  if (gone) {
+    spdlog::info("{} {}: client went away; generation cancelled after {} tokens", meta.id,
+                 r.kind == ApiKind::kChat ? "chat" : "completion", ev.completion_tokens);
+    // Nobody reads this answer; 499 keeps the HTTP metrics honest.
+    return ErrorResponse(Cancelled("the client closed the connection"), ErrorDetail{});
+  }
   if (ev.finish == FinishReason::kError) {
     Status s = ev.error.ok() ? Internal("generation failed") : ev.error;
     return ErrorResponse(s, ErrorDetail{});
@@ -263,7 +275,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   // Held until the response is done: POST /cancel with this id reaches the generation.
   std::shared_ptr<void> registration =
       ctx.cancels != nullptr ? ctx.cancels->Register(request.request_id, *stream) : nullptr;
-  if (!r.stream) return WholeResponse(r, meta, std::move(stream).value(), timer, ctx);
+  if (!r.stream) {
+    return WholeResponse(r, meta, std::move(stream).value(), timer, ctx, request.client_gone);
+  }
 
   HttpResponse resp;
   resp.status = 200;

@@ -1,15 +1,15 @@
 #include "runtime/server/http_server.h"
 
-#include <cpprest/http_listener.h>
-#include <cpprest/producerconsumerstream.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "common/http/server_session.h"
 #include "common/http_errors.h"
 #include "runtime/server/http_types.h"
 #include "runtime/server/openai_protocol.h"
@@ -18,71 +18,145 @@
 namespace kinfer {
 namespace {
 
-namespace http = web::http;
 using Clock = std::chrono::steady_clock;
+constexpr auto kIoWaitTick = std::chrono::milliseconds(100);
 
-// Writes SSE bytes into the response body stream. Closed() once the reply task has failed
-// (the client went away) or a write failed.
-class CpprestSink final : public ChunkSink {
- public:
-  CpprestSink(concurrency::streams::producer_consumer_buffer<uint8_t> buf,
-              std::shared_ptr<std::atomic<bool>> failed)
-      : buf_(std::move(buf)), failed_(std::move(failed)) {}
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
 
-  bool Write(std::string_view data) override {
-    if (failed_->load()) return false;
-    try {
-      buf_.putn_nocopy(reinterpret_cast<const uint8_t*>(data.data()), data.size()).wait();
-      buf_.sync().wait();
-    } catch (...) {
-      failed_->store(true);
+// The path with %XX sequences decoded; nullopt when a '%' is not followed by two hex digits.
+std::optional<std::string> DecodePath(std::string_view raw) {
+  std::string out;
+  out.reserve(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '%') {
+      out.push_back(raw[i]);
+      continue;
     }
-    return !failed_->load();
+    if (i + 2 >= raw.size()) return std::nullopt;
+    const int hi = HexValue(raw[i + 1]);
+    const int lo = HexValue(raw[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
   }
-  bool Closed() const override { return failed_->load(); }
-
- private:
-  concurrency::streams::producer_consumer_buffer<uint8_t> buf_;
-  std::shared_ptr<std::atomic<bool>> failed_;
-};
-
-http::http_response ToCpprest(const HttpResponse& r) {
-  http::http_response out(static_cast<http::status_code>(r.status));
-  for (const auto& [k, v] : r.headers) out.headers().add(k, v);
   return out;
 }
 
-// A sink for a stream whose reply could not even start: every write fails.
-class DeadSink final : public ChunkSink {
- public:
-  bool Write(std::string_view) override { return false; }
-  bool Closed() const override { return true; }
-};
+std::string HeaderOf(const ServerSession::Request& req, std::string_view name) {
+  auto it = req.find(name);
+  return it == req.end() ? std::string() : std::string(it->value());
+}
+
+template <class Body>
+void SetHeaders(http::response<Body>& out, const HttpResponse& r) {
+  out.set(http::field::content_type, r.content_type);
+  for (const auto& [k, v] : r.headers) out.set(k, v);
+}
+
+http::response<http::string_body> ToBeast(HttpResponse& r) {
+  http::response<http::string_body> out{static_cast<http::status>(r.status), 11};
+  SetHeaders(out, r);
+  out.body() = std::move(r.body);
+  return out;
+}
 
 }  // namespace
 
-struct HttpServer::Impl {
+struct HttpServer::Impl final : SessionHandler, std::enable_shared_from_this<HttpServer::Impl> {
   HttpServerOptions options;
-  Router* router;
-  std::unique_ptr<http::experimental::listener::http_listener> listener;
+  Router* router = nullptr;
+  net::io_context ioc{1};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::optional<SessionAcceptor> acceptor;
+  std::thread io_thread;
+  std::atomic<bool> stopping{false};    // new requests get 503
+  std::atomic<bool> io_stopped{false};  // the io thread has ended: nothing posted runs
 
   std::mutex mu;
   std::condition_variable cv;
-  int in_flight = 0;     // guarded by mu
-  bool stopped = false;  // guarded by mu
+  int in_flight = 0;  // guarded by mu
 
-  void OnRequest(http::http_request req);
-  void Serve(http::http_request req);
-  void Reply(http::http_request& req, HttpResponse& resp);
+  // SessionHandler (io thread)
+  SessionLimits Limits() const override {
+    SessionLimits l;
+    l.max_body_bytes = options.max_body_bytes;
+    l.idle_timeout = options.idle_timeout;
+    l.write_timeout = options.write_timeout;
+    return l;
+  }
+  bool KeepAlive() const override { return !stopping.load(); }
+  void OnRequest(const std::shared_ptr<ServerSession>& session) override;
+
+  // On the request's own thread.
+  void Serve(const std::shared_ptr<ServerSession>& session, HttpRequest in,
+             const std::shared_ptr<std::atomic<bool>>& gone);
+  // Runs `fn(done)` on the io thread and waits for it to call done(ok); returns ok, or false when
+  // the io thread has stopped.
+  bool RunOnIo(std::function<void(std::function<void(bool)>)> fn);
   void Done() {
     std::lock_guard<std::mutex> lock(mu);
     --in_flight;
     cv.notify_all();
   }
+
+  class Sink;
 };
 
+// Writes a streamed body through the session, one chunk at a time.
+class HttpServer::Impl::Sink final : public ChunkSink {
+ public:
+  Sink(HttpServer::Impl* impl, std::shared_ptr<ServerSession> session,
+       std::shared_ptr<std::atomic<bool>> gone)
+      : impl_(impl), session_(std::move(session)), gone_(std::move(gone)) {}
+
+  bool Begin(http::response<http::empty_body> header) {
+    auto h = std::make_shared<http::response<http::empty_body>>(std::move(header));
+    return Run([s = session_, h](std::function<void(bool)> done) {
+      s->StartStream(std::move(*h), std::move(done));
+    });
+  }
+  bool Write(std::string_view data) override {
+    if (Closed()) return false;
+    return Run([s = session_, d = std::string(data)](std::function<void(bool)> done) {
+      s->WriteChunk(d, std::move(done));
+    });
+  }
+  bool Closed() const override { return failed_ || gone_->load(); }
+  void End() {
+    if (impl_->io_stopped.load()) return;
+    net::post(session_->executor(), [s = session_] { s->EndStream(); });
+  }
+
+ private:
+  bool Run(std::function<void(std::function<void(bool)>)> fn) {
+    if (!impl_->RunOnIo(std::move(fn))) failed_ = true;
+    return !failed_;
+  }
+
+  HttpServer::Impl* impl_;
+  std::shared_ptr<ServerSession> session_;
+  std::shared_ptr<std::atomic<bool>> gone_;
+  bool failed_ = false;
+};
+
+bool HttpServer::Impl::RunOnIo(std::function<void(std::function<void(bool)>)> fn) {
+  if (io_stopped.load()) return false;
+  auto done = std::make_shared<std::promise<bool>>();
+  std::future<bool> result = done->get_future();
+  net::post(ioc, [fn = std::move(fn), done] { fn([done](bool ok) { done->set_value(ok); }); });
+  while (result.wait_for(kIoWaitTick) != std::future_status::ready) {
+    if (io_stopped.load()) return false;  // the io thread ended with this write unrun
+  }
+  return result.get();
+}
+
 HttpServer::HttpServer(HttpServerOptions options, Router* router)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_shared<Impl>()) {
   impl_->options = std::move(options);
   impl_->router = router;
 }
@@ -90,173 +164,129 @@ HttpServer::HttpServer(HttpServerOptions options, Router* router)
 HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start() {
-  const std::string url =
-      "http://" + impl_->options.host + ":" + std::to_string(impl_->options.port);
-  try {
-    impl_->listener = std::make_unique<http::experimental::listener::http_listener>(url);
-    Impl* impl = impl_.get();
-    auto handler = [impl](http::http_request req) { impl->OnRequest(std::move(req)); };
-    impl_->listener->support(handler);
-    // cpprestsdk answers TRACE (echoing the request's headers, Authorization included) and
-    // OPTIONS itself unless a handler is registered for the method: route both to the Router,
-    // which answers 405 with a JSON body as for any other method a route does not take.
-    impl_->listener->support(http::methods::TRCE, handler);
-    impl_->listener->support(http::methods::OPTIONS, handler);
-    impl_->listener->open().wait();
-  } catch (const std::exception& e) {
-    impl_->listener.reset();
-    return Unavailable("cannot listen on " + url + ": " + e.what());
+  Impl* impl = impl_.get();
+  impl->acceptor.emplace(impl->ioc, impl);
+  if (impl->options.port < 0 || impl->options.port > 65535) {
+    return InvalidArgument("port out of range: " + std::to_string(impl->options.port));
   }
+  Status st = impl->acceptor->Listen(impl->options.host, static_cast<uint16_t>(impl->options.port));
+  if (!st.ok()) {
+    impl->acceptor.reset();
+    return st;
+  }
+  impl->work.emplace(net::make_work_guard(impl->ioc));
+  impl->io_thread = std::thread([impl] {
+    try {
+      impl->ioc.run();
+    } catch (const std::exception& e) {
+      spdlog::error("HTTP io thread ended: {}", e.what());
+    }
+    impl->io_stopped.store(true);
+  });
   return Status::Ok();
 }
 
 void HttpServer::Stop(int grace_seconds) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->stopped) return;
-    impl_->stopped = true;  // new connections' requests get 503 from here on
-  }
-  if (!impl_->listener) return;
+  Impl* impl = impl_.get();
+  if (impl->stopping.exchange(true)) return;  // new requests get 503 from here on
+  if (!impl->io_thread.joinable()) return;
   // Let running generations end cleanly first (they cancel at their next poll and close their
-  // streams with an error event and [DONE]); closing the listener would cut their connections.
-  impl_->router->BeginShutdown();
+  // streams with an error event and [DONE]); stopping the io thread would cut their connections.
+  impl->router->BeginShutdown();
   {
-    std::unique_lock<std::mutex> lock(impl_->mu);
-    if (!impl_->cv.wait_for(lock, std::chrono::seconds(grace_seconds),
-                            [&] { return impl_->in_flight == 0; })) {
-      spdlog::warn("{} requests still in flight after {} s", impl_->in_flight, grace_seconds);
+    std::unique_lock<std::mutex> lock(impl->mu);
+    if (!impl->cv.wait_for(lock, std::chrono::seconds(grace_seconds),
+                           [&] { return impl->in_flight == 0; })) {
+      spdlog::warn("{} requests still in flight after {} s", impl->in_flight, grace_seconds);
     }
   }
-  try {
-    impl_->listener->close().wait();
-  } catch (const std::exception& e) {
-    spdlog::warn("closing the listener: {}", e.what());
-  }
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->cv.wait_for(lock, std::chrono::seconds(1), [&] { return impl_->in_flight == 0; });
+  // Close the listener, then give the last replies a moment to be written before the io thread
+  // stops (which drops every connection).
+  net::post(impl->ioc, [impl] { impl->acceptor->Close(); });
+  impl->work.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  impl->ioc.stop();
+  impl->io_thread.join();
+  impl->io_stopped.store(true);
+  std::unique_lock<std::mutex> lock(impl->mu);
+  impl->cv.wait_for(lock, std::chrono::seconds(1), [&] { return impl->in_flight == 0; });
 }
 
-void HttpServer::Impl::OnRequest(http::http_request req) {
+void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) {
+  const ServerSession::Request& req = session->request();
+  HttpRequest in;
+  in.method = std::string(req.method_string());
+  std::optional<std::string> path = DecodePath(session->path());
+  if (!path) {
+    session->ReplyError(400, "malformed request target: a '%' not followed by two hex digits");
+    return;
+  }
+  in.path = std::move(*path);
+  in.priority_header = HeaderOf(req, "x-kinfer-priority");
+  in.request_id = HeaderOf(req, "x-kinfer-request-id").substr(0, 256);
+  in.tenant_header = HeaderOf(req, "x-kinfer-tenant");
+  in.timeout_header = HeaderOf(req, "x-kinfer-timeout");
+  in.body = req.body();
+
   bool admitted = false;
-  bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mu);
-    stopping = stopped;
-    if (!stopped && in_flight < options.max_in_flight) {
+    if (!stopping.load() && in_flight < options.max_in_flight) {
       ++in_flight;
       admitted = true;
     }
   }
   if (!admitted) {
-    HttpResponse r = ErrorResponse(
-        Unavailable(stopping ? "the server is shutting down" : "too many requests in flight"),
-        ErrorDetail{});
-    Reply(req, r);
+    HttpResponse r = ErrorResponse(Unavailable(stopping.load() ? "the server is shutting down"
+                                                               : "too many requests in flight"),
+                                   ErrorDetail{});
+    router->metrics().CountHttp(r.route, r.status);
+    session->Reply(ToBeast(r));
     return;
   }
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  session->Hold(gone, [gone] { gone->store(true); });
+  in.client_gone = [gone] { return gone->load(); };
+  session->WatchClient();
   try {
-    std::thread([this, req]() mutable {
-      Serve(std::move(req));
-      Done();
+    std::thread([self = shared_from_this(), s = session, in = std::move(in), gone]() mutable {
+      self->Serve(s, std::move(in), gone);
+      s.reset();  // before the last reference to Impl (and its io_context) can go
+      self->Done();
     }).detach();
   } catch (const std::exception& e) {  // thread creation failed
     Done();
-    HttpResponse r = ErrorResponse(Unavailable(std::string("cannot start a thread: ") + e.what()),
-                                   ErrorDetail{});
-    Reply(req, r);
+    session->ReplyError(503, std::string("cannot start a thread: ") + e.what(), kRetryAfterSeconds);
   }
 }
 
-void HttpServer::Impl::Serve(http::http_request req) {
-  HttpRequest in;
+void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, HttpRequest in,
+                             const std::shared_ptr<std::atomic<bool>>& gone) {
   HttpResponse resp;
   try {
-    in.method = req.method();
-    in.path = web::uri::decode(req.relative_uri().path());
-    if (auto h = req.headers().find("x-kinfer-priority"); h != req.headers().end()) {
-      in.priority_header = h->second;
-    }
-    if (auto h = req.headers().find("x-kinfer-request-id"); h != req.headers().end()) {
-      in.request_id = h->second.substr(0, 256);
-    }
-    if (auto h = req.headers().find("x-kinfer-tenant"); h != req.headers().end()) {
-      in.tenant_header = h->second;
-    }
-    if (auto h = req.headers().find("x-kinfer-timeout"); h != req.headers().end()) {
-      in.timeout_header = h->second;
-    }
-    const size_t limit = options.max_body_bytes;
-    const uint64_t declared = req.headers().content_length();
-    std::vector<unsigned char> body;
-    if (declared > limit) {
-      // Drain a moderately oversized body so that the client can read the 413; drop the
-      // connection's body otherwise.
-      if (declared <= 16 * static_cast<uint64_t>(limit)) body = req.extract_vector().get();
-      resp = ErrorResponse(413, "request body of " + std::to_string(declared) +
-                                    " bytes exceeds the limit of " + std::to_string(limit) +
-                                    " bytes (--max-body-bytes)");
-    } else {
-      body = req.extract_vector().get();
-      if (body.size() > limit) {
-        resp = ErrorResponse(413, "request body of " + std::to_string(body.size()) +
-                                      " bytes exceeds the limit of " + std::to_string(limit) +
-                                      " bytes (--max-body-bytes)");
-      } else {
-        in.body.assign(body.begin(), body.end());
-        resp = router->Handle(in);
-      }
-    }
+    resp = router->Handle(in);
   } catch (const std::exception& e) {
-    resp = ErrorResponse(400, std::string("cannot read the request: ") + e.what());
+    resp = ErrorResponse(Internal(std::string("unexpected error: ") + e.what()), ErrorDetail{});
   }
   router->metrics().CountHttp(resp.route, resp.status);
-  Reply(req, resp);
+  if (!resp.stream) {
+    if (!io_stopped.load()) {
+      auto out = std::make_shared<http::response<http::string_body>>(ToBeast(resp));
+      net::post(ioc, [session, out] { session->Reply(std::move(*out)); });
+    }
+  } else {
+    Sink sink(this, session, gone);
+    http::response<http::empty_body> header{static_cast<http::status>(resp.status), 11};
+    SetHeaders(header, resp);
+    sink.Begin(std::move(header));  // when it fails the sink is closed: the generation cancels
+    resp.stream(sink);
+    if (!sink.Closed()) sink.End();
+  }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
   if (resp.route == "health" || resp.route == "ready" || resp.route == "metrics") {
     spdlog::debug("{} {} -> {} ({:.1f} ms)", in.method, in.path, resp.status, ms);
   } else {
     spdlog::info("{} {} -> {} ({:.1f} ms)", in.method, in.path, resp.status, ms);
-  }
-}
-
-void HttpServer::Impl::Reply(http::http_request& req, HttpResponse& resp) {
-  http::http_response out = ToCpprest(resp);
-  if (!resp.stream) {
-    out.set_body(resp.body, resp.content_type);
-    try {
-      req.reply(out).wait();
-    } catch (const std::exception& e) {
-      spdlog::debug("reply failed (client gone?): {}", e.what());
-    }
-    return;
-  }
-  // Streaming: the body is read by cpprestsdk from `buf` as we write into it.
-  concurrency::streams::producer_consumer_buffer<uint8_t> buf;
-  auto failed = std::make_shared<std::atomic<bool>>(false);
-  pplx::task<void> replied;
-  try {
-    out.set_body(concurrency::streams::istream(buf), resp.content_type);
-    replied = req.reply(out);
-    replied.then([failed](pplx::task<void> t) {
-      try {
-        t.get();
-      } catch (...) {
-        failed->store(true);  // the client went away mid-stream
-      }
-    });
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot start a streamed reply: {}", e.what());
-    DeadSink dead;
-    resp.stream(dead);  // lets the generation see a closed client and cancel
-    return;
-  }
-  CpprestSink sink(buf, failed);
-  resp.stream(sink);
-  try {
-    buf.close(std::ios_base::out).wait();
-    replied.wait();
-  } catch (const std::exception& e) {
-    spdlog::debug("streamed reply ended with: {}", e.what());
   }
 }
 

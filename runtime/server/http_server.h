@@ -1,16 +1,24 @@
-// HttpServer: the cpprestsdk adapter in front of the Router. Only this file pair sees cpprestsdk.
+// HttpServer: the Boost.Beast adapter in front of the Router. Only this file pair sees the
+// transport.
 //
-// Per request: the listener's callback (cpprestsdk's thread pool) hands the request to a new
-// thread owned by the server, which reads the body (enforcing max_body_bytes -> 413), checks
-// nothing else, calls Router::Handle, and replies. Streaming responses are written through a
-// producer_consumer_buffer as chunks come; when the client goes away the reply task fails, the
-// sink reports Closed(), and the generation is cancelled (toolchain.md, "streaming").
-// A thread per request (capped at max_in_flight; beyond it 503) keeps long generations from
-// starving cpprestsdk's own pool, which must stay free to send the streamed bytes.
+// Connections are common/http/server_session.h's (the sidecar's too): requests read one at a
+// time per connection (pipelined ones answered in order), 413 over max_body_bytes, 431/400 JSON
+// answers to malformed requests, idle connections closed after idle_timeout, and every write to
+// the client bounded by write_timeout. One io thread runs every connection.
+//
+// Per request: the io thread hands the parsed request to a new thread owned by the server, which
+// calls Router::Handle and posts the reply back to the io thread. Streaming responses write each
+// chunk through the io thread and wait for it to be written (back-pressure: a generation never
+// runs ahead of a slow client by more than one chunk). While a request runs, its connection is
+// watched: a client that closes it is seen at once, by HttpRequest::client_gone (whole
+// responses poll it) and by the sink (streams), and its generation is cancelled.
+// A thread per request (capped at max_in_flight; beyond it 503) lets long generations block
+// without holding up the io thread.
 //
 // Threading: Start and Stop are called from one thread (main). The Router must outlive Stop().
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -26,6 +34,10 @@ struct HttpServerOptions {
   int port = 8081;
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int max_in_flight = 512;          // concurrent requests; beyond, 503 + Retry-After
+  // A connection waiting for (the rest of) a request closes after this.
+  std::chrono::seconds idle_timeout{75};
+  // A write the client does not take within this ends its request as if it had left.
+  std::chrono::seconds write_timeout{30};
 };
 
 class HttpServer {
@@ -35,14 +47,14 @@ class HttpServer {
 
   // Starts listening. UNAVAILABLE with the reason when the address cannot be bound.
   Status Start();
-  // Answers new requests 503, asks the router to cancel running generations (their streams end
-  // with an error event and [DONE]), waits up to `grace_seconds` for in-flight requests, then
-  // closes the listener. Idempotent.
+  // Answers new requests 503 (with Connection: close), asks the router to cancel running
+  // generations (their streams end with an error event and [DONE]), waits up to `grace_seconds`
+  // for in-flight requests, then closes the listener and every connection. Idempotent.
   void Stop(int grace_seconds = 10);
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with request threads, which may outlive Stop briefly
 };
 
 }  // namespace kinfer

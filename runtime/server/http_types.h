@@ -1,5 +1,5 @@
-// Transport-neutral HTTP request/response values passed between the cpprestsdk adapter
-// (http_server.h) and the routes (router.h), so that routes never see cpprestsdk types.
+// Transport-neutral HTTP request/response values passed between the Beast adapter
+// (http_server.h) and the routes (router.h), so that routes never see transport types.
 //
 // Thread safety: plain values. A ChunkSink is used by one thread (the one running the stream
 // function) while the transport drains it on its own threads.
@@ -26,6 +26,9 @@ struct HttpRequest {
   std::string tenant_header;    // x-kinfer-tenant: the prefix-cache isolation key
   std::string timeout_header;   // x-kinfer-timeout: "500ms", "2s", "1m" or seconds
   std::string request_id;       // x-kinfer-request-id: names a generation for POST /cancel
+  // True once the client has closed its connection (any thread may call it; null: unknown).
+  // A whole-response generation polls it and cancels.
+  std::function<bool()> client_gone;
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 

@@ -1,4 +1,4 @@
-// Router: the HTTP API of kinfer-runtime, transport-neutral (the cpprestsdk adapter in
+// Router: the HTTP API of kinfer-runtime, transport-neutral (the Beast adapter in
 // http_server.h feeds it HttpRequest values).
 //
 //   GET  /health                -> 200 {"status":"ok"} while the process is up

@@ -16,9 +16,7 @@
 namespace kinfer {
 namespace {
 
-constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr auto kIdleTimeout = std::chrono::seconds(75);
-constexpr size_t kMaxPipelinedBytes = 64 * 1024;
 constexpr size_t kMaxBufferedResponse = 64u << 20;  // non-streamed upstream bodies
 constexpr auto kReadyProbeTimeout = std::chrono::seconds(1);
 constexpr auto kCancelTimeout = std::chrono::seconds(2);
@@ -30,8 +28,9 @@ double Seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double
 
 bool IsHopByHop(std::string_view name) {
   static constexpr std::string_view kNames[] = {
-      "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
-      "trailer",    "upgrade",    "content-length",   "host",              "expect"};
+      "connection", "keep-alive", "proxy-connection", "transfer-encoding",
+      "te",         "trailer",    "upgrade",          "content-length",
+      "host",       "expect"};
   for (std::string_view n : kNames) {
     if (beast::iequals(name, n)) return true;
   }
@@ -53,284 +52,11 @@ bool IsPassThroughPath(std::string_view path) {
 
 }  // namespace
 
-// ---- Session: one inbound connection -------------------------------------------------------
-
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, ProxyServer* server) : stream_(std::move(socket)), server_(server) {}
-
-  void Start() { DoRead(); }
-
-  const http::request<http::string_body>& request() const { return parser_->get(); }
-  bool keep_alive() const { return keep_alive_; }
-
-  // A whole response. Ends the current request.
-  void Reply(http::response<http::string_body> res) {
-    res.version(11);
-    res.keep_alive(keep_alive_);
-    res.prepare_payload();
-    auto msg = std::make_shared<http::response<http::string_body>>(std::move(res));
-    ArmWriteTimer();
-    http::async_write(stream_, *msg,
-                      [self = shared_from_this(), msg](beast::error_code ec, size_t) {
-                        self->Finished(!ec && self->keep_alive_);
-                      });
-  }
-
-  void ReplyJson(int status, std::string body,
-                 std::optional<int64_t> retry_after_seconds = std::nullopt,
-                 std::string_view degraded = {}) {
-    http::response<http::string_body> res{static_cast<http::status>(status), 11};
-    res.set(http::field::content_type, kJson);
-    if (retry_after_seconds) res.set(http::field::retry_after, std::to_string(*retry_after_seconds));
-    if (!degraded.empty()) res.set("x-kinfer-degraded", degraded);
-    res.body() = std::move(body);
-    Reply(std::move(res));
-  }
-
-  void ReplyError(int status, std::string_view message,
-                  std::optional<int64_t> retry_after_seconds = std::nullopt,
-                  std::string_view code = {}) {
-    ReplyJson(status, ErrorBody(status, message, {}, code), retry_after_seconds);
-  }
-
-  // 405 with Allow and a JSON body.
-  void ReplyMethodNotAllowed(std::string_view allow, std::string_view path) {
-    http::response<http::string_body> res{http::status::method_not_allowed, 11};
-    res.set(http::field::content_type, kJson);
-    res.set(http::field::allow, allow);
-    res.body() = ErrorBody(405, "use " + std::string(allow) + " for " + std::string(path));
-    Reply(std::move(res));
-  }
-
-  // Streaming: the header (chunked), then chunks, then the end. Writes are queued in order;
-  // `done(ok)` runs when that write finished (ok false: the client is gone).
-  void StartStream(http::response<http::empty_body> res, std::function<void(bool)> done) {
-    res.version(11);
-    res.keep_alive(keep_alive_);
-    res.chunked(true);
-    auto msg = std::make_shared<http::response<http::empty_body>>(std::move(res));
-    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*msg);
-    Enqueue(PendingWrite{{}, [msg, sr](Session* s, auto cb) {
-                           http::async_write_header(s->stream_, *sr, std::move(cb));
-                         },
-                         std::move(done)});
-  }
-  void WriteChunk(std::string_view data, std::function<void(bool)> done) {
-    if (data.empty()) {
-      done(!closed_);
-      return;
-    }
-    char size[24];
-    int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-    std::string framed;
-    framed.reserve(n + data.size() + 2);
-    framed.append(size, n).append(data).append("\r\n");
-    Enqueue(PendingWrite{std::move(framed), nullptr, std::move(done)});
-  }
-  // Ends the chunked body; the request is over once it is written.
-  void EndStream() {
-    Enqueue(PendingWrite{"0\r\n\r\n", nullptr, [self = shared_from_this()](bool ok) {
-                           self->Finished(ok && self->keep_alive_);
-                         }});
-  }
-
-  // Watches the socket while a request waits, so a client that goes away is noticed.
-  void WatchClient();
-
-  void Close() {
-    if (closed_) return;
-    closed_ = true;
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
-    EndRequest();
-  }
-
- private:
-  struct PendingWrite {
-    std::string bytes;  // written as is, unless `custom` is set
-    std::function<void(Session*, std::function<void(beast::error_code, size_t)>)> custom;
-    std::function<void(bool)> done;
-  };
-
-  void DoRead() {
-    if (closed_) return;
-    parser_.emplace();
-    parser_->header_limit(kHeaderLimit);
-    parser_->body_limit(server_->core_.config().max_body_bytes);
-    stream_.expires_after(kIdleTimeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->OnHeader(ec);
-                            });
-  }
-
-  void OnHeader(beast::error_code ec) {
-    if (ec == http::error::body_limit) {  // Content-Length alone is over the limit
-      BeginRequest();
-      keep_alive_ = false;
-      ReplyError(413, "request body is over the limit of " +
-                          std::to_string(server_->core_.config().max_body_bytes) + " bytes");
-      return;
-    }
-    if (ec) {
-      if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
-          ec != net::error::connection_reset && ec != net::error::operation_aborted &&
-          ec != net::error::eof) {
-        BeginRequest();
-        keep_alive_ = false;
-        ReplyError(ec == http::error::header_limit ? 431 : 400,
-                   "malformed HTTP request: " + ec.message());
-        return;
-      }
-      Close();
-      return;
-    }
-    BeginRequest();
-    auto& req = parser_->get();
-    keep_alive_ = req.keep_alive() && !server_->draining_;
-    if (auto len = parser_->content_length(); len && *len > server_->core_.config().max_body_bytes) {
-      keep_alive_ = false;  // the body stays unread
-      ReplyError(413, "request body of " + std::to_string(*len) + " bytes is over the limit of " +
-                          std::to_string(server_->core_.config().max_body_bytes) + " bytes");
-      return;
-    }
-    if (beast::iequals(req[http::field::expect], "100-continue")) {
-      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
-      http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
-        if (ec) return self->Close();
-        self->ReadBody();
-      });
-      return;
-    }
-    ReadBody();
-  }
-
-  void ReadBody() {
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnBody(ec);
-                     });
-  }
-
-  void OnBody(beast::error_code ec) {
-    if (ec == http::error::body_limit) {
-      keep_alive_ = false;
-      ReplyError(413, "request body is over the limit of " +
-                          std::to_string(server_->core_.config().max_body_bytes) + " bytes");
-      return;
-    }
-    if (ec && ec.category() == http::make_error_code(http::error::bad_chunk).category() &&
-        ec != http::error::partial_message && ec != http::error::end_of_stream) {
-      // A malformed body (a bad chunk size, say) gets an answer, then the connection closes.
-      keep_alive_ = false;
-      ReplyError(400, "malformed HTTP request body: " + ec.message());
-      return;
-    }
-    if (ec) {
-      Close();
-      return;
-    }
-    stream_.expires_never();
-    Handle();
-  }
-
-  void Handle();
-  void ReplyReady();
-
-  void BeginRequest() {
-    if (!in_request_) {
-      in_request_ = true;
-      ++server_->open_responses_;
-    }
-  }
-  void EndRequest();
-
-  void Finished(bool keep_alive) {
-    EndRequest();
-    if (!keep_alive || closed_) {
-      Close();
-      return;
-    }
-    if (watching_) {
-      read_after_watch_ = true;  // the pending watch read becomes the next request's first read
-      stream_.expires_after(kIdleTimeout);  // and it waits no longer than any idle connection
-      if (buffer_.size() > 0) {
-        // The watch already holds the next (pipelined) request: stop waiting for more bytes,
-        // which a pipelining client sends only after this answer, and parse it now.
-        beast::error_code ignored;
-        stream_.socket().cancel(ignored);
-      }
-      return;
-    }
-    DoRead();
-  }
-
-  void Enqueue(PendingWrite write) {
-    if (closed_) {
-      if (write.done) write.done(false);
-      return;
-    }
-    writes_.push_back(std::move(write));
-    if (writes_.size() == 1) WriteNext();
-  }
-
-  // Every write to the client runs under client_write_timeout: a client that stops reading (a
-  // full socket buffer) would otherwise hold its request's admission slot, and the upstream
-  // request behind it, for as long as it liked. On expiry the stream closes the socket, the write
-  // fails, and the exchange ends as if the client had gone (the upstream request is cancelled).
-  void ArmWriteTimer() { stream_.expires_after(server_->core_.config().client_write_timeout); }
-
-  void WriteNext() {
-    auto on_written = [self = shared_from_this()](beast::error_code ec, size_t) {
-      PendingWrite done = std::move(self->writes_.front());
-      self->writes_.pop_front();
-      // Nothing left to write: no timer while the stream waits for the upstream's next bytes.
-      if (!ec && self->writes_.empty()) self->stream_.expires_never();
-      if (ec) {
-        // The client is gone: fail every queued write too.
-        std::deque<PendingWrite> rest;
-        rest.swap(self->writes_);
-        if (done.done) done.done(false);
-        for (auto& w : rest) {
-          if (w.done) w.done(false);
-        }
-        self->Close();
-        return;
-      }
-      if (!self->writes_.empty()) self->WriteNext();
-      if (done.done) done.done(true);
-    };
-    PendingWrite& w = writes_.front();
-    ArmWriteTimer();
-    if (w.custom) {
-      w.custom(this, std::move(on_written));
-    } else {
-      net::async_write(stream_, net::buffer(w.bytes), std::move(on_written));
-    }
-  }
-
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  ProxyServer* server_;
-  std::shared_ptr<Exchange> exchange_;
-  std::deque<PendingWrite> writes_;
-  bool keep_alive_ = true;
-  bool in_request_ = false;
-  bool watching_ = false;
-  bool read_after_watch_ = false;
-  bool closed_ = false;
-
-  friend class Exchange;
-};
-
 // ---- Exchange: one proxied request ---------------------------------------------------------
 
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
-  Exchange(std::shared_ptr<Session> session, ProxyServer* server, bool policy)
+  Exchange(std::shared_ptr<ServerSession> session, ProxyServer* server, bool policy)
       : session_(std::move(session)),
         server_(server),
         policy_(policy),
@@ -371,7 +97,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   const UpstreamUrl& RouteUrl() const;
   UpstreamPool* RoutePool() const;
 
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<ServerSession> session_;
   ProxyServer* server_;
   bool policy_;
   SidecarCore::TimePoint arrival_;
@@ -453,7 +179,8 @@ void Exchange::Begin() {
   server_->waiting_[id_] = weak_from_this();
   if (v.displaced) {
     if (auto ex = server_->Waiting(*v.displaced)) {
-      ex->RejectQueued("displaced", "overloaded: pushed out of the queue by more important requests");
+      ex->RejectQueued("displaced",
+                       "overloaded: pushed out of the queue by more important requests");
     }
   }
   session_->WatchClient();
@@ -578,7 +305,7 @@ void Exchange::Attempt() {
   const SidecarConfig& c = core().config();
   call_ = UpstreamCall::Start(pool, BuildUpstreamRequest(), c.connect_timeout, c.upstream_timeout,
                               std::move(h));
-  if (!session_->watching_) session_->WatchClient();
+  session_->WatchClient();
 }
 
 void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
@@ -681,8 +408,9 @@ void Exchange::OnDone(UpstreamError error) {
     } else {
       // Mid-stream: tell the client in the stream's own format, then end it cleanly.
       std::string event = "data: " +
-                          ErrorBody(502, std::string("the upstream failed mid-stream: ") +
-                                             std::string(UpstreamErrorName(error)),
+                          ErrorBody(502,
+                                    std::string("the upstream failed mid-stream: ") +
+                                        std::string(UpstreamErrorName(error)),
                                     {}, "upstream_" + std::string(UpstreamErrorName(error))) +
                           "\n\n";
       session_->WriteChunk(event, [](bool) {});
@@ -748,85 +476,53 @@ void Exchange::Complete(SidecarCore::Result result) {
   }
 }
 
-// ---- Session methods that need Exchange ----------------------------------------------------
+// ---- ProxyServer: routing -------------------------------------------------------------------
 
-void Session::WatchClient() {
-  if (watching_ || closed_) return;
-  watching_ = true;
-  auto space = buffer_.prepare(4096);
-  stream_.socket().async_read_some(space, [self = shared_from_this()](beast::error_code ec,
-                                                                        size_t n) {
-    self->watching_ = false;
-    if (!ec) self->buffer_.commit(n);
-    if (self->read_after_watch_) {
-      self->read_after_watch_ = false;
-      const bool pipelined = ec == net::error::operation_aborted && self->buffer_.size() > 0;
-      if (ec && !pipelined) return self->Close();
-      return self->DoRead();
-    }
-    if (ec) {
-      // Hold the exchange: OnClientGone closes the session, which drops its reference.
-      if (auto exchange = self->exchange_) exchange->OnClientGone();
-      self->Close();
-      return;
-    }
-    // Pipelined bytes of the next request: keep them and keep watching (bounded).
-    if (self->exchange_ && self->buffer_.size() < kMaxPipelinedBytes) self->WatchClient();
-  });
-}
-
-void Session::EndRequest() {
-  if (in_request_) {
-    in_request_ = false;
-    --server_->open_responses_;
-  }
-  exchange_.reset();
-}
-
-void Session::Handle() {
-  const auto& req = parser_->get();
-  std::string_view path = PathOf(req.target());
+void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
+  const auto& req = session->request();
+  std::string_view path = session->path();
   const bool get = req.method() == http::verb::get;
   if (get && path == "/health") {
-    ReplyJson(200, R"({"status":"ok"})");
+    session->ReplyJson(200, R"({"status":"ok"})");
   } else if (get && path == "/ready") {
-    ReplyReady();
+    ReplyReady(session);
   } else if (get && path == "/metrics") {
-    server_->core_.UpdateGauges(server_->Now());
+    core_.UpdateGauges(Now());
     http::response<http::string_body> res{http::status::ok, 11};
     res.set(http::field::content_type, metrics::kTextContentType);
-    res.body() = server_->metrics_.ExposeText();
-    Reply(std::move(res));
+    res.body() = metrics_.ExposeText();
+    session->Reply(std::move(res));
   } else if (get && path == "/stats") {
-    ReplyJson(200, server_->core_.StatsJson(server_->Now()));
+    session->ReplyJson(200, core_.StatsJson(Now()));
   } else if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/stats") {
-    // A body after a HEAD answer would be read as the next response: close after it instead.
-    if (req.method() == http::verb::head) keep_alive_ = false;
-    ReplyMethodNotAllowed("GET", path);
+    session->ReplyMethodNotAllowed("GET", path);
   } else if (IsPolicyPath(path) || IsPassThroughPath(path)) {
     bool policy = IsPolicyPath(path);
     if (policy && req.method() != http::verb::post) {
-      ReplyMethodNotAllowed("POST", path);
+      session->ReplyMethodNotAllowed("POST", path);
       return;
     }
-    exchange_ = std::make_shared<Exchange>(shared_from_this(), server_, policy);
-    exchange_->Begin();
+    auto exchange = std::make_shared<Exchange>(session, this, policy);
+    // The session holds the exchange while it answers; a client that leaves cancels it.
+    session->Hold(exchange, [ex = exchange.get()] { ex->OnClientGone(); });
+    exchange->Begin();
   } else {
-    ReplyError(404, "no route for " + std::string(req.method_string()) + " " + std::string(path));
+    session->ReplyError(
+        404, "no route for " + std::string(req.method_string()) + " " + std::string(path));
   }
 }
 
-void Session::ReplyReady() {
-  auto now = server_->Now();
-  if (server_->draining_) {
-    ReplyJson(503, R"({"status":"draining"})");
+void ProxyServer::ReplyReady(const std::shared_ptr<ServerSession>& session) {
+  auto now = Now();
+  if (draining_) {
+    session->ReplyJson(503, R"({"status":"draining"})");
     return;
   }
-  if (!server_->core_.Ready(now)) {
-    ReplyJson(503, R"({"status":"breaker_open"})");
+  if (!core_.Ready(now)) {
+    session->ReplyJson(503, R"({"status":"breaker_open"})");
     return;
   }
-  const UpstreamUrl& url = server_->core_.config().upstream;
+  const UpstreamUrl& url = core_.config().upstream;
   http::request<http::string_body> probe{http::verb::get, url.base_path + "/ready", 11};
   probe.set(http::field::host, url.host + ":" + std::to_string(url.port));
   probe.keep_alive(true);
@@ -836,21 +532,20 @@ void Session::ReplyReady() {
     *status = header.result_int();
   };
   h.on_data = [](std::string_view, std::function<void()> next) { next(); };
-  h.on_done = [self = shared_from_this(), status](UpstreamError error) {
+  h.on_done = [session, status](UpstreamError error) {
     if (error == UpstreamError::kNone && *status == 200) {
-      self->ReplyJson(200, R"({"status":"ready"})");
+      session->ReplyJson(200, R"({"status":"ready"})");
     } else {
-      self->ReplyJson(503, R"({"status":"upstream_not_ready"})");
+      session->ReplyJson(503, R"({"status":"upstream_not_ready"})");
     }
   };
-  UpstreamCall::Start(&server_->primary_, std::move(probe),
-                      server_->core_.config().connect_timeout, kReadyProbeTimeout, std::move(h));
+  UpstreamCall::Start(&primary_, std::move(probe), core_.config().connect_timeout,
+                      kReadyProbeTimeout, std::move(h));
 }
 
 // ---- ProxyServer ---------------------------------------------------------------------------
 
-ProxyServer::ProxyServer(net::io_context& ioc, const SidecarConfig& config,
-                         std::string config_path)
+ProxyServer::ProxyServer(net::io_context& ioc, const SidecarConfig& config, std::string config_path)
     : ioc_(ioc),
       config_path_(std::move(config_path)),
       metrics_(
@@ -862,7 +557,7 @@ ProxyServer::ProxyServer(net::io_context& ioc, const SidecarConfig& config,
           config.ttft_buckets, config.e2e_buckets),
       core_(config, &metrics_),
       primary_(ioc, config.upstream.host, config.upstream.port),
-      acceptor_(ioc),
+      acceptor_(ioc, this),
       expiry_timer_(ioc),
       drain_timer_(ioc) {
   std::random_device rd;
@@ -879,35 +574,16 @@ ProxyServer::~ProxyServer() = default;
 
 Status ProxyServer::Listen() {
   const HostPort& listen = core_.config().listen;
-  beast::error_code ec;
-  auto address = net::ip::make_address(listen.host, ec);
-  if (ec) return InvalidArgument("listen: bad address '" + listen.host + "': " + ec.message());
-  tcp::endpoint endpoint(address, listen.port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Unavailable("cannot listen on " + listen.host + ":" + std::to_string(listen.port) +
-                       ": " + ec.message());
-  }
-  port_ = acceptor_.local_endpoint().port();
-  Accept();
-  return Status();
+  return acceptor_.Listen(listen.host, listen.port);
 }
 
-void ProxyServer::Accept() {
-  acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-      spdlog::warn("accept failed: {}", ec.message());
-    } else {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), this)->Start();
-    }
-    Accept();
-  });
+SessionLimits ProxyServer::Limits() const {
+  const SidecarConfig& c = core_.config();
+  SessionLimits l;
+  l.max_body_bytes = c.max_body_bytes;
+  l.idle_timeout = kIdleTimeout;
+  l.write_timeout = c.client_write_timeout;
+  return l;
 }
 
 void ProxyServer::Run(AdmissionQueue::Dispatch dispatch) {
@@ -956,8 +632,7 @@ void ProxyServer::BeginDrain(std::function<void()> on_drained) {
   draining_ = true;
   on_drained_ = std::move(on_drained);
   core_.StartDraining();
-  beast::error_code ignored;
-  acceptor_.close(ignored);
+  acceptor_.Close();
   drain_deadline_ = Now() + core_.config().drain_timeout;
   spdlog::info("draining: {} requests outstanding, {} responses open (timeout {:.0f}s)",
                core_.outstanding(), open_responses_, Seconds(core_.config().drain_timeout));

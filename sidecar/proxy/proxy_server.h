@@ -13,8 +13,8 @@
 // Contract:
 //  * One io_context thread runs everything (sessions, upstream calls, the core), so the pure
 //    policy classes need no locks. Handlers never block.
-//  * Request bodies above max_body_bytes get 413 (from Content-Length before the body is read).
-//    `Expect: 100-continue` is answered.
+//  * The connection handling (limits, 100-continue, timeouts, pipelining, malformed requests) is
+//    common/http/server_session.h's, shared with kinfer-runtime.
 //  * A client that goes away (read EOF while waiting, or a failed write) cancels its queued or
 //    upstream request at once.
 //  * Every error reply is an OpenAI-style JSON body; 429 and 503 carry Retry-After.
@@ -33,6 +33,7 @@
 
 #include <boost/asio.hpp>
 
+#include "common/http/server_session.h"
 #include "common/status.h"
 #include "sidecar/config/sidecar_config.h"
 #include "sidecar/proxy/sidecar_core.h"
@@ -42,27 +43,33 @@
 namespace kinfer {
 
 class Exchange;
-class Session;
 
-class ProxyServer {
+class ProxyServer : public SessionHandler {
  public:
   // `config_path` is re-read by Reload(); empty when the sidecar runs on defaults.
   ProxyServer(net::io_context& ioc, const SidecarConfig& config, std::string config_path);
-  ~ProxyServer();
+  ~ProxyServer() override;
 
   // Binds config.listen and starts accepting. UNAVAILABLE when the address cannot be bound.
   Status Listen();
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return acceptor_.port(); }
 
   void BeginDrain(std::function<void()> on_drained);
   void Reload();
 
  private:
   friend class Exchange;
-  friend class Session;
   using TimePoint = SidecarCore::TimePoint;
 
-  void Accept();
+  // SessionHandler
+  SessionLimits Limits() const override;
+  bool KeepAlive() const override { return !draining_; }
+  void OnRequest(const std::shared_ptr<ServerSession>& session) override;
+  void OnResponseOpen() override { ++open_responses_; }
+  void OnResponseClosed() override { --open_responses_; }
+
+  // GET /ready: 200 when not draining, the breaker admits, and the upstream's /ready is 200.
+  void ReplyReady(const std::shared_ptr<ServerSession>& session);
   // Starts the dispatched requests and answers the expired ones (posted: never re-entrant).
   void Run(AdmissionQueue::Dispatch dispatch);
   // The queued exchange with this id, or null.
@@ -77,8 +84,7 @@ class ProxyServer {
   SidecarCore core_;
   UpstreamPool primary_;
   std::unique_ptr<UpstreamPool> fallback_;  // null when the fallback shares the primary upstream
-  tcp::acceptor acceptor_;
-  uint16_t port_ = 0;
+  SessionAcceptor acceptor_;
   uint64_t next_id_ = 1;
   // "sc-<random>-": with an exchange's id, the x-kinfer-request-id of its upstream request.
   std::string request_id_prefix_;

@@ -59,9 +59,39 @@ def test_disconnect_cancels_streaming_generation(server):
     assert time.time() - t0 < 3
 
 
+def test_disconnect_cancels_whole_response_generation(server):
+    # No request id, no proxy: the runtime watches the connection of a non-streaming request while
+    # it generates, and a client that closes it cancels the generation.
+    before = scrape(server)
+    cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
+    gen0 = metric_value(before, "kinfer_runtime_generation_tokens_total")
+    max_tokens = 1500
+    body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": max_tokens,
+                       "ignore_eos": True, "temperature": 0}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.time() + 30
+    while metric_value(scrape(server), "kinfer_runtime_num_requests_running") < 1:
+        assert time.time() < deadline, "the request never started"
+        time.sleep(0.05)
+    sock.close()
+    closed_at = time.time()
+    while True:
+        text = scrape(server)
+        if (metric_value(text, "kinfer_runtime_num_requests_running") == 0 and
+                metric_value(text, "kinfer_runtime_requests_total", 'status="cancelled"')
+                > cancelled0):
+            break
+        assert time.time() - closed_at < 10, "the runtime kept generating for a gone client"
+        time.sleep(0.05)
+    generated = metric_value(text, "kinfer_runtime_generation_tokens_total") - gen0
+    assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
+
+
 def test_post_cancel_stops_a_whole_response_generation(server):
-    # A non-streaming generation writes nothing until it ends, so a client that goes away is not
-    # seen; a proxy (kinfer-sidecar) names it with x-kinfer-request-id and cancels it.
+    # A caller (kinfer-sidecar, for one) names a generation with x-kinfer-request-id and cancels
+    # it while its client is still connected.
     import threading
     out = {}
 

@@ -54,6 +54,7 @@ class HttpServerTest : public ::testing::Test {
     HttpServerOptions o;
     o.port = port_;
     o.max_body_bytes = 1000;
+    o.idle_timeout = std::chrono::seconds(1);
     server_ = std::make_unique<HttpServer>(o, router_.get());
     ASSERT_TRUE(server_->Start().ok());
   }
@@ -72,6 +73,29 @@ class HttpServerTest : public ::testing::Test {
     r.allow = r.header(resp, "Allow");
     r.retry_after = r.header(resp, "Retry-After");
     return r;
+  }
+
+  // Sends raw bytes on a new connection and returns everything read until the server closes it
+  // (or 10 s pass).
+  std::string SendRaw(const std::string& bytes) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      close(fd);
+      return "connect failed";
+    }
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (!bytes.empty()) send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    close(fd);
+    return out;
   }
 
   static void ExpectErrorShape(const Reply& r) {
@@ -137,6 +161,53 @@ TEST_F(HttpServerTest, MetricsArePrometheusText) {
       << m.body;
   EXPECT_NE(m.body.find("kinfer_runtime_time_to_first_token_seconds_bucket{le=\"120\"} 0"),
             std::string::npos);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  const std::string out = SendRaw(
+      "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const size_t a = out.find("HTTP/1.1 200");
+  const size_t b = out.find("HTTP/1.1 404");
+  const size_t c = out.find("HTTP/1.1 503");
+  ASSERT_NE(a, std::string::npos) << out;
+  ASSERT_NE(b, std::string::npos) << out;
+  ASSERT_NE(c, std::string::npos) << out;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+}
+
+TEST_F(HttpServerTest, MalformedRequestsGetA400JsonBody) {
+  for (const std::string& bad :
+       {std::string("BLAH\r\n\r\n"), std::string("GET /health HTTP/1.1\r\nNo colon here\r\n\r\n"),
+        std::string("GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n")}) {
+    const std::string out = SendRaw(bad);
+    EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << bad << " -> " << out;
+    const size_t body = out.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << out;
+    const json j = json::parse(out.substr(body + 4), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << out;
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  }
+  EXPECT_EQ(Send("GET", "/health").status, 200);
+}
+
+TEST_F(HttpServerTest, PercentEncodedPathIsDecoded) {
+  EXPECT_EQ(Send("GET", "/heal%74h").status, 200);
+}
+
+TEST_F(HttpServerTest, HugeHeadersGet431) {
+  const std::string out =
+      SendRaw("GET /health HTTP/1.1\r\nX-Big: " + std::string(70 * 1024, 'a') + "\r\n\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 431", 0), 0u) << out.substr(0, 200);
+}
+
+TEST_F(HttpServerTest, IdleAndSlowConnectionsAreClosed) {
+  // idle_timeout is 1 s here: a connection that sends nothing, or half a request, is closed
+  // (recv sees EOF) instead of being held open forever.
+  EXPECT_EQ(SendRaw(""), "");
+  EXPECT_EQ(SendRaw("GET /health HTTP/1.1\r\nHost"), "");
 }
 
 }  // namespace

@@ -1,0 +1,340 @@
+#include "common/http/server_session.h"
+
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+#include "common/http_errors.h"
+
+namespace kinfer {
+namespace {
+
+constexpr size_t kHeaderLimit = 64 * 1024;
+constexpr size_t kMaxPipelinedBytes = 64 * 1024;
+constexpr std::string_view kJson = "application/json";
+
+}  // namespace
+
+ServerSession::ServerSession(tcp::socket socket, SessionHandler* handler)
+    : stream_(std::move(socket)), handler_(handler) {}
+
+std::string_view ServerSession::path() const {
+  std::string_view target = request().target();
+  size_t q = target.find('?');
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+void ServerSession::Hold(std::shared_ptr<void> state, std::function<void()> on_client_gone) {
+  held_ = std::move(state);
+  on_client_gone_ = std::move(on_client_gone);
+}
+
+void ServerSession::Reply(http::response<http::string_body> res) {
+  // A body after a HEAD answer would be read as the next response: close after it instead.
+  if (parser_ && parser_->is_header_done() && request().method() == http::verb::head) {
+    keep_alive_ = false;
+  }
+  res.version(11);
+  res.keep_alive(keep_alive_);
+  res.prepare_payload();
+  auto msg = std::make_shared<http::response<http::string_body>>(std::move(res));
+  ArmWriteTimer();
+  http::async_write(stream_, *msg, [self = shared_from_this(), msg](beast::error_code ec, size_t) {
+    if (ec) return self->ClientGone();
+    self->Finished(self->keep_alive_);
+  });
+}
+
+void ServerSession::ReplyJson(int status, std::string body,
+                              std::optional<int64_t> retry_after_seconds) {
+  http::response<http::string_body> res{static_cast<http::status>(status), 11};
+  res.set(http::field::content_type, kJson);
+  if (retry_after_seconds) res.set(http::field::retry_after, std::to_string(*retry_after_seconds));
+  res.body() = std::move(body);
+  Reply(std::move(res));
+}
+
+void ServerSession::ReplyError(int status, std::string_view message,
+                               std::optional<int64_t> retry_after_seconds, std::string_view code) {
+  ReplyJson(status, ErrorBody(status, message, {}, code), retry_after_seconds);
+}
+
+void ServerSession::ReplyMethodNotAllowed(std::string_view allow, std::string_view path) {
+  http::response<http::string_body> res{http::status::method_not_allowed, 11};
+  res.set(http::field::content_type, kJson);
+  res.set(http::field::allow, allow);
+  res.body() = ErrorBody(405, "use " + std::string(allow) + " for " + std::string(path));
+  Reply(std::move(res));
+}
+
+void ServerSession::StartStream(http::response<http::empty_body> res,
+                                std::function<void(bool)> done) {
+  res.version(11);
+  res.keep_alive(keep_alive_);
+  res.chunked(true);
+  auto msg = std::make_shared<http::response<http::empty_body>>(std::move(res));
+  auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*msg);
+  Enqueue(PendingWrite{{},
+                       [msg, sr](ServerSession* s, auto cb) {
+                         http::async_write_header(s->stream_, *sr, std::move(cb));
+                       },
+                       std::move(done)});
+}
+
+void ServerSession::WriteChunk(std::string_view data, std::function<void(bool)> done) {
+  if (data.empty()) {
+    done(!closed_);
+    return;
+  }
+  char size[24];
+  int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string framed;
+  framed.reserve(n + data.size() + 2);
+  framed.append(size, n).append(data).append("\r\n");
+  Enqueue(PendingWrite{std::move(framed), nullptr, std::move(done)});
+}
+
+void ServerSession::EndStream() {
+  Enqueue(PendingWrite{"0\r\n\r\n", nullptr, [self = shared_from_this()](bool ok) {
+                         self->Finished(ok && self->keep_alive_);
+                       }});
+}
+
+void ServerSession::WatchClient() {
+  if (watching_ || closed_) return;
+  watching_ = true;
+  auto space = buffer_.prepare(4096);
+  stream_.socket().async_read_some(
+      space, [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->watching_ = false;
+        if (!ec) self->buffer_.commit(n);
+        if (self->read_after_watch_) {
+          self->read_after_watch_ = false;
+          const bool pipelined = ec == net::error::operation_aborted && self->buffer_.size() > 0;
+          if (ec && !pipelined) return self->Close();
+          return self->DoRead();
+        }
+        if (ec) return self->ClientGone();
+        // Pipelined bytes of the next request: keep them and keep watching (bounded).
+        if (self->in_request_ && self->buffer_.size() < kMaxPipelinedBytes) self->WatchClient();
+      });
+}
+
+void ServerSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+  EndRequest();
+}
+
+void ServerSession::DoRead() {
+  if (closed_) return;
+  limits_ = handler_->Limits();
+  parser_.emplace();
+  parser_->header_limit(kHeaderLimit);
+  parser_->body_limit(limits_.max_body_bytes);
+  stream_.expires_after(limits_.idle_timeout);
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+}
+
+void ServerSession::OnHeader(beast::error_code ec) {
+  const std::string limit = std::to_string(limits_.max_body_bytes);
+  if (ec == http::error::body_limit) {  // Content-Length alone is over the limit
+    BeginRequest();
+    keep_alive_ = false;
+    ReplyError(413, "request body is over the limit of " + limit + " bytes");
+    return;
+  }
+  if (ec) {
+    if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
+        ec != net::error::connection_reset && ec != net::error::operation_aborted &&
+        ec != net::error::eof) {
+      BeginRequest();
+      keep_alive_ = false;
+      ReplyError(ec == http::error::header_limit ? 431 : 400,
+                 "malformed HTTP request: " + ec.message());
+      return;
+    }
+    Close();
+    return;
+  }
+  BeginRequest();
+  const Request& req = parser_->get();
+  keep_alive_ = req.keep_alive() && handler_->KeepAlive();
+  if (auto len = parser_->content_length(); len && *len > limits_.max_body_bytes) {
+    keep_alive_ = false;  // the body stays unread
+    ReplyError(413, "request body of " + std::to_string(*len) + " bytes is over the limit of " +
+                        limit + " bytes");
+    return;
+  }
+  if (beast::iequals(req[http::field::expect], "100-continue")) {
+    auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+    http::async_write(stream_, *cont,
+                      [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                        if (ec) return self->Close();
+                        self->ReadBody();
+                      });
+    return;
+  }
+  ReadBody();
+}
+
+void ServerSession::ReadBody() {
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+}
+
+void ServerSession::OnBody(beast::error_code ec) {
+  if (ec == http::error::body_limit) {
+    keep_alive_ = false;
+    ReplyError(413, "request body is over the limit of " + std::to_string(limits_.max_body_bytes) +
+                        " bytes");
+    return;
+  }
+  if (ec && ec.category() == http::make_error_code(http::error::bad_chunk).category() &&
+      ec != http::error::partial_message && ec != http::error::end_of_stream) {
+    // A malformed body (a bad chunk size, say) gets an answer, then the connection closes.
+    keep_alive_ = false;
+    ReplyError(400, "malformed HTTP request body: " + ec.message());
+    return;
+  }
+  if (ec) {
+    Close();
+    return;
+  }
+  stream_.expires_never();
+  handler_->OnRequest(shared_from_this());
+}
+
+void ServerSession::BeginRequest() {
+  if (in_request_) return;
+  in_request_ = true;
+  handler_->OnResponseOpen();
+}
+
+void ServerSession::EndRequest() {
+  if (in_request_) {
+    in_request_ = false;
+    handler_->OnResponseClosed();
+  }
+  on_client_gone_ = nullptr;
+  held_.reset();
+}
+
+void ServerSession::Finished(bool keep_alive) {
+  EndRequest();
+  if (!keep_alive || closed_) {
+    Close();
+    return;
+  }
+  if (watching_) {
+    read_after_watch_ = true;  // the pending watch read becomes the next request's first read
+    stream_.expires_after(limits_.idle_timeout);  // and it waits no longer than any idle one
+    if (buffer_.size() > 0) {
+      // The watch already holds the next (pipelined) request: stop waiting for more bytes,
+      // which a pipelining client sends only after this answer, and parse it now.
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+    }
+    return;
+  }
+  DoRead();
+}
+
+void ServerSession::ClientGone() {
+  // Held across the callback: it may drop the last other reference to the request's state.
+  std::shared_ptr<void> held = held_;
+  std::function<void()> gone = std::move(on_client_gone_);
+  on_client_gone_ = nullptr;
+  if (gone) gone();
+  Close();
+}
+
+void ServerSession::Enqueue(PendingWrite write) {
+  if (closed_) {
+    if (write.done) write.done(false);
+    return;
+  }
+  writes_.push_back(std::move(write));
+  if (writes_.size() == 1) WriteNext();
+}
+
+// Every write runs under write_timeout: a client that stops reading (a full socket buffer) would
+// otherwise hold its request, and whatever works for it, as long as it liked. On expiry the stream
+// closes the socket, the write fails, and the request ends as if the client had gone.
+void ServerSession::WriteNext() {
+  auto on_written = [self = shared_from_this()](beast::error_code ec, size_t) {
+    PendingWrite done = std::move(self->writes_.front());
+    self->writes_.pop_front();
+    // Nothing left to write: no timer while the response waits for its next bytes.
+    if (!ec && self->writes_.empty()) self->stream_.expires_never();
+    if (ec) {
+      // The client is gone: fail every queued write too.
+      std::deque<PendingWrite> rest;
+      rest.swap(self->writes_);
+      if (done.done) done.done(false);
+      for (auto& w : rest) {
+        if (w.done) w.done(false);
+      }
+      self->ClientGone();
+      return;
+    }
+    if (!self->writes_.empty()) self->WriteNext();
+    if (done.done) done.done(true);
+  };
+  PendingWrite& w = writes_.front();
+  ArmWriteTimer();
+  if (w.custom) {
+    w.custom(this, std::move(on_written));
+  } else {
+    net::async_write(stream_, net::buffer(w.bytes), std::move(on_written));
+  }
+}
+
+SessionAcceptor::SessionAcceptor(net::io_context& ioc, SessionHandler* handler)
+    : acceptor_(ioc), handler_(handler) {}
+
+Status SessionAcceptor::Listen(const std::string& host, uint16_t port) {
+  beast::error_code ec;
+  auto address = net::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("listen: bad address '" + host + "': " + ec.message());
+  tcp::endpoint endpoint(address, port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+    return Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                       ec.message());
+  }
+  port_ = acceptor_.local_endpoint().port();
+  Accept();
+  return Status();
+}
+
+void SessionAcceptor::Close() {
+  beast::error_code ignored;
+  acceptor_.close(ignored);
+}
+
+void SessionAcceptor::Accept() {
+  acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+      spdlog::warn("accept failed: {}", ec.message());
+    } else {
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<ServerSession>(std::move(socket), handler_)->Start();
+    }
+    Accept();
+  });
+}
+
+}  // namespace kinfer

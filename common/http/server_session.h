@@ -1,0 +1,168 @@
+// ServerSession: one inbound HTTP/1.1 connection on Boost.Beast, shared by kinfer-sidecar's
+// proxy (sidecar/proxy/proxy_server.cc) and kinfer-runtime's API server
+// (runtime/server/http_server.cc). It owns the wire; what a request means is its handler's.
+//
+// What every connection gets here, so that both servers behave alike:
+//  * Requests are read one at a time; pipelined requests wait in the buffer and are answered in
+//    order. Headers over 64 KiB get 431; a body over the handler's max_body_bytes gets 413 (from
+//    Content-Length before the body is read, then the connection closes); a malformed request
+//    line, header or chunked body gets 400; every one of these is an OpenAI-style JSON body.
+//  * `Expect: 100-continue` is answered before the body is read.
+//  * A connection waiting for a request (idle keep-alive, or a client sending its request
+//    slowly) closes after idle_timeout; every write to the client runs under write_timeout (a
+//    client that stops reading is treated as gone).
+//  * While a request is answered, WatchClient reads the socket: EOF or an error there means the
+//    client left, and the handler's on_client_gone (see Hold) runs once.
+//  * A response to HEAD closes the connection after it (its body would read as the next response).
+//
+// Threading: everything runs on the io_context the socket belongs to; calls from other threads
+// must be posted there. The session keeps itself alive through pending operations
+// (shared_from_this); a handler keeps it alive while it answers by holding the shared_ptr.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp needs std::exchange
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/status.h"
+
+namespace kinfer {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+class ServerSession;
+
+// Per-request limits, read when each request starts (a reloaded config applies to the next one).
+struct SessionLimits {
+  size_t max_body_bytes = 1 << 20;
+  std::chrono::nanoseconds idle_timeout = std::chrono::seconds(75);
+  std::chrono::nanoseconds write_timeout = std::chrono::seconds(30);
+};
+
+// What a server plugs into its sessions. Called on the io_context's thread.
+class SessionHandler {
+ public:
+  virtual ~SessionHandler() = default;
+  virtual SessionLimits Limits() const = 0;
+  // False while the server drains: answers then carry `Connection: close`.
+  virtual bool KeepAlive() const { return true; }
+  // A whole request (headers and body) is in session->request(); answer it with Reply* or the
+  // Stream calls, now or later.
+  virtual void OnRequest(const std::shared_ptr<ServerSession>& session) = 0;
+  // A request is being answered from its first byte read (or its error) to the end of its
+  // response: servers count these to know when a drain is done.
+  virtual void OnResponseOpen() {}
+  virtual void OnResponseClosed() {}
+};
+
+class ServerSession : public std::enable_shared_from_this<ServerSession> {
+ public:
+  using Request = http::request<http::string_body>;
+
+  ServerSession(tcp::socket socket, SessionHandler* handler);
+
+  void Start() { DoRead(); }
+
+  const Request& request() const { return parser_->get(); }
+  // Path of the request target without the query, as sent (not percent-decoded).
+  std::string_view path() const;
+  bool keep_alive() const { return keep_alive_; }
+  bool closed() const { return closed_; }
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+  // Ties `state` to the current request (released when its response ends) and runs
+  // `on_client_gone` once if the client leaves before then (seen by WatchClient or by a failed
+  // write). The session is closed right after on_client_gone returns.
+  void Hold(std::shared_ptr<void> state, std::function<void()> on_client_gone);
+
+  // A whole response. Ends the current request.
+  void Reply(http::response<http::string_body> res);
+  void ReplyJson(int status, std::string body,
+                 std::optional<int64_t> retry_after_seconds = std::nullopt);
+  // An OpenAI-style JSON error body.
+  void ReplyError(int status, std::string_view message,
+                  std::optional<int64_t> retry_after_seconds = std::nullopt,
+                  std::string_view code = {});
+  // 405 with Allow and a JSON body.
+  void ReplyMethodNotAllowed(std::string_view allow, std::string_view path);
+
+  // Streaming: the header (chunked), then chunks, then the end. Writes are queued in order;
+  // `done(ok)` runs when that write finished (ok false: the client is gone).
+  void StartStream(http::response<http::empty_body> res, std::function<void(bool)> done);
+  void WriteChunk(std::string_view data, std::function<void(bool)> done);
+  // Ends the chunked body; the request is over once it is written.
+  void EndStream();
+
+  // Watches the socket while a request is answered, so a client that goes away is noticed.
+  // Idempotent while a watch is pending.
+  void WatchClient();
+
+  void Close();
+
+ private:
+  struct PendingWrite {
+    std::string bytes;  // written as is, unless `custom` is set
+    std::function<void(ServerSession*, std::function<void(beast::error_code, size_t)>)> custom;
+    std::function<void(bool)> done;
+  };
+
+  void DoRead();
+  void OnHeader(beast::error_code ec);
+  void ReadBody();
+  void OnBody(beast::error_code ec);
+  void BeginRequest();
+  void EndRequest();
+  void Finished(bool keep_alive);
+  void ClientGone();
+  void Enqueue(PendingWrite write);
+  void ArmWriteTimer() { stream_.expires_after(limits_.write_timeout); }
+  void WriteNext();
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  SessionHandler* handler_;
+  SessionLimits limits_;
+  std::shared_ptr<void> held_;
+  std::function<void()> on_client_gone_;
+  std::deque<PendingWrite> writes_;
+  bool keep_alive_ = true;
+  bool in_request_ = false;
+  bool watching_ = false;
+  bool read_after_watch_ = false;
+  bool closed_ = false;
+};
+
+// Accepts connections on an acceptor and starts a ServerSession for each. Binds with
+// SO_REUSEADDR and TCP_NODELAY. Not thread-safe: use on the io_context's thread.
+class SessionAcceptor {
+ public:
+  SessionAcceptor(net::io_context& ioc, SessionHandler* handler);
+  // Binds host:port (port 0: any free port) and starts accepting. INVALID_ARGUMENT for a bad
+  // address, UNAVAILABLE when it cannot be bound.
+  Status Listen(const std::string& host, uint16_t port);
+  uint16_t port() const { return port_; }
+  void Close();
+
+ private:
+  void Accept();
+
+  tcp::acceptor acceptor_;
+  SessionHandler* handler_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace kinfer
