@@ -94,9 +94,11 @@ void ServerSession::WriteChunk(std::string_view data, std::function<void(bool)> 
   Enqueue(PendingWrite{std::move(framed), nullptr, std::move(done)});
 }
 
-void ServerSession::EndStream() {
-  Enqueue(PendingWrite{"0\r\n\r\n", nullptr, [self = shared_from_this()](bool ok) {
+void ServerSession::EndStream(std::function<void(bool)> done) {
+  Enqueue(PendingWrite{"0\r\n\r\n", nullptr,
+                       [self = shared_from_this(), done = std::move(done)](bool ok) {
                          self->Finished(ok && self->keep_alive_);
+                         if (done) done(ok);
                        }});
 }
 

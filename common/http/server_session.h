@@ -28,20 +28,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp needs std::exchange
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
+#include "common/http/beast.h"
 #include "common/status.h"
 
 namespace kinfer {
-
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
 
 class ServerSession;
 
@@ -103,8 +94,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   // `done(ok)` runs when that write finished (ok false: the client is gone).
   void StartStream(http::response<http::empty_body> res, std::function<void(bool)> done);
   void WriteChunk(std::string_view data, std::function<void(bool)> done);
-  // Ends the chunked body; the request is over once it is written.
-  void EndStream();
+  // Ends the chunked body; the request is over once it is written. `done(ok)` runs then.
+  void EndStream(std::function<void(bool)> done = nullptr);
 
   // Watches the socket while a request is answered, so a client that goes away is noticed.
   // Idempotent while a watch is pending.

@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -95,9 +94,6 @@ struct HttpServer::Impl final : SessionHandler, std::enable_shared_from_this<Htt
   // On the request's own thread.
   void Serve(const std::shared_ptr<ServerSession>& session, HttpRequest in,
              const std::shared_ptr<std::atomic<bool>>& gone);
-  // Runs `fn(done)` on the io thread and waits for it to call done(ok); returns ok, or false when
-  // the io thread has stopped.
-  bool RunOnIo(std::function<void(std::function<void(bool)>)> fn);
   void Done() {
     std::lock_guard<std::mutex> lock(mu);
     --in_flight;
@@ -107,53 +103,87 @@ struct HttpServer::Impl final : SessionHandler, std::enable_shared_from_this<Htt
   class Sink;
 };
 
-// Writes a streamed body through the session, one chunk at a time.
+// Writes a streamed body through the session. Writes are posted to the io thread in order and
+// the generation goes on while they are sent; it waits only when more than kMaxUnsentBytes are
+// not yet written (a slow client), and End waits until everything is (or the client is gone).
 class HttpServer::Impl::Sink final : public ChunkSink {
  public:
   Sink(HttpServer::Impl* impl, std::shared_ptr<ServerSession> session,
        std::shared_ptr<std::atomic<bool>> gone)
-      : impl_(impl), session_(std::move(session)), gone_(std::move(gone)) {}
+      : impl_(impl),
+        session_(std::move(session)),
+        gone_(std::move(gone)),
+        state_(std::make_shared<State>()) {}
 
-  bool Begin(http::response<http::empty_body> header) {
+  void Begin(http::response<http::empty_body> header) {
     auto h = std::make_shared<http::response<http::empty_body>>(std::move(header));
-    return Run([s = session_, h](std::function<void(bool)> done) {
-      s->StartStream(std::move(*h), std::move(done));
+    Post(0, [h](ServerSession& s, std::function<void(bool)> done) {
+      s.StartStream(std::move(*h), std::move(done));
     });
   }
   bool Write(std::string_view data) override {
     if (Closed()) return false;
-    return Run([s = session_, d = std::string(data)](std::function<void(bool)> done) {
-      s->WriteChunk(d, std::move(done));
+    {
+      std::unique_lock<std::mutex> lock(state_->mu);
+      while (state_->unsent > kMaxUnsentBytes && !state_->failed && !Stopped()) {
+        state_->cv.wait_for(lock, kIoWaitTick);
+      }
+    }
+    if (Closed()) return false;
+    Post(data.size(), [d = std::string(data)](ServerSession& s, std::function<void(bool)> done) {
+      s.WriteChunk(d, std::move(done));
     });
+    return true;
   }
-  bool Closed() const override { return failed_ || gone_->load(); }
+  bool Closed() const override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->failed || gone_->load() || Stopped();
+  }
+  // Ends the body and waits until it is written, the client is gone, or the io thread stops.
   void End() {
-    if (impl_->io_stopped.load()) return;
-    net::post(session_->executor(), [s = session_] { s->EndStream(); });
+    if (Closed()) return;
+    Post(0, [](ServerSession& s, std::function<void(bool)> done) { s.EndStream(std::move(done)); });
+    std::unique_lock<std::mutex> lock(state_->mu);
+    while (state_->writes > 0 && !state_->failed && !Stopped()) {
+      state_->cv.wait_for(lock, kIoWaitTick);
+    }
   }
 
  private:
-  bool Run(std::function<void(std::function<void(bool)>)> fn) {
-    if (!impl_->RunOnIo(std::move(fn))) failed_ = true;
-    return !failed_;
+  static constexpr size_t kMaxUnsentBytes = 64 * 1024;
+
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t unsent = 0;  // bytes posted, not yet written
+    int writes = 0;     // writes posted, not yet finished
+    bool failed = false;
+  };
+
+  bool Stopped() const { return impl_->io_stopped.load(); }
+
+  void Post(size_t bytes, std::function<void(ServerSession&, std::function<void(bool)>)> write) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->unsent += bytes;
+      ++state_->writes;
+    }
+    net::post(impl_->ioc, [s = session_, st = state_, bytes, write = std::move(write)] {
+      write(*s, [st, bytes](bool ok) {
+        std::lock_guard<std::mutex> lock(st->mu);
+        st->unsent -= bytes;
+        --st->writes;
+        if (!ok) st->failed = true;
+        st->cv.notify_all();
+      });
+    });
   }
 
   HttpServer::Impl* impl_;
   std::shared_ptr<ServerSession> session_;
   std::shared_ptr<std::atomic<bool>> gone_;
-  bool failed_ = false;
+  std::shared_ptr<State> state_;  // shared with the posted writes
 };
-
-bool HttpServer::Impl::RunOnIo(std::function<void(std::function<void(bool)>)> fn) {
-  if (io_stopped.load()) return false;
-  auto done = std::make_shared<std::promise<bool>>();
-  std::future<bool> result = done->get_future();
-  net::post(ioc, [fn = std::move(fn), done] { fn([done](bool ok) { done->set_value(ok); }); });
-  while (result.wait_for(kIoWaitTick) != std::future_status::ready) {
-    if (io_stopped.load()) return false;  // the io thread ended with this write unrun
-  }
-  return result.get();
-}
 
 HttpServer::HttpServer(HttpServerOptions options, Router* router)
     : impl_(std::make_shared<Impl>()) {
@@ -280,7 +310,7 @@ void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, Http
     SetHeaders(header, resp);
     sink.Begin(std::move(header));  // when it fails the sink is closed: the generation cancels
     resp.stream(sink);
-    if (!sink.Closed()) sink.End();
+    sink.End();
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
   if (resp.route == "health" || resp.route == "ready" || resp.route == "metrics") {

@@ -7,9 +7,10 @@
 // the client bounded by write_timeout. One io thread runs every connection.
 //
 // Per request: the io thread hands the parsed request to a new thread owned by the server, which
-// calls Router::Handle and posts the reply back to the io thread. Streaming responses write each
-// chunk through the io thread and wait for it to be written (back-pressure: a generation never
-// runs ahead of a slow client by more than one chunk). While a request runs, its connection is
+// calls Router::Handle and posts the reply back to the io thread. Streaming responses post each
+// chunk to the io thread and go on generating; they wait only while more than 64 KiB are not yet
+// written (back-pressure from a slow client), and a stream's thread ends once its last chunk is
+// written. While a request runs, its connection is
 // watched: a client that closes it is seen at once, by HttpRequest::client_gone (whole
 // responses poll it) and by the sink (streams), and its generation is cancelled.
 // A thread per request (capped at max_in_flight; beyond it 503) lets long generations block

@@ -29,9 +29,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <utility>  // before Boost.Asio 1.74 (awaitable.hpp needs std::exchange)
-
-#include <boost/asio.hpp>
 
 #include "common/http/server_session.h"
 #include "common/status.h"

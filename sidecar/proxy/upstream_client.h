@@ -19,19 +19,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp needs std::exchange
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include "common/http/beast.h"
 
 namespace kinfer {
-
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
 
 enum class UpstreamError {
   kNone,       // the response finished cleanly

@@ -59,21 +59,22 @@ def test_disconnect_cancels_streaming_generation(server):
     assert time.time() - t0 < 3
 
 
-def test_disconnect_cancels_whole_response_generation(server):
-    # No request id, no proxy: the runtime watches the connection of a non-streaming request while
-    # it generates, and a client that closes it cancels the generation.
-    before = scrape(server)
-    cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
-    gen0 = metric_value(before, "kinfer_runtime_generation_tokens_total")
-    max_tokens = 1500
+def send_long_completion(port: int, max_tokens: int) -> socket.socket:
+    """Opens a connection and sends a non-streaming completion that would run for a long time."""
     body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": max_tokens,
                        "ignore_eos": True, "temperature": 0}).encode()
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return sock
+
+
+def close_once_running_and_wait_cancelled(server, sock: socket.socket, cancelled0: float) -> str:
+    """Waits until the runtime runs a request, closes `sock`, and waits (10 s at most) until the
+    runtime is idle with one more cancelled request. Returns the last /metrics page."""
     deadline = time.time() + 30
     while metric_value(scrape(server), "kinfer_runtime_num_requests_running") < 1:
-        assert time.time() < deadline, "the request never started"
+        assert time.time() < deadline, "the request never reached the runtime"
         time.sleep(0.05)
     sock.close()
     closed_at = time.time()
@@ -82,9 +83,20 @@ def test_disconnect_cancels_whole_response_generation(server):
         if (metric_value(text, "kinfer_runtime_num_requests_running") == 0 and
                 metric_value(text, "kinfer_runtime_requests_total", 'status="cancelled"')
                 > cancelled0):
-            break
+            return text
         assert time.time() - closed_at < 10, "the runtime kept generating for a gone client"
         time.sleep(0.05)
+
+
+def test_disconnect_cancels_whole_response_generation(server):
+    # No request id, no proxy: the runtime watches the connection of a non-streaming request while
+    # it generates, and a client that closes it cancels the generation.
+    before = scrape(server)
+    cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
+    gen0 = metric_value(before, "kinfer_runtime_generation_tokens_total")
+    max_tokens = 1500
+    sock = send_long_completion(server.port, max_tokens)
+    text = close_once_running_and_wait_cancelled(server, sock, cancelled0)
     generated = metric_value(text, "kinfer_runtime_generation_tokens_total") - gen0
     assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
 
@@ -124,31 +136,14 @@ def test_post_cancel_stops_a_whole_response_generation(server):
 
 def test_sidecar_cancels_a_whole_response_when_its_client_goes_away(server):
     # Through kinfer-sidecar: the client of a non-streaming request closes its socket; the sidecar
-    # names the upstream request (x-kinfer-request-id) and POSTs /cancel, so the runtime stops
-    # generating for nobody.
+    # closes its upstream connection and POSTs /cancel for the request it named
+    # (x-kinfer-request-id); either stops the runtime generating for nobody.
     from sidecar_harness import Sidecar
     sc = Sidecar(server.url, {"cache": {"enabled": False}})
     try:
         before = scrape(server)
         cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
-        body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": 1500,
-                           "ignore_eos": True, "temperature": 0}).encode()
-        sock = socket.create_connection(("127.0.0.1", sc.port), timeout=30)
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        deadline = time.time() + 30
-        while metric_value(scrape(server), "kinfer_runtime_num_requests_running") < 1:
-            assert time.time() < deadline, "the request never reached the runtime"
-            time.sleep(0.05)
-        sock.close()
-        closed_at = time.time()
-        while True:
-            text = scrape(server)
-            if (metric_value(text, "kinfer_runtime_num_requests_running") == 0 and
-                    metric_value(text, "kinfer_runtime_requests_total", 'status="cancelled"')
-                    > cancelled0):
-                break
-            assert time.time() - closed_at < 10, "the runtime kept generating for a gone client"
-            time.sleep(0.05)
+        sock = send_long_completion(sc.port, 1500)
+        close_once_running_and_wait_cancelled(server, sock, cancelled0)
     finally:
         sc.stop()
