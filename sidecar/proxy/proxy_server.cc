@@ -159,7 +159,10 @@ void Exchange::Begin() {
       http::response<http::string_body> res{static_cast<http::status>(v.cached.status), 11};
       res.set(http::field::content_type, v.cached.content_type);
       res.set("x-kinfer-cache", "hit");
-      res.body() = std::move(v.cached.body);
+      res.body() = FreshResponseIdentity(std::move(v.cached.body), UpstreamRequestId(),
+                                         std::chrono::duration_cast<std::chrono::seconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count());
       CountResponse(v.cached.status);
       metrics().ObserveE2e(info_.priority, Seconds(server_->Now() - arrival_));
       session_->Reply(std::move(res));

@@ -54,7 +54,7 @@ StatusOr<int> PriorityFrom(std::string_view value, const SidecarConfig& config) 
     names += (i ? ", " : "") + config.classes[i].name;
   }
   return InvalidArgument("x-kinfer-priority: unknown class '" + std::string(value) +
-                              "' (classes: " + names + ", or their index)");
+                         "' (classes: " + names + ", or their index)");
 }
 
 // Reads an optional number field; wrong types are errors naming the field.
@@ -154,8 +154,8 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
 
   double prompt_tokens = std::ceil(static_cast<double>(body.size()) / 4.0);
   info.token_estimate =
-      prompt_tokens + static_cast<double>(info.max_tokens > 0 ? info.max_tokens
-                                                               : kDefaultMaxTokensEstimate);
+      prompt_tokens +
+      static_cast<double>(info.max_tokens > 0 ? info.max_tokens : kDefaultMaxTokensEstimate);
   return info;
 }
 
@@ -180,6 +180,21 @@ std::string NormalizedRequestText(std::string_view path, const RequestInfo& info
   text += '\n';
   text += info.body.dump(-1, ' ', false, json::error_handler_t::replace);
   return text;
+}
+
+std::string FreshResponseIdentity(std::string body, std::string_view unique, int64_t created_unix) {
+  if (!JsonNestingWithin(body)) return body;  // dump() would recurse once per level
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return body;
+  auto id = j.find("id");
+  if (id == j.end() || !id->is_string()) return body;
+  const std::string& old = id->get_ref<const std::string&>();
+  const size_t dash = old.find('-');
+  *id = (dash == std::string::npos ? std::string() : old.substr(0, dash + 1)) + std::string(unique);
+  if (auto created = j.find("created"); created != j.end() && created->is_number()) {
+    *created = created_unix;
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace kinfer

@@ -53,13 +53,13 @@ struct RequestInfo {
   std::optional<double> temperature;
   std::optional<int64_t> seed;
 
-  int priority = 0;                  // class index, 0 = most important
-  std::string api_key;               // "" when none
-  std::string rate_key;              // tenant, key, or "anonymous"
-  std::string tenant_header;         // x-kinfer-tenant as sent ("" when absent)
+  int priority = 0;                    // class index, 0 = most important
+  std::string api_key;                 // "" when none
+  std::string rate_key;                // tenant, key, or "anonymous"
+  std::string tenant_header;           // x-kinfer-tenant as sent ("" when absent)
   std::chrono::nanoseconds timeout{};  // from the header or the class default
   double token_estimate = 0;
-  std::string cache_control;  // raw Cache-Control header, "" when absent
+  std::string cache_control;   // raw Cache-Control header, "" when absent
   bool body_priority = false;  // the body has vLLM's `priority` field (RewriteBody drops it)
 };
 
@@ -76,5 +76,11 @@ std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model
 
 // "<rate key>\n<tenant header>\n<path>\n<body with sorted keys>" (see the contract).
 std::string NormalizedRequestText(std::string_view path, const RequestInfo& info);
+
+// A cached completion body as a new response: its `id` gets `unique` in place of what followed
+// its prefix (the text up to the first '-': "chatcmpl-", "cmpl-"), and a numeric `created`
+// becomes `created_unix`, so that no two answers share an id (clients log and deduplicate by
+// it). A body that is not a JSON object with a string `id` is returned as it is.
+std::string FreshResponseIdentity(std::string body, std::string_view unique, int64_t created_unix);
 
 }  // namespace kinfer

@@ -31,6 +31,7 @@ def test_openai_client_through_sidecar(stack, sidecar_client, server):
         model=server.model, messages=PROMPT, temperature=0, max_tokens=32)
     assert raw.headers["x-kinfer-cache"] == "hit"
     assert raw.parse().choices[0].message.content == r.choices[0].message.content
+    assert raw.parse().id != r.id and raw.parse().id.startswith("chatcmpl-")
 
 
 def test_openai_streaming_through_sidecar(stack, sidecar_client, server):

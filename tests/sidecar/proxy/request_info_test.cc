@@ -19,9 +19,9 @@ namespace kinfer {
 namespace {
 
 using nlohmann::json;
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 using Headers = std::map<std::string, std::string>;
 
@@ -92,8 +92,8 @@ TEST_F(RequestInfoTest, ReadsTheFields) {
 }
 
 TEST_F(RequestInfoTest, AbsentAndNullFieldsKeepDefaults) {
-  RequestInfo info = MustParse(
-      R"({"model":null,"stream":null,"max_tokens":null,"temperature":null,"seed":null})");
+  RequestInfo info =
+      MustParse(R"({"model":null,"stream":null,"max_tokens":null,"temperature":null,"seed":null})");
   EXPECT_EQ(info.model, "");
   EXPECT_FALSE(info.stream);
   EXPECT_EQ(info.max_tokens, 0);
@@ -113,21 +113,17 @@ TEST_F(RequestInfoTest, WrongFieldTypesNameTheField) {
     std::string_view body;
     std::string_view field;
   };
-  for (const Case& c : {Case{R"({"model":5})", "model"},
-                        Case{R"({"model":["a"]})", "model"},
-                        Case{R"({"stream":"yes"})", "stream"},
-                        Case{R"({"stream":1})", "stream"},
-                        Case{R"({"max_tokens":"10"})", "max_tokens"},
-                        Case{R"({"max_tokens":10.5})", "max_tokens"},
-                        Case{R"({"max_completion_tokens":"10"})", "max_completion_tokens"},
-                        Case{R"({"max_completion_tokens":1.5})", "max_completion_tokens"},
-                        Case{R"({"temperature":"hot"})", "temperature"},
-                        Case{R"({"temperature":{}})", "temperature"},
-                        Case{R"({"seed":1.5})", "seed"},
-                        Case{R"({"seed":"1"})", "seed"}}) {
+  for (const Case& c :
+       {Case{R"({"model":5})", "model"}, Case{R"({"model":["a"]})", "model"},
+        Case{R"({"stream":"yes"})", "stream"}, Case{R"({"stream":1})", "stream"},
+        Case{R"({"max_tokens":"10"})", "max_tokens"}, Case{R"({"max_tokens":10.5})", "max_tokens"},
+        Case{R"({"max_completion_tokens":"10"})", "max_completion_tokens"},
+        Case{R"({"max_completion_tokens":1.5})", "max_completion_tokens"},
+        Case{R"({"temperature":"hot"})", "temperature"},
+        Case{R"({"temperature":{}})", "temperature"}, Case{R"({"seed":1.5})", "seed"},
+        Case{R"({"seed":"1"})", "seed"}}) {
     std::string message = ErrorOf(c.body);
-    EXPECT_EQ(message.rfind(std::string(c.field) + ":", 0), 0u)
-        << c.body << " -> " << message;
+    EXPECT_EQ(message.rfind(std::string(c.field) + ":", 0), 0u) << c.body << " -> " << message;
   }
 }
 
@@ -239,9 +235,8 @@ TEST_F(RequestInfoTest, TimeoutDefaultsToTheClassTimeout) {
   EXPECT_EQ(MustParse(kChat).timeout, seconds(60));
   EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "critical"}}).timeout, seconds(30));
   EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-batch"}}).timeout, seconds(120));
-  EXPECT_EQ(
-      MustParse(kChat, {{"x-kinfer-priority", "batch"}, {"x-kinfer-timeout", "7s"}}).timeout,
-      seconds(7));
+  EXPECT_EQ(MustParse(kChat, {{"x-kinfer-priority", "batch"}, {"x-kinfer-timeout", "7s"}}).timeout,
+            seconds(7));
 }
 
 // ---- token estimate, cache-control ----
@@ -313,7 +308,8 @@ TEST_F(RequestInfoTest, RewriteBodyAddsModelWhenAbsent) {
 // ---- NormalizedRequestText ----
 
 TEST_F(RequestInfoTest, NormalizedTextIgnoresKeyOrderAndWhitespace) {
-  RequestInfo a = MustParse(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"hi"}]})");
+  RequestInfo a =
+      MustParse(R"({"model":"m","temperature":0,"messages":[{"role":"user","content":"hi"}]})");
   RequestInfo b = MustParse(
       "{ \"messages\" : [ { \"content\" : \"hi\", \"role\" : \"user\" } ],\n"
       "  \"temperature\": 0,\t\"model\": \"m\" }");
@@ -326,7 +322,8 @@ TEST_F(RequestInfoTest, NormalizedTextDiffersByPathAndContent) {
   RequestInfo b = MustParse(R"({"model":"m","prompt":"ho"})");
   EXPECT_NE(NormalizedRequestText("/v1/completions", a),
             NormalizedRequestText("/v1/chat/completions", a));
-  EXPECT_NE(NormalizedRequestText("/v1/completions", a), NormalizedRequestText("/v1/completions", b));
+  EXPECT_NE(NormalizedRequestText("/v1/completions", a),
+            NormalizedRequestText("/v1/completions", b));
   // Array order is meaningful (messages are a conversation).
   RequestInfo c = MustParse(R"({"messages":[1,2]})");
   RequestInfo d = MustParse(R"({"messages":[2,1]})");
@@ -349,7 +346,8 @@ TEST_F(RequestInfoTest, NormalizedTextIsPartitionedByCaller) {
   };
   const std::string anon = text({});
   EXPECT_NE(anon, text({{"authorization", "Bearer sk-alice"}}));
-  EXPECT_NE(text({{"authorization", "Bearer sk-alice"}}), text({{"authorization", "Bearer sk-bob"}}));
+  EXPECT_NE(text({{"authorization", "Bearer sk-alice"}}),
+            text({{"authorization", "Bearer sk-bob"}}));
   EXPECT_NE(text({{"x-kinfer-tenant", "alice"}}), text({{"x-kinfer-tenant", "bob"}}));
   EXPECT_NE(anon, text({{"x-kinfer-tenant", "alice"}}));
   // One tenant's keys (sk-gold maps to team-a) share its partition.
@@ -363,7 +361,27 @@ TEST_F(RequestInfoTest, ABodyNestedTooDeeplyIsRefused) {
   MustParse(ok);
   const std::string deep = R"({"model":"m","temperature":0,"x":)" + std::string(100000, '[') +
                            std::string(100000, ']') + "}";
-  EXPECT_THAT(ErrorOf(deep), HasSubstr("deeper than " + std::to_string(kMaxJsonNesting) + " levels"));
+  EXPECT_THAT(ErrorOf(deep),
+              HasSubstr("deeper than " + std::to_string(kMaxJsonNesting) + " levels"));
+}
+
+TEST(FreshResponseIdentityTest, ACachedBodyGetsItsOwnIdAndCreated) {
+  const std::string cached =
+      R"({"id":"chatcmpl-abc123","object":"chat.completion","created":100,"choices":[]})";
+  nlohmann::json j = nlohmann::json::parse(FreshResponseIdentity(cached, "sc-1-7", 2000));
+  EXPECT_EQ(j["id"], "chatcmpl-sc-1-7");
+  EXPECT_EQ(j["created"], 2000);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_TRUE(j["choices"].is_array());
+  EXPECT_EQ(nlohmann::json::parse(FreshResponseIdentity(R"({"id":"plain"})", "u", 1))["id"], "u");
+}
+
+TEST(FreshResponseIdentityTest, OtherBodiesPassUnchanged) {
+  for (const std::string body :
+       {std::string("not json"), std::string("[1,2]"), std::string(R"({"id":5})"),
+        std::string(R"({"no_id":true})"), std::string(300, '[') + std::string(300, ']')}) {
+    EXPECT_EQ(FreshResponseIdentity(body, "u", 1), body);
+  }
 }
 
 }  // namespace
