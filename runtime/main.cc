@@ -18,9 +18,9 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/metrics/metrics.h"
+#include "runtime/backend/model_backend.h"
 #include "runtime/server/http_server.h"
 #include "runtime/server/router.h"
-#include "runtime/backend/model_backend.h"
 #include "runtime/server/served_model.h"
 
 namespace {
@@ -43,6 +43,10 @@ Options:
                          10% slower); on CUDA the file is always mapped (default false)
   --model-name NAME      model id for the API (default: the file name without .gguf)
   --max-body-bytes N     largest request body accepted; larger get 413 (default 1048576)
+  --idle-timeout S       close a connection that waits this many seconds for (the rest of) a
+                         request (default 75)
+  --write-timeout S      a response write the client does not take within S seconds ends its
+                         request as if the client had left (default 30)
   --max-batch-tokens N   tokens computed per step, decodes + prompt chunks; the CPU backend
                          computes at most 512 a step (default 256)
   --max-running N        sequences batched at once; below --max-batch-tokens (default 16)
@@ -76,6 +80,8 @@ struct Flags {
   int ctx_size = 0;
   std::string model_name;
   long long max_body_bytes = 1 << 20;
+  int idle_timeout_s = 75;
+  int write_timeout_s = 30;
   std::string log_level = "info";
   std::string draft_model;
   std::string device = "auto";
@@ -110,6 +116,10 @@ Flags ParseFlags(int argc, char** argv) {
       f.model_name = flags.Value();
     } else if (flags.Is("--max-body-bytes")) {
       f.max_body_bytes = flags.Int(1, 1LL << 32);
+    } else if (flags.Is("--idle-timeout")) {
+      f.idle_timeout_s = static_cast<int>(flags.Int(1, 86400));
+    } else if (flags.Is("--write-timeout")) {
+      f.write_timeout_s = static_cast<int>(flags.Int(1, 86400));
     } else if (flags.Is("--log-level")) {
       f.log_level = flags.Value();
     } else if (flags.Is("--max-batch-tokens")) {
@@ -200,6 +210,8 @@ int main(int argc, char** argv) {
   http_options.host = flags.host;
   http_options.port = flags.port;
   http_options.max_body_bytes = static_cast<size_t>(flags.max_body_bytes);
+  http_options.idle_timeout = std::chrono::seconds(flags.idle_timeout_s);
+  http_options.write_timeout = std::chrono::seconds(flags.write_timeout_s);
   kinfer::HttpServer server(http_options, &router);
   if (kinfer::Status s = server.Start(); !s.ok()) {
     spdlog::critical("{}", s.message());

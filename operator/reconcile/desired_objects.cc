@@ -57,12 +57,17 @@ int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
          options.drain_margin_seconds;
 }
 
+// kinfer-runtime's --write-timeout default (runtime/main.cc).
+constexpr int64_t kRuntimeWriteTimeoutSeconds = 30;
+
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads, the
   // batching flags --max-batch-tokens, --max-running and the speculative-decoding flags
   // (runtime/main.cc); GPU pods also get --kv-cache-fraction from kvCacheFraction (on a CPU pod
   // a fraction of the node's free memory is not what the field means, so the runtime's
-  // token-count default stays).
+  // token-count default stays). A sidecar clientWrite above the runtime's 30 s write timeout is
+  // passed on as --write-timeout: the sidecar stops reading the runtime while its own client is
+  // slow, and the runtime must not give up before the sidecar does.
   const std::string model_path = ModelFilePath(spec.model, "/models/model");
   std::vector<std::string> args = {
       "--model", model_path,  "--model-name", spec.model.name,
@@ -72,6 +77,10 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   }
   args.insert(args.end(), {"--max-batch-tokens", std::to_string(spec.runtime.max_batch_tokens),
                            "--max-running", std::to_string(spec.runtime.max_running_requests)});
+  if (const int64_t client_write = api::CeilSeconds(spec.sidecar.timeouts.client_write.value);
+      client_write > kRuntimeWriteTimeoutSeconds) {
+    args.insert(args.end(), {"--write-timeout", std::to_string(client_write)});
+  }
   if (spec.resources.gpus > 0) {
     std::ostringstream f;
     f << spec.runtime.kv_cache_fraction;

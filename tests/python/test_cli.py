@@ -29,7 +29,8 @@ def test_help_lists_flags():
     assert p.returncode == 0
     for flag in ("--model", "--host", "--port", "--threads", "--ctx-size", "--model-name",
                  "--max-body-bytes", "--log-level", "--device", "--kv-cache-fraction",
-                 "--spec-tokens", "--spec-default", "--draft-model", "--mmap", "--plan-ahead"):
+                 "--spec-tokens", "--spec-default", "--draft-model", "--mmap", "--plan-ahead",
+                 "--idle-timeout", "--write-timeout"):
         assert flag in p.stdout
 
 
@@ -42,6 +43,8 @@ def test_bad_flags_exit_2_with_a_message():
                         (("--model", "m.gguf", "--kv-cache-fraction", "1.5"), "--kv-cache-fraction"),
                         (("--model", "m.gguf", "--kv-cache-fraction", "x"), "--kv-cache-fraction"),
                         (("--model", "m.gguf", "--spec-tokens", "65"), "--spec-tokens"),
+                        (("--model", "m.gguf", "--idle-timeout", "0"), "--idle-timeout"),
+                        (("--model", "m.gguf", "--write-timeout", "x"), "--write-timeout"),
                         (("--model", "m.gguf", "--spec-ngram-min", "5", "--spec-ngram-max", "3"),
                          "--spec-ngram-min"),
                         ((), "--model")]:

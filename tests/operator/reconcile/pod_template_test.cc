@@ -165,9 +165,8 @@ TEST(PodTemplateTest, SpeculativeDecodingWithADraftModelMountsItIntoTheRuntime) 
   EXPECT_TRUE(HasNamed(pod["initContainers"], "verify-draft-model"));
 
   // No draftModel: the fallback model's volume drafts.
-  const api::InferenceService fb = Parse("full.yaml", [](json& s) {
-    s["runtime"]["speculative"]["method"] = "draft";
-  });
+  const api::InferenceService fb =
+      Parse("full.yaml", [](json& s) { s["runtime"]["speculative"]["method"] = "draft"; });
   pod = BuildPodTemplate(fb, {})["spec"];
   const json& rt = Named(pod["containers"], "runtime");
   EXPECT_TRUE(
@@ -195,6 +194,19 @@ TEST(PodTemplateTest, GraceCoversTheDrainTimeoutToo) {
   options.sidecar_pre_stop_seconds = 3;
   options.drain_margin_seconds = 7;
   EXPECT_EQ(TerminationGracePeriodSeconds(short_one.spec, options), 3 + 2 + 7);
+}
+
+TEST(PodTemplateTest, ALongerSidecarClientWriteTimeoutReachesTheRuntime) {
+  auto runtime_args = [](const std::string& client_write) {
+    const api::InferenceService isvc = Parse("minimal.yaml", [&](json& s) {
+      s["sidecar"] = {{"timeouts", {{"clientWrite", client_write}}}};
+    });
+    return Args(Named(BuildPodTemplate(isvc, {})["spec"]["containers"], "runtime"));
+  };
+  EXPECT_TRUE(Contains(runtime_args("2m"), "--write-timeout", "120"));
+  EXPECT_TRUE(Contains(runtime_args("30.5s"), "--write-timeout", "31"));
+  const auto same = runtime_args("30s");  // the runtime's default already covers it
+  EXPECT_EQ(std::find(same.begin(), same.end(), "--write-timeout"), same.end());
 }
 
 TEST(PodTemplateTest, CpuOnlyAndOtherAccelerators) {
