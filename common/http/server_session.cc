@@ -298,7 +298,7 @@ void ServerSession::WriteNext() {
 }
 
 SessionAcceptor::SessionAcceptor(net::io_context& ioc, SessionHandler* handler)
-    : acceptor_(ioc), handler_(handler) {}
+    : acceptor_(ioc), retry_(ioc), handler_(handler) {}
 
 Status SessionAcceptor::Listen(const std::string& host, uint16_t port) {
   beast::error_code ec;
@@ -323,18 +323,27 @@ Status SessionAcceptor::Listen(const std::string& host, uint16_t port) {
 void SessionAcceptor::Close() {
   beast::error_code ignored;
   acceptor_.close(ignored);
+  retry_.cancel();
 }
 
 void SessionAcceptor::Accept() {
   acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-      spdlog::warn("accept failed: {}", ec.message());
-    } else {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<ServerSession>(std::move(socket), handler_)->Start();
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_warning_ >= std::chrono::seconds(1)) {
+        last_warning_ = now;
+        spdlog::warn("accept failed: {} (retrying every 100 ms)", ec.message());
+      }
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec && acceptor_.is_open()) Accept();
+      });
+      return;
     }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    std::make_shared<ServerSession>(std::move(socket), handler_)->Start();
     Accept();
   });
 }

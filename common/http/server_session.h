@@ -138,7 +138,9 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
 };
 
 // Accepts connections on an acceptor and starts a ServerSession for each. Binds with
-// SO_REUSEADDR and TCP_NODELAY. Not thread-safe: use on the io_context's thread.
+// SO_REUSEADDR and TCP_NODELAY. A failed accept (out of file descriptors, say) is logged, at most
+// once a second, and retried after 100 ms rather than at once (which would spin). Not
+// thread-safe: use on the io_context's thread.
 class SessionAcceptor {
  public:
   SessionAcceptor(net::io_context& ioc, SessionHandler* handler);
@@ -152,8 +154,10 @@ class SessionAcceptor {
   void Accept();
 
   tcp::acceptor acceptor_;
+  net::steady_timer retry_;
   SessionHandler* handler_;
   uint16_t port_ = 0;
+  std::chrono::steady_clock::time_point last_warning_{};
 };
 
 }  // namespace kinfer

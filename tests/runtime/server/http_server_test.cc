@@ -2,10 +2,16 @@
 // liveness/readiness, routing errors, the body limit, metrics, and JSON error bodies.
 // (Generation end to end is covered by tests/python against the real model.)
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include <cpprest/http_client.h>
 #include <nlohmann/json.hpp>
@@ -208,6 +214,50 @@ TEST_F(HttpServerTest, IdleAndSlowConnectionsAreClosed) {
   // (recv sees EOF) instead of being held open forever.
   EXPECT_EQ(SendRaw(""), "");
   EXPECT_EQ(SendRaw("GET /health HTTP/1.1\r\nHost"), "");
+}
+
+int OpenFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+    n -= 3;  // ".", ".." and the directory's own descriptor
+  }
+  return n;
+}
+
+TEST_F(HttpServerTest, OutOfFileDescriptorsTheServerWaitsAndRecovers) {
+  // Three clients; the file limit then leaves room for two accepted connections, so the third
+  // waits in the backlog while accept fails (EMFILE). Once the first two leave, it is served.
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(socket(AF_INET, SOCK_STREAM, 0));
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(OpenFds() + 2);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port_));
+  for (int fd : clients) {
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  }
+  const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  send(clients[2], req.data(), req.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // accept fails meanwhile
+  close(clients[0]);
+  close(clients[1]);
+  timeval tv{10, 0};
+  setsockopt(clients[2], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(clients[2], buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(clients[2]);
+  setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(out.rfind("HTTP/1.1 200", 0), 0u) << out;
+  EXPECT_EQ(Send("GET", "/health").status, 200);
 }
 
 }  // namespace
