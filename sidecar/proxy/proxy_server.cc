@@ -139,10 +139,12 @@ void Exchange::Begin() {
     if (it == req.end()) return std::nullopt;
     return it->value();
   };
-  StatusOr<RequestInfo> info = ParseRequestInfo(req.body(), lookup, core().config());
+  std::string param;
+  StatusOr<RequestInfo> info = ParseRequestInfo(req.body(), lookup, core().config(), &param);
   if (!info.ok()) {
     info_.priority = core().config().ClassIndex(core().config().default_class);
-    ReplyError(400, info.status().message());
+    CountResponse(400);
+    session_->ReplyJson(400, ErrorBody(400, info.status().message(), param));
     return;
   }
   info_ = std::move(*info);

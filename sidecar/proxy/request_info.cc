@@ -81,8 +81,13 @@ Status ReadNumber(const json& body, const char* field, std::optional<T>* out) {
 }  // namespace
 
 StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
-                                       const SidecarConfig& config) {
+                                       const SidecarConfig& config, std::string* param) {
   RequestInfo info;
+  // An error in a body field names it, as the runtime's do (the JSON error's "param").
+  auto field_error = [param](std::string_view field, Status s) {
+    if (param != nullptr) *param = std::string(field);
+    return s;
+  };
   // Deeper bodies would overflow the stack in dump() (the cache key, the degrade rewrite).
   if (!JsonNestingWithin(body)) {
     return InvalidArgument("request body nests arrays and objects deeper than " +
@@ -93,26 +98,37 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   if (!info.body.is_object()) return InvalidArgument("request body must be a JSON object");
 
   if (auto it = info.body.find("model"); it != info.body.end() && !it->is_null()) {
-    if (!it->is_string()) return InvalidArgument("model: must be a string");
+    if (!it->is_string()) return field_error("model", InvalidArgument("model: must be a string"));
     info.model = it->get<std::string>();
   }
   if (auto it = info.body.find("stream"); it != info.body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return InvalidArgument("stream: must be a boolean");
+    if (!it->is_boolean()) {
+      return field_error("stream", InvalidArgument("stream: must be a boolean"));
+    }
     info.stream = it->get<bool>();
   }
   std::optional<int64_t> max_tokens;
   const char* max_tokens_field = "max_tokens";
-  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, max_tokens_field, &max_tokens));
+  if (Status s = ReadNumber(info.body, max_tokens_field, &max_tokens); !s.ok()) {
+    return field_error(max_tokens_field, s);
+  }
   if (!max_tokens) {
     max_tokens_field = "max_completion_tokens";
-    KINFER_RETURN_IF_ERROR(ReadNumber(info.body, max_tokens_field, &max_tokens));
+    if (Status s = ReadNumber(info.body, max_tokens_field, &max_tokens); !s.ok()) {
+      return field_error(max_tokens_field, s);
+    }
   }
   if (max_tokens && *max_tokens < 1) {  // as the runtime and OpenAI: 0 is refused too
-    return InvalidArgument(std::string(max_tokens_field) + ": must be >= 1");
+    return field_error(max_tokens_field,
+                       InvalidArgument(std::string(max_tokens_field) + ": must be >= 1"));
   }
   info.max_tokens = max_tokens.value_or(0);
-  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "temperature", &info.temperature));
-  KINFER_RETURN_IF_ERROR(ReadNumber(info.body, "seed", &info.seed));
+  if (Status s = ReadNumber(info.body, "temperature", &info.temperature); !s.ok()) {
+    return field_error("temperature", s);
+  }
+  if (Status s = ReadNumber(info.body, "seed", &info.seed); !s.ok()) {
+    return field_error("seed", s);
+  }
 
   info.api_key = ApiKeyFrom(header);
   const SidecarConfig::ApiKey* mapped = nullptr;

@@ -63,8 +63,10 @@ struct RequestInfo {
   bool body_priority = false;  // the body has vLLM's `priority` field (RewriteBody drops it)
 };
 
+// On an error in a body field, `param` (when given) gets the field's name, for the JSON error's
+// "param"; it is left alone otherwise.
 StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
-                                       const SidecarConfig& config);
+                                       const SidecarConfig& config, std::string* param = nullptr);
 
 // The body to send upstream when it must change: `model` replaced when fallback_model is not
 // empty, `max_tokens` set when max_tokens > 0 (and `max_completion_tokens` dropped so the two

@@ -64,19 +64,20 @@ def test_passthrough_endpoints(fake, sidecar):
     assert {m["id"] for m in r.json()["data"]} >= {"primary", "small"}
 
 
-@pytest.mark.parametrize("body,status,needle", [
-    (b"{not json", 400, "not valid JSON"),
-    (b"[1, 2]", 400, "JSON object"),
-    (b'{"model": 3, "messages": []}', 400, "model"),
-    (b'{"model": "primary", "messages": [], "max_tokens": "x"}', 400, "max_tokens"),
+@pytest.mark.parametrize("body,status,needle,param", [
+    (b"{not json", 400, "not valid JSON", None),
+    (b"[1, 2]", 400, "JSON object", None),
+    (b'{"model": 3, "messages": []}', 400, "model", "model"),
+    (b'{"model": "primary", "messages": [], "max_tokens": "x"}', 400, "max_tokens", "max_tokens"),
 ])
-def test_bad_bodies_get_openai_errors(fake, sidecar, body, status, needle):
+def test_bad_bodies_get_openai_errors(fake, sidecar, body, status, needle, param):
     r = requests.post(sidecar.url + "/v1/chat/completions", data=body,
                       headers={"Content-Type": "application/json"}, timeout=5)
     assert r.status_code == status
     err = r.json()["error"]
     assert needle in err["message"]
     assert err["type"] == "invalid_request_error"
+    assert err["param"] == param  # the field at fault, as the runtime names it
     assert fake.stats()["requests"] == 0  # never reached the upstream
 
 

@@ -365,6 +365,28 @@ TEST_F(RequestInfoTest, ABodyNestedTooDeeplyIsRefused) {
               HasSubstr("deeper than " + std::to_string(kMaxJsonNesting) + " levels"));
 }
 
+TEST_F(RequestInfoTest, ABadFieldIsNamedAsTheErrorsParam) {
+  HeaderLookup none = [](std::string_view) -> std::optional<std::string_view> {
+    return std::nullopt;
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"model":5})", "model"},
+      {R"({"stream":"yes"})", "stream"},
+      {R"({"max_tokens":0})", "max_tokens"},
+      {R"({"max_completion_tokens":"x"})", "max_completion_tokens"},
+      {R"({"temperature":"hot"})", "temperature"},
+      {R"({"seed":1.5})", "seed"},
+  };
+  for (const auto& [body, field] : cases) {
+    std::string param;
+    EXPECT_FALSE(ParseRequestInfo(body, none, config_, &param).ok()) << body;
+    EXPECT_EQ(param, field) << body;
+  }
+  std::string param = "untouched";
+  EXPECT_FALSE(ParseRequestInfo("[1]", none, config_, &param).ok());
+  EXPECT_EQ(param, "untouched") << "not a field's fault";
+}
+
 TEST(FreshResponseIdentityTest, ACachedBodyGetsItsOwnIdAndCreated) {
   const std::string cached =
       R"({"id":"chatcmpl-abc123","object":"chat.completion","created":100,"choices":[]})";
