@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -81,8 +82,8 @@ class HttpServerTest : public ::testing::Test {
     return r;
   }
 
-  // Sends raw bytes on a new connection and returns everything read until the server closes it
-  // (or 10 s pass).
+  // Sends raw bytes on a new connection and returns everything read until the server closes it;
+  // kTimedOut is appended when it has not closed it after 10 s.
   std::string SendRaw(const std::string& bytes) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -100,9 +101,11 @@ class HttpServerTest : public ::testing::Test {
     char buf[4096];
     ssize_t n;
     while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) out += kTimedOut;
     close(fd);
     return out;
   }
+  static constexpr const char* kTimedOut = "<no close within 10 s>";
 
   static void ExpectErrorShape(const Reply& r) {
     json j = json::parse(r.body);
