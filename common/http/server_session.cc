@@ -29,7 +29,7 @@ void ServerSession::Hold(std::shared_ptr<void> state, std::function<void()> on_c
   on_client_gone_ = std::move(on_client_gone);
 }
 
-void ServerSession::Reply(http::response<http::string_body> res) {
+void ServerSession::Reply(http::response<http::string_body> res, std::function<void(bool)> done) {
   // A body after a HEAD answer would be read as the next response: close after it instead.
   if (parser_ && parser_->is_header_done() && request().method() == http::verb::head) {
     keep_alive_ = false;
@@ -39,10 +39,16 @@ void ServerSession::Reply(http::response<http::string_body> res) {
   res.prepare_payload();
   auto msg = std::make_shared<http::response<http::string_body>>(std::move(res));
   ArmWriteTimer();
-  http::async_write(stream_, *msg, [self = shared_from_this(), msg](beast::error_code ec, size_t) {
-    if (ec) return self->ClientGone();
-    self->Finished(self->keep_alive_);
-  });
+  http::async_write(
+      stream_, *msg,
+      [self = shared_from_this(), msg, done = std::move(done)](beast::error_code ec, size_t) {
+        if (ec) {
+          self->ClientGone();
+        } else {
+          self->Finished(self->keep_alive_);
+        }
+        if (done) done(!ec);
+      });
 }
 
 void ServerSession::ReplyJson(int status, std::string body,

@@ -79,8 +79,9 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   // write). The session is closed right after on_client_gone returns.
   void Hold(std::shared_ptr<void> state, std::function<void()> on_client_gone);
 
-  // A whole response. Ends the current request.
-  void Reply(http::response<http::string_body> res);
+  // A whole response. Ends the current request. `done(ok)` runs once it is written (ok false:
+  // the client is gone).
+  void Reply(http::response<http::string_body> res, std::function<void(bool)> done = nullptr);
   void ReplyJson(int status, std::string body,
                  std::optional<int64_t> retry_after_seconds = std::nullopt);
   // An OpenAI-style JSON error body.

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -100,16 +101,18 @@ struct HttpServer::Impl final : SessionHandler, std::enable_shared_from_this<Htt
     cv.notify_all();
   }
 
-  class Sink;
+  class Writer;
 };
 
-// Writes a streamed body through the session. Writes are posted to the io thread in order and
-// the generation goes on while they are sent; it waits only when more than kMaxUnsentBytes are
-// not yet written (a slow client), and End waits until everything is (or the client is gone).
-class HttpServer::Impl::Sink final : public ChunkSink {
+// Writes a response through the session from the request's thread. Writes are posted to the io
+// thread in order. A stream goes on generating while its chunks are sent; it waits only when
+// more than kMaxUnsentBytes are not yet written (a slow client). Reply and End wait until the
+// response is written (or the client is gone, or the io thread stopped), so that a request counts
+// as in flight until then.
+class HttpServer::Impl::Writer final : public ChunkSink {
  public:
-  Sink(HttpServer::Impl* impl, std::shared_ptr<ServerSession> session,
-       std::shared_ptr<std::atomic<bool>> gone)
+  Writer(HttpServer::Impl* impl, std::shared_ptr<ServerSession> session,
+         std::shared_ptr<std::atomic<bool>> gone)
       : impl_(impl),
         session_(std::move(session)),
         gone_(std::move(gone)),
@@ -139,14 +142,20 @@ class HttpServer::Impl::Sink final : public ChunkSink {
     std::lock_guard<std::mutex> lock(state_->mu);
     return state_->failed || gone_->load() || Stopped();
   }
-  // Ends the body and waits until it is written, the client is gone, or the io thread stops.
+  // A whole response.
+  void Reply(http::response<http::string_body> res) {
+    if (Closed()) return;
+    auto r = std::make_shared<http::response<http::string_body>>(std::move(res));
+    Post(0, [r](ServerSession& s, std::function<void(bool)> done) {
+      s.Reply(std::move(*r), std::move(done));
+    });
+    WaitWritten();
+  }
+  // Ends a streamed body.
   void End() {
     if (Closed()) return;
     Post(0, [](ServerSession& s, std::function<void(bool)> done) { s.EndStream(std::move(done)); });
-    std::unique_lock<std::mutex> lock(state_->mu);
-    while (state_->writes > 0 && !state_->failed && !Stopped()) {
-      state_->cv.wait_for(lock, kIoWaitTick);
-    }
+    WaitWritten();
   }
 
  private:
@@ -161,6 +170,13 @@ class HttpServer::Impl::Sink final : public ChunkSink {
   };
 
   bool Stopped() const { return impl_->io_stopped.load(); }
+
+  void WaitWritten() {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    while (state_->writes > 0 && !state_->failed && !Stopped()) {
+      state_->cv.wait_for(lock, kIoWaitTick);
+    }
+  }
 
   void Post(size_t bytes, std::function<void(ServerSession&, std::function<void(bool)>)> write) {
     {
@@ -230,11 +246,16 @@ void HttpServer::Stop(int grace_seconds) {
       spdlog::warn("{} requests still in flight after {} s", impl->in_flight, grace_seconds);
     }
   }
-  // Close the listener, then give the last replies a moment to be written before the io thread
-  // stops (which drops every connection).
-  net::post(impl->ioc, [impl] { impl->acceptor->Close(); });
+  // Every request's response is written by now (a request is in flight until it is): close the
+  // listener and stop the io thread, which drops the idle connections.
+  auto closed = std::make_shared<std::promise<void>>();
+  std::future<void> acceptor_closed = closed->get_future();
+  net::post(impl->ioc, [impl, closed] {
+    impl->acceptor->Close();
+    closed->set_value();
+  });
+  acceptor_closed.wait_for(std::chrono::seconds(1));
   impl->work.reset();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   impl->ioc.stop();
   impl->io_thread.join();
   impl->io_stopped.store(true);
@@ -299,18 +320,15 @@ void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, Http
     resp = ErrorResponse(Internal(std::string("unexpected error: ") + e.what()), ErrorDetail{});
   }
   router->metrics().CountHttp(resp.route, resp.status);
+  Writer writer(this, session, gone);
   if (!resp.stream) {
-    if (!io_stopped.load()) {
-      auto out = std::make_shared<http::response<http::string_body>>(ToBeast(resp));
-      net::post(ioc, [session, out] { session->Reply(std::move(*out)); });
-    }
+    writer.Reply(ToBeast(resp));
   } else {
-    Sink sink(this, session, gone);
     http::response<http::empty_body> header{static_cast<http::status>(resp.status), 11};
     SetHeaders(header, resp);
-    sink.Begin(std::move(header));  // when it fails the sink is closed: the generation cancels
-    resp.stream(sink);
-    sink.End();
+    writer.Begin(std::move(header));  // when it fails the writer is closed: the generation cancels
+    resp.stream(writer);
+    writer.End();
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
   if (resp.route == "health" || resp.route == "ready" || resp.route == "metrics") {
