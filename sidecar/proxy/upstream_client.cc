@@ -10,11 +10,16 @@ constexpr size_t kChunkBytes = 16 * 1024;
 
 std::string_view UpstreamErrorName(UpstreamError e) {
   switch (e) {
-    case UpstreamError::kNone: return "none";
-    case UpstreamError::kConnect: return "connect";
-    case UpstreamError::kTimeout: return "timeout";
-    case UpstreamError::kReset: return "reset";
-    case UpstreamError::kCancelled: return "cancelled";
+    case UpstreamError::kNone:
+      return "none";
+    case UpstreamError::kConnect:
+      return "connect";
+    case UpstreamError::kTimeout:
+      return "timeout";
+    case UpstreamError::kReset:
+      return "reset";
+    case UpstreamError::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -22,9 +27,9 @@ std::string_view UpstreamErrorName(UpstreamError e) {
 UpstreamPool::UpstreamPool(net::io_context& ioc, std::string host, uint16_t port, size_t max_idle)
     : ioc_(ioc), host_(std::move(host)), port_(port), max_idle_(max_idle) {}
 
-std::unique_ptr<UpstreamPool::Connection> UpstreamPool::Acquire(bool* reused) {
+std::shared_ptr<UpstreamPool::Connection> UpstreamPool::Acquire(bool* reused) {
   while (!idle_.empty()) {
-    std::unique_ptr<Connection> conn = std::move(idle_.back());
+    std::shared_ptr<Connection> conn = std::move(idle_.back());
     idle_.pop_back();
     if (conn->stream.socket().is_open()) {
       *reused = true;
@@ -32,10 +37,10 @@ std::unique_ptr<UpstreamPool::Connection> UpstreamPool::Acquire(bool* reused) {
     }
   }
   *reused = false;
-  return std::make_unique<Connection>(ioc_);
+  return std::make_shared<Connection>(ioc_);
 }
 
-void UpstreamPool::Release(std::unique_ptr<Connection> conn) {
+void UpstreamPool::Release(std::shared_ptr<Connection> conn) {
   if (idle_.size() >= max_idle_ || !conn->stream.socket().is_open()) return;
   conn->buffer.clear();
   idle_.push_back(std::move(conn));
@@ -95,24 +100,24 @@ void UpstreamCall::Connect() {
     return;
   }
   conn_->stream.expires_after(connect_timeout_);
-  conn_->stream.async_connect(
-      endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-        if (self->done_) return;
-        if (ec) {
-          self->pool_->ForgetEndpoints();
-          self->Fail(UpstreamError::kConnect);
-          return;
-        }
-        self->conn_->stream.expires_never();
-        beast::error_code ignored;
-        self->conn_->stream.socket().set_option(tcp::no_delay(true), ignored);
-        self->Write();
-      });
+  conn_->stream.async_connect(endpoints, [self = shared_from_this(), conn = conn_](
+                                             beast::error_code ec, const tcp::endpoint&) {
+    if (self->done_) return;
+    if (ec) {
+      self->pool_->ForgetEndpoints();
+      self->Fail(UpstreamError::kConnect);
+      return;
+    }
+    self->conn_->stream.expires_never();
+    beast::error_code ignored;
+    self->conn_->stream.socket().set_option(tcp::no_delay(true), ignored);
+    self->Write();
+  });
 }
 
 void UpstreamCall::Write() {
   http::async_write(conn_->stream, request_,
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                    [self = shared_from_this(), conn = conn_](beast::error_code ec, size_t) {
                       if (self->done_) return;
                       if (ec) {
                         if (!self->MaybeReconnect()) self->Fail(UpstreamError::kReset);
@@ -126,7 +131,7 @@ void UpstreamCall::ReadHeader() {
   parser_ = std::make_unique<http::response_parser<http::buffer_body>>();
   parser_->body_limit(std::numeric_limits<uint64_t>::max());
   http::async_read_header(conn_->stream, conn_->buffer, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
+                          [self = shared_from_this(), conn = conn_](beast::error_code ec, size_t) {
                             if (self->done_) return;
                             if (ec) {
                               if (!self->MaybeReconnect()) self->Fail(UpstreamError::kReset);
@@ -147,30 +152,29 @@ void UpstreamCall::ReadBody() {
   }
   parser_->get().body().data = chunk_.data();
   parser_->get().body().size = chunk_.size();
-  http::async_read_some(
-      conn_->stream, conn_->buffer, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) {
-        if (self->done_) return;
-        if (ec == http::error::need_buffer) ec = {};
-        if (ec) {
-          self->Fail(UpstreamError::kReset);
-          return;
-        }
-        size_t got = self->chunk_.size() - self->parser_->get().body().size;
-        if (got == 0) {
-          self->ReadBody();
-          return;
-        }
-        self->handlers_.on_data(std::string_view(self->chunk_.data(), got),
-                                [self] { self->ReadBody(); });
-      });
+  http::async_read_some(conn_->stream, conn_->buffer, *parser_,
+                        [self = shared_from_this(), conn = conn_](beast::error_code ec, size_t) {
+                          if (self->done_) return;
+                          if (ec == http::error::need_buffer) ec = {};
+                          if (ec) {
+                            self->Fail(UpstreamError::kReset);
+                            return;
+                          }
+                          size_t got = self->chunk_.size() - self->parser_->get().body().size;
+                          if (got == 0) {
+                            self->ReadBody();
+                            return;
+                          }
+                          self->handlers_.on_data(std::string_view(self->chunk_.data(), got),
+                                                  [self] { self->ReadBody(); });
+                        });
 }
 
 bool UpstreamCall::MaybeReconnect() {
   if (!reused_ || reconnected_ || got_header_) return false;
   reconnected_ = true;
   reused_ = false;
-  conn_ = std::make_unique<UpstreamPool::Connection>(pool_->ioc());
+  conn_ = std::make_shared<UpstreamPool::Connection>(pool_->ioc());
   Connect();
   return true;
 }
@@ -183,6 +187,7 @@ void UpstreamCall::Cancel() {
 
 void UpstreamCall::Fail(UpstreamError error) {
   if (done_) return;
+  // Closing aborts the pending operation; its handler, which holds the connection, frees it.
   if (conn_) {
     beast::error_code ignored;
     conn_->stream.socket().close(ignored);

@@ -45,9 +45,11 @@ class UpstreamPool {
 
   UpstreamPool(net::io_context& ioc, std::string host, uint16_t port, size_t max_idle = 64);
 
-  // A pooled idle connection (reused = true) or a new unconnected one.
-  std::unique_ptr<Connection> Acquire(bool* reused);
-  void Release(std::unique_ptr<Connection> conn);
+  // A pooled idle connection (reused = true) or a new unconnected one. Shared: every pending
+  // operation on a connection holds it, so that closing it mid-operation (a cancelled call) never
+  // frees the buffer and stream the operation still uses.
+  std::shared_ptr<Connection> Acquire(bool* reused);
+  void Release(std::shared_ptr<Connection> conn);
 
   net::io_context& ioc() { return ioc_; }
   const std::string& host() const { return host_; }
@@ -61,7 +63,7 @@ class UpstreamPool {
   std::string host_;
   uint16_t port_;
   size_t max_idle_;
-  std::vector<std::unique_ptr<Connection>> idle_;
+  std::vector<std::shared_ptr<Connection>> idle_;
   tcp::resolver::results_type endpoints_;
   bool resolved_ = false;
 };
@@ -103,7 +105,7 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
   http::request<http::string_body> request_;
   std::chrono::nanoseconds connect_timeout_;
   Handlers handlers_;
-  std::unique_ptr<UpstreamPool::Connection> conn_;
+  std::shared_ptr<UpstreamPool::Connection> conn_;
   bool reused_ = false;
   bool reconnected_ = false;
   bool got_header_ = false;
