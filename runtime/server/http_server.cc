@@ -211,10 +211,10 @@ HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start() {
   Impl* impl = impl_.get();
-  impl->acceptor.emplace(impl->ioc, impl);
   if (impl->options.port < 0 || impl->options.port > 65535) {
     return InvalidArgument("port out of range: " + std::to_string(impl->options.port));
   }
+  impl->acceptor.emplace(impl->ioc, impl);
   Status st = impl->acceptor->Listen(impl->options.host, static_cast<uint16_t>(impl->options.port));
   if (!st.ok()) {
     impl->acceptor.reset();

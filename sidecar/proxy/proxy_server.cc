@@ -37,11 +37,6 @@ bool IsHopByHop(std::string_view name) {
   return false;
 }
 
-std::string_view PathOf(std::string_view target) {
-  size_t q = target.find('?');
-  return q == std::string_view::npos ? target : target.substr(0, q);
-}
-
 bool IsPolicyPath(std::string_view path) {
   return path == "/v1/chat/completions" || path == "/v1/completions";
 }
@@ -124,7 +119,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
 void Exchange::Begin() {
   const auto& req = session_->request();
-  path_ = std::string(PathOf(req.target()));
+  path_ = std::string(session_->path());
   if (!policy_) {
     if (server_->draining_) {
       session_->ReplyError(503, "the sidecar is shutting down", 1);
