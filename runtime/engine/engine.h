@@ -118,13 +118,13 @@ struct EngineOptions {
   // (ModelBackend::KvMemoryBudgetBytes: free device memory after the weights, or the host's
   // MemAvailable on the CPU), never less than one full context.
   double kv_cache_fraction = 0;
-  bool prefix_caching = true;     // reuse the KV blocks of earlier prompts with the same prefix
-  bool batch_invariant = true;    // see Determinism above; false = faster prefill (the GEMM)
+  bool prefix_caching = true;   // reuse the KV blocks of earlier prompts with the same prefix
+  bool batch_invariant = true;  // see Determinism above; false = faster prefill (the GEMM)
   // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
   int64_t max_waiting_prompt_tokens = 0;
   SpeculativeOptions spec;
-  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no penalties, no
-  // logprobs; no draft to verify) that ModelBackend::CanSample takes run ForwardBatchSample: on
+  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no bias, penalties,
+  // no logprobs; no draft to verify) that ModelBackend::CanSample takes run ForwardBatchSample: on
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.
   bool backend_sampling = true;
@@ -203,8 +203,8 @@ class Engine {
     // sequence, kept here until the step is launched (the batch points into them).
     std::vector<std::vector<int32_t>> drafted;
     std::vector<DrawParams> draws;
-    bool ahead = false;     // planned while the step before it was computed
-    bool backend = false;   // drawn by the backend: LaunchSample, then FinishSample
+    bool ahead = false;           // planned while the step before it was computed
+    bool backend = false;         // drawn by the backend: LaunchSample, then FinishSample
     std::vector<int32_t> chosen;  // backend: the drawn tokens, one per sampled item
   };
 

@@ -33,4 +33,11 @@ void ApplyPenalties(const SamplingParams& params, std::span<const int32_t> histo
   }
 }
 
+void ApplyLogitBias(const SamplingParams& params, std::span<float> logits) {
+  const auto vocab = static_cast<int64_t>(logits.size());
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && id < vocab) logits[static_cast<size_t>(id)] += bias;
+  }
+}
+
 }  // namespace kinfer

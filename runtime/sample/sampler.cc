@@ -27,7 +27,7 @@ Sampler::Sampler(const SamplingParams& params)
 
 bool Sampler::IsPlainDraw() const {
   return params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-         params_.presence_penalty == 0.0f && params_.logprobs < 0;
+         params_.presence_penalty == 0.0f && params_.logprobs < 0 && params_.logit_bias.empty();
 }
 
 DrawParams Sampler::draw_params() const {
@@ -45,14 +45,12 @@ DrawParams Sampler::NextDraw() {
   return d;
 }
 
-double Sampler::Uniform01() {
-  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-}
+double Sampler::Uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history,
                         TokenLogprob* lp) {
   assert(!logits.empty());
-  ApplyPenalties(params_, history, logits);
+  AdjustLogits(params_, history, logits);
 
   const int32_t chosen = DrawToken(logits, NextDraw(), &candidates_, &probs_);
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
@@ -60,8 +58,9 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> histor
 }
 
 double ProbabilityOf(const TokenDistribution& d, int32_t id) {
-  auto it = std::lower_bound(d.begin(), d.end(), id,
-                             [](const std::pair<int32_t, double>& e, int32_t v) { return e.first < v; });
+  auto it =
+      std::lower_bound(d.begin(), d.end(), id,
+                       [](const std::pair<int32_t, double>& e, int32_t v) { return e.first < v; });
   return it != d.end() && it->first == id ? it->second : 0.0;
 }
 
@@ -86,7 +85,7 @@ void Sampler::SurvivorDistribution(TokenDistribution* out) {
 void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> history,
                            TokenDistribution* out) {
   assert(!logits.empty());
-  ApplyPenalties(params_, history, logits);
+  AdjustLogits(params_, history, logits);
   if (params_.temperature <= 0.0f) {
     out->assign(1, {ArgmaxLowestId(logits), 1.0});
     return;
@@ -117,7 +116,7 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
   assert(!logits.empty());
   int32_t chosen;
   if (params_.temperature <= 0.0f) {
-    ApplyPenalties(params_, history, logits);
+    AdjustLogits(params_, history, logits);
     chosen = ArgmaxLowestId(logits);
     *accepted = chosen == draft;
   } else {
@@ -133,8 +132,8 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
       thread_local TokenDistribution residual;
       residual.clear();
       for (const auto& [id, pi] : p) {
-        const double qi = draft_dist != nullptr ? ProbabilityOf(*draft_dist, id)
-                                                : (id == draft ? 1.0 : 0.0);
+        const double qi =
+            draft_dist != nullptr ? ProbabilityOf(*draft_dist, id) : (id == draft ? 1.0 : 0.0);
         if (pi > qi) residual.emplace_back(id, pi - qi);
       }
       // p == q leaves nothing (and then rejection cannot happen); fall back to p itself.
@@ -154,7 +153,8 @@ void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenL
 
   lp->token = chosen;
   lp->text.clear();
-  lp->logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(chosen)]) - log_z);
+  lp->logprob =
+      static_cast<float>(static_cast<double>(logits[static_cast<size_t>(chosen)]) - log_z);
   lp->top.clear();
   if (params_.logprobs <= 0) return;
 
@@ -170,8 +170,8 @@ void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenL
   }
   lp->top.reserve(n);
   for (const auto& [logit, id] : best) {
-    lp->top.push_back(TopLogprob{id, std::string(),
-                                 static_cast<float>(static_cast<double>(logit) - log_z)});
+    lp->top.push_back(
+        TopLogprob{id, std::string(), static_cast<float>(static_cast<double>(logit) - log_z)});
   }
 }
 

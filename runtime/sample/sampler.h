@@ -1,21 +1,26 @@
 // Sampler: turns one step's logits into one token id, llama.cpp-style.
 //
-// Thread safety: none. A Sampler belongs to one request and is used from the one thread that runs that
-// request's decode steps. It holds the request's PRNG and some scratch buffers; nothing is shared.
+// Thread safety: none. A Sampler belongs to one request and is used from the one thread that runs
+// that request's decode steps. It holds the request's PRNG and some scratch buffers; nothing is
+// shared.
 //
 // The chain, in llama.cpp's order (common_sampler's default order, with temperature last):
 //
-//   penalties -> [temperature == 0: argmax, ties to the lowest id; done]
+//   logit_bias -> penalties -> [temperature == 0: argmax, ties to the lowest id; done]
 //             -> top-k -> top-p -> min-p -> temperature -> softmax -> draw
 //
-//   * penalties (see penalties.h): over the last penalty_last_n tokens of the history, repetition as
-//     llama.cpp's repeat_penalty (logit > 0 ? logit / p : logit * p), then frequency and presence as
-//     OpenAI (logit -= count * frequency + (count > 0) * presence).
+//   * logit_bias (OpenAI): each listed token's bias is added to its logit.
+//   * penalties (see penalties.h): over the last penalty_last_n tokens of the history, repetition
+//   as
+//     llama.cpp's repeat_penalty (logit > 0 ? logit / p : logit * p), then frequency and presence
+//     as OpenAI (logit -= count * frequency + (count > 0) * presence).
 //   * top-k: keep the k largest logits (ties to the lowest id); k <= 0 or k >= vocab is off.
-//   * top-p: over the probabilities of the remaining tokens at temperature 1 (as llama.cpp), keep the
+//   * top-p: over the probabilities of the remaining tokens at temperature 1 (as llama.cpp), keep
+//   the
 //     smallest set of most likely tokens whose mass reaches top_p (always at least one token).
 //     top_p >= 1 is off.
-//   * min-p: keep the tokens whose probability is at least min_p times the most likely one's. Because
+//   * min-p: keep the tokens whose probability is at least min_p times the most likely one's.
+//   Because
 //     it is relative to the maximum, it does not matter whether it sees top-p's renormalised mass.
 //     min_p <= 0 is off.
 //   * temperature: divide the surviving logits by temperature, softmax, draw.
@@ -53,22 +58,26 @@ double ProbabilityOf(const TokenDistribution& d, int32_t id);
 
 class Sampler {
  public:
-  // REQUIRES: params passed ValidateSamplingParams (sampling_validation.h). Values outside the ranges
-  // are not checked here; they give well-defined but meaningless results.
+  // REQUIRES: params passed ValidateSamplingParams (sampling_validation.h). Values outside the
+  // ranges are not checked here; they give well-defined but meaningless results.
   explicit Sampler(const SamplingParams& params);
 
   // Picks the next token.
   //
-  // logits: the model's raw logits for the whole vocabulary. Used as scratch: on return they hold the
-  //   logits after penalties (nothing else is written to them). REQUIRES: non-empty, no NaN.
+  // logits: the model's raw logits for the whole vocabulary. Used as scratch: on return they hold
+  // the
+  //   logits after the logit bias and the penalties (nothing else is written to them). REQUIRES:
+  //   non-empty, no NaN.
   // history: every token so far (prompt + generated), oldest first, for the penalties. Ids outside
   //   [0, logits.size()) are ignored.
-  // lp: may be null. When params.logprobs >= 0 and lp is non-null, *lp is overwritten with the chosen
-  //   token's id and logprob, and (when params.logprobs > 0) the top params.logprobs tokens, best first,
-  //   ties to the lowest id. These are "raw" logprobs as OpenAI and vLLM report them: the log-softmax of
-  //   the logits AFTER penalties but BEFORE temperature, top-k, top-p and min-p, so a token that the
-  //   filters made impossible still has its finite logprob. The `text` fields are left empty (the engine
-  //   fills them from the tokenizer). When params.logprobs < 0, *lp is not touched.
+  // lp: may be null. When params.logprobs >= 0 and lp is non-null, *lp is overwritten with the
+  // chosen
+  //   token's id and logprob, and (when params.logprobs > 0) the top params.logprobs tokens, best
+  //   first, ties to the lowest id. These are "raw" logprobs as OpenAI and vLLM report them: the
+  //   log-softmax of the logits AFTER logit_bias and penalties but BEFORE temperature, top-k, top-p
+  //   and min-p, so a token that the filters made impossible still has its finite logprob. The
+  //   `text` fields are left empty (the engine fills them from the tokenizer). When params.logprobs
+  //   < 0, *lp is not touched.
   //
   // Returns the token id, in [0, logits.size()).
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history, TokenLogprob* lp);
@@ -96,7 +105,7 @@ class Sampler {
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
 
   // True when Sample() reads nothing but the raw logits and, unless greedy, one PRNG output: no
-  // penalties, no logprobs. Such a token can be drawn where the logits are
+  // logit bias, no penalties, no logprobs. Such a token can be drawn where the logits are
   // (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the host.
   bool IsPlainDraw() const;
   // This request's draw settings (uniform 0).

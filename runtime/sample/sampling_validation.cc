@@ -16,7 +16,8 @@ Status OutOfBounds(const char* name, float v, const char* range) {
 }  // namespace
 
 StatusOr<SamplingParams> ValidateSamplingParams(SamplingParams p) {
-  if (!InRange(p.temperature, 0.0f, 2.0f)) return OutOfBounds("temperature", p.temperature, "[0, 2]");
+  if (!InRange(p.temperature, 0.0f, 2.0f))
+    return OutOfBounds("temperature", p.temperature, "[0, 2]");
   if (p.top_k == -1) p.top_k = 0;
   if (p.top_k < 0) {
     return InvalidArgument("top_k must be >= 0 (or -1 for off), got " + std::to_string(p.top_k));
@@ -39,6 +40,12 @@ StatusOr<SamplingParams> ValidateSamplingParams(SamplingParams p) {
   if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
     return InvalidArgument("logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
                            "] (or -1 for off), got " + std::to_string(p.logprobs));
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!InRange(bias, -100.0f, 100.0f)) {
+      return InvalidArgument("logit_bias[" + std::to_string(id) + "] must be in [-100, 100], got " +
+                             std::to_string(bias));
+    }
   }
   return p;
 }

@@ -21,6 +21,7 @@ inline constexpr int kMaxLogprobs = 20;
 //   presence_penalty    in [-2, 2]
 //   penalty_last_n      >= -1                (-1 = the whole history)
 //   logprobs            in [-1, kMaxLogprobs] (-1 = off)
+//   logit_bias          every bias in [-100, 100] (as OpenAI); the message starts "logit_bias["
 // NaN is out of every range.
 StatusOr<SamplingParams> ValidateSamplingParams(SamplingParams params);
 

@@ -236,6 +236,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   ParsedRequest& r = parsed.value();
   ServedModel& model = *ctx.model;
   if (Status s = CheckModel(r, model.name(), &d); !s.ok()) return Reject(m, s, d);
+  if (Status s = CheckLogitBias(r, model.tokenizer().vocab_size(), &d); !s.ok()) {
+    return Reject(m, s, d);
+  }
 
   StatusOr<std::vector<int32_t>> prompt = PromptTokens(r, model, &d);
   if (!prompt.ok()) return Reject(m, prompt.status(), d);

@@ -1,6 +1,7 @@
 // Request parsing and validation for the OpenAI-compatible API (responses: openai_responses.cc).
 #include "runtime/server/openai_protocol.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <cmath>
@@ -25,8 +26,9 @@ Status Invalid(ErrorDetail* d, std::string param, std::string message) {
 Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {
   if (!IsValidUtf8(body)) return Invalid(d, "", "request body is not valid UTF-8");
   if (!JsonNestingWithin(body)) {
-    return Invalid(d, "", "request body nests arrays and objects deeper than " +
-                              std::to_string(kMaxJsonNesting) + " levels");
+    return Invalid(d, "",
+                   "request body nests arrays and objects deeper than " +
+                       std::to_string(kMaxJsonNesting) + " levels");
   }
   try {
     *out = json::parse(body.begin(), body.end());
@@ -116,6 +118,51 @@ Status GetIdArray(const json& arr, const char* param, std::vector<int32_t>* out,
     }
     const int64_t v = x.get<int64_t>();
     out->push_back(static_cast<int32_t>(v));
+  }
+  return Status::Ok();
+}
+
+// OpenAI's logit_bias: {"<token id>": bias, ...}, ids as decimal strings, biases numbers in
+// [-100, 100] (checked by ValidateSamplingParams). Out: sorted by id; ids are checked against the
+// vocabulary later (CheckLogitBias). At most kMaxLogitBias entries.
+Status ParseLogitBias(const json& obj, std::vector<std::pair<int32_t, float>>* out,
+                      ErrorDetail* d) {
+  out->clear();
+  const json* lb = Field(obj, "logit_bias");
+  if (lb == nullptr) return Status::Ok();
+  if (!lb->is_object()) {
+    return Invalid(d, "logit_bias",
+                   "'logit_bias' must be an object mapping token ids to biases, like "
+                   "{\"1234\": -100}");
+  }
+  if (lb->size() > static_cast<size_t>(kMaxLogitBias)) {
+    return Invalid(d, "logit_bias",
+                   "'logit_bias' may hold at most " + std::to_string(kMaxLogitBias) + " tokens");
+  }
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = -1;
+    const char* end = key.data() + key.size();
+    auto [p, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || key[0] == '-' || key[0] == '+' || ec != std::errc() || p != end ||
+        id > std::numeric_limits<int32_t>::max()) {
+      return Invalid(d, "logit_bias",
+                     "'logit_bias' keys must be token ids (non-negative integers as strings), "
+                     "got \"" +
+                         key + "\"");
+    }
+    if (!value.is_number()) {
+      return Invalid(
+          d, "logit_bias",
+          "'logit_bias' values must be numbers, got " + value.dump() + " for token " + key);
+    }
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(value.get<double>()));
+  }
+  std::sort(out->begin(), out->end());
+  for (size_t i = 1; i < out->size(); ++i) {
+    if ((*out)[i].first == (*out)[i - 1].first) {
+      return Invalid(d, "logit_bias",
+                     "'logit_bias' names token " + std::to_string((*out)[i].first) + " twice");
+    }
   }
   return Status::Ok();
 }
@@ -223,10 +270,7 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
   bool echo = false;
   KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &echo, d));
   if (echo) return Invalid(d, "echo", "echo=true is not supported");
-  if (const json* lb = Field(obj, "logit_bias")) {
-    if (!lb->is_object()) return Invalid(d, "logit_bias", "'logit_bias' must be an object");
-    if (!lb->empty()) return Invalid(d, "logit_bias", "logit_bias is not supported");
-  }
+  KINFER_RETURN_IF_ERROR(ParseLogitBias(obj, &s.logit_bias, d));
   if (const json* tools = Field(obj, "tools")) {
     if (!tools->is_array() || !tools->empty())
       return Invalid(d, "tools", "tools are not supported");
@@ -276,6 +320,7 @@ Status FinishSampling(ParsedRequest* r, ErrorDetail* d) {
     std::string field = m.substr(0, m.find(' '));
     if (field == "logprobs") field = r->kind == ApiKind::kChat ? "top_logprobs" : "logprobs";
     if (field == "penalty_last_n") field = "repeat_last_n";
+    if (field.rfind("logit_bias", 0) == 0) field = "logit_bias";
     d->param = field;
     return st;
   }
@@ -379,6 +424,17 @@ StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetai
   }
   KINFER_RETURN_IF_ERROR(FinishSampling(&r, d));
   return r;
+}
+
+Status CheckLogitBias(const ParsedRequest& req, int vocab_size, ErrorDetail* d) {
+  for (const auto& [id, bias] : req.sampling.logit_bias) {
+    if (id >= vocab_size) {
+      return Invalid(d, "logit_bias",
+                     "logit_bias token id " + std::to_string(id) +
+                         " is outside the vocabulary (0.." + std::to_string(vocab_size - 1) + ")");
+    }
+  }
+  return Status::Ok();
 }
 
 Status CheckModel(const ParsedRequest& req, std::string_view served_model, ErrorDetail* d) {

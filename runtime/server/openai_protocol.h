@@ -77,16 +77,20 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
 
 // Limits.
 inline constexpr int kMaxStopSequences = 4;  // as OpenAI
+inline constexpr int kMaxLogitBias = 1024;   // logit_bias entries per request
 // When a request gives no max_tokens it may generate up to the context window (like vLLM), but
 // no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.
 inline constexpr int kDefaultMaxTokensCap = 2048;
 
 // Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
 // the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
-// range and unsupported features (n > 1, best_of > 1, echo, non-empty logit_bias, tools,
+// range and unsupported features (n > 1, best_of > 1, echo, tools,
 // response_format other than text, suffix, stream_options without stream).
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
 StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
+
+// INVALID_ARGUMENT (param "logit_bias") when a logit_bias token id is not below `vocab_size`.
+Status CheckLogitBias(const ParsedRequest& req, int vocab_size, ErrorDetail* detail);
 
 // NOT_FOUND (param "model", code "model_not_found") when the request names a model other than
 // `served_model`; OK when it names none.

@@ -47,7 +47,14 @@ CASES = [
     ("temperature_out_of_range", CHAT, json.dumps({"messages": MSG, "temperature": 5}).encode(),
      400, "temperature"),
     ("n_two", CHAT, json.dumps({"messages": MSG, "n": 2}).encode(), 400, "n"),
-    ("logit_bias", CHAT, json.dumps({"messages": MSG, "logit_bias": {"1": 5}}).encode(), 400,
+    ("logit_bias_not_an_object", CHAT, json.dumps({"messages": MSG, "logit_bias": [[1, 5]]})
+     .encode(), 400, "logit_bias"),
+    ("logit_bias_key_not_an_id", CHAT, json.dumps({"messages": MSG, "logit_bias": {"a": 5}})
+     .encode(), 400, "logit_bias"),
+    ("logit_bias_out_of_range", CHAT, json.dumps({"messages": MSG, "logit_bias": {"1": 101}})
+     .encode(), 400, "logit_bias"),
+    ("logit_bias_out_of_vocab", CHAT, json.dumps({"messages": MSG,
+                                                  "logit_bias": {"99999999": 5}}).encode(), 400,
      "logit_bias"),
     ("too_many_stops", CHAT, json.dumps({"messages": MSG, "stop": list("abcde")}).encode(), 400,
      "stop"),

@@ -121,3 +121,36 @@ def test_completion_logprobs_shape(client, server):
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
     assert all(len(t) <= 2 for t in lp.top_logprobs)
     assert lp.text_offset[0] == 0
+
+
+def token_id(server, text):
+    """The id of `text`'s first token (the bundled model's tokenizer, through /tokenize)."""
+    r = requests.post(server.url + "/tokenize", json={"content": text, "with_pieces": True},
+                      timeout=30)
+    r.raise_for_status()
+    first = r.json()["tokens"][0]
+    return first["id"], first["piece"]
+
+
+def test_logit_bias_bans_the_greedy_token_and_forces_another(client, server):
+    # -100 on the greedy first token hands the step to the runner-up the logprobs named.
+    plain = client.chat.completions.create(model=server.model, messages=PROMPT, temperature=0,
+                                           max_tokens=1, logprobs=True, top_logprobs=2)
+    first = plain.choices[0].logprobs.content[0]
+    runner_up = first.top_logprobs[1].token
+    best_id, best_piece = token_id(server, first.token)
+    assert best_piece == first.token
+    banned = client.chat.completions.create(model=server.model, messages=PROMPT, temperature=0,
+                                            max_tokens=1, logit_bias={str(best_id): -100})
+    assert banned.choices[0].message.content == runner_up != first.token
+    # +100 on an unlikely token makes every step choose it, streamed or not, sampled or greedy.
+    forced_id, piece = token_id(server, " banana")
+    for temperature in (0, 1.0):
+        r = client.completions.create(model=server.model, prompt="The capital of France is",
+                                      max_tokens=3, temperature=temperature, seed=3,
+                                      logit_bias={str(forced_id): 100})
+        assert r.choices[0].text == piece * 3
+    chunks = client.completions.create(model=server.model, prompt="The capital of France is",
+                                       max_tokens=3, temperature=0, stream=True,
+                                       logit_bias={str(forced_id): 100})
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == piece * 3

@@ -76,5 +76,27 @@ TEST(PenaltiesTest, NegativePenaltiesRewardRepeats) {
   EXPECT_FLOAT_EQ(logits[1], 2.0f);
 }
 
+TEST(LogitBiasTest, AddsEachBiasAndSkipsIdsOutsideTheVocabulary) {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f};
+  SamplingParams p;
+  p.logit_bias = {{0, 100.0f}, {2, -2.5f}, {3, 50.0f}, {-1, 7.0f}};
+  ApplyLogitBias(p, logits);
+  EXPECT_FLOAT_EQ(logits[0], 101.0f);
+  EXPECT_FLOAT_EQ(logits[1], 2.0f);
+  EXPECT_FLOAT_EQ(logits[2], 0.5f);
+}
+
+TEST(LogitBiasTest, ComesBeforeThePenalties) {
+  // llama.cpp's and vLLM's order: the repetition penalty sees the biased logit. Biased first,
+  // 1 - 3 = -2 is multiplied by 2 (-4); penalised first, 1 / 2 - 3 would be -2.5.
+  std::vector<float> logits = {1.0f, 0.0f};
+  SamplingParams p = Penalties(2.0f, 0.0f, 0.0f, -1);
+  p.logit_bias = {{0, -3.0f}};
+  const std::vector<int32_t> history = {0};
+  AdjustLogits(p, history, logits);
+  EXPECT_FLOAT_EQ(logits[0], -4.0f);
+  EXPECT_FLOAT_EQ(logits[1], 0.0f);
+}
+
 }  // namespace
 }  // namespace kinfer

@@ -189,6 +189,34 @@ TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
   SamplingParams lp = Seeded(1, 0.0f);
   lp.logprobs = 0;
   EXPECT_FALSE(Sampler(lp).IsPlainDraw());
+  SamplingParams bias = Seeded(1, 0.0f);
+  bias.logit_bias = {{3, -100.0f}};
+  EXPECT_FALSE(Sampler(bias).IsPlainDraw());
+}
+
+TEST(SamplerTest, LogitBiasBansAndForcesTokensAndShowsInTheLogprobs) {
+  const std::vector<float> logits = {1.0f, 4.0f, 0.5f, 3.0f};
+  // Greedy: -100 on the best token hands the step to the second best; +100 on the worst wins.
+  SamplingParams ban = Seeded(1, 0.0f);
+  ban.logit_bias = {{1, -100.0f}};
+  ban.logprobs = 0;
+  auto l = logits;
+  TokenLogprob lp;
+  EXPECT_EQ(Sampler(ban).Sample(l, {}, &lp), 3);
+  EXPECT_FLOAT_EQ(l[1], -96.0f);  // the logits left behind are the biased ones
+  // The reported logprob is over the biased logits: token 3 now holds nearly all the mass.
+  EXPECT_GT(lp.logprob, -0.5f);
+  SamplingParams force = Seeded(1, 0.0f);
+  force.logit_bias = {{2, 100.0f}};
+  l = logits;
+  EXPECT_EQ(Sampler(force).Sample(l, {}, nullptr), 2);
+  // Sampled: a banned token is never drawn, however hot the temperature.
+  SamplingParams hot = Seeded(5, 2.0f);
+  hot.logit_bias = {{1, -100.0f}, {3, -100.0f}};
+  const auto counts = Histogram(hot, logits, 5000);
+  EXPECT_EQ(counts[1] + counts[3], 0);
+  EXPECT_GT(counts[0], 0);
+  EXPECT_GT(counts[2], 0);
 }
 
 TEST(SamplerTest, TopKNeverDrawsOutsideTheKBest) {

@@ -29,6 +29,7 @@ TEST(SamplingValidationTest, BoundsAreInclusiveWhereOpenAIsAre) {
   EXPECT_TRUE(Check([](auto& p) { p.logprobs = 20; }).ok());
   EXPECT_TRUE(Check([](auto& p) { p.logprobs = 0; }).ok());
   EXPECT_TRUE(Check([](auto& p) { p.penalty_last_n = -1; }).ok());
+  EXPECT_TRUE(Check([](auto& p) { p.logit_bias = {{0, -100.0f}, {9, 100.0f}}; }).ok());
 }
 
 TEST(SamplingValidationTest, OutOfRangeValuesAreInvalidArgumentNamingTheField) {
@@ -53,6 +54,18 @@ TEST(SamplingValidationTest, OutOfRangeValuesAreInvalidArgumentNamingTheField) {
       {"penalty_last_n", [](auto& p) { p.penalty_last_n = -2; }},
       {"logprobs", [](auto& p) { p.logprobs = 21; }},
       {"logprobs", [](auto& p) { p.logprobs = -2; }},
+      {"logit_bias",
+       [](auto& p) {
+         p.logit_bias = {{1, 100.5f}};
+       }},
+      {"logit_bias",
+       [](auto& p) {
+         p.logit_bias = {{1, 0.0f}, {2, -100.01f}};
+       }},
+      {"logit_bias",
+       [nan](auto& p) {
+         p.logit_bias = {{1, nan}};
+       }},
   };
   for (const auto& c : cases) {
     const Status s = Check(c.set);

@@ -59,6 +59,43 @@ TEST(ParseChatTest, ReadsAllSupportedFields) {
   EXPECT_TRUE(r->ignore_eos);
 }
 
+TEST(ParseChatTest, ReadsLogitBiasSortedByIdAndChecksItAgainstTheVocabulary) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],
+          "logit_bias":{"300":-100,"7":2.5,"0":100,"2147483647":-100.0}})",
+      &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString() << " param=" << d.param;
+  const std::vector<std::pair<int32_t, float>> want{
+      {0, 100.0f}, {7, 2.5f}, {300, -100.0f}, {2147483647, -100.0f}};
+  EXPECT_EQ(r->sampling.logit_bias, want);
+  // The largest id is outside any real vocabulary; the others fit one of 301 tokens.
+  EXPECT_FALSE(CheckLogitBias(*r, 301, &d).ok());
+  EXPECT_EQ(d.param, "logit_bias");
+  r->sampling.logit_bias.pop_back();
+  EXPECT_TRUE(CheckLogitBias(*r, 301, &d).ok());
+  d = {};
+  Status s = CheckLogitBias(*r, 300, &d);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("300"), std::string::npos) << s.message();
+  // An empty object is off, as is an absent one; the completions endpoint reads it too.
+  auto e = ParseCompletionRequest(R"({"prompt":"x","logit_bias":{"5":-1}})", &d);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, -1.0f}}));
+}
+
+TEST(ParseChatTest, LogitBiasHasAnEntryLimit) {
+  std::string body = R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{)";
+  for (int i = 0; i <= kMaxLogitBias; ++i) {
+    if (i > 0) body += ',';
+    body += '"';
+    body += std::to_string(i);
+    body += "\":1";
+  }
+  body += "}}";
+  EXPECT_EQ(ChatError(body).param, "logit_bias");
+}
+
 TEST(ParseChatTest, DefaultsWhenOptionalFieldsAbsentOrNull) {
   ErrorDetail d;
   auto r = ParseChatRequest(
@@ -141,7 +178,16 @@ TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
   EXPECT_EQ(ChatError("{" + m + R"(,"stop":[1]})").param, "stop");
   EXPECT_EQ(ChatError("{" + m + R"(,"stop":""})").param, "stop");
   EXPECT_EQ(ChatError("{" + m + R"(,"seed":"1"})").param, "seed");
-  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"50256":-100}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":[[1,5]]})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"abc":5}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"-1":5}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"12x":5}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"":5}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"4294967296":5}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"1":"5"}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"1":100.5}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"1":-101}})").param, "logit_bias");
+  EXPECT_EQ(ChatError("{" + m + R"(,"logit_bias":{"1":5,"01":3}})").param, "logit_bias");
   EXPECT_EQ(ChatError("{" + m + R"(,"top_logprobs":2})").param, "top_logprobs");
   EXPECT_EQ(ChatError("{" + m + R"(,"logprobs":true,"top_logprobs":21})").param, "top_logprobs");
   EXPECT_EQ(ChatError("{" + m + R"(,"model":5})").param, "model");
