@@ -47,12 +47,20 @@ bool RequestStream::Next(StreamEvent* out, std::chrono::milliseconds timeout) {
   return true;
 }
 
+void RequestStream::SetNotifier(std::shared_ptr<StreamNotifier> n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  notifier_ = std::move(n);
+}
+
 void RequestStream::Push(StreamEvent ev) {
+  std::shared_ptr<StreamNotifier> notifier;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(ev));
+    notifier = notifier_;
   }
   cv_.notify_all();
+  if (notifier) notifier->Notify();
 }
 
 // ---- Engine ---------------------------------------------------------------------------------
@@ -348,8 +356,8 @@ void Engine::Admit(std::deque<Pending>* inbox) {
                                       p.enqueued);
     const int want = a->req.speculative_tokens;
     const int server_max = std::max(0, options_.spec.max_tokens);
-    a->spec_tokens = want < 0 ? (options_.spec.default_on ? server_max : 0)
-                              : std::min(want, server_max);
+    a->spec_tokens =
+        want < 0 ? (options_.spec.default_on ? server_max : 0) : std::min(want, server_max);
     SchedRequest r;
     r.id = p.id;
     r.prompt = a->req.prompt_tokens;

@@ -61,6 +61,7 @@
 #include "common/status.h"
 #include "runtime/engine/event_pump.h"
 #include "runtime/engine/request.h"
+#include "runtime/engine/stream_notifier.h"
 #include "runtime/model/llama_model.h"  // SequenceBatch
 #include "runtime/sample/draw.h"
 #include "runtime/sched/step_plan.h"
@@ -84,6 +85,9 @@ class RequestStream {
   // (unless it already finished). Safe from any thread, idempotent.
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  // Every later Push also notifies `n` (null: none). Events pushed before are not announced:
+  // poll once after setting it (StreamNotifier's contract).
+  void SetNotifier(std::shared_ptr<StreamNotifier> n);
 
   // Engine side.
   void Push(StreamEvent ev);
@@ -91,8 +95,9 @@ class RequestStream {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<StreamEvent> events_;  // guarded by mu_
-  bool finished_ = false;           // final event popped; guarded by mu_
+  std::shared_ptr<StreamNotifier> notifier_;  // guarded by mu_
+  std::deque<StreamEvent> events_;            // guarded by mu_
+  bool finished_ = false;                     // final event popped; guarded by mu_
   std::atomic<bool> cancelled_{false};
 };
 
@@ -178,6 +183,7 @@ class Engine {
 
   EngineStats Stats() const;
   int context_length() const { return context_length_; }
+  int max_queued_requests() const { return options_.max_queued_requests; }
 
  private:
   struct Pending {

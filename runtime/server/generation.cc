@@ -7,9 +7,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "common/http_errors.h"
 #include "runtime/server/cancel_registry.h"
+#include "runtime/server/choice_streams.h"
 #include "runtime/server/served_model.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -22,33 +25,42 @@ constexpr std::chrono::milliseconds kPollInterval{50};
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Latency and token bookkeeping of one request, fed with its stream events.
+// Latency and token bookkeeping of one request (all its choices), fed with its stream events.
 class RequestTimer {
  public:
-  RequestTimer(RuntimeMetrics* m, Clock::time_point received) : m_(m), received_(received) {}
+  RequestTimer(RuntimeMetrics* m, Clock::time_point received, int choices)
+      : m_(m), received_(received), last_(static_cast<size_t>(choices)) {}
 
-  void OnEvent(const StreamEvent& ev) {
+  void OnEvent(const StreamEvent& ev, int choice) {
     const Clock::time_point now = Clock::now();
     if (ev.queue_seconds >= 0 && !queue_seen_) {
       m_->queue_time.Observe(ev.queue_seconds);
       queue_seen_ = true;
     }
+    if (ev.finish != FinishReason::kNone) {
+      if (prompt_tokens_ == 0) prompt_tokens_ = ev.prompt_tokens;  // the one prompt, counted once
+      completion_tokens_ += ev.completion_tokens;
+    }
     size_t n = ev.tokens.size();
     if (n == 0) return;
+    std::optional<Clock::time_point>& last = last_[static_cast<size_t>(choice)];
     if (!first_seen_) {
-      m_->ttft.Observe(Seconds(now - received_));
+      m_->ttft.Observe(Seconds(now - received_));  // the request's first token, of any choice
       first_seen_ = true;
-    } else {
+    } else if (last) {
       // Tokens held back (partial UTF-8, possible stop string) arrive together: spread the gap.
-      const double each = Seconds(now - last_) / static_cast<double>(n);
+      const double each = Seconds(now - *last) / static_cast<double>(n);
       for (size_t i = 0; i < n; ++i) m_->itl.Observe(each);
     }
-    last_ = now;
+    last = now;
   }
 
-  void Finish(const StreamEvent& final_event, const char* status) {
-    m_->prompt_tokens.Inc(final_event.prompt_tokens);
-    m_->generation_tokens.Inc(final_event.completion_tokens);
+  int prompt_tokens() const { return prompt_tokens_; }
+  int completion_tokens() const { return completion_tokens_; }  // every choice's, so far
+
+  void Finish(const char* status) {
+    m_->prompt_tokens.Inc(prompt_tokens_);
+    m_->generation_tokens.Inc(completion_tokens_);
     if (std::string_view(status) == kStatusOk) m_->e2e.Observe(Seconds(Clock::now() - received_));
     m_->CountRequest(status);
   }
@@ -56,9 +68,11 @@ class RequestTimer {
  private:
   RuntimeMetrics* m_;
   Clock::time_point received_;
-  Clock::time_point last_;
+  std::vector<std::optional<Clock::time_point>> last_;  // per choice: its previous token's time
   bool first_seen_ = false;
   bool queue_seen_ = false;
+  int prompt_tokens_ = 0;
+  int completion_tokens_ = 0;
 };
 
 const char* StatusLabelFor(FinishReason r) {
@@ -115,110 +129,143 @@ void AppendLogprobs(std::vector<TokenLogprob>* all, std::vector<TokenLogprob>& a
   for (TokenLogprob& t : add) all->push_back(std::move(t));
 }
 
-HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta,
-                           std::shared_ptr<RequestStream> stream, RequestTimer timer,
-                           const GenerationContext& ctx, const std::function<bool()>& client_gone) {
-  std::string text;
-  std::vector<TokenLogprob> lps;
+// How a request whose choices have all ended went: the first error, else the first
+// cancellation, else kStop (every choice ended as it should).
+struct Outcome {
+  FinishReason finish = FinishReason::kStop;
+  Status error;
+
+  void Add(const StreamEvent& final_event) {
+    if (finish == FinishReason::kError) return;
+    if (final_event.finish == FinishReason::kError ||
+        (final_event.finish == FinishReason::kCancelled && finish != FinishReason::kCancelled)) {
+      finish = final_event.finish;
+      error = final_event.error;
+    }
+  }
+  bool failed() const {
+    return finish == FinishReason::kError || finish == FinishReason::kCancelled;
+  }
+  const char* status_label() const { return StatusLabelFor(finish); }
+  // The error to answer with. REQUIRES: failed().
+  Status ToStatus(bool stopping) const {
+    if (finish == FinishReason::kCancelled) {
+      return stopping ? Unavailable("the server is shutting down")
+                      : Cancelled("the request was cancelled (POST /cancel)");
+    }
+    return error.ok() ? Internal("generation failed") : error;
+  }
+};
+
+HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta, ChoiceStreams& cs,
+                           RequestTimer timer, const GenerationContext& ctx,
+                           const std::function<bool()>& client_gone) {
+  std::vector<ChoiceOutput> choices(cs.size());
+  std::vector<std::vector<TokenLogprob>> lps(cs.size());
+  Outcome outcome;
   StreamEvent ev;
   bool gone = false;
-  while (true) {
+  while (!cs.done()) {
     // Checked every turn, not only when no event came: a generation that streams steadily would
     // otherwise run on past the server's shutdown (or its client's departure).
-    if (ctx.stopping->load()) stream->Cancel();
+    if (ctx.stopping->load()) cs.CancelAll();
     if (!gone && client_gone && client_gone()) {
       gone = true;
-      stream->Cancel();
+      cs.CancelAll();
     }
-    if (!stream->Next(&ev, kPollInterval)) continue;
-    timer.OnEvent(ev);
-    text += ev.text;
-    AppendLogprobs(&lps, ev.logprobs);
-    if (ev.finish != FinishReason::kNone) break;
+    int i = 0;
+    if (!cs.Next(&i, &ev, kPollInterval)) continue;
+    timer.OnEvent(ev, i);
+    choices[static_cast<size_t>(i)].text += ev.text;
+    AppendLogprobs(&lps[static_cast<size_t>(i)], ev.logprobs);
+    if (ev.finish == FinishReason::kNone) continue;
+    choices[static_cast<size_t>(i)].finish = ev.finish;
+    outcome.Add(ev);
+    if (outcome.failed()) cs.CancelAll();  // one choice failed: the answer is an error
   }
-  timer.Finish(ev, gone ? kStatusCancelled : StatusLabelFor(ev.finish));
+  timer.Finish(gone ? kStatusCancelled : outcome.status_label());
   if (gone) {
     spdlog::info("{} {}: client went away; generation cancelled after {} tokens", meta.id,
-                 r.kind == ApiKind::kChat ? "chat" : "completion", ev.completion_tokens);
+                 r.kind == ApiKind::kChat ? "chat" : "completion", timer.completion_tokens());
     // Nobody reads this answer; 499 keeps the HTTP metrics honest.
     return ErrorResponse(Cancelled("the client closed the connection"), ErrorDetail{});
   }
-  if (ev.finish == FinishReason::kError) {
-    Status s = ev.error.ok() ? Internal("generation failed") : ev.error;
-    return ErrorResponse(s, ErrorDetail{});
+  if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (r.logprobs) choices[i].logprobs = &lps[i];
   }
-  if (ev.finish == FinishReason::kCancelled) {
-    return ErrorResponse(ctx.stopping->load()
-                             ? Unavailable("the server is shutting down")
-                             : Cancelled("the request was cancelled (POST /cancel)"),
-                         ErrorDetail{});
-  }
-  Usage usage{ev.prompt_tokens, ev.completion_tokens};
-  const std::vector<TokenLogprob>* lp = r.logprobs ? &lps : nullptr;
-  json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, text, ev.finish, usage, lp)
-                                       : CompletionJson(meta, text, ev.finish, usage, lp);
+  Usage usage{timer.prompt_tokens(), timer.completion_tokens()};
+  json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
+                                       : CompletionJson(meta, choices, usage);
   return JsonResponse(200, DumpJson(body));
 }
 
-// Writes the SSE stream: chunks as events arrive, then the finish chunk, the usage chunk when
-// asked, and [DONE]. Cancels the engine request when the client goes away.
-void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta,
-                    const std::shared_ptr<RequestStream>& stream, RequestTimer& timer,
-                    const GenerationContext& ctx, ChunkSink& sink) {
+// Writes the SSE stream: each choice's chunks as its events arrive (n > 1: interleaved, each with
+// its index), its finish chunk when it ends, then the usage chunk when asked, and [DONE]. Cancels
+// every choice when the client goes away or one choice fails (then an error event ends the
+// stream).
+void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta, ChoiceStreams& cs,
+                    RequestTimer& timer, const GenerationContext& ctx, ChunkSink& sink) {
   const bool chat = r.kind == ApiKind::kChat;
   const bool iu = r.include_usage;
   bool client_gone = false;
+  Outcome outcome;
   auto send = [&](const json& j) {
-    if (client_gone) return;
+    if (client_gone || outcome.failed()) return;
     if (!sink.Write(SseEvent(DumpJson(j)))) {
       client_gone = true;
-      stream->Cancel();
+      cs.CancelAll();
     }
   };
-  if (chat) send(ChatChunkJson(meta, true, nullptr, nullptr, FinishReason::kNone, iu));
+  if (chat) {
+    for (size_t i = 0; i < cs.size(); ++i) {
+      send(ChatChunkJson(meta, true, nullptr, nullptr, FinishReason::kNone, iu,
+                         static_cast<int>(i)));
+    }
+  }
 
-  size_t offset = 0;
+  std::vector<size_t> offsets(cs.size(), 0);
   StreamEvent ev;
-  while (true) {
-    if (ctx.stopping->load()) stream->Cancel();  // every turn (see WholeResponse)
-    if (!stream->Next(&ev, kPollInterval)) {
-      if (sink.Closed()) {
+  while (!cs.done()) {
+    if (ctx.stopping->load()) cs.CancelAll();  // every turn (see WholeResponse)
+    int i = 0;
+    if (!cs.Next(&i, &ev, kPollInterval)) {
+      if (!client_gone && sink.Closed()) {
         client_gone = true;
-        stream->Cancel();
+        cs.CancelAll();
       }
       continue;
     }
-    timer.OnEvent(ev);
+    timer.OnEvent(ev, i);
+    size_t& offset = offsets[static_cast<size_t>(i)];
     if (!ev.text.empty() || !ev.logprobs.empty()) {
       const std::vector<TokenLogprob>* lp = r.logprobs ? &ev.logprobs : nullptr;
-      send(chat ? ChatChunkJson(meta, false, &ev.text, lp, FinishReason::kNone, iu)
-                : CompletionChunkJson(meta, ev.text, lp, offset, FinishReason::kNone, iu));
+      send(chat ? ChatChunkJson(meta, false, &ev.text, lp, FinishReason::kNone, iu, i)
+                : CompletionChunkJson(meta, ev.text, lp, offset, FinishReason::kNone, iu, i));
       offset += ev.text.size();
     }
-    if (ev.finish != FinishReason::kNone) break;
+    if (ev.finish == FinishReason::kNone) continue;
+    outcome.Add(ev);
+    if (outcome.failed()) {
+      cs.CancelAll();  // the others end too; their events are read but not sent
+      continue;
+    }
+    std::string empty;
+    send(chat ? ChatChunkJson(meta, false, nullptr, nullptr, ev.finish, iu, i)
+              : CompletionChunkJson(meta, empty, nullptr, offset, ev.finish, iu, i));
   }
-  timer.Finish(ev, client_gone ? kStatusCancelled : StatusLabelFor(ev.finish));
+  timer.Finish(client_gone ? kStatusCancelled : outcome.status_label());
   if (client_gone) {
     spdlog::info("{} {}: client went away; generation cancelled after {} tokens", meta.id,
-                 chat ? "chat" : "completion", ev.completion_tokens);
+                 chat ? "chat" : "completion", timer.completion_tokens());
     return;
   }
-  if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kCancelled) {
+  if (outcome.failed()) {
     // kCancelled here: the server is stopping, or POST /cancel (the client is still there).
-    Status s = ev.finish == FinishReason::kCancelled
-                   ? (ctx.stopping->load() ? Unavailable("the server is shutting down")
-                                           : Cancelled("the request was cancelled (POST /cancel)"))
-               : ev.error.ok() ? Internal("generation failed")
-                               : ev.error;
-    sink.Write(SseEvent(ErrorBodyFor(s)));
-  } else {
-    std::string empty;
-    send(chat ? ChatChunkJson(meta, false, nullptr, nullptr, ev.finish, iu)
-              : CompletionChunkJson(meta, empty, nullptr, offset, ev.finish, iu));
-    if (iu) {
-      send(UsageChunkJson(meta, chat ? "chat.completion.chunk" : "text_completion",
-                          Usage{ev.prompt_tokens, ev.completion_tokens}));
-    }
+    sink.Write(SseEvent(ErrorBodyFor(outcome.ToStatus(ctx.stopping->load()))));
+  } else if (iu) {
+    send(UsageChunkJson(meta, chat ? "chat.completion.chunk" : "text_completion",
+                        Usage{timer.prompt_tokens(), timer.completion_tokens()}));
   }
   if (!client_gone) sink.Write(kSseDone);
 }
@@ -252,6 +299,15 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
       ParseRequestTimeout(request.timeout_header, &d);
   if (!timeout.ok()) return Reject(m, timeout.status(), d);
 
+  if (r.n > model.engine().max_queued_requests()) {
+    d.param = "n";
+    return Reject(m,
+                  InvalidArgument("n = " + std::to_string(r.n) +
+                                  " is more choices than this "
+                                  "server queues at once (--max-queued " +
+                                  std::to_string(model.engine().max_queued_requests()) + ")"),
+                  d);
+  }
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
   GenerationRequest g = ToGenerationRequest(r, std::move(prompt).value(), *max_tokens);
   g.priority = *priority;
@@ -262,8 +318,20 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
     g.cache_salt = (uint64_t{1} << 63) | private_salts.fetch_add(1, std::memory_order_relaxed);
   }
   if (*timeout) g.deadline = request.received + **timeout;
-  StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(g));
-  if (!stream.ok()) return Reject(m, stream.status(), d);
+  // n choices: n engine requests of the one prompt (the prefix cache shares what it can). A
+  // seeded request gives choice i the seed + i, so each choice is reproducible and they differ.
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  streams.reserve(static_cast<size_t>(r.n));
+  for (int i = 0; i < r.n; ++i) {
+    GenerationRequest gi = i + 1 < r.n ? g : std::move(g);
+    if (gi.sampling.seed) *gi.sampling.seed += static_cast<uint64_t>(i);
+    StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(gi));
+    if (!stream.ok()) {
+      for (const auto& s : streams) s->Cancel();  // all of the request or none of it
+      return Reject(m, stream.status(), d);
+    }
+    streams.push_back(std::move(stream).value());
+  }
 
   ResponseMeta meta;
   meta.id = NewResponseId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
@@ -271,16 +339,18 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   meta.model = model.name();
-  RequestTimer timer(m, request.received);
-  spdlog::debug("{}: {} prompt tokens, max_tokens {}, stream {}", meta.id, n_prompt, *max_tokens,
-                r.stream);
+  RequestTimer timer(m, request.received, r.n);
+  spdlog::debug("{}: {} prompt tokens, max_tokens {}, n {}, stream {}", meta.id, n_prompt,
+                *max_tokens, r.n, r.stream);
 
-  // Held until the response is done: POST /cancel with this id reaches the generation.
-  std::shared_ptr<void> registration =
-      ctx.cancels != nullptr ? ctx.cancels->Register(request.request_id, *stream) : nullptr;
-  if (!r.stream) {
-    return WholeResponse(r, meta, std::move(stream).value(), timer, ctx, request.client_gone);
+  // Held until the response is done: POST /cancel with this id reaches every choice.
+  std::vector<std::shared_ptr<void>> registrations;
+  if (ctx.cancels != nullptr) {
+    for (const auto& s : streams)
+      registrations.push_back(ctx.cancels->Register(request.request_id, s));
   }
+  auto choices = std::make_shared<ChoiceStreams>(std::move(streams));
+  if (!r.stream) return WholeResponse(r, meta, *choices, timer, ctx, request.client_gone);
 
   HttpResponse resp;
   resp.status = 200;
@@ -288,8 +358,10 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   resp.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   // The stream function owns what it needs; it runs after this function returns.
   auto owned = std::make_shared<ParsedRequest>(std::move(r));
-  resp.stream = [owned, meta, s = std::move(stream).value(), timer, ctx, registration](
-                    ChunkSink& sink) mutable { StreamResponse(*owned, meta, s, timer, ctx, sink); };
+  resp.stream = [owned, meta, choices, timer, ctx,
+                 registrations = std::move(registrations)](ChunkSink& sink) mutable {
+    StreamResponse(*owned, meta, *choices, timer, ctx, sink);
+  };
   return resp;
 }
 

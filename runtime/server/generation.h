@@ -1,5 +1,6 @@
 // The generation endpoints, POST /v1/chat/completions and POST /v1/completions: parse and
-// validate (openai_protocol.h), build the prompt tokens, submit to the Engine, and answer with a
+// validate (openai_protocol.h), build the prompt tokens, submit to the Engine (one engine request
+// per choice: ChoiceStreams reads the n of them as one), and answer with a
 // whole JSON response or an SSE stream; record the request's metrics.
 //
 // Threading: HandleGeneration runs on the HTTP adapter's per-request thread and blocks on the

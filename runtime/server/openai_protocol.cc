@@ -172,8 +172,8 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(GetString(obj, "model", &r->model, d));
 
   int64_t n = 1;
-  KINFER_RETURN_IF_ERROR(GetInt(obj, "n", 1, std::numeric_limits<int32_t>::max(), &n, d));
-  if (n != 1) return Invalid(d, "n", "only n=1 is supported");
+  KINFER_RETURN_IF_ERROR(GetInt(obj, "n", 1, kMaxChoices, &n, d));
+  r->n = static_cast<int>(n);
   int64_t best_of = 1;
   KINFER_RETURN_IF_ERROR(
       GetInt(obj, "best_of", 1, std::numeric_limits<int32_t>::max(), &best_of, d));

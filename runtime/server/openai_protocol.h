@@ -50,7 +50,8 @@ struct ParsedRequest {
   std::string prompt;               // kCompletion with a text prompt: non-empty
   std::vector<int32_t> prompt_ids;  // kCompletion with token ids: non-empty (ids unchecked)
   bool prompt_is_ids = false;
-  std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
+  int n = 1;                      // choices, 1..kMaxChoices: n generations of the one prompt
+  std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1 (per choice)
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   SamplingParams sampling;        // validated (ValidateSamplingParams); logprobs set below
@@ -78,13 +79,14 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
 // Limits.
 inline constexpr int kMaxStopSequences = 4;  // as OpenAI
 inline constexpr int kMaxLogitBias = 1024;   // logit_bias entries per request
+inline constexpr int kMaxChoices = 128;      // n, as OpenAI
 // When a request gives no max_tokens it may generate up to the context window (like vLLM), but
 // no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.
 inline constexpr int kDefaultMaxTokensCap = 2048;
 
 // Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
 // the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
-// range and unsupported features (n > 1, best_of > 1, echo, tools,
+// range and unsupported features (best_of > 1, echo, tools,
 // response_format other than text, suffix, stream_options without stream).
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
 StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
@@ -148,7 +150,20 @@ std::string NewResponseId(std::string_view prefix);
 // "stop", "length"; "abort" for cancelled, "error" for errors; null JSON for kNone.
 nlohmann::json FinishReasonJson(FinishReason r);
 
-// Whole responses. `logprobs` null = not requested (JSON null); otherwise one entry per token.
+// One choice of a whole response: its text, why it ended, and its logprobs (null = not
+// requested: JSON null; otherwise one entry per token). Choice i of the list has "index": i.
+struct ChoiceOutput {
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  const std::vector<TokenLogprob>* logprobs = nullptr;
+};
+
+// Whole responses; `usage` counts the prompt once and every choice's tokens.
+nlohmann::json ChatCompletionJson(const ResponseMeta& meta,
+                                  const std::vector<ChoiceOutput>& choices, const Usage& usage);
+nlohmann::json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                              const Usage& usage);
+// The same with the one choice of an n = 1 request.
 nlohmann::json ChatCompletionJson(const ResponseMeta& meta, const std::string& text,
                                   FinishReason finish, const Usage& usage,
                                   const std::vector<TokenLogprob>* logprobs);
@@ -160,13 +175,14 @@ nlohmann::json CompletionJson(const ResponseMeta& meta, const std::string& text,
 // stream_options.include_usage is set).
 //   Chat: the first chunk has with_role (delta {"role":"assistant","content":""}); a text chunk
 //   has delta {"content": text}; the last has an empty delta and a finish_reason.
+//   `index` is the choice's (n > 1: each choice streams its own chunks, interleaved).
 nlohmann::json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
                              const std::vector<TokenLogprob>* logprobs, FinishReason finish,
-                             bool with_usage_null);
+                             bool with_usage_null, int index = 0);
 //   Completions: `text_offset` is where this chunk's text starts in the whole completion.
 nlohmann::json CompletionChunkJson(const ResponseMeta& meta, const std::string& text,
                                    const std::vector<TokenLogprob>* logprobs, size_t text_offset,
-                                   FinishReason finish, bool with_usage_null);
+                                   FinishReason finish, bool with_usage_null, int index = 0);
 // The closing usage chunk: "choices": [] and "usage" filled. `object` is the chunk object name.
 nlohmann::json UsageChunkJson(const ResponseMeta& meta, std::string_view object,
                               const Usage& usage);

@@ -90,40 +90,59 @@ json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_of
           {"text_offset", std::move(offsets)}};
 }
 
-json ChatCompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                        const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", text}}},
-                 {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
-                 {"finish_reason", FinishReasonJson(finish)}};
+json ChatCompletionJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                        const Usage& usage) {
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    list.push_back({{"index", i},
+                    {"message", {{"role", "assistant"}, {"content", c.text}}},
+                    {"logprobs", c.logprobs ? ChatLogprobsJson(*c.logprobs) : json(nullptr)},
+                    {"finish_reason", FinishReasonJson(c.finish)}});
+  }
   json j = ChunkBase(meta, "chat.completion");
-  j["choices"] = json::array({std::move(choice)});
+  j["choices"] = std::move(list);
   j["usage"] = UsageJson(usage);
   return j;
+}
+
+json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                    const Usage& usage) {
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    list.push_back(
+        {{"index", i},
+         {"text", c.text},
+         {"logprobs", c.logprobs ? CompletionLogprobsJson(*c.logprobs, 0) : json(nullptr)},
+         {"finish_reason", FinishReasonJson(c.finish)}});
+  }
+  json j = ChunkBase(meta, "text_completion");
+  j["choices"] = std::move(list);
+  j["usage"] = UsageJson(usage);
+  return j;
+}
+
+json ChatCompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                        const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
+  return ChatCompletionJson(meta, {ChoiceOutput{text, finish, logprobs}}, usage);
 }
 
 json CompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
                     const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
-  json choice = {{"index", 0},
-                 {"text", text},
-                 {"logprobs", logprobs ? CompletionLogprobsJson(*logprobs, 0) : json(nullptr)},
-                 {"finish_reason", FinishReasonJson(finish)}};
-  json j = ChunkBase(meta, "text_completion");
-  j["choices"] = json::array({std::move(choice)});
-  j["usage"] = UsageJson(usage);
-  return j;
+  return CompletionJson(meta, {ChoiceOutput{text, finish, logprobs}}, usage);
 }
 
 json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
                    const std::vector<TokenLogprob>* logprobs, FinishReason finish,
-                   bool with_usage_null) {
+                   bool with_usage_null, int index) {
   json delta = json::object();
   if (with_role) {
     delta["role"] = "assistant";
     delta["content"] = "";
   }
   if (content != nullptr) delta["content"] = *content;
-  json choice = {{"index", 0},
+  json choice = {{"index", index},
                  {"delta", std::move(delta)},
                  {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
                  {"finish_reason", FinishReasonJson(finish)}};
@@ -135,9 +154,9 @@ json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* 
 
 json CompletionChunkJson(const ResponseMeta& meta, const std::string& text,
                          const std::vector<TokenLogprob>* logprobs, size_t text_offset,
-                         FinishReason finish, bool with_usage_null) {
+                         FinishReason finish, bool with_usage_null, int index) {
   json choice = {
-      {"index", 0},
+      {"index", index},
       {"text", text},
       {"logprobs", logprobs ? CompletionLogprobsJson(*logprobs, text_offset) : json(nullptr)},
       {"finish_reason", FinishReasonJson(finish)}};

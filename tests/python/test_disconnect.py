@@ -59,10 +59,11 @@ def test_disconnect_cancels_streaming_generation(server):
     assert time.time() - t0 < 3
 
 
-def send_long_completion(port: int, max_tokens: int) -> socket.socket:
-    """Opens a connection and sends a non-streaming completion that would run for a long time."""
+def send_long_completion(port: int, max_tokens: int, n: int = 1) -> socket.socket:
+    """Opens a connection and sends a non-streaming completion (of `n` choices) that would run
+    for a long time."""
     body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": max_tokens,
-                       "ignore_eos": True, "temperature": 0}).encode()
+                       "ignore_eos": True, "temperature": 0, "n": n}).encode()
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -97,6 +98,21 @@ def test_disconnect_cancels_whole_response_generation(server):
     max_tokens = 1500
     sock = send_long_completion(server.port, max_tokens)
     text = close_once_running_and_wait_cancelled(server, sock, cancelled0)
+    generated = metric_value(text, "kinfer_runtime_generation_tokens_total") - gen0
+    assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
+
+
+def test_disconnect_cancels_every_choice(server):
+    # n = 3: three engine requests behind one connection; closing it ends all three (the runtime
+    # is idle again), long before any of them could have generated its tokens.
+    before = scrape(server)
+    cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
+    gen0 = metric_value(before, "kinfer_runtime_generation_tokens_total")
+    max_tokens = 1500
+    sock = send_long_completion(server.port, max_tokens, n=3)
+    text = close_once_running_and_wait_cancelled(server, sock, cancelled0)
+    # One HTTP request, counted once.
+    assert metric_value(text, "kinfer_runtime_requests_total", 'status="cancelled"') == cancelled0 + 1
     generated = metric_value(text, "kinfer_runtime_generation_tokens_total") - gen0
     assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
 

@@ -46,7 +46,8 @@ CASES = [
      "max_tokens"),
     ("temperature_out_of_range", CHAT, json.dumps({"messages": MSG, "temperature": 5}).encode(),
      400, "temperature"),
-    ("n_two", CHAT, json.dumps({"messages": MSG, "n": 2}).encode(), 400, "n"),
+    ("n_zero", CHAT, json.dumps({"messages": MSG, "n": 0}).encode(), 400, "n"),
+    ("n_past_openai_limit", CHAT, json.dumps({"messages": MSG, "n": 129}).encode(), 400, "n"),
     ("logit_bias_not_an_object", CHAT, json.dumps({"messages": MSG, "logit_bias": [[1, 5]]})
      .encode(), 400, "logit_bias"),
     ("logit_bias_key_not_an_id", CHAT, json.dumps({"messages": MSG, "logit_bias": {"a": 5}})

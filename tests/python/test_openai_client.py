@@ -154,3 +154,49 @@ def test_logit_bias_bans_the_greedy_token_and_forces_another(client, server):
                                        max_tokens=3, temperature=0, stream=True,
                                        logit_bias={str(forced_id): 100})
     assert "".join(c.choices[0].text for c in chunks if c.choices) == piece * 3
+
+
+def test_n_choices_are_the_seeded_requests_seed_plus_index(client, server):
+    # Choice i of a seeded n-choice request is the one-choice request with seed + i: each choice
+    # is reproducible, and they differ.
+    args = dict(model=server.model, messages=PROMPT, temperature=1.0, max_tokens=12)
+    r = client.chat.completions.create(n=3, seed=41, **args)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    singles = [client.chat.completions.create(n=1, seed=41 + i, **args) for i in range(3)]
+    for c, one in zip(r.choices, singles):
+        assert c.message.content == one.choices[0].message.content
+        assert c.finish_reason == one.choices[0].finish_reason
+    assert len({c.message.content for c in r.choices}) > 1
+    # Usage: the prompt once, every choice's tokens.
+    assert r.usage.prompt_tokens == singles[0].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+
+
+def test_n_choices_stream_interleaved_each_with_its_index(client, server):
+    args = dict(model=server.model, prompt="Once upon a time", temperature=0.9, max_tokens=10,
+                seed=7)
+    whole = client.completions.create(n=2, **args)
+    texts, finishes, usage = {}, {}, None
+    for chunk in client.completions.create(n=2, stream=True,
+                                           stream_options={"include_usage": True}, **args):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.finish_reason is not None:
+                assert c.index not in finishes  # one finish per choice
+                finishes[c.index] = c.finish_reason
+    assert texts == {c.index: c.text for c in whole.choices}
+    assert finishes == {c.index: c.finish_reason for c in whole.choices}
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    # Chat: every choice gets its role chunk first, and greedy choices are all the same answer.
+    roles, content = {}, {}
+    for chunk in client.chat.completions.create(model=server.model, messages=PROMPT, n=2,
+                                                temperature=0, max_tokens=8, stream=True):
+        for c in chunk.choices:
+            if c.delta.role:
+                assert c.index not in content
+                roles[c.index] = c.delta.role
+            content[c.index] = content.get(c.index, "") + (c.delta.content or "")
+    assert roles == {0: "assistant", 1: "assistant"}
+    assert content[0] == content[1] and "Paris" in content[0]

@@ -50,3 +50,15 @@ def test_runtime_errors_pass_through(stack, sidecar_client):
         sidecar_client.chat.completions.create(model="no-such-model", messages=PROMPT,
                                                max_tokens=4)
     assert requests.get(stack.url + "/ready", timeout=5).status_code == 200
+
+
+def test_n_choices_through_sidecar(stack, sidecar_client, server):
+    # The sidecar passes n through: both choices, whole and streamed, each with its index.
+    args = dict(model=server.model, messages=PROMPT, temperature=0.8, seed=5, max_tokens=8, n=2)
+    whole = sidecar_client.chat.completions.create(**args)
+    assert [c.index for c in whole.choices] == [0, 1]
+    streamed = {}
+    for chunk in sidecar_client.chat.completions.create(stream=True, **args):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
+    assert streamed == {c.index: c.message.content for c in whole.choices}

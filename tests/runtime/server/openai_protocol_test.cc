@@ -84,6 +84,16 @@ TEST(ParseChatTest, ReadsLogitBiasSortedByIdAndChecksItAgainstTheVocabulary) {
   EXPECT_EQ(e->sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, -1.0f}}));
 }
 
+TEST(ParseChatTest, ReadsNChoices) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"n":128})", &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->n, 128);
+  auto c = ParseCompletionRequest(R"({"prompt":"x"})", &d);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->n, 1);
+}
+
 TEST(ParseChatTest, LogitBiasHasAnEntryLimit) {
   std::string body = R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{)";
   for (int i = 0; i <= kMaxLogitBias; ++i) {
@@ -170,7 +180,9 @@ TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
   EXPECT_EQ(ChatError("{" + m + R"(,"temperature":"hot"})").param, "temperature");
   EXPECT_EQ(ChatError("{" + m + R"(,"temperature":3})").param, "temperature");
   EXPECT_EQ(ChatError("{" + m + R"(,"top_p":1.5})").param, "top_p");
-  EXPECT_EQ(ChatError("{" + m + R"(,"n":2})").param, "n");
+  EXPECT_EQ(ChatError("{" + m + R"(,"n":0})").param, "n");
+  EXPECT_EQ(ChatError("{" + m + R"(,"n":129})").param, "n");
+  EXPECT_EQ(ChatError("{" + m + R"(,"n":2.5})").param, "n");
   EXPECT_EQ(ChatError("{" + m + R"(,"stream":"yes"})").param, "stream");
   EXPECT_EQ(ChatError("{" + m + R"(,"stream_options":{"include_usage":true}})").param,
             "stream_options");
@@ -313,6 +325,35 @@ TEST(ResponsesTest, ChatCompletionShape) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["usage"],
             json({{"prompt_tokens", 10}, {"completion_tokens", 3}, {"total_tokens", 13}}));
+}
+
+TEST(ResponsesTest, SeveralChoicesAreIndexedInOrder) {
+  ResponseMeta meta{"chatcmpl-x", 7, "m"};
+  std::vector<TokenLogprob> lps(1);
+  lps[0].token = 5;
+  lps[0].text = "b";
+  const std::vector<ChoiceOutput> choices = {{"a", FinishReason::kStop, nullptr},
+                                             {"b", FinishReason::kLength, &lps}};
+  json chat = ChatCompletionJson(meta, choices, Usage{3, 4});
+  ASSERT_EQ(chat["choices"].size(), 2u);
+  EXPECT_EQ(chat["choices"][0]["index"], 0);
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "a");
+  EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(chat["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(chat["choices"][1]["index"], 1);
+  EXPECT_EQ(chat["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(chat["choices"][1]["logprobs"]["content"].size(), 1u);
+  EXPECT_EQ(chat["usage"]["total_tokens"], 7);
+  json text = CompletionJson(meta, choices, Usage{3, 4});
+  EXPECT_EQ(text["choices"][1]["index"], 1);
+  EXPECT_EQ(text["choices"][1]["text"], "b");
+  std::string t = "c";
+  EXPECT_EQ(
+      ChatChunkJson(meta, false, &t, nullptr, FinishReason::kNone, false, 2)["choices"][0]["index"],
+      2);
+  EXPECT_EQ(CompletionChunkJson(meta, t, nullptr, 0, FinishReason::kNone, false,
+                                3)["choices"][0]["index"],
+            3);
 }
 
 TEST(ResponsesTest, ChatLogprobsShape) {
