@@ -68,10 +68,10 @@ void RequestStream::Push(StreamEvent ev) {
 // A submitted request's state, owned by the engine thread.
 struct Engine::Active {
   Active(GenerationRequest r, std::shared_ptr<RequestStream> st, const Tokenizer& tok,
-         std::chrono::steady_clock::time_point enq)
+         std::chrono::steady_clock::time_point enq, std::unique_ptr<TokenConstraint> constraint)
       : req(std::move(r)),
         stream(std::move(st)),
-        sampler(req.sampling),
+        sampler(req.sampling, std::move(constraint)),
         stops(req.stop),
         decoder(tok, req.echo_special),
         history(req.prompt_tokens),
@@ -349,11 +349,34 @@ void Engine::Loop() {
   FlushOutbox();
 }
 
+std::shared_ptr<const ConstraintVocab> Engine::ConstraintVocabulary() {
+  if (constraint_vocab_) return constraint_vocab_;
+  auto v = std::make_shared<ConstraintVocab>();
+  const int32_t n = tokenizer_->vocab_size();
+  v->bytes.resize(static_cast<size_t>(n));
+  v->kind.resize(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    const size_t i = static_cast<size_t>(id);
+    if (tokenizer_->IsEndOfGeneration(id)) {
+      v->kind[i] = ConstraintVocab::kEndOfGeneration;
+      continue;
+    }
+    v->bytes[i] = tokenizer_->TokenToPiece(id, /*special=*/false);
+    v->kind[i] = tokenizer_->IsControl(id) || v->bytes[i].empty() ? ConstraintVocab::kNever
+                                                                  : ConstraintVocab::kText;
+  }
+  constraint_vocab_ = std::move(v);
+  return constraint_vocab_;
+}
+
 void Engine::Admit(std::deque<Pending>* inbox) {
   const auto now = std::chrono::steady_clock::now();
   for (Pending& p : *inbox) {
+    std::unique_ptr<TokenConstraint> constraint;
+    if (p.request.json_object)
+      constraint = std::make_unique<JsonObjectConstraint>(ConstraintVocabulary());
     auto a = std::make_unique<Active>(std::move(p.request), std::move(p.stream), *tokenizer_,
-                                      p.enqueued);
+                                      p.enqueued, std::move(constraint));
     const int want = a->req.speculative_tokens;
     const int server_max = std::max(0, options_.spec.max_tokens);
     a->spec_tokens =

@@ -64,6 +64,7 @@
 #include "runtime/engine/stream_notifier.h"
 #include "runtime/model/llama_model.h"  // SequenceBatch
 #include "runtime/sample/draw.h"
+#include "runtime/sample/token_constraint.h"
 #include "runtime/sched/step_plan.h"
 
 namespace kinfer {
@@ -194,6 +195,9 @@ class Engine {
   };
   struct Active;  // a submitted request's engine-thread state (sampler, stops, decoder, stream)
 
+  // The vocabulary as constrained decoding sees it; built on first use (engine thread).
+  std::shared_ptr<const ConstraintVocab> ConstraintVocabulary();
+
   // Items with logits, in batch order.
   struct SampledItem {
     const ScheduledSeq* item;  // in its step's plan
@@ -258,6 +262,7 @@ class Engine {
   ModelBackend* backend_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
+  std::shared_ptr<const ConstraintVocab> constraint_vocab_;  // engine thread
   int context_length_ = 0;
 
   std::mutex mu_;

@@ -28,6 +28,9 @@ struct GenerationRequest {
   // (EngineOptions::spec), 0 = off; more than the server's maximum is clamped to it
   // (kSpeculativeServerMax: as many as the server allows).
   int speculative_tokens = -1;
+  // OpenAI's response_format {"type": "json_object"}: the output is constrained to one JSON
+  // object (runtime/sample/token_constraint.h); sampled on the host.
+  bool json_object = false;
 };
 inline constexpr int kSpeculativeServerMax = 1 << 30;
 

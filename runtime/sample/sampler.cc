@@ -22,12 +22,25 @@ uint64_t RandomSeed() {
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
+Sampler::Sampler(const SamplingParams& params, std::unique_ptr<TokenConstraint> constraint)
+    : params_(params),
+      constraint_(std::move(constraint)),
+      rng_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
+
+void Sampler::Adjust(std::span<float> logits, std::span<const int32_t> history) {
+  AdjustLogits(params_, history, logits);
+  if (constraint_) constraint_->Mask(logits);
+}
+
+int32_t Sampler::Chose(int32_t token) {
+  if (constraint_) constraint_->Accept(token);
+  return token;
+}
 
 bool Sampler::IsPlainDraw() const {
   return params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-         params_.presence_penalty == 0.0f && params_.logprobs < 0 && params_.logit_bias.empty();
+         params_.presence_penalty == 0.0f && params_.logprobs < 0 && params_.logit_bias.empty() &&
+         constraint_ == nullptr;
 }
 
 DrawParams Sampler::draw_params() const {
@@ -50,11 +63,11 @@ double Sampler::Uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history,
                         TokenLogprob* lp) {
   assert(!logits.empty());
-  AdjustLogits(params_, history, logits);
+  Adjust(logits, history);
 
   const int32_t chosen = DrawToken(logits, NextDraw(), &candidates_, &probs_);
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
-  return chosen;
+  return Chose(chosen);
 }
 
 double ProbabilityOf(const TokenDistribution& d, int32_t id) {
@@ -85,7 +98,7 @@ void Sampler::SurvivorDistribution(TokenDistribution* out) {
 void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> history,
                            TokenDistribution* out) {
   assert(!logits.empty());
-  AdjustLogits(params_, history, logits);
+  Adjust(logits, history);
   if (params_.temperature <= 0.0f) {
     out->assign(1, {ArgmaxLowestId(logits), 1.0});
     return;
@@ -116,7 +129,7 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
   assert(!logits.empty());
   int32_t chosen;
   if (params_.temperature <= 0.0f) {
-    AdjustLogits(params_, history, logits);
+    Adjust(logits, history);
     chosen = ArgmaxLowestId(logits);
     *accepted = chosen == draft;
   } else {
@@ -141,7 +154,7 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
     }
   }
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
-  return chosen;
+  return Chose(chosen);
 }
 
 void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp) {

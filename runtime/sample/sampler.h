@@ -6,10 +6,13 @@
 //
 // The chain, in llama.cpp's order (common_sampler's default order, with temperature last):
 //
-//   logit_bias -> penalties -> [temperature == 0: argmax, ties to the lowest id; done]
+//   logit_bias -> penalties -> constraint -> [temperature == 0: argmax, ties to the lowest id;
+//   done]
 //             -> top-k -> top-p -> min-p -> temperature -> softmax -> draw
 //
 //   * logit_bias (OpenAI): each listed token's bias is added to its logit.
+//   * constraint (token_constraint.h; none by default): tokens that may not come next get -inf;
+//     the token drawn is then passed to it (Sample and Verify), so it follows the text.
 //   * penalties (see penalties.h): over the last penalty_last_n tokens of the history, repetition
 //   as
 //     llama.cpp's repeat_penalty (logit > 0 ? logit / p : logit * p), then frequency and presence
@@ -37,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <utility>
@@ -45,6 +49,7 @@
 #include "runtime/engine/request.h"
 #include "runtime/sample/draw.h"
 #include "runtime/sample/sampling_params.h"
+#include "runtime/sample/token_constraint.h"
 
 namespace kinfer {
 
@@ -60,7 +65,8 @@ class Sampler {
  public:
   // REQUIRES: params passed ValidateSamplingParams (sampling_validation.h). Values outside the
   // ranges are not checked here; they give well-defined but meaningless results.
-  explicit Sampler(const SamplingParams& params);
+  explicit Sampler(const SamplingParams& params,
+                   std::unique_ptr<TokenConstraint> constraint = nullptr);
 
   // Picks the next token.
   //
@@ -105,8 +111,9 @@ class Sampler {
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
 
   // True when Sample() reads nothing but the raw logits and, unless greedy, one PRNG output: no
-  // logit bias, no penalties, no logprobs. Such a token can be drawn where the logits are
-  // (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the host.
+  // logit bias, no penalties, no logprobs, no constraint. Such a token can be drawn where the
+  // logits are (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the
+  // host.
   bool IsPlainDraw() const;
   // This request's draw settings (uniform 0).
   DrawParams draw_params() const;
@@ -125,7 +132,13 @@ class Sampler {
   // A uniform double in [0, 1) from one PRNG output.
   double Uniform01();
 
+  // The logits before truncation: AdjustLogits, then the constraint's mask.
+  void Adjust(std::span<float> logits, std::span<const int32_t> history);
+  // Passes the chosen token to the constraint.
+  int32_t Chose(int32_t token);
+
   SamplingParams params_;
+  std::unique_ptr<TokenConstraint> constraint_;
   std::mt19937_64 rng_;
   // Scratch reused across steps: (logit, id) pairs of the tokens still in the running.
   DrawCandidates candidates_;

@@ -276,10 +276,23 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
       return Invalid(d, "tools", "tools are not supported");
   }
   if (const json* rf = Field(obj, "response_format")) {
-    if (!rf->is_object() || rf->value("type", std::string()) != "text") {
+    const json* type = rf->is_object() ? Field(*rf, "type") : nullptr;
+    const std::string t = type != nullptr && type->is_string() ? type->get<std::string>() : "";
+    if (t == "json_object") {
+      r->json_object = true;
+    } else if (t != "text") {
       return Invalid(d, "response_format",
-                     "only response_format {\"type\": \"text\"} is supported");
+                     t == "json_schema"
+                         ? "response_format json_schema is not supported (json_object is: any "
+                           "one JSON object)"
+                         : "response_format must be {\"type\": \"text\"} or "
+                           "{\"type\": \"json_object\"}");
     }
+  }
+  if (r->json_object && r->ignore_eos) {
+    return Invalid(d, "ignore_eos",
+                   "'ignore_eos' cannot be combined with response_format json_object (the "
+                   "object ends the output)");
   }
   return Status::Ok();
 }
@@ -520,6 +533,7 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.stop = req.stop;
   g.ignore_eos = req.ignore_eos;
   g.speculative_tokens = req.speculative_tokens;
+  g.json_object = req.json_object;
   return g;
 }
 

@@ -66,6 +66,8 @@ struct ParsedRequest {
   // Speculative decoding: `speculative` true / false, or {"n_max": N} (also llama.cpp's flat
   // "speculative.n_max": N); as GenerationRequest::speculative_tokens (true = the server's max).
   int speculative_tokens = -1;
+  // response_format {"type": "json_object"}: the output is one JSON object.
+  bool json_object = false;
 };
 
 // The scheduling class of a request: the body's `priority` when given, else the
@@ -87,7 +89,7 @@ inline constexpr int kDefaultMaxTokensCap = 2048;
 // Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
 // the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
 // range and unsupported features (best_of > 1, echo, tools,
-// response_format other than text, suffix, stream_options without stream).
+// response_format other than text and json_object, suffix, stream_options without stream).
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
 StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
 

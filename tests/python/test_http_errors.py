@@ -57,6 +57,9 @@ CASES = [
     ("logit_bias_out_of_vocab", CHAT, json.dumps({"messages": MSG,
                                                   "logit_bias": {"99999999": 5}}).encode(), 400,
      "logit_bias"),
+    ("json_schema", CHAT, json.dumps({"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}).encode(), 400,
+     "response_format"),
     ("too_many_stops", CHAT, json.dumps({"messages": MSG, "stop": list("abcde")}).encode(), 400,
      "stop"),
     ("missing_prompt", COMPLETIONS, json.dumps({"max_tokens": 3}).encode(), 400, "prompt"),

@@ -200,3 +200,37 @@ def test_n_choices_stream_interleaved_each_with_its_index(client, server):
             content[c.index] = content.get(c.index, "") + (c.delta.content or "")
     assert roles == {0: "assistant", 1: "assistant"}
     assert content[0] == content[1] and "Paris" in content[0]
+
+
+def test_response_format_json_object_gives_one_json_object(client, server):
+    # A prompt that asks for no JSON at all, sampled hot: the output is still one JSON object
+    # whenever the model ends it (finish_reason "stop"); cut by max_tokens, it is a prefix of one.
+    import json
+    ended = 0
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": "Tell me a story."}],
+            temperature=1.0, seed=seed, max_tokens=300, response_format={"type": "json_object"})
+        choice = r.choices[0]
+        text = choice.message.content
+        assert text.lstrip().startswith("{"), text
+        if choice.finish_reason == "stop":
+            ended += 1
+            assert isinstance(json.loads(text), dict), text
+    assert ended >= 1
+    # Greedy and streamed: the same object as the whole response.
+    args = dict(model=server.model, messages=[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Give the capital of France as JSON with keys country and "
+                                    "capital."}],
+                temperature=0, max_tokens=100, response_format={"type": "json_object"})
+    whole = client.chat.completions.create(**args)
+    assert whole.choices[0].finish_reason == "stop"
+    obj = json.loads(whole.choices[0].message.content)
+    assert obj.get("capital") == "Paris", obj
+    streamed = "".join(c.choices[0].delta.content or ""
+                       for c in client.chat.completions.create(stream=True, **args) if c.choices)
+    assert streamed == whole.choices[0].message.content
+    # Speculative decoding verifies its drafts under the same constraint: the same greedy text.
+    spec = client.chat.completions.create(extra_body={"speculative": True}, **args)
+    assert spec.choices[0].message.content == whole.choices[0].message.content

@@ -94,6 +94,21 @@ TEST(ParseChatTest, ReadsNChoices) {
   EXPECT_EQ(c->n, 1);
 }
 
+TEST(ParseChatTest, ResponseFormatJsonObjectReachesTheEngineRequest) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+      &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->json_object);
+  EXPECT_TRUE(ToGenerationRequest(*r, {1}, 4).json_object);
+  auto t = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})", &d);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->json_object);
+  EXPECT_FALSE(ToGenerationRequest(*t, {1}, 4).json_object);
+}
+
 TEST(ParseChatTest, LogitBiasHasAnEntryLimit) {
   std::string body = R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{)";
   for (int i = 0; i <= kMaxLogitBias; ++i) {
@@ -205,8 +220,13 @@ TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
   EXPECT_EQ(ChatError("{" + m + R"(,"model":5})").param, "model");
   EXPECT_EQ(ChatError("{" + m + R"(,"echo":true})").param, "echo");
   EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function"}]})").param, "tools");
-  EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_object"}})").param,
+  EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_schema"}})").param,
             "response_format");
+  EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"yaml"}})").param, "response_format");
+  EXPECT_EQ(ChatError("{" + m + R"(,"response_format":"json_object"})").param, "response_format");
+  EXPECT_EQ(
+      ChatError("{" + m + R"(,"response_format":{"type":"json_object"},"ignore_eos":true})").param,
+      "ignore_eos");
 }
 
 TEST(ParseCompletionTest, AcceptsEveryPromptShape) {

@@ -1,0 +1,60 @@
+// Constrained decoding: which tokens may come next, applied to the logits before the draw.
+//
+//   ConstraintVocab   the vocabulary as a constraint sees it: each token's bytes, and whether it
+//                     ends generation (end-of-generation ids) or can never be chosen under a
+//                     constraint (other control tokens, tokens with no bytes). Built once per
+//                     engine from the tokenizer.
+//   TokenConstraint   the interface a Sampler calls: Mask the logits, then Accept the token drawn.
+//   JsonObjectConstraint  OpenAI's response_format {"type": "json_object"}: the text is one JSON
+//                     object (JsonRecognizer); end-of-generation tokens are allowed only once it is
+//                     complete, and then nothing else is.
+//
+// The check is on token bytes as the model emits them, so the streamed text is that object (a
+// response cut by max_tokens is a prefix of one, with finish_reason "length", as OpenAI's).
+//
+// Cost: Mask tries every token's bytes against a copy of the state: about the vocabulary's total
+// bytes per step (~250 KB for a 49,152-token vocabulary).
+//
+// Thread safety: a constraint belongs to its request's Sampler (one thread); a ConstraintVocab is
+// immutable and shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/sample/json_recognizer.h"
+
+namespace kinfer {
+
+struct ConstraintVocab {
+  enum Kind : uint8_t { kText = 0, kEndOfGeneration = 1, kNever = 2 };
+  std::vector<std::string> bytes;  // per id
+  std::vector<uint8_t> kind;       // per id, a Kind
+};
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logit of every token that may not come next to -infinity. At least one token stays
+  // allowed: when the constraint allows none, the end-of-generation tokens are.
+  virtual void Mask(std::span<float> logits) const = 0;
+  // The token chosen (allowed by Mask, or an end-of-generation token).
+  virtual void Accept(int32_t token) = 0;
+};
+
+class JsonObjectConstraint : public TokenConstraint {
+ public:
+  explicit JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab);
+  void Mask(std::span<float> logits) const override;
+  void Accept(int32_t token) override;
+  bool complete() const { return state_.complete(); }
+
+ private:
+  std::shared_ptr<const ConstraintVocab> vocab_;
+  JsonRecognizer state_;
+};
+
+}  // namespace kinfer

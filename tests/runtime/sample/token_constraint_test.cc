@@ -1,0 +1,118 @@
+#include "runtime/sample/token_constraint.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/sample/sampler.h"
+
+namespace kinfer {
+namespace {
+
+// A toy vocabulary: end-of-generation 0, a control token 1, then text pieces.
+std::shared_ptr<const ConstraintVocab> Vocab() {
+  auto v = std::make_shared<ConstraintVocab>();
+  auto add = [&](std::string bytes, uint8_t kind) {
+    v->bytes.push_back(std::move(bytes));
+    v->kind.push_back(kind);
+  };
+  add("", ConstraintVocab::kEndOfGeneration);
+  add("", ConstraintVocab::kNever);
+  for (const char* p : {"{", "}", "{\"",  "\":", "\"", "a",  "b c",   "1",  "0",     ",",  " ", "[",
+                        "]", ":", "true", "nul", "l",  "}}", "Hello", "\n", "\":\"", "\"}"}) {
+    add(p, ConstraintVocab::kText);
+  }
+  return v;
+}
+
+int32_t IdOf(const ConstraintVocab& v, std::string_view bytes) {
+  for (size_t i = 0; i < v.bytes.size(); ++i) {
+    if (v.kind[i] == ConstraintVocab::kText && v.bytes[i] == bytes) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+std::vector<std::string> Allowed(const JsonObjectConstraint& c, const ConstraintVocab& v) {
+  std::vector<float> logits(v.bytes.size(), 0.0f);
+  c.Mask(logits);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isinf(logits[i]))
+      out.push_back(v.kind[i] == ConstraintVocab::kEndOfGeneration ? "<eog>" : v.bytes[i]);
+  }
+  return out;
+}
+
+TEST(JsonObjectConstraintTest, MasksToWhatCanComeNextAndEndsOnlyWhenComplete) {
+  auto v = Vocab();
+  JsonObjectConstraint c(v);
+  EXPECT_EQ(Allowed(c, *v), (std::vector<std::string>{"{", "{\"", " ", "\n"}));
+  c.Accept(IdOf(*v, "{\""));
+  // Inside a key: any text without a raw control character ("\n"), and not a closing quote
+  // followed by anything but a colon ("\"}").
+  EXPECT_EQ(Allowed(c, *v),
+            (std::vector<std::string>{"{",    "}",   "{\"", "\":", "\"",    "a",    "b c",
+                                      "1",    "0",   ",",   " ",   "[",     "]",    ":",
+                                      "true", "nul", "l",   "}}",  "Hello", "\":\""}));
+  c.Accept(IdOf(*v, "a"));
+  c.Accept(IdOf(*v, "\":"));
+  c.Accept(IdOf(*v, "1"));
+  c.Accept(IdOf(*v, "0"));
+  EXPECT_FALSE(c.complete());
+  EXPECT_EQ(Allowed(c, *v), (std::vector<std::string>{"}", "1", "0", ",", " ", "\n"}));
+  c.Accept(IdOf(*v, "}"));
+  EXPECT_TRUE(c.complete());
+  EXPECT_EQ(Allowed(c, *v), (std::vector<std::string>{"<eog>"}));
+}
+
+TEST(JsonObjectConstraintTest, SampledTextIsAlwaysAValidObject) {
+  // Random logits, hot sampling: every run that ends by end-of-generation is one JSON object.
+  auto v = Vocab();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  int completed = 0;
+  for (int run = 0; run < 300; ++run) {
+    SamplingParams p;
+    p.seed = static_cast<uint64_t>(run);
+    p.temperature = 1.5f;
+    Sampler s(p, std::make_unique<JsonObjectConstraint>(v));
+    EXPECT_FALSE(s.IsPlainDraw());
+    std::string text;
+    for (int step = 0; step < 200; ++step) {
+      std::vector<float> logits(v->bytes.size());
+      for (float& l : logits) l = noise(rng);
+      const int32_t tok = s.Sample(logits, {}, nullptr);
+      ASSERT_NE(v->kind[static_cast<size_t>(tok)], ConstraintVocab::kNever);
+      if (v->kind[static_cast<size_t>(tok)] == ConstraintVocab::kEndOfGeneration) {
+        ++completed;
+        EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+        break;
+      }
+      text += v->bytes[static_cast<size_t>(tok)];
+    }
+  }
+  EXPECT_GT(completed, 50);
+}
+
+TEST(JsonObjectConstraintTest, WithNothingAllowedItEndsInsteadOfDrawingFromNothing) {
+  // A vocabulary whose only text is whitespace: once the whitespace bound is reached nothing can
+  // follow, and end-of-generation is offered.
+  auto v = std::make_shared<ConstraintVocab>();
+  v->bytes = {"", std::string(JsonRecognizer::kMaxWhitespaceRun, ' ')};
+  v->kind = {ConstraintVocab::kEndOfGeneration, ConstraintVocab::kText};
+  JsonObjectConstraint c(v);
+  std::vector<float> logits = {0.0f, 0.0f};
+  c.Mask(logits);
+  EXPECT_TRUE(std::isinf(logits[0]));
+  EXPECT_FALSE(std::isinf(logits[1]));
+  c.Accept(1);
+  logits = {-5.0f, 0.0f};
+  c.Mask(logits);
+  EXPECT_FALSE(std::isinf(logits[0]));
+  EXPECT_TRUE(std::isinf(logits[1]));
+}
+
+}  // namespace
+}  // namespace kinfer
