@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "runtime/backend/cpu/matmul.h"
@@ -479,6 +480,21 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
   return reason != FinishReason::kNone;
 }
 
+void Engine::SuppressEnd(const Active& a, std::span<float> row) {
+  if (eog_ids_.empty()) {
+    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+      if (tokenizer_->IsEndOfGeneration(id)) eog_ids_.push_back(id);
+    }
+  }
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  for (int32_t id : eog_ids_) {
+    if (static_cast<size_t>(id) < row.size()) row[static_cast<size_t>(id)] = kOff;
+  }
+  for (int32_t id : a.req.stop_tokens) {
+    if (id >= 0 && static_cast<size_t>(id) < row.size()) row[static_cast<size_t>(id)] = kOff;
+  }
+}
+
 void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out) {
   const size_t nv = backend_->hparams().n_vocab;
   const bool want_lp = a.req.sampling.logprobs >= 0;
@@ -492,6 +508,7 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
     TokenLogprob lp;
     int32_t tok;
     bool accepted = false;
+    if (a.generated < a.req.min_tokens) SuppressEnd(a, row);
     if (j < item.draft.size()) {
       const TokenDistribution* q = j < a.draft_probs.size() ? &a.draft_probs[j] : nullptr;
       tok = a.sampler.Verify(row, a.history, item.draft[j], q, &accepted, want_lp ? &lp : nullptr);
@@ -621,7 +638,9 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   for (const SampledItem& si : w.sampled) {
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
-    if (!si.item->draft.empty() || !smp.IsPlainDraw() || !backend_->CanSample(smp.draw_params())) {
+    if (!si.item->draft.empty() || !smp.IsPlainDraw() ||
+        si.active->generated < si.active->req.min_tokens ||  // (stale by a step: errs to the host)
+        !backend_->CanSample(smp.draw_params())) {
       w.backend = false;
       break;
     }

@@ -197,6 +197,8 @@ class Engine {
 
   // The vocabulary as constrained decoding sees it; built on first use (engine thread).
   std::shared_ptr<const ConstraintVocab> ConstraintVocabulary();
+  // min_tokens: rules out the end-of-generation ids and the request's stop_tokens in `row`.
+  void SuppressEnd(const Active& a, std::span<float> row);
 
   // Items with logits, in batch order.
   struct SampledItem {
@@ -263,6 +265,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   std::shared_ptr<const ConstraintVocab> constraint_vocab_;  // engine thread
+  std::vector<int32_t> eog_ids_;  // end-of-generation ids, filled on first use; engine thread
   int context_length_ = 0;
 
   std::mutex mu_;

@@ -19,9 +19,12 @@ struct GenerationRequest {
   std::vector<std::string> stop;     // stop strings; matched text is not returned
   std::vector<int32_t> stop_tokens;  // extra stop ids (end-of-generation ids always stop)
   bool ignore_eos = false;           // when true, only max_tokens/stop strings end generation
-  bool echo_special = false;         // render special tokens in the returned text
-  int priority = 0;                  // smaller is served first (the scheduler's class)
-  uint64_t cache_salt = 0;           // prefix-cache tenant: different salts share no KV blocks
+  // vLLM's min_tokens: until this many tokens are generated, end-of-generation tokens and
+  // stop_tokens are ruled out (their logits -inf; sampled on the host). Stop strings still apply.
+  int min_tokens = 0;
+  bool echo_special = false;  // render special tokens in the returned text
+  int priority = 0;           // smaller is served first (the scheduler's class)
+  uint64_t cache_salt = 0;    // prefix-cache tenant: different salts share no KV blocks
   // The request ends with DEADLINE_EXCEEDED once this passes (waiting or generating).
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // Speculative decoding: draft tokens verified per step at most. -1 = the server's default

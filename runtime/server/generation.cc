@@ -283,7 +283,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   ParsedRequest& r = parsed.value();
   ServedModel& model = *ctx.model;
   if (Status s = CheckModel(r, model.name(), &d); !s.ok()) return Reject(m, s, d);
-  if (Status s = CheckLogitBias(r, model.tokenizer().vocab_size(), &d); !s.ok()) {
+  if (Status s = CheckTokenIds(r, model.tokenizer().vocab_size(), &d); !s.ok()) {
     return Reject(m, s, d);
   }
 
@@ -292,6 +292,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   const int n_prompt = static_cast<int>(prompt->size());
   StatusOr<int> max_tokens = ResolveMaxTokens(r, n_prompt, model.engine().context_length(), &d);
   if (!max_tokens.ok()) return Reject(m, max_tokens.status(), d);
+  if (Status s = CheckMinTokens(r, *max_tokens, &d); !s.ok()) return Reject(m, s, d);
 
   StatusOr<int> priority = ResolvePriority(r, request.priority_header, &d);
   if (!priority.ok()) return Reject(m, priority.status(), d);

@@ -233,6 +233,18 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     }
   }
   KINFER_RETURN_IF_ERROR(GetBool(obj, "ignore_eos", &r->ignore_eos, d));
+  if (const json* ids = Field(obj, "stop_token_ids")) {
+    if (!ids->is_array()) {
+      return Invalid(d, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    }
+    if (ids->size() > static_cast<size_t>(kMaxStopTokenIds)) {
+      return Invalid(
+          d, "stop_token_ids",
+          "'stop_token_ids' may hold at most " + std::to_string(kMaxStopTokenIds) + " ids");
+    }
+    KINFER_RETURN_IF_ERROR(GetIdArray(*ids, "stop_token_ids", &r->stop_token_ids, d));
+  }
+  KINFER_RETURN_IF_ERROR(GetIntField(obj, "min_tokens", 0, kIntMax, &r->min_tokens, d));
   KINFER_RETURN_IF_ERROR(GetBool(obj, "cache_prompt", &r->cache_prompt, d));
   if (const json* p = Field(obj, "priority")) {
     if (!p->is_number_integer() || p->get<int64_t>() < -1000000 || p->get<int64_t>() > 1000000) {
@@ -439,15 +451,26 @@ StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetai
   return r;
 }
 
-Status CheckLogitBias(const ParsedRequest& req, int vocab_size, ErrorDetail* d) {
+Status CheckTokenIds(const ParsedRequest& req, int vocab_size, ErrorDetail* d) {
+  auto outside = [&](const char* param, int32_t id) {
+    return Invalid(d, param,
+                   std::string(param) + " token id " + std::to_string(id) +
+                       " is outside the vocabulary (0.." + std::to_string(vocab_size - 1) + ")");
+  };
   for (const auto& [id, bias] : req.sampling.logit_bias) {
-    if (id >= vocab_size) {
-      return Invalid(d, "logit_bias",
-                     "logit_bias token id " + std::to_string(id) +
-                         " is outside the vocabulary (0.." + std::to_string(vocab_size - 1) + ")");
-    }
+    if (id >= vocab_size) return outside("logit_bias", id);
+  }
+  for (int32_t id : req.stop_token_ids) {
+    if (id >= vocab_size) return outside("stop_token_ids", id);
   }
   return Status::Ok();
+}
+
+Status CheckMinTokens(const ParsedRequest& req, int max_tokens, ErrorDetail* d) {
+  if (req.min_tokens <= max_tokens) return Status::Ok();
+  return Invalid(d, "min_tokens",
+                 "'min_tokens' (" + std::to_string(req.min_tokens) +
+                     ") must not exceed max_tokens (" + std::to_string(max_tokens) + ")");
 }
 
 Status CheckModel(const ParsedRequest& req, std::string_view served_model, ErrorDetail* d) {
@@ -532,6 +555,8 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.sampling = req.sampling;
   g.stop = req.stop;
   g.ignore_eos = req.ignore_eos;
+  g.stop_tokens = req.stop_token_ids;
+  g.min_tokens = req.min_tokens;
   g.speculative_tokens = req.speculative_tokens;
   g.json_object = req.json_object;
   return g;

@@ -57,8 +57,10 @@ struct ParsedRequest {
   SamplingParams sampling;        // validated (ValidateSamplingParams); logprobs set below
   std::vector<std::string> stop;  // <= 4, each non-empty
   bool ignore_eos = false;
-  bool logprobs = false;  // report logprobs of the chosen tokens
-  int top_logprobs = 0;   // and this many alternatives per token
+  std::vector<int32_t> stop_token_ids;  // vLLM's: ids that end generation (checked later)
+  int min_tokens = 0;                   // vLLM's: no end before this many tokens (<= max_tokens)
+  bool logprobs = false;                // report logprobs of the chosen tokens
+  int top_logprobs = 0;                 // and this many alternatives per token
   // vLLM's `priority`: smaller is served first (the batching scheduler's class; docs/api.md).
   std::optional<int> priority;
   // llama.cpp's `cache_prompt`: false = this request neither reads nor feeds the prefix cache.
@@ -82,6 +84,7 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
 inline constexpr int kMaxStopSequences = 4;  // as OpenAI
 inline constexpr int kMaxLogitBias = 1024;   // logit_bias entries per request
 inline constexpr int kMaxChoices = 128;      // n, as OpenAI
+inline constexpr int kMaxStopTokenIds = 64;  // stop_token_ids per request
 // When a request gives no max_tokens it may generate up to the context window (like vLLM), but
 // no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.
 inline constexpr int kDefaultMaxTokensCap = 2048;
@@ -93,8 +96,11 @@ inline constexpr int kDefaultMaxTokensCap = 2048;
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
 StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
 
-// INVALID_ARGUMENT (param "logit_bias") when a logit_bias token id is not below `vocab_size`.
-Status CheckLogitBias(const ParsedRequest& req, int vocab_size, ErrorDetail* detail);
+// INVALID_ARGUMENT (param "logit_bias" or "stop_token_ids") when a token id the request names is
+// not below `vocab_size`.
+Status CheckTokenIds(const ParsedRequest& req, int vocab_size, ErrorDetail* detail);
+// INVALID_ARGUMENT (param "min_tokens") when min_tokens exceeds the resolved max_tokens.
+Status CheckMinTokens(const ParsedRequest& req, int max_tokens, ErrorDetail* detail);
 
 // NOT_FOUND (param "model", code "model_not_found") when the request names a model other than
 // `served_model`; OK when it names none.

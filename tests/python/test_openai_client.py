@@ -234,3 +234,28 @@ def test_response_format_json_object_gives_one_json_object(client, server):
     # Speculative decoding verifies its drafts under the same constraint: the same greedy text.
     spec = client.chat.completions.create(extra_body={"speculative": True}, **args)
     assert spec.choices[0].message.content == whole.choices[0].message.content
+
+
+def test_stop_token_ids_and_min_tokens(client, server):
+    # Greedy, the model answers in a few tokens and ends with its end-of-turn token.
+    args = dict(model=server.model, messages=PROMPT, temperature=0, max_tokens=40)
+    plain = client.chat.completions.create(**args)
+    assert plain.choices[0].finish_reason == "stop"
+    short = plain.usage.completion_tokens
+    assert short < 20
+    # stop_token_ids (vLLM's): the answer ends at " Paris", which is not returned.
+    paris_id, piece = token_id(server, " Paris")
+    assert piece == " Paris"
+    cut = client.chat.completions.create(extra_body={"stop_token_ids": [paris_id]}, **args)
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == plain.choices[0].message.content.split(" Paris")[0]
+    # min_tokens (vLLM's): neither the end-of-turn token nor a stop id may end it before 20.
+    longer = client.chat.completions.create(
+        extra_body={"min_tokens": 20, "stop_token_ids": [paris_id]}, **args)
+    assert longer.usage.completion_tokens >= 20
+    assert longer.choices[0].message.content.startswith(
+        plain.choices[0].message.content.split(" Paris")[0])
+    # min_tokens above max_tokens is a 400 naming it.
+    r = requests.post(server.url + "/v1/chat/completions",
+                      json={"messages": PROMPT, "max_tokens": 5, "min_tokens": 6}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens"

@@ -70,12 +70,12 @@ TEST(ParseChatTest, ReadsLogitBiasSortedByIdAndChecksItAgainstTheVocabulary) {
       {0, 100.0f}, {7, 2.5f}, {300, -100.0f}, {2147483647, -100.0f}};
   EXPECT_EQ(r->sampling.logit_bias, want);
   // The largest id is outside any real vocabulary; the others fit one of 301 tokens.
-  EXPECT_FALSE(CheckLogitBias(*r, 301, &d).ok());
+  EXPECT_FALSE(CheckTokenIds(*r, 301, &d).ok());
   EXPECT_EQ(d.param, "logit_bias");
   r->sampling.logit_bias.pop_back();
-  EXPECT_TRUE(CheckLogitBias(*r, 301, &d).ok());
+  EXPECT_TRUE(CheckTokenIds(*r, 301, &d).ok());
   d = {};
-  Status s = CheckLogitBias(*r, 300, &d);
+  Status s = CheckTokenIds(*r, 300, &d);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("300"), std::string::npos) << s.message();
   // An empty object is off, as is an absent one; the completions endpoint reads it too.
@@ -107,6 +107,31 @@ TEST(ParseChatTest, ResponseFormatJsonObjectReachesTheEngineRequest) {
   ASSERT_TRUE(t.ok());
   EXPECT_FALSE(t->json_object);
   EXPECT_FALSE(ToGenerationRequest(*t, {1}, 4).json_object);
+}
+
+TEST(ParseChatTest, StopTokenIdsAndMinTokens) {
+  ErrorDetail d;
+  auto r = ParseCompletionRequest(
+      R"({"prompt":"x","stop_token_ids":[7, 300],"min_tokens":5,"max_tokens":5})", &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stop_token_ids, (std::vector<int32_t>{7, 300}));
+  EXPECT_EQ(r->min_tokens, 5);
+  GenerationRequest g = ToGenerationRequest(*r, {1}, 5);
+  EXPECT_EQ(g.stop_tokens, (std::vector<int32_t>{7, 300}));
+  EXPECT_EQ(g.min_tokens, 5);
+  EXPECT_TRUE(CheckTokenIds(*r, 301, &d).ok());
+  EXPECT_FALSE(CheckTokenIds(*r, 300, &d).ok());
+  EXPECT_EQ(d.param, "stop_token_ids");
+  EXPECT_TRUE(CheckMinTokens(*r, 5, &d).ok());
+  d = {};
+  EXPECT_FALSE(CheckMinTokens(*r, 4, &d).ok());
+  EXPECT_EQ(d.param, "min_tokens");
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(ChatError("{" + m + R"(,"stop_token_ids":5})").param, "stop_token_ids");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stop_token_ids":[-1]})").param, "stop_token_ids");
+  EXPECT_EQ(ChatError("{" + m + R"(,"stop_token_ids":["a"]})").param, "stop_token_ids");
+  EXPECT_EQ(ChatError("{" + m + R"(,"min_tokens":-1})").param, "min_tokens");
+  EXPECT_EQ(ChatError("{" + m + R"(,"min_tokens":"3"})").param, "min_tokens");
 }
 
 TEST(ParseChatTest, LogitBiasHasAnEntryLimit) {
