@@ -92,6 +92,9 @@ struct Engine::Active {
   bool cancel_sent = false;
   bool finished = false;  // its final event is pushed
   int spec_tokens = 0;    // draft tokens per step at most; 0 = no speculation
+  // prompt_logprobs: those of prompt positions [1, prompt_scored), until the first token's event.
+  std::vector<TokenLogprob> prompt_lps;
+  size_t prompt_scored = 1;
   // The distributions the draft offered to the scheduler was drawn from (empty: deterministic).
   std::vector<TokenDistribution> draft_probs;
 };
@@ -388,6 +391,11 @@ void Engine::Admit(std::deque<Pending>* inbox) {
     r.max_tokens = a->req.max_tokens;
     r.priority = a->req.priority;
     r.cache_salt = a->req.cache_salt;
+    if (a->req.prompt_logprobs >= 0) {
+      // Every prompt position must be computed: a salt no other request has, so no cached block
+      // matches (the HTTP layer's private salts have bit 62 clear).
+      r.cache_salt = (uint64_t{3} << 62) | private_salts_++;
+    }
     r.deadline = a->req.deadline;
     Status st = scheduler_->Submit(std::move(r), now);
     if (!st.ok()) {
@@ -476,8 +484,27 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
     ev.queue_seconds = a.queue_seconds;
     a.first_event = false;
   }
+  if (a.generated == 1) ev.prompt_logprobs = std::move(a.prompt_lps);
   Send(a, std::move(ev));
   return reason != FinishReason::kNone;
+}
+
+void Engine::ScorePrompt(Active& a, const ScheduledSeq& item, const float* rows) {
+  const size_t nv = backend_->hparams().n_vocab;
+  const std::vector<int32_t>& prompt = a.req.prompt_tokens;
+  // Row k (position start + k) predicts the token at start + k + 1.
+  for (int k = 0; k < item.length; ++k) {
+    const size_t next = static_cast<size_t>(item.start + k) + 1;
+    if (next >= prompt.size()) break;
+    if (next < a.prompt_scored) continue;  // scored before (a chunk recomputed after preemption)
+    TokenLogprob lp;
+    TokenLogprobOf(std::span<const float>(rows + static_cast<size_t>(k) * nv, nv), prompt[next],
+                   a.req.prompt_logprobs, &lp);
+    lp.text = tokenizer_->TokenToPiece(lp.token, true);
+    for (TopLogprob& top : lp.top) top.text = tokenizer_->TokenToPiece(top.token, true);
+    a.prompt_lps.push_back(std::move(lp));
+    a.prompt_scored = next + 1;
+  }
 }
 
 void Engine::SuppressEnd(const Active& a, std::span<float> row) {
@@ -601,7 +628,9 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   const StepPlan& plan = w.plan;
   w.batch.clear();
   w.sampled.clear();
+  w.scored.clear();
   w.drafted.clear();
+  size_t rows = 0;  // logits rows so far, in batch order
   if (plan.num_draft_tokens > 0) w.drafted.reserve(plan.decodes.size());
   for (const std::vector<ScheduledSeq>* items : {&plan.decodes, &plan.prefills}) {
     for (const ScheduledSeq& item : *items) {
@@ -628,13 +657,28 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
       b.blocks = scheduler_->BlockTable(item.id);
       b.want_logits = item.sample;
       b.mode = ForwardMode::kPrompt;  // see cache_generated_blocks above
+      // A prompt chunk of a request that scores its prompt: a row for every position.
+      const bool score = a != nullptr && !a->finished && a->req.prompt_logprobs >= 0 &&
+                         item.draft.empty() &&
+                         static_cast<size_t>(item.start) + 1 < a->req.prompt_tokens.size() &&
+                         static_cast<size_t>(item.start + item.length) >= a->prompt_scored;
+      if (score) {
+        b.want_logits = true;
+        b.num_logits = item.length;
+        w.scored.push_back(ScoredItem{&item, a, rows});
+      }
+      if (item.sample) {
+        const size_t first = rows + static_cast<size_t>(b.num_logits) -
+                             (item.draft.empty() ? 1 : static_cast<size_t>(b.num_logits));
+        w.sampled.push_back(SampledItem{&item, a, first});
+      }
+      if (b.want_logits) rows += static_cast<size_t>(b.num_logits);
       w.batch.push_back(b);
-      if (item.sample) w.sampled.push_back(SampledItem{&item, a});
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
   // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back.
-  w.backend = options_.backend_sampling && !w.sampled.empty();
+  w.backend = options_.backend_sampling && !w.sampled.empty() && w.scored.empty();
   for (const SampledItem& si : w.sampled) {
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
@@ -688,11 +732,13 @@ void Engine::Emit(StepWork& w) {
   const size_t nv = backend_->hparams().n_vocab;
   StepResult& result = step_result_;
   result.sampled.clear();
-  size_t row = 0;
+  // Prompt logprobs first: they go out with the first token, which this step may sample.
+  for (const ScoredItem& sc : w.scored) {
+    if (!sc.active->finished) ScorePrompt(*sc.active, *sc.item, step_logits_.data() + sc.row * nv);
+  }
   for (size_t i = 0; i < w.sampled.size(); ++i) {
     const SampledItem& si = w.sampled[i];
     const ScheduledSeq& item = *si.item;
-    const size_t rows = item.draft.empty() ? 1 : static_cast<size_t>(item.length);
     // A sequence that ended after this step was planned (a late stop ahead): its row is thrown
     // away.
     if (si.active != nullptr && !si.active->finished) {
@@ -700,11 +746,10 @@ void Engine::Emit(StepWork& w) {
       if (w.backend) {
         EmitChosen(*si.active, item, w.chosen[i], &t);
       } else {
-        SampleItem(*si.active, item, step_logits_.data() + row * nv, &t);
+        SampleItem(*si.active, item, step_logits_.data() + si.row * nv, &t);
       }
       result.sampled.push_back(t);
     }
-    row += rows;
   }
   StatusOr<std::vector<FinishedSeq>> done = scheduler_->OnStepDone(result);
   if (!done.ok()) {  // a mismatch between plan and result is a bug: fail the step's sequences

@@ -197,6 +197,8 @@ class Engine {
 
   // The vocabulary as constrained decoding sees it; built on first use (engine thread).
   std::shared_ptr<const ConstraintVocab> ConstraintVocabulary();
+  // prompt_logprobs: records the logprobs of the prompt positions a chunk's rows predict.
+  void ScorePrompt(Active& a, const ScheduledSeq& item, const float* rows);
   // min_tokens: rules out the end-of-generation ids and the request's stop_tokens in `row`.
   void SuppressEnd(const Active& a, std::span<float> row);
 
@@ -204,6 +206,13 @@ class Engine {
   struct SampledItem {
     const ScheduledSeq* item;  // in its step's plan
     Active* active;            // null: not a request of this engine (cannot happen)
+    size_t row = 0;            // its first logits row (the last of its entry's, unless drafted)
+  };
+  // Prompt chunks whose every position has a logits row (GenerationRequest::prompt_logprobs).
+  struct ScoredItem {
+    const ScheduledSeq* item;
+    Active* active;
+    size_t row = 0;  // the row of the chunk's first position
   };
   // A step from its plan to its results, kept across steps (steady state allocates none of
   // these; a fresh logits buffer would cost a page fault per 4 KB every step).
@@ -211,6 +220,7 @@ class Engine {
     StepPlan plan;
     std::vector<SequenceBatch> batch;
     std::vector<SampledItem> sampled;
+    std::vector<ScoredItem> scored;
     // Decode items with a draft feed their last token and the draft: tokens not yet in the
     // sequence, kept here until the step is launched (the batch points into them).
     std::vector<std::vector<int32_t>> drafted;
@@ -265,6 +275,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   std::shared_ptr<const ConstraintVocab> constraint_vocab_;  // engine thread
+  uint64_t private_salts_ = 0;    // prompt_logprobs requests' cache salts; engine thread
   std::vector<int32_t> eog_ids_;  // end-of-generation ids, filled on first use; engine thread
   int context_length_ = 0;
 

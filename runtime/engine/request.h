@@ -34,6 +34,11 @@ struct GenerationRequest {
   // OpenAI's response_format {"type": "json_object"}: the output is constrained to one JSON
   // object (runtime/sample/token_constraint.h); sampled on the host.
   bool json_object = false;
+  // The prompt's own logprobs (completions' echo with logprobs): -1 = off; else each prompt
+  // token after the first gets its logprob given the tokens before it, with this many
+  // alternatives. Such a request neither reads nor feeds the prefix cache (every position is
+  // computed).
+  int prompt_logprobs = -1;
 };
 inline constexpr int kSpeculativeServerMax = 1 << 30;
 
@@ -59,6 +64,9 @@ struct StreamEvent {
   std::string text;             // new text; never splits a UTF-8 sequence; stop text held back
   std::vector<int32_t> tokens;  // tokens generated since the previous event
   std::vector<TokenLogprob> logprobs;  // one per token when requested
+  // With GenerationRequest::prompt_logprobs, on the event of the first generated token: one per
+  // prompt token after the first, in order.
+  std::vector<TokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   Status error;  // set when finish == kError
   // Filled on the first event: seconds from Submit() until the engine started the request.

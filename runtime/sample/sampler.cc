@@ -158,20 +158,23 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
 }
 
 void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp) {
+  TokenLogprobOf(logits, chosen, params_.logprobs, lp);
+}
+
+void TokenLogprobOf(std::span<const float> logits, int32_t token, int top, TokenLogprob* lp) {
   float max_logit = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_logit = std::max(max_logit, l);
   double total = 0.0;
   for (float l : logits) total += std::exp(static_cast<double>(l - max_logit));
   const double log_z = static_cast<double>(max_logit) + std::log(total);
 
-  lp->token = chosen;
+  lp->token = token;
   lp->text.clear();
-  lp->logprob =
-      static_cast<float>(static_cast<double>(logits[static_cast<size_t>(chosen)]) - log_z);
+  lp->logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - log_z);
   lp->top.clear();
-  if (params_.logprobs <= 0) return;
+  if (top <= 0) return;
 
-  const size_t n = std::min(logits.size(), static_cast<size_t>(params_.logprobs));
+  const size_t n = std::min(logits.size(), static_cast<size_t>(top));
   // Keep the n best in a small sorted buffer: one pass over the vocabulary, no full copy.
   std::vector<std::pair<float, int32_t>> best;
   best.reserve(n + 1);

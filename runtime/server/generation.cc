@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -129,6 +130,37 @@ void AppendLogprobs(std::vector<TokenLogprob>* all, std::vector<TokenLogprob>& a
   for (TokenLogprob& t : add) all->push_back(std::move(t));
 }
 
+// Completions' echo: what goes before each choice's own text and logprobs.
+struct Echo {
+  bool on = false;
+  std::string text;                   // the prompt as the client gave it (ids: decoded)
+  std::optional<TokenLogprob> first;  // with logprobs: the first prompt token, unscored (NaN)
+
+  // The echo's logprobs: the first prompt token, then the engine's for the others.
+  std::vector<TokenLogprob> Logprobs(std::vector<TokenLogprob>& scored) const {
+    std::vector<TokenLogprob> out;
+    out.reserve(scored.size() + 1);
+    if (first) out.push_back(*first);
+    for (TokenLogprob& t : scored) out.push_back(std::move(t));
+    return out;
+  }
+};
+
+Echo MakeEcho(const ParsedRequest& r, const std::vector<int32_t>& prompt, const Tokenizer& tok) {
+  Echo e;
+  e.on = r.echo;
+  if (!e.on) return e;
+  e.text = r.prompt_is_ids ? tok.Decode(prompt, /*special=*/false) : r.prompt;
+  if (r.logprobs && !prompt.empty()) {
+    TokenLogprob t;
+    t.token = prompt[0];
+    t.text = tok.TokenToPiece(prompt[0], true);
+    t.logprob = std::numeric_limits<float>::quiet_NaN();
+    e.first = std::move(t);
+  }
+  return e;
+}
+
 // How a request whose choices have all ended went: the first error, else the first
 // cancellation, else kStop (every choice ended as it should).
 struct Outcome {
@@ -157,11 +189,12 @@ struct Outcome {
   }
 };
 
-HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta, ChoiceStreams& cs,
-                           RequestTimer timer, const GenerationContext& ctx,
+HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta& meta,
+                           ChoiceStreams& cs, RequestTimer timer, const GenerationContext& ctx,
                            const std::function<bool()>& client_gone) {
   std::vector<ChoiceOutput> choices(cs.size());
   std::vector<std::vector<TokenLogprob>> lps(cs.size());
+  std::vector<std::vector<TokenLogprob>> prompt_lps(cs.size());
   Outcome outcome;
   StreamEvent ev;
   bool gone = false;
@@ -178,6 +211,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta, Cho
     timer.OnEvent(ev, i);
     choices[static_cast<size_t>(i)].text += ev.text;
     AppendLogprobs(&lps[static_cast<size_t>(i)], ev.logprobs);
+    AppendLogprobs(&prompt_lps[static_cast<size_t>(i)], ev.prompt_logprobs);
     if (ev.finish == FinishReason::kNone) continue;
     choices[static_cast<size_t>(i)].finish = ev.finish;
     outcome.Add(ev);
@@ -192,6 +226,14 @@ HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta, Cho
   }
   if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
   for (size_t i = 0; i < choices.size(); ++i) {
+    if (echo.on) {
+      choices[i].text = echo.text + choices[i].text;
+      if (r.logprobs) {
+        std::vector<TokenLogprob> all = echo.Logprobs(prompt_lps[i]);
+        AppendLogprobs(&all, lps[i]);
+        lps[i] = std::move(all);
+      }
+    }
     if (r.logprobs) choices[i].logprobs = &lps[i];
   }
   Usage usage{timer.prompt_tokens(), timer.completion_tokens()};
@@ -204,8 +246,9 @@ HttpResponse WholeResponse(const ParsedRequest& r, const ResponseMeta& meta, Cho
 // its index), its finish chunk when it ends, then the usage chunk when asked, and [DONE]. Cancels
 // every choice when the client goes away or one choice fails (then an error event ends the
 // stream).
-void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta, ChoiceStreams& cs,
-                    RequestTimer& timer, const GenerationContext& ctx, ChunkSink& sink) {
+void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta& meta,
+                    ChoiceStreams& cs, RequestTimer& timer, const GenerationContext& ctx,
+                    ChunkSink& sink) {
   const bool chat = r.kind == ApiKind::kChat;
   const bool iu = r.include_usage;
   bool client_gone = false;
@@ -225,6 +268,7 @@ void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta, ChoiceStre
   }
 
   std::vector<size_t> offsets(cs.size(), 0);
+  std::vector<bool> echoed(cs.size(), !echo.on);
   StreamEvent ev;
   while (!cs.done()) {
     if (ctx.stopping->load()) cs.CancelAll();  // every turn (see WholeResponse)
@@ -238,6 +282,15 @@ void StreamResponse(const ParsedRequest& r, const ResponseMeta& meta, ChoiceStre
     }
     timer.OnEvent(ev, i);
     size_t& offset = offsets[static_cast<size_t>(i)];
+    if (!echoed[static_cast<size_t>(i)] && ev.finish != FinishReason::kError &&
+        ev.finish != FinishReason::kCancelled) {
+      // The echo goes first, as its own chunk, with the prompt's logprobs when asked.
+      echoed[static_cast<size_t>(i)] = true;
+      std::vector<TokenLogprob> head = echo.Logprobs(ev.prompt_logprobs);
+      send(CompletionChunkJson(meta, echo.text, r.logprobs ? &head : nullptr, 0,
+                               FinishReason::kNone, iu, i));
+      offset = echo.text.size();
+    }
     if (!ev.text.empty() || !ev.logprobs.empty()) {
       const std::vector<TokenLogprob>* lp = r.logprobs ? &ev.logprobs : nullptr;
       send(chat ? ChatChunkJson(meta, false, &ev.text, lp, FinishReason::kNone, iu, i)
@@ -310,6 +363,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                   d);
   }
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
+  const Echo echo = MakeEcho(r, *prompt, model.tokenizer());
   GenerationRequest g = ToGenerationRequest(r, std::move(prompt).value(), *max_tokens);
   g.priority = *priority;
   g.cache_salt = CacheSaltFor(request.tenant_header);
@@ -351,7 +405,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
       registrations.push_back(ctx.cancels->Register(request.request_id, s));
   }
   auto choices = std::make_shared<ChoiceStreams>(std::move(streams));
-  if (!r.stream) return WholeResponse(r, meta, *choices, timer, ctx, request.client_gone);
+  if (!r.stream) return WholeResponse(r, echo, meta, *choices, timer, ctx, request.client_gone);
 
   HttpResponse resp;
   resp.status = 200;
@@ -359,9 +413,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   resp.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   // The stream function owns what it needs; it runs after this function returns.
   auto owned = std::make_shared<ParsedRequest>(std::move(r));
-  resp.stream = [owned, meta, choices, timer, ctx,
+  resp.stream = [owned, echo, meta, choices, timer, ctx,
                  registrations = std::move(registrations)](ChunkSink& sink) mutable {
-    StreamResponse(*owned, meta, *choices, timer, ctx, sink);
+    StreamResponse(*owned, echo, meta, *choices, timer, ctx, sink);
   };
   return resp;
 }

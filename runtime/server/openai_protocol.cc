@@ -279,9 +279,10 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(
       GetIntField(obj, "speculative.n_max", 0, kMaxSpecTokens, &r->speculative_tokens, d));
 
-  bool echo = false;
-  KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &echo, d));
-  if (echo) return Invalid(d, "echo", "echo=true is not supported");
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &r->echo, d));
+  if (r->echo && r->kind == ApiKind::kChat) {
+    return Invalid(d, "echo", "'echo' is only supported by /v1/completions");
+  }
   KINFER_RETURN_IF_ERROR(ParseLogitBias(obj, &s.logit_bias, d));
   if (const json* tools = Field(obj, "tools")) {
     if (!tools->is_array() || !tools->empty())
@@ -559,6 +560,7 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.min_tokens = req.min_tokens;
   g.speculative_tokens = req.speculative_tokens;
   g.json_object = req.json_object;
+  if (req.echo && req.logprobs) g.prompt_logprobs = req.sampling.logprobs;
   return g;
 }
 

@@ -70,6 +70,9 @@ struct ParsedRequest {
   int speculative_tokens = -1;
   // response_format {"type": "json_object"}: the output is one JSON object.
   bool json_object = false;
+  // Completions' echo: the prompt is returned before the completion (with logprobs: the prompt
+  // tokens' too, the first one's null).
+  bool echo = false;
 };
 
 // The scheduling class of a request: the body's `priority` when given, else the
@@ -91,7 +94,7 @@ inline constexpr int kDefaultMaxTokensCap = 2048;
 
 // Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
 // the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
-// range and unsupported features (best_of > 1, echo, tools,
+// range and unsupported features (best_of > 1, echo on chat, tools,
 // response_format other than text and json_object, suffix, stream_options without stream).
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
 StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
@@ -195,7 +198,8 @@ nlohmann::json CompletionChunkJson(const ResponseMeta& meta, const std::string& 
 nlohmann::json UsageChunkJson(const ResponseMeta& meta, std::string_view object,
                               const Usage& usage);
 
-// OpenAI logprobs objects.
+// OpenAI logprobs objects. A TokenLogprob whose logprob is NaN is written with a null logprob and
+// null alternatives (the first prompt token of an echo, which nothing predicts).
 //   chat:        {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
 //   completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
 nlohmann::json ChatLogprobsJson(const std::vector<TokenLogprob>& lps);

@@ -76,11 +76,12 @@ json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_of
   size_t offset = text_offset;
   for (const TokenLogprob& t : lps) {
     tokens.push_back(t.text);
-    token_lps.push_back(SafeLogprob(t.logprob));
+    const bool unscored = std::isnan(t.logprob);  // an echo's first prompt token
+    token_lps.push_back(unscored ? json(nullptr) : json(SafeLogprob(t.logprob)));
     json top = json::object();
     for (const TopLogprob& alt : t.top) top[alt.text] = SafeLogprob(alt.logprob);
     // OpenAI's top_logprobs is null per token when no alternatives were asked for.
-    tops.push_back(t.top.empty() ? json(nullptr) : std::move(top));
+    tops.push_back(t.top.empty() || unscored ? json(nullptr) : std::move(top));
     offsets.push_back(offset);
     offset += t.text.size();
   }

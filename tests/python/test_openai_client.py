@@ -259,3 +259,42 @@ def test_stop_token_ids_and_min_tokens(client, server):
     r = requests.post(server.url + "/v1/chat/completions",
                       json={"messages": PROMPT, "max_tokens": 5, "min_tokens": 6}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens"
+
+
+def test_completion_echo_with_prompt_logprobs(client, server):
+    # The legacy echo + logprobs scoring that evaluation harnesses use: one entry per prompt token
+    # (the first unscored), then the completion's. Each prompt entry is what the model gives that
+    # token after the tokens before it: the same alternatives as a completion of that prefix.
+    text = "The capital of France is Paris. The capital of Germany is Berlin."
+    ids = requests.post(server.url + "/tokenize", json={"content": text}, timeout=30).json()["tokens"]
+    # A plain request first puts the prompt in the prefix cache; the echo must still score it all.
+    client.completions.create(model=server.model, prompt=ids, max_tokens=1, temperature=0)
+    r = client.completions.create(model=server.model, prompt=ids, max_tokens=2, temperature=0,
+                                  logprobs=2, echo=True)
+    c = r.choices[0]
+    assert c.text.startswith(text) and len(c.text) > len(text)
+    lp = c.logprobs
+    assert len(lp.tokens) == len(ids) + r.usage.completion_tokens
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x is not None and x <= 0 for x in lp.token_logprobs[1:])
+    assert "".join(lp.tokens[:len(ids)]) == text
+    assert lp.text_offset[len(ids)] == len(text)
+    for k in (3, 7, len(ids) - 2):
+        q = client.completions.create(model=server.model, prompt=ids[:k], max_tokens=1,
+                                      temperature=0, logprobs=2)
+        want = q.choices[0].logprobs.top_logprobs[0]
+        got = lp.top_logprobs[k]
+        assert got.keys() == want.keys(), (k, got, want)
+        for tok in want:
+            assert abs(got[tok] - want[tok]) < 1e-4, (k, tok)
+    # Streamed: the echo comes first, as one chunk with the prompt's logprobs.
+    chunks = [ch for ch in client.completions.create(
+        model=server.model, prompt=text, max_tokens=2, temperature=0, logprobs=1, echo=True,
+        stream=True) if ch.choices]
+    assert chunks[0].choices[0].text == text
+    assert chunks[0].choices[0].logprobs.token_logprobs[1:] == lp.token_logprobs[1:len(ids)]
+    assert "".join(ch.choices[0].text for ch in chunks) == c.text
+    # Echo without logprobs: the prompt, then the completion.
+    plain = client.completions.create(model=server.model, prompt=text, max_tokens=2,
+                                      temperature=0, echo=True)
+    assert plain.choices[0].text == c.text and plain.choices[0].logprobs is None

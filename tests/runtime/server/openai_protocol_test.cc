@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "common/json_limits.h"
 #include "runtime/tokenizer/unicode.h"
 
@@ -132,6 +134,34 @@ TEST(ParseChatTest, StopTokenIdsAndMinTokens) {
   EXPECT_EQ(ChatError("{" + m + R"(,"stop_token_ids":["a"]})").param, "stop_token_ids");
   EXPECT_EQ(ChatError("{" + m + R"(,"min_tokens":-1})").param, "min_tokens");
   EXPECT_EQ(ChatError("{" + m + R"(,"min_tokens":"3"})").param, "min_tokens");
+}
+
+TEST(ParseCompletionTest, EchoAsksTheEngineForPromptLogprobsOnlyWithLogprobs) {
+  ErrorDetail d;
+  auto a = ParseCompletionRequest(R"({"prompt":"x","echo":true,"logprobs":3})", &d);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->echo);
+  EXPECT_EQ(ToGenerationRequest(*a, {1, 2}, 4).prompt_logprobs, 3);
+  auto b = ParseCompletionRequest(R"({"prompt":"x","echo":true})", &d);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(ToGenerationRequest(*b, {1, 2}, 4).prompt_logprobs, -1);
+  auto c = ParseCompletionRequest(R"({"prompt":"x","logprobs":0})", &d);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(ToGenerationRequest(*c, {1, 2}, 4).prompt_logprobs, -1);
+}
+
+TEST(ResponsesTest, AnUnscoredTokenHasNullLogprobs) {
+  std::vector<TokenLogprob> lps(2);
+  lps[0].text = "A";
+  lps[0].logprob = std::numeric_limits<float>::quiet_NaN();
+  lps[1].text = "b";
+  lps[1].logprob = -0.5f;
+  lps[1].top = {TopLogprob{3, "b", -0.5f}};
+  json j = CompletionLogprobsJson(lps, 0);
+  EXPECT_TRUE(j["token_logprobs"][0].is_null());
+  EXPECT_TRUE(j["top_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(j["token_logprobs"][1].get<double>(), -0.5);
+  EXPECT_EQ(j["text_offset"], json::array({0, 1}));
 }
 
 TEST(ParseChatTest, LogitBiasHasAnEntryLimit) {
