@@ -659,7 +659,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
       b.mode = ForwardMode::kPrompt;  // see cache_generated_blocks above
       // A prompt chunk of a request that scores its prompt: a row for every position.
       const bool score = a != nullptr && !a->finished && a->req.prompt_logprobs >= 0 &&
-                         item.draft.empty() &&
+                         item.draft.empty() && a->prompt_scored < a->req.prompt_tokens.size() &&
                          static_cast<size_t>(item.start) + 1 < a->req.prompt_tokens.size() &&
                          static_cast<size_t>(item.start + item.length) >= a->prompt_scored;
       if (score) {

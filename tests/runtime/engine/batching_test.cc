@@ -26,6 +26,7 @@ using std::chrono::milliseconds;
 
 struct Result {
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> prompt_lps;
   FinishReason finish = FinishReason::kNone;
   Status error;
   double queue_seconds = -1;
@@ -37,6 +38,7 @@ Result Drain(RequestStream& s) {
   while (s.Next(&ev, milliseconds(120000))) {
     if (ev.queue_seconds >= 0) r.queue_seconds = ev.queue_seconds;
     r.tokens.insert(r.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    for (TokenLogprob& t : ev.prompt_logprobs) r.prompt_lps.push_back(std::move(t));
     if (ev.finish != FinishReason::kNone) {
       r.finish = ev.finish;
       r.error = ev.error;
@@ -180,6 +182,46 @@ TEST_F(BatchingTest, ATinyKvPoolPreemptsAndEveryRequestStillEndsWithItsSoloToken
   EXPECT_TRUE(AllBlocksReleased(e));
 }
 
+TEST_F(BatchingTest, PromptLogprobsAreTheSameChunkedBatchedAndPreempted) {
+  // Every request scores its prompt (completions' echo with logprobs). Alone, each prompt is one
+  // chunk; together, 16-token chunks over a pool small enough to preempt. Each prompt token after
+  // the first gets one entry, once, with the same logprob and alternatives either way.
+  std::vector<GenerationRequest> reqs = Mixed(8);
+  for (GenerationRequest& r : reqs) r.prompt_logprobs = 2;
+  GenerationRequest plain = Chat("Name three colors.", 4);  // asks for none, gets none
+  const std::vector<Result> alone = Alone(reqs, Options());
+  EngineOptions o = Options();
+  o.context_length = 128;
+  o.kv_cache_tokens = 128;
+  o.max_batch_tokens = 16;
+  Engine e(model_, tokenizer_, o);
+  reqs.push_back(plain);
+  const std::vector<Result> together = Together(e, reqs);
+  EXPECT_TRUE(together.back().prompt_lps.empty());
+  for (size_t i = 0; i + 1 < reqs.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    const std::vector<int32_t>& prompt = reqs[i].prompt_tokens;
+    ASSERT_EQ(alone[i].prompt_lps.size(), prompt.size() - 1);
+    ASSERT_EQ(together[i].prompt_lps.size(), prompt.size() - 1);
+    for (size_t k = 0; k + 1 < prompt.size(); ++k) {
+      const TokenLogprob& a = alone[i].prompt_lps[k];
+      const TokenLogprob& b = together[i].prompt_lps[k];
+      EXPECT_EQ(a.token, prompt[k + 1]);
+      EXPECT_EQ(b.token, prompt[k + 1]);
+      EXPECT_FLOAT_EQ(b.logprob, a.logprob) << "position " << k + 1;
+      EXPECT_LE(a.logprob, 0.0f);
+      ASSERT_EQ(a.top.size(), 2u);
+      ASSERT_EQ(b.top.size(), 2u);
+      EXPECT_EQ(b.top[0].token, a.top[0].token);
+      EXPECT_FLOAT_EQ(b.top[0].logprob, a.top[0].logprob);
+      EXPECT_GE(a.top[0].logprob, a.logprob);  // the best is at least the prompt's own token
+    }
+    EXPECT_EQ(together[i].tokens, alone[i].tokens);
+  }
+  EXPECT_GT(e.Stats().preemptions, 0) << "the pool was meant to run out";
+  EXPECT_TRUE(AllBlocksReleased(e));
+}
+
 TEST_F(BatchingTest, ACancelledRequestStopsWithinAStepAndFreesItsBlocks) {
   Engine e(model_, tokenizer_, Options());
   GenerationRequest r = Chat("Write a long story about a dragon.", 400);
@@ -212,8 +254,8 @@ TEST_F(BatchingTest, TheKvPoolCanBeSizedFromAMemoryBudget) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(Drain(**s).finish, FinishReason::kLength);
   const int64_t blocks = e.Stats().kv_blocks_total;
-  const int64_t expected = std::max<int64_t>(budget / static_cast<int64_t>(block_bytes),
-                                             (o.context_length + 15) / 16);
+  const int64_t expected =
+      std::max<int64_t>(budget / static_cast<int64_t>(block_bytes), (o.context_length + 15) / 16);
   // MemAvailable moves between the two reads: within a quarter.
   EXPECT_GT(blocks, expected * 3 / 4);
   EXPECT_LT(blocks, expected * 5 / 4);
