@@ -135,6 +135,9 @@ struct Echo {
   bool on = false;
   std::string text;                   // the prompt as the client gave it (ids: decoded)
   std::optional<TokenLogprob> first;  // with logprobs: the first prompt token, unscored (NaN)
+  // max_tokens 0 (legacy scoring): the engine still draws one token (it needs max_tokens >= 1),
+  // which the answer leaves out: no completion text, usage 0, finish_reason "length".
+  bool score_only = false;
 
   // The echo's logprobs: the first prompt token, then the engine's for the others.
   std::vector<TokenLogprob> Logprobs(std::vector<TokenLogprob>& scored) const {
@@ -150,6 +153,7 @@ Echo MakeEcho(const ParsedRequest& r, const std::vector<int32_t>& prompt, const 
   Echo e;
   e.on = r.echo;
   if (!e.on) return e;
+  e.score_only = r.max_tokens.has_value() && *r.max_tokens == 0;
   e.text = r.prompt_is_ids ? tok.Decode(prompt, /*special=*/false) : r.prompt;
   if (r.logprobs && !prompt.empty()) {
     TokenLogprob t;
@@ -226,6 +230,11 @@ HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const Respo
   }
   if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
   for (size_t i = 0; i < choices.size(); ++i) {
+    if (echo.score_only) {
+      choices[i].text.clear();
+      choices[i].finish = FinishReason::kLength;
+      lps[i].clear();
+    }
     if (echo.on) {
       choices[i].text = echo.text + choices[i].text;
       if (r.logprobs) {
@@ -236,7 +245,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const Respo
     }
     if (r.logprobs) choices[i].logprobs = &lps[i];
   }
-  Usage usage{timer.prompt_tokens(), timer.completion_tokens()};
+  Usage usage{timer.prompt_tokens(), echo.score_only ? 0 : timer.completion_tokens()};
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
                                        : CompletionJson(meta, choices, usage);
   return JsonResponse(200, DumpJson(body));
@@ -291,6 +300,11 @@ void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta
                                FinishReason::kNone, iu, i));
       offset = echo.text.size();
     }
+    if (echo.score_only && !outcome.failed()) {
+      ev.text.clear();
+      ev.logprobs.clear();
+      if (ev.finish == FinishReason::kStop) ev.finish = FinishReason::kLength;
+    }
     if (!ev.text.empty() || !ev.logprobs.empty()) {
       const std::vector<TokenLogprob>* lp = r.logprobs ? &ev.logprobs : nullptr;
       send(chat ? ChatChunkJson(meta, false, &ev.text, lp, FinishReason::kNone, iu, i)
@@ -317,8 +331,9 @@ void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta
     // kCancelled here: the server is stopping, or POST /cancel (the client is still there).
     sink.Write(SseEvent(ErrorBodyFor(outcome.ToStatus(ctx.stopping->load()))));
   } else if (iu) {
-    send(UsageChunkJson(meta, chat ? "chat.completion.chunk" : "text_completion",
-                        Usage{timer.prompt_tokens(), timer.completion_tokens()}));
+    send(UsageChunkJson(
+        meta, chat ? "chat.completion.chunk" : "text_completion",
+        Usage{timer.prompt_tokens(), echo.score_only ? 0 : timer.completion_tokens()}));
   }
   if (!client_gone) sink.Write(kSseDone);
 }
@@ -364,7 +379,8 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   }
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
   const Echo echo = MakeEcho(r, *prompt, model.tokenizer());
-  GenerationRequest g = ToGenerationRequest(r, std::move(prompt).value(), *max_tokens);
+  GenerationRequest g =
+      ToGenerationRequest(r, std::move(prompt).value(), echo.score_only ? 1 : *max_tokens);
   g.priority = *priority;
   g.cache_salt = CacheSaltFor(request.tenant_header);
   if (!r.cache_prompt) {

@@ -181,9 +181,10 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
 
   int max_tokens = -1;
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  KINFER_RETURN_IF_ERROR(GetIntField(obj, "max_tokens", 1, kIntMax, &max_tokens, d));
+  // max_tokens 0 is the legacy scoring request (with echo; checked below).
+  KINFER_RETURN_IF_ERROR(GetIntField(obj, "max_tokens", 0, kIntMax, &max_tokens, d));
   KINFER_RETURN_IF_ERROR(GetIntField(obj, "max_completion_tokens", 1, kIntMax, &max_tokens, d));
-  if (max_tokens > 0) r->max_tokens = max_tokens;
+  if (max_tokens >= 0) r->max_tokens = max_tokens;
 
   KINFER_RETURN_IF_ERROR(GetBool(obj, "stream", &r->stream, d));
   if (const json* so = Field(obj, "stream_options")) {
@@ -282,6 +283,11 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &r->echo, d));
   if (r->echo && r->kind == ApiKind::kChat) {
     return Invalid(d, "echo", "'echo' is only supported by /v1/completions");
+  }
+  if (r->max_tokens == 0 && !r->echo) {
+    return Invalid(d, "max_tokens",
+                   "'max_tokens' must be >= 1 (0 only with 'echo': score the prompt, generate "
+                   "nothing)");
   }
   KINFER_RETURN_IF_ERROR(ParseLogitBias(obj, &s.logit_bias, d));
   if (const json* tools = Field(obj, "tools")) {

@@ -51,7 +51,8 @@ struct ParsedRequest {
   std::vector<int32_t> prompt_ids;  // kCompletion with token ids: non-empty (ids unchecked)
   bool prompt_is_ids = false;
   int n = 1;                      // choices, 1..kMaxChoices: n generations of the one prompt
-  std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1 (per choice)
+  std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1 (per choice);
+                                  // 0 only with echo (score the prompt)
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   SamplingParams sampling;        // validated (ValidateSamplingParams); logprobs set below

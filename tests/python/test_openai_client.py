@@ -294,6 +294,13 @@ def test_completion_echo_with_prompt_logprobs(client, server):
     assert chunks[0].choices[0].text == text
     assert chunks[0].choices[0].logprobs.token_logprobs[1:] == lp.token_logprobs[1:len(ids)]
     assert "".join(ch.choices[0].text for ch in chunks) == c.text
+    # max_tokens 0 (the legacy scoring request): the prompt and its logprobs, nothing generated.
+    score = client.completions.create(model=server.model, prompt=ids, max_tokens=0, temperature=0,
+                                      logprobs=2, echo=True)
+    assert score.choices[0].text == text
+    assert score.choices[0].finish_reason == "length"
+    assert score.usage.completion_tokens == 0
+    assert score.choices[0].logprobs.token_logprobs == lp.token_logprobs[:len(ids)]
     # Echo without logprobs: the prompt, then the completion.
     plain = client.completions.create(model=server.model, prompt=text, max_tokens=2,
                                       temperature=0, echo=True)

@@ -145,18 +145,21 @@ TEST(ParseCompletionTest, EchoAsksTheEngineForPromptLogprobsOnlyWithLogprobs) {
   auto b = ParseCompletionRequest(R"({"prompt":"x","echo":true})", &d);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(ToGenerationRequest(*b, {1, 2}, 4).prompt_logprobs, -1);
+  auto z = ParseCompletionRequest(R"({"prompt":"x","echo":true,"logprobs":1,"max_tokens":0})", &d);
+  ASSERT_TRUE(z.ok()) << z.status().ToString();
+  EXPECT_EQ(z->max_tokens, 0);
+  d = {};
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt":"x","max_tokens":0})", &d).ok());
+  EXPECT_EQ(d.param, "max_tokens");
   auto c = ParseCompletionRequest(R"({"prompt":"x","logprobs":0})", &d);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(ToGenerationRequest(*c, {1, 2}, 4).prompt_logprobs, -1);
 }
 
 TEST(ResponsesTest, AnUnscoredTokenHasNullLogprobs) {
-  std::vector<TokenLogprob> lps(2);
-  lps[0].text = "A";
-  lps[0].logprob = std::numeric_limits<float>::quiet_NaN();
-  lps[1].text = "b";
-  lps[1].logprob = -0.5f;
-  lps[1].top = {TopLogprob{3, "b", -0.5f}};
+  const std::vector<TokenLogprob> lps = {
+      TokenLogprob{1, std::string(1, 'A'), std::numeric_limits<float>::quiet_NaN(), {}},
+      TokenLogprob{3, std::string(1, 'b'), -0.5f, {TopLogprob{3, std::string(1, 'b'), -0.5f}}}};
   json j = CompletionLogprobsJson(lps, 0);
   EXPECT_TRUE(j["token_logprobs"][0].is_null());
   EXPECT_TRUE(j["top_logprobs"][0].is_null());
