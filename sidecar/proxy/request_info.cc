@@ -118,11 +118,16 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
       return field_error(max_tokens_field, s);
     }
   }
-  if (max_tokens && *max_tokens < 1) {  // as the runtime and OpenAI: 0 is refused too
+  // 0 only scores a prompt (completions' echo: the runtime generates nothing), as the runtime.
+  const auto echo = info.body.find("echo");
+  const bool scoring = max_tokens && *max_tokens == 0 && echo != info.body.end() &&
+                       echo->is_boolean() && echo->get<bool>();
+  if (max_tokens && *max_tokens < 1 && !scoring) {
     return field_error(max_tokens_field,
                        InvalidArgument(std::string(max_tokens_field) + ": must be >= 1"));
   }
-  info.max_tokens = max_tokens.value_or(0);
+  // A scoring request is one step of the runtime's: 1 for the policies (never capped).
+  info.max_tokens = scoring ? 1 : max_tokens.value_or(0);
   if (Status s = ReadNumber(info.body, "temperature", &info.temperature); !s.ok()) {
     return field_error("temperature", s);
   }
@@ -180,7 +185,7 @@ std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model
   json body = info.body;
   body.erase("priority");
   if (!fallback_model.empty()) body["model"] = std::string(fallback_model);
-  if (max_tokens > 0) {
+  if (max_tokens > 0 && max_tokens != info.max_tokens) {  // the client's own stays as it is
     body.erase("max_completion_tokens");
     body["max_tokens"] = max_tokens;
   }

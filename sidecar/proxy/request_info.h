@@ -49,7 +49,7 @@ struct RequestInfo {
   nlohmann::json body;  // the parsed body (a JSON object)
   std::string model;
   bool stream = false;
-  int64_t max_tokens = 0;  // 0 = the client set none
+  int64_t max_tokens = 0;  // 0 = the client set none; 1 for a scoring request (0 with echo)
   std::optional<double> temperature;
   std::optional<int64_t> seed;
 
@@ -69,10 +69,11 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
                                        const SidecarConfig& config, std::string* param = nullptr);
 
 // The body to send upstream when it must change: `model` replaced when fallback_model is not
-// empty, `max_tokens` set when max_tokens > 0 (and `max_completion_tokens` dropped so the two
-// cannot disagree), and vLLM's `priority` field dropped: the runtime orders its queue by the
-// x-kinfer-priority header the sidecar sets to the request's class, and a body field (which the
-// runtime would prefer) let a client of any class jump ahead there.
+// empty, `max_tokens` set when max_tokens > 0 and not the request's own (info.max_tokens), and
+// then `max_completion_tokens` dropped so the two cannot disagree, and vLLM's `priority` field
+// dropped: the runtime orders its queue by the x-kinfer-priority header the sidecar sets to the
+// request's class, and a body field (which the runtime would prefer) let a client of any class jump
+// ahead there.
 std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
                         int64_t max_tokens);
 

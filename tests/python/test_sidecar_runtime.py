@@ -62,3 +62,13 @@ def test_n_choices_through_sidecar(stack, sidecar_client, server):
         for c in chunk.choices:
             streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
     assert streamed == {c.index: c.message.content for c in whole.choices}
+
+
+def test_scoring_a_prompt_through_sidecar(stack, sidecar_client, server):
+    # max_tokens 0 with echo (the legacy scoring request) passes the sidecar's checks and policies.
+    r = sidecar_client.completions.create(model=server.model, prompt="The capital of France is",
+                                          max_tokens=0, echo=True, logprobs=1, temperature=0)
+    assert r.choices[0].text == "The capital of France is"
+    assert r.usage.completion_tokens == 0
+    assert r.choices[0].logprobs.token_logprobs[0] is None
+    assert all(x <= 0 for x in r.choices[0].logprobs.token_logprobs[1:])

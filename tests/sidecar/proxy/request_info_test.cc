@@ -130,6 +130,12 @@ TEST_F(RequestInfoTest, WrongFieldTypesNameTheField) {
 TEST_F(RequestInfoTest, NegativeMaxTokensIsRefusedNamingTheField) {
   EXPECT_EQ(ErrorOf(R"({"max_tokens":-1})").rfind("max_tokens:", 0), 0u);
   EXPECT_EQ(ErrorOf(R"({"max_tokens":0})"), "max_tokens: must be >= 1");
+  EXPECT_EQ(ErrorOf(R"({"max_tokens":0,"echo":false})"), "max_tokens: must be >= 1");
+  // With echo, 0 scores the prompt: one step for the policies, and the body keeps its 0 when a
+  // fallback model is chosen.
+  RequestInfo scoring = MustParse(R"({"prompt":"x","max_tokens":0,"echo":true})");
+  EXPECT_EQ(scoring.max_tokens, 1);
+  EXPECT_EQ(json::parse(RewriteBody(scoring, "small", scoring.max_tokens))["max_tokens"], 0);
   // 2^63 does not wrap to a negative int64.
   EXPECT_EQ(ErrorOf(R"({"max_tokens":9223372036854775808})"),
             "max_tokens: must be at most 9223372036854775807");
@@ -399,7 +405,7 @@ TEST(FreshResponseIdentityTest, ACachedBodyGetsItsOwnIdAndCreated) {
 }
 
 TEST(FreshResponseIdentityTest, OtherBodiesPassUnchanged) {
-  for (const std::string body :
+  for (const std::string& body :
        {std::string("not json"), std::string("[1,2]"), std::string(R"({"id":5})"),
         std::string(R"({"no_id":true})"), std::string(300, '[') + std::string(300, ']')}) {
     EXPECT_EQ(FreshResponseIdentity(body, "u", 1), body);
