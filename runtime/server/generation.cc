@@ -29,8 +29,12 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // Latency and token bookkeeping of one request (all its choices), fed with its stream events.
 class RequestTimer {
  public:
-  RequestTimer(RuntimeMetrics* m, Clock::time_point received, int choices)
-      : m_(m), received_(received), last_(static_cast<size_t>(choices)) {}
+  // `prompt_tokens`: every prompt's, once (as usage counts them).
+  RequestTimer(RuntimeMetrics* m, Clock::time_point received, int choices, int prompt_tokens)
+      : m_(m),
+        received_(received),
+        last_(static_cast<size_t>(choices)),
+        prompt_tokens_(prompt_tokens) {}
 
   void OnEvent(const StreamEvent& ev, int choice) {
     const Clock::time_point now = Clock::now();
@@ -38,10 +42,7 @@ class RequestTimer {
       m_->queue_time.Observe(ev.queue_seconds);
       queue_seen_ = true;
     }
-    if (ev.finish != FinishReason::kNone) {
-      if (prompt_tokens_ == 0) prompt_tokens_ = ev.prompt_tokens;  // the one prompt, counted once
-      completion_tokens_ += ev.completion_tokens;
-    }
+    if (ev.finish != FinishReason::kNone) completion_tokens_ += ev.completion_tokens;
     size_t n = ev.tokens.size();
     if (n == 0) return;
     std::optional<Clock::time_point>& last = last_[static_cast<size_t>(choice)];
@@ -95,8 +96,8 @@ HttpResponse Reject(RuntimeMetrics* m, const Status& s, const ErrorDetail& d) {
 // The prompt's token ids: the rendered chat template or the completion prompt, encoded like
 // llama.cpp's server (add_special and parse_special both true), or the client's ids checked
 // against the vocabulary.
-StatusOr<std::vector<int32_t>> PromptTokens(const ParsedRequest& r, const ServedModel& model,
-                                            ErrorDetail* d) {
+StatusOr<std::vector<int32_t>> PromptTokens(const ParsedRequest& r, const CompletionPrompt* p,
+                                            const ServedModel& model, ErrorDetail* d) {
   const Tokenizer& tok = model.tokenizer();
   std::vector<int32_t> ids;
   if (r.kind == ApiKind::kChat) {
@@ -106,8 +107,8 @@ StatusOr<std::vector<int32_t>> PromptTokens(const ParsedRequest& r, const Served
       return InvalidArgument("cannot apply the chat template: " + text.status().message());
     }
     ids = tok.Encode(*text, /*add_special=*/true, /*parse_special=*/true);
-  } else if (r.prompt_is_ids) {
-    for (int32_t id : r.prompt_ids) {
+  } else if (p->is_ids) {
+    for (int32_t id : p->ids) {
       if (id < 0 || id >= tok.vocab_size()) {
         d->param = "prompt";
         return InvalidArgument("prompt token id " + std::to_string(id) +
@@ -115,9 +116,9 @@ StatusOr<std::vector<int32_t>> PromptTokens(const ParsedRequest& r, const Served
                                std::to_string(tok.vocab_size() - 1) + ")");
       }
     }
-    ids = r.prompt_ids;
+    ids = p->ids;
   } else {
-    ids = tok.Encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
+    ids = tok.Encode(p->text, /*add_special=*/true, /*parse_special=*/true);
   }
   if (ids.empty()) {
     d->param = r.kind == ApiKind::kChat ? "messages" : "prompt";
@@ -149,12 +150,13 @@ struct Echo {
   }
 };
 
-Echo MakeEcho(const ParsedRequest& r, const std::vector<int32_t>& prompt, const Tokenizer& tok) {
+Echo MakeEcho(const ParsedRequest& r, const CompletionPrompt* p, const std::vector<int32_t>& prompt,
+              const Tokenizer& tok) {
   Echo e;
-  e.on = r.echo;
+  e.on = r.echo && p != nullptr;
   if (!e.on) return e;
   e.score_only = r.max_tokens.has_value() && *r.max_tokens == 0;
-  e.text = r.prompt_is_ids ? tok.Decode(prompt, /*special=*/false) : r.prompt;
+  e.text = p->is_ids ? tok.Decode(prompt, /*special=*/false) : p->text;
   if (r.logprobs && !prompt.empty()) {
     TokenLogprob t;
     t.token = prompt[0];
@@ -193,9 +195,10 @@ struct Outcome {
   }
 };
 
-HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta& meta,
-                           ChoiceStreams& cs, RequestTimer timer, const GenerationContext& ctx,
-                           const std::function<bool()>& client_gone) {
+// `echoes`: one per prompt; choice i is prompt i / r.n's.
+HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
+                           const ResponseMeta& meta, ChoiceStreams& cs, RequestTimer timer,
+                           const GenerationContext& ctx, const std::function<bool()>& client_gone) {
   std::vector<ChoiceOutput> choices(cs.size());
   std::vector<std::vector<TokenLogprob>> lps(cs.size());
   std::vector<std::vector<TokenLogprob>> prompt_lps(cs.size());
@@ -229,7 +232,9 @@ HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const Respo
     return ErrorResponse(Cancelled("the client closed the connection"), ErrorDetail{});
   }
   if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
+  const bool score_only = echoes[0].score_only;
   for (size_t i = 0; i < choices.size(); ++i) {
+    const Echo& echo = echoes[i / static_cast<size_t>(r.n)];
     if (echo.score_only) {
       choices[i].text.clear();
       choices[i].finish = FinishReason::kLength;
@@ -245,7 +250,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const Respo
     }
     if (r.logprobs) choices[i].logprobs = &lps[i];
   }
-  Usage usage{timer.prompt_tokens(), echo.score_only ? 0 : timer.completion_tokens()};
+  Usage usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()};
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
                                        : CompletionJson(meta, choices, usage);
   return JsonResponse(200, DumpJson(body));
@@ -255,9 +260,10 @@ HttpResponse WholeResponse(const ParsedRequest& r, const Echo& echo, const Respo
 // its index), its finish chunk when it ends, then the usage chunk when asked, and [DONE]. Cancels
 // every choice when the client goes away or one choice fails (then an error event ends the
 // stream).
-void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta& meta,
-                    ChoiceStreams& cs, RequestTimer& timer, const GenerationContext& ctx,
-                    ChunkSink& sink) {
+void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
+                    const ResponseMeta& meta, ChoiceStreams& cs, RequestTimer& timer,
+                    const GenerationContext& ctx, ChunkSink& sink) {
+  const bool score_only = echoes[0].score_only;
   const bool chat = r.kind == ApiKind::kChat;
   const bool iu = r.include_usage;
   bool client_gone = false;
@@ -277,7 +283,7 @@ void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta
   }
 
   std::vector<size_t> offsets(cs.size(), 0);
-  std::vector<bool> echoed(cs.size(), !echo.on);
+  std::vector<bool> echoed(cs.size(), !echoes[0].on);
   StreamEvent ev;
   while (!cs.done()) {
     if (ctx.stopping->load()) cs.CancelAll();  // every turn (see WholeResponse)
@@ -294,13 +300,14 @@ void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta
     if (!echoed[static_cast<size_t>(i)] && ev.finish != FinishReason::kError &&
         ev.finish != FinishReason::kCancelled) {
       // The echo goes first, as its own chunk, with the prompt's logprobs when asked.
+      const Echo& echo = echoes[static_cast<size_t>(i / r.n)];
       echoed[static_cast<size_t>(i)] = true;
       std::vector<TokenLogprob> head = echo.Logprobs(ev.prompt_logprobs);
       send(CompletionChunkJson(meta, echo.text, r.logprobs ? &head : nullptr, 0,
                                FinishReason::kNone, iu, i));
       offset = echo.text.size();
     }
-    if (echo.score_only && !outcome.failed()) {
+    if (score_only && !outcome.failed()) {
       ev.text.clear();
       ev.logprobs.clear();
       if (ev.finish == FinishReason::kStop) ev.finish = FinishReason::kLength;
@@ -331,9 +338,8 @@ void StreamResponse(const ParsedRequest& r, const Echo& echo, const ResponseMeta
     // kCancelled here: the server is stopping, or POST /cancel (the client is still there).
     sink.Write(SseEvent(ErrorBodyFor(outcome.ToStatus(ctx.stopping->load()))));
   } else if (iu) {
-    send(UsageChunkJson(
-        meta, chat ? "chat.completion.chunk" : "text_completion",
-        Usage{timer.prompt_tokens(), echo.score_only ? 0 : timer.completion_tokens()}));
+    send(UsageChunkJson(meta, chat ? "chat.completion.chunk" : "text_completion",
+                        Usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()}));
   }
   if (!client_gone) sink.Write(kSseDone);
 }
@@ -355,12 +361,23 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
     return Reject(m, s, d);
   }
 
-  StatusOr<std::vector<int32_t>> prompt = PromptTokens(r, model, &d);
-  if (!prompt.ok()) return Reject(m, prompt.status(), d);
-  const int n_prompt = static_cast<int>(prompt->size());
-  StatusOr<int> max_tokens = ResolveMaxTokens(r, n_prompt, model.engine().context_length(), &d);
-  if (!max_tokens.ok()) return Reject(m, max_tokens.status(), d);
-  if (Status s = CheckMinTokens(r, *max_tokens, &d); !s.ok()) return Reject(m, s, d);
+  // Each prompt's tokens and generation budget (chat: the one rendered conversation).
+  const size_t num_prompts = r.kind == ApiKind::kChat ? 1 : r.prompts.size();
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> budgets;
+  int prompt_tokens = 0;
+  for (size_t k = 0; k < num_prompts; ++k) {
+    const CompletionPrompt* cp = r.kind == ApiKind::kChat ? nullptr : &r.prompts[k];
+    StatusOr<std::vector<int32_t>> ids = PromptTokens(r, cp, model, &d);
+    if (!ids.ok()) return Reject(m, ids.status(), d);
+    const int n_prompt = static_cast<int>(ids->size());
+    StatusOr<int> max_tokens = ResolveMaxTokens(r, n_prompt, model.engine().context_length(), &d);
+    if (!max_tokens.ok()) return Reject(m, max_tokens.status(), d);
+    if (Status s = CheckMinTokens(r, *max_tokens, &d); !s.ok()) return Reject(m, s, d);
+    prompt_tokens += n_prompt;
+    prompts.push_back(std::move(ids).value());
+    budgets.push_back(*max_tokens);
+  }
 
   StatusOr<int> priority = ResolvePriority(r, request.priority_header, &d);
   if (!priority.ok()) return Reject(m, priority.status(), d);
@@ -368,40 +385,48 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
       ParseRequestTimeout(request.timeout_header, &d);
   if (!timeout.ok()) return Reject(m, timeout.status(), d);
 
-  if (r.n > model.engine().max_queued_requests()) {
-    d.param = "n";
-    return Reject(m,
-                  InvalidArgument("n = " + std::to_string(r.n) +
-                                  " is more choices than this "
-                                  "server queues at once (--max-queued " +
-                                  std::to_string(model.engine().max_queued_requests()) + ")"),
-                  d);
+  const int engine_requests = static_cast<int>(num_prompts) * r.n;
+  if (engine_requests > model.engine().max_queued_requests()) {
+    d.param = num_prompts > 1 ? "prompt" : "n";
+    return Reject(
+        m,
+        InvalidArgument(std::to_string(num_prompts) + " prompt(s) x n = " + std::to_string(r.n) +
+                        " is more generations than this server "
+                        "queues at once (--max-queued " +
+                        std::to_string(model.engine().max_queued_requests()) + ")"),
+        d);
   }
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
-  const Echo echo = MakeEcho(r, *prompt, model.tokenizer());
-  GenerationRequest g =
-      ToGenerationRequest(r, std::move(prompt).value(), echo.score_only ? 1 : *max_tokens);
-  g.priority = *priority;
-  g.cache_salt = CacheSaltFor(request.tenant_header);
-  if (!r.cache_prompt) {
-    // A salt no other request has: no cached block matches it, and its blocks match nobody.
-    static std::atomic<uint64_t> private_salts{0};
-    g.cache_salt = (uint64_t{1} << 63) | private_salts.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (*timeout) g.deadline = request.received + **timeout;
-  // n choices: n engine requests of the one prompt (the prefix cache shares what it can). A
-  // seeded request gives choice i the seed + i, so each choice is reproducible and they differ.
+
+  // n choices of each prompt: one engine request each (the prefix cache shares what it can). A
+  // seeded request gives choice j of a prompt the seed + j, so each choice is reproducible and
+  // they differ.
+  std::vector<Echo> echoes;
   std::vector<std::shared_ptr<RequestStream>> streams;
-  streams.reserve(static_cast<size_t>(r.n));
-  for (int i = 0; i < r.n; ++i) {
-    GenerationRequest gi = i + 1 < r.n ? g : std::move(g);
-    if (gi.sampling.seed) *gi.sampling.seed += static_cast<uint64_t>(i);
-    StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(gi));
-    if (!stream.ok()) {
-      for (const auto& s : streams) s->Cancel();  // all of the request or none of it
-      return Reject(m, stream.status(), d);
+  streams.reserve(static_cast<size_t>(engine_requests));
+  for (size_t k = 0; k < num_prompts; ++k) {
+    const CompletionPrompt* cp = r.kind == ApiKind::kChat ? nullptr : &r.prompts[k];
+    echoes.push_back(MakeEcho(r, cp, prompts[k], model.tokenizer()));
+    GenerationRequest g =
+        ToGenerationRequest(r, std::move(prompts[k]), echoes.back().score_only ? 1 : budgets[k]);
+    g.priority = *priority;
+    g.cache_salt = CacheSaltFor(request.tenant_header);
+    if (!r.cache_prompt) {
+      // A salt no other request has: no cached block matches it, and its blocks match nobody.
+      static std::atomic<uint64_t> private_salts{0};
+      g.cache_salt = (uint64_t{1} << 63) | private_salts.fetch_add(1, std::memory_order_relaxed);
     }
-    streams.push_back(std::move(stream).value());
+    if (*timeout) g.deadline = request.received + **timeout;
+    for (int j = 0; j < r.n; ++j) {
+      GenerationRequest gj = j + 1 < r.n ? g : std::move(g);
+      if (gj.sampling.seed) *gj.sampling.seed += static_cast<uint64_t>(j);
+      StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(gj));
+      if (!stream.ok()) {
+        for (const auto& st : streams) st->Cancel();  // all of the request or none of it
+        return Reject(m, stream.status(), d);
+      }
+      streams.push_back(std::move(stream).value());
+    }
   }
 
   ResponseMeta meta;
@@ -410,9 +435,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   meta.model = model.name();
-  RequestTimer timer(m, request.received, r.n);
-  spdlog::debug("{}: {} prompt tokens, max_tokens {}, n {}, stream {}", meta.id, n_prompt,
-                *max_tokens, r.n, r.stream);
+  RequestTimer timer(m, request.received, engine_requests, prompt_tokens);
+  spdlog::debug("{}: {} prompt(s), {} prompt tokens, max_tokens {}, n {}, stream {}", meta.id,
+                num_prompts, prompt_tokens, budgets[0], r.n, r.stream);
 
   // Held until the response is done: POST /cancel with this id reaches every choice.
   std::vector<std::shared_ptr<void>> registrations;
@@ -421,7 +446,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
       registrations.push_back(ctx.cancels->Register(request.request_id, s));
   }
   auto choices = std::make_shared<ChoiceStreams>(std::move(streams));
-  if (!r.stream) return WholeResponse(r, echo, meta, *choices, timer, ctx, request.client_gone);
+  if (!r.stream) return WholeResponse(r, echoes, meta, *choices, timer, ctx, request.client_gone);
 
   HttpResponse resp;
   resp.status = 200;
@@ -429,9 +454,9 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   resp.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   // The stream function owns what it needs; it runs after this function returns.
   auto owned = std::make_shared<ParsedRequest>(std::move(r));
-  resp.stream = [owned, echo, meta, choices, timer, ctx,
+  resp.stream = [owned, echoes = std::move(echoes), meta, choices, timer, ctx,
                  registrations = std::move(registrations)](ChunkSink& sink) mutable {
-    StreamResponse(*owned, echo, meta, *choices, timer, ctx, sink);
+    StreamResponse(*owned, echoes, meta, *choices, timer, ctx, sink);
   };
   return resp;
 }

@@ -415,31 +415,46 @@ StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetai
 
   const json* p = Field(obj, "prompt");
   if (p == nullptr) return Invalid(d, "prompt", "'prompt' is required");
-  const char* kShape = "'prompt' must be a string, an array of one string, or token ids";
+  const char* kShape =
+      "'prompt' must be a string, token ids, or a list of strings or of token id lists";
   if (p->is_string()) {
-    r.prompt = p->get<std::string>();
+    r.prompts.push_back(CompletionPrompt{p->get<std::string>(), {}, false});
   } else if (p->is_array()) {
     if (p->empty()) return Invalid(d, "prompt", "'prompt' must not be empty");
     const json& first = (*p)[0];
-    if (first.is_string() || first.is_array()) {
-      if (p->size() != 1) return Invalid(d, "prompt", "only one prompt per request is supported");
-      if (first.is_string()) {
-        r.prompt = first.get<std::string>();
-      } else {
-        r.prompt_is_ids = true;
-        KINFER_RETURN_IF_ERROR(GetIdArray(first, "prompt", &r.prompt_ids, d));
+    if (first.is_number_integer()) {
+      CompletionPrompt one;
+      one.is_ids = true;
+      KINFER_RETURN_IF_ERROR(GetIdArray(*p, "prompt", &one.ids, d));
+      r.prompts.push_back(std::move(one));
+    } else if (first.is_string() || first.is_array()) {
+      if (p->size() > static_cast<size_t>(kMaxPrompts)) {
+        return Invalid(d, "prompt",
+                       "'prompt' may hold at most " + std::to_string(kMaxPrompts) + " prompts");
       }
-    } else if (first.is_number_integer()) {
-      r.prompt_is_ids = true;
-      KINFER_RETURN_IF_ERROR(GetIdArray(*p, "prompt", &r.prompt_ids, d));
+      for (const json& x : *p) {
+        if (x.type() != first.type()) {
+          return Invalid(d, "prompt", "'prompt' must not mix strings and token id lists");
+        }
+        CompletionPrompt one;
+        if (x.is_string()) {
+          one.text = x.get<std::string>();
+        } else {
+          one.is_ids = true;
+          KINFER_RETURN_IF_ERROR(GetIdArray(x, "prompt", &one.ids, d));
+        }
+        r.prompts.push_back(std::move(one));
+      }
     } else {
       return Invalid(d, "prompt", kShape);
     }
   } else {
     return Invalid(d, "prompt", kShape);
   }
-  if (r.prompt_is_ids ? r.prompt_ids.empty() : r.prompt.empty()) {
-    return Invalid(d, "prompt", "'prompt' must not be empty");
+  for (const CompletionPrompt& one : r.prompts) {
+    if (one.is_ids ? one.ids.empty() : one.text.empty()) {
+      return Invalid(d, "prompt", "'prompt' must not be empty");
+    }
   }
 
   std::string suffix;

@@ -42,15 +42,22 @@ struct ChatTurn {
 
 enum class ApiKind { kChat, kCompletion };
 
+// One prompt of a completions request: text, or token ids (unchecked against the vocabulary).
+struct CompletionPrompt {
+  std::string text;          // !is_ids: non-empty
+  std::vector<int32_t> ids;  // is_ids: non-empty
+  bool is_ids = false;
+};
+
 // A validated /v1/chat/completions or /v1/completions request, before tokenization.
 struct ParsedRequest {
   ApiKind kind = ApiKind::kChat;
-  std::string model;                // "" when the client sent none (the served model is used)
-  std::vector<ChatTurn> messages;   // kChat: non-empty
-  std::string prompt;               // kCompletion with a text prompt: non-empty
-  std::vector<int32_t> prompt_ids;  // kCompletion with token ids: non-empty (ids unchecked)
-  bool prompt_is_ids = false;
-  int n = 1;                      // choices, 1..kMaxChoices: n generations of the one prompt
+  std::string model;               // "" when the client sent none (the served model is used)
+  std::vector<ChatTurn> messages;  // kChat: non-empty
+  // kCompletion: 1..kMaxPrompts prompts (OpenAI's batch form: a list of strings or of id
+  // lists); choice k * n + j of the answer is prompt k's choice j.
+  std::vector<CompletionPrompt> prompts;
+  int n = 1;                      // choices, 1..kMaxChoices: n generations of each prompt
   std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1 (per choice);
                                   // 0 only with echo (score the prompt)
   bool stream = false;
@@ -88,6 +95,7 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
 inline constexpr int kMaxStopSequences = 4;  // as OpenAI
 inline constexpr int kMaxLogitBias = 1024;   // logit_bias entries per request
 inline constexpr int kMaxChoices = 128;      // n, as OpenAI
+inline constexpr int kMaxPrompts = 64;       // prompts of one completions request
 inline constexpr int kMaxStopTokenIds = 64;  // stop_token_ids per request
 // When a request gives no max_tokens it may generate up to the context window (like vLLM), but
 // no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.

@@ -305,3 +305,25 @@ def test_completion_echo_with_prompt_logprobs(client, server):
     plain = client.completions.create(model=server.model, prompt=text, max_tokens=2,
                                       temperature=0, echo=True)
     assert plain.choices[0].text == c.text and plain.choices[0].logprobs is None
+
+
+def test_completions_batch_of_prompts(client, server):
+    # OpenAI's batch form: choice k * n + j answers prompt k (its choice j); usage counts every
+    # prompt. Greedy, so each answer is the prompt's answer alone.
+    prompts = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time"]
+    singles = [client.completions.create(model=server.model, prompt=p, max_tokens=6,
+                                         temperature=0) for p in prompts]
+    r = client.completions.create(model=server.model, prompt=prompts, n=2, max_tokens=6,
+                                  temperature=0)
+    assert [c.index for c in r.choices] == list(range(6))
+    for c in r.choices:
+        assert c.text == singles[c.index // 2].choices[0].text
+    assert r.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles)
+    assert r.usage.completion_tokens == 2 * sum(s.usage.completion_tokens for s in singles)
+    # Streamed with echo: each choice starts with its own prompt.
+    texts = {}
+    for chunk in client.completions.create(model=server.model, prompt=prompts, max_tokens=6,
+                                           temperature=0, echo=True, stream=True):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+    assert texts == {k: p + singles[k].choices[0].text for k, p in enumerate(prompts)}

@@ -291,20 +291,33 @@ TEST(ParseCompletionTest, AcceptsEveryPromptShape) {
   ErrorDetail d;
   auto a = ParseCompletionRequest(R"({"prompt":"Once"})", &d);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->prompt, "Once");
-  EXPECT_FALSE(a->prompt_is_ids);
+  ASSERT_EQ(a->prompts.size(), 1u);
+  EXPECT_EQ(a->prompts[0].text, "Once");
+  EXPECT_FALSE(a->prompts[0].is_ids);
   auto b = ParseCompletionRequest(R"({"prompt":["Once"]})", &d);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->prompt, "Once");
+  ASSERT_EQ(b->prompts.size(), 1u);
+  EXPECT_EQ(b->prompts[0].text, "Once");
   auto c = ParseCompletionRequest(R"({"prompt":[1,2,3]})", &d);
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->prompt_is_ids);
-  EXPECT_EQ(c->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(c->prompts.size(), 1u);
+  EXPECT_TRUE(c->prompts[0].is_ids);
+  EXPECT_EQ(c->prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
   auto e = ParseCompletionRequest(R"({"prompt":[[4,5]],"logprobs":2})", &d);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->prompt_ids, (std::vector<int32_t>{4, 5}));
+  ASSERT_EQ(e->prompts.size(), 1u);
+  EXPECT_EQ(e->prompts[0].ids, (std::vector<int32_t>{4, 5}));
   EXPECT_TRUE(e->logprobs);
   EXPECT_EQ(e->sampling.logprobs, 2);
+  // OpenAI's batch form: several prompts, strings or id lists.
+  auto f = ParseCompletionRequest(R"({"prompt":["a","b","c"]})", &d);
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->prompts.size(), 3u);
+  EXPECT_EQ(f->prompts[2].text, "c");
+  auto g = ParseCompletionRequest(R"({"prompt":[[1],[2,3]]})", &d);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->prompts.size(), 2u);
+  EXPECT_EQ(g->prompts[1].ids, (std::vector<int32_t>{2, 3}));
 }
 
 TEST(ParseCompletionTest, RejectsBadPrompts) {
@@ -312,7 +325,13 @@ TEST(ParseCompletionTest, RejectsBadPrompts) {
   EXPECT_EQ(CompletionError(R"({"prompt":""})").param, "prompt");
   EXPECT_EQ(CompletionError(R"({"prompt":[]})").param, "prompt");
   EXPECT_EQ(CompletionError(R"({"prompt":[[]]})").param, "prompt");
-  EXPECT_EQ(CompletionError(R"({"prompt":["a","b"]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":["a",""]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":["a",[1]]})").param, "prompt");
+  EXPECT_EQ(CompletionError(R"({"prompt":[[1],[]]})").param, "prompt");
+  std::string many = R"({"prompt":[)";
+  for (int i = 0; i <= kMaxPrompts; ++i) many += i > 0 ? ",\"x\"" : "\"x\"";
+  many += "]}";
+  EXPECT_EQ(CompletionError(many).param, "prompt");
   EXPECT_EQ(CompletionError(R"({"prompt":[1,-2]})").param, "prompt");
   EXPECT_EQ(CompletionError(R"({"prompt":[1,"a"]})").param, "prompt");
   EXPECT_EQ(CompletionError(R"({"prompt":7})").param, "prompt");
