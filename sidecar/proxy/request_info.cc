@@ -173,10 +173,20 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   if (auto value = header("x-kinfer-tenant")) info.tenant_header = std::string(*value);
   if (auto it = info.body.find("priority"); it != info.body.end()) info.body_priority = true;
 
+  // Generations: n choices of each prompt (completions' batch form lists several prompts).
+  double generations = 1;
+  if (auto it = info.body.find("n"); it != info.body.end() && it->is_number_integer()) {
+    generations = std::max(1.0, it->get<double>());
+  }
+  if (auto it = info.body.find("prompt"); it != info.body.end() && it->is_array() && !it->empty() &&
+                                          ((*it)[0].is_string() || (*it)[0].is_array())) {
+    generations *= static_cast<double>(it->size());
+  }
   double prompt_tokens = std::ceil(static_cast<double>(body.size()) / 4.0);
   info.token_estimate =
       prompt_tokens +
-      static_cast<double>(info.max_tokens > 0 ? info.max_tokens : kDefaultMaxTokensEstimate);
+      generations *
+          static_cast<double>(info.max_tokens > 0 ? info.max_tokens : kDefaultMaxTokensEstimate);
   return info;
 }
 

@@ -263,6 +263,18 @@ TEST_F(RequestInfoTest, TokenEstimateUsesTheDefaultWithoutMaxTokens) {
   EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 7 + 10);
 }
 
+TEST_F(RequestInfoTest, TokenEstimateCountsEveryChoiceOfEveryPrompt) {
+  std::string body = R"({"max_tokens":10,"n":3,"pad":"abc"})";  // 35 bytes -> 9
+  ASSERT_EQ(body.size(), 35u);
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 9 + 3 * 10);
+  body = R"({"max_tokens":10,"n":2,"prompt":["a","b"]})";  // 42 bytes -> 11; 2 x 2 generations
+  ASSERT_EQ(body.size(), 42u);
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 11 + 4 * 10);
+  body = R"({"max_tokens":10,"prompt":[1,2,3,4,5]})";  // token ids: one prompt; 38 -> 10
+  ASSERT_EQ(body.size(), 38u);
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 10 + 10);
+}
+
 TEST_F(RequestInfoTest, CacheControlIsKeptRaw) {
   EXPECT_EQ(MustParse(kChat, {{"cache-control", "No-Cache, max-age=0"}}).cache_control,
             "No-Cache, max-age=0");
