@@ -19,7 +19,8 @@ LOGS=$BUILD/sanitizer-logs
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINFER_ENABLE_CUDA=OFF \
   -DKINFER_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$FLAGS" >/dev/null
 cmake --build "$BUILD" -j"${KINFER_BUILD_JOBS:-2}" \
-  --target kinfer_http_server_test kinfer-runtime kinfer-sidecar kinfer-fake-upstream
+  --target kinfer_http_server_test kinfer_choice_streams_test kinfer-runtime kinfer-sidecar \
+  kinfer-fake-upstream
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 log_path=$LOGS/report"
 # Leaks are not judged: the servers exit from signal handlers with threads still holding memory.
@@ -27,6 +28,7 @@ export ASAN_OPTIONS="halt_on_error=0 detect_leaks=0 log_path=$LOGS/report"
 export UBSAN_OPTIONS="halt_on_error=0 print_stacktrace=1 log_path=$LOGS/report"
 rc=0
 "$BUILD/bin/kinfer_http_server_test" || rc=1
+"$BUILD/bin/kinfer_choice_streams_test" || rc=1
 KINFER_BIN_DIR="$BUILD/bin" .venv/bin/python -m pytest -q \
   tests/python/test_openai_client.py tests/python/test_disconnect.py \
   tests/python/test_runtime_shutdown.py tests/python/test_http_errors.py \
