@@ -369,6 +369,7 @@ std::shared_ptr<const ConstraintVocab> Engine::ConstraintVocabulary() {
     v->kind[i] = tokenizer_->IsControl(id) || v->bytes[i].empty() ? ConstraintVocab::kNever
                                                                   : ConstraintVocab::kText;
   }
+  v->Index();
   constraint_vocab_ = std::move(v);
   return constraint_vocab_;
 }

@@ -42,6 +42,17 @@ class JsonRecognizer {
 
   // The top-level object is closed: nothing may follow.
   bool complete() const { return expect_ == Expect::kDone; }
+  // Inside a string, past any escape: every byte >= 0x20 but '"' and '\\' keeps it there (the
+  // state does not change), which lets a caller skip feeding such bytes one by one.
+  bool in_plain_string() const { return lex_ == Lex::kString; }
+  // True when every byte of `bytes` is such a byte.
+  static bool PlainStringBytes(std::string_view bytes) {
+    for (char ch : bytes) {
+      const auto c = static_cast<uint8_t>(ch);
+      if (c < 0x20 || c == '"' || c == '\\') return false;
+    }
+    return true;
+  }
 
  private:
   // What the container grammar expects next (outside strings, numbers and literals).

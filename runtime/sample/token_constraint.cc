@@ -4,6 +4,13 @@
 
 namespace kinfer {
 
+void ConstraintVocab::Index() {
+  json_plain.assign(bytes.size(), 0);
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    json_plain[id] = kind[id] == kText && JsonRecognizer::PlainStringBytes(bytes[id]) ? 1 : 0;
+  }
+}
+
 JsonObjectConstraint::JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab)
     : vocab_(std::move(vocab)) {}
 
@@ -12,6 +19,8 @@ void JsonObjectConstraint::Mask(std::span<float> logits) const {
   const ConstraintVocab& v = *vocab_;
   const size_t n = std::min(logits.size(), v.kind.size());
   const bool done = state_.complete();
+  // Inside a string, a plain token is allowed without feeding it.
+  const bool plain_ok = state_.in_plain_string() && v.json_plain.size() == v.kind.size();
   bool any = false;
   for (size_t id = 0; id < n; ++id) {
     bool ok;
@@ -20,7 +29,7 @@ void JsonObjectConstraint::Mask(std::span<float> logits) const {
         ok = done;
         break;
       case ConstraintVocab::kText:
-        ok = !done && state_.Accepts(v.bytes[id]);
+        ok = !done && ((plain_ok && v.json_plain[id] != 0) || state_.Accepts(v.bytes[id]));
         break;
       default:
         ok = false;
@@ -43,6 +52,10 @@ void JsonObjectConstraint::Mask(std::span<float> logits) const {
 void JsonObjectConstraint::Accept(int32_t token) {
   if (token < 0 || static_cast<size_t>(token) >= vocab_->kind.size()) return;
   if (vocab_->kind[static_cast<size_t>(token)] != ConstraintVocab::kText) return;
+  if (state_.in_plain_string() && vocab_->json_plain.size() == vocab_->kind.size() &&
+      vocab_->json_plain[static_cast<size_t>(token)] != 0) {
+    return;  // stays inside the string: nothing changes
+  }
   JsonRecognizer next = state_;
   if (next.Feed(vocab_->bytes[static_cast<size_t>(token)])) state_ = next;
 }

@@ -13,7 +13,8 @@
 // response cut by max_tokens is a prefix of one, with finish_reason "length", as OpenAI's).
 //
 // Cost: Mask tries every token's bytes against a copy of the state: about the vocabulary's total
-// bytes per step (~250 KB for a 49,152-token vocabulary).
+// bytes per step (~250 KB for a 49,152-token vocabulary), except inside a string, where an
+// indexed vocabulary (ConstraintVocab::Index) answers most tokens with one flag.
 //
 // Thread safety: a constraint belongs to its request's Sampler (one thread); a ConstraintVocab is
 // immutable and shared.
@@ -33,6 +34,11 @@ struct ConstraintVocab {
   enum Kind : uint8_t { kText = 0, kEndOfGeneration = 1, kNever = 2 };
   std::vector<std::string> bytes;  // per id
   std::vector<uint8_t> kind;       // per id, a Kind
+  // Filled by Index(): per id, whether its bytes can sit inside a JSON string as they are
+  // (JsonRecognizer::PlainStringBytes). Without it every token is fed byte by byte.
+  std::vector<uint8_t> json_plain;
+
+  void Index();
 };
 
 class TokenConstraint {

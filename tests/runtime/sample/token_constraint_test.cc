@@ -1,5 +1,6 @@
 #include "runtime/sample/token_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -94,6 +95,39 @@ TEST(JsonObjectConstraintTest, SampledTextIsAlwaysAValidObject) {
     }
   }
   EXPECT_GT(completed, 50);
+}
+
+TEST(JsonObjectConstraintTest, AnIndexedVocabularyMasksExactlyAsFeedingEveryByte) {
+  // The same hot runs through two constraints, one over an indexed vocabulary (plain string
+  // tokens answered by a flag) and one feeding every byte: the same mask at every step.
+  auto plain = Vocab();
+  auto indexed = std::make_shared<ConstraintVocab>(*plain);
+  indexed->Index();
+  ASSERT_EQ(indexed->json_plain.size(), indexed->kind.size());
+  EXPECT_EQ(indexed->json_plain[static_cast<size_t>(IdOf(*indexed, "b c"))], 1);
+  EXPECT_EQ(indexed->json_plain[static_cast<size_t>(IdOf(*indexed, "\":"))], 0);
+  EXPECT_EQ(indexed->json_plain[static_cast<size_t>(IdOf(*indexed, "\n"))], 0);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  int steps = 0;
+  for (int run = 0; run < 100; ++run) {
+    JsonObjectConstraint a(plain), b(indexed);
+    for (int step = 0; step < 100 && !a.complete(); ++step) {
+      std::vector<float> la(plain->bytes.size());
+      for (float& l : la) l = noise(rng);
+      std::vector<float> lb = la;
+      a.Mask(la);
+      b.Mask(lb);
+      ASSERT_EQ(la, lb) << "run " << run << " step " << step;
+      const auto best = std::max_element(la.begin(), la.end()) - la.begin();
+      const auto tok = static_cast<int32_t>(best);
+      if (plain->kind[static_cast<size_t>(tok)] == ConstraintVocab::kEndOfGeneration) break;
+      ++steps;
+      a.Accept(tok);
+      b.Accept(tok);
+    }
+  }
+  EXPECT_GT(steps, 100);  // the runs do get going
 }
 
 TEST(JsonObjectConstraintTest, WithNothingAllowedItEndsInsteadOfDrawingFromNothing) {
