@@ -1,6 +1,8 @@
 #include "runtime/sample/token_constraint.h"
 
+#include <algorithm>
 #include <limits>
+#include <numeric>
 
 namespace kinfer {
 
@@ -9,27 +11,66 @@ void ConstraintVocab::Index() {
   for (size_t id = 0; id < bytes.size(); ++id) {
     json_plain[id] = kind[id] == kText && JsonRecognizer::PlainStringBytes(bytes[id]) ? 1 : 0;
   }
+  // The trie: text tokens sorted by their bytes, so that shared prefixes are adjacent.
+  std::vector<int32_t> ids;
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    if (kind[id] == kText && !bytes[id].empty()) ids.push_back(static_cast<int32_t>(id));
+  }
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return bytes[static_cast<size_t>(a)] < bytes[static_cast<size_t>(b)];
+  });
+  trie.assign(1, TrieNode{});
+  trie_tokens.clear();
+  trie_depth = 0;
+  std::vector<int32_t> path{0};  // the nodes of the previous token's bytes, by depth
+  const std::string* prev = nullptr;
+  for (int32_t id : ids) {
+    const std::string& b = bytes[static_cast<size_t>(id)];
+    size_t common = 0;
+    if (prev != nullptr) {
+      const size_t lim = std::min(prev->size(), b.size());
+      while (common < lim && (*prev)[common] == b[common]) ++common;
+    }
+    while (path.size() - 1 > common) {
+      trie[static_cast<size_t>(path.back())].end = static_cast<int32_t>(trie.size());
+      path.pop_back();
+    }
+    for (size_t j = common; j < b.size(); ++j) {
+      TrieNode node;
+      node.byte = static_cast<uint8_t>(b[j]);
+      node.depth = static_cast<uint16_t>(j + 1);
+      trie_depth = std::max(trie_depth, j + 1);
+      trie.push_back(node);
+      path.push_back(static_cast<int32_t>(trie.size() - 1));
+    }
+    TrieNode& at = trie[static_cast<size_t>(path.back())];
+    if (at.tok_begin == at.tok_end) at.tok_begin = static_cast<int32_t>(trie_tokens.size());
+    trie_tokens.push_back(id);
+    at.tok_end = static_cast<int32_t>(trie_tokens.size());
+    prev = &b;
+  }
+  for (int32_t n : path) trie[static_cast<size_t>(n)].end = static_cast<int32_t>(trie.size());
 }
 
-JsonObjectConstraint::JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab)
-    : vocab_(std::move(vocab)) {}
+namespace {
 
-void JsonObjectConstraint::Mask(std::span<float> logits) const {
+// Sets every logit `allowed` rules out to -infinity (and the padding past the vocabulary);
+// end-of-generation tokens are allowed when `may_end`. When nothing with a finite logit is left,
+// the end-of-generation tokens are allowed instead: end rather than draw from nothing.
+template <typename Allowed>
+void ApplyMask(const ConstraintVocab& v, std::span<float> logits, bool may_end,
+               const Allowed& allowed) {
   constexpr float kOff = -std::numeric_limits<float>::infinity();
-  const ConstraintVocab& v = *vocab_;
   const size_t n = std::min(logits.size(), v.kind.size());
-  const bool done = state_.complete();
-  // Inside a string, a plain token is allowed without feeding it.
-  const bool plain_ok = state_.in_plain_string() && v.json_plain.size() == v.kind.size();
   bool any = false;
   for (size_t id = 0; id < n; ++id) {
     bool ok;
     switch (v.kind[id]) {
       case ConstraintVocab::kEndOfGeneration:
-        ok = done;
+        ok = may_end;
         break;
       case ConstraintVocab::kText:
-        ok = !done && ((plain_ok && v.json_plain[id] != 0) || state_.Accepts(v.bytes[id]));
+        ok = allowed(id);
         break;
       default:
         ok = false;
@@ -40,13 +81,29 @@ void JsonObjectConstraint::Mask(std::span<float> logits) const {
       logits[id] = kOff;
     }
   }
-  for (size_t id = n; id < logits.size(); ++id) logits[id] = kOff;  // padding past the vocabulary
+  for (size_t id = n; id < logits.size(); ++id) logits[id] = kOff;
   if (any) return;
-  // Nothing can follow (the whitespace bound, say, with every other byte ruled out): end here
-  // rather than draw from nothing.
   for (size_t id = 0; id < n; ++id) {
     if (v.kind[id] == ConstraintVocab::kEndOfGeneration) logits[id] = 0.0f;
   }
+}
+
+// The bytes of Grammar::plain_string_class().
+bool IsPlainStringByte(uint8_t c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
+}  // namespace
+
+JsonObjectConstraint::JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab)
+    : vocab_(std::move(vocab)) {}
+
+void JsonObjectConstraint::Mask(std::span<float> logits) const {
+  const ConstraintVocab& v = *vocab_;
+  const bool done = state_.complete();
+  // Inside a string, a plain token is allowed without feeding it.
+  const bool plain_ok = state_.in_plain_string() && v.json_plain.size() == v.kind.size();
+  ApplyMask(v, logits, done, [&](size_t id) {
+    return !done && ((plain_ok && v.json_plain[id] != 0) || state_.Accepts(v.bytes[id]));
+  });
 }
 
 void JsonObjectConstraint::Accept(int32_t token) {
@@ -58,6 +115,53 @@ void JsonObjectConstraint::Accept(int32_t token) {
   }
   JsonRecognizer next = state_;
   if (next.Feed(vocab_->bytes[static_cast<size_t>(token)])) state_ = next;
+}
+
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const ConstraintVocab> vocab,
+                                     std::shared_ptr<const Grammar> grammar)
+    : vocab_(std::move(vocab)), state_(std::move(grammar)) {}
+
+void GrammarConstraint::Mask(std::span<float> logits) const {
+  const ConstraintVocab& v = *vocab_;
+  const auto& trie = v.trie;
+  std::vector<uint8_t> allowed(v.kind.size(), 0);
+  // Depth-first over the trie in preorder: at[d] is the state after the node's first d bytes
+  // (the parent's own when a plain byte inside a string left it unchanged); plain[d] whether it
+  // passes plain bytes (-1: not yet asked).
+  // (scratch_ is sized before the walk: at[] points into it.)
+  std::vector<const GrammarRecognizer*> at(v.trie_depth + 1, &state_);
+  std::vector<int8_t> plain(v.trie_depth + 1, -1);
+  if (scratch_.size() < v.trie_depth + 1) scratch_.resize(v.trie_depth + 1);
+  for (size_t i = 1; i < trie.size();) {
+    const ConstraintVocab::TrieNode& node = trie[i];
+    const size_t d = node.depth;
+    const GrammarRecognizer* parent = at[d - 1];
+    if (IsPlainStringByte(node.byte)) {
+      if (plain[d - 1] < 0) plain[d - 1] = parent->InPlainString() ? 1 : 0;
+    }
+    if (IsPlainStringByte(node.byte) && plain[d - 1] == 1) {
+      at[d] = parent;
+      plain[d] = 1;
+    } else {
+      if (!parent->FeedInto(node.byte, &scratch_[d])) {
+        i = static_cast<size_t>(node.end);  // no token below can come next
+        continue;
+      }
+      at[d] = &scratch_[d];
+      plain[d] = -1;
+    }
+    for (int32_t t = node.tok_begin; t < node.tok_end; ++t) {
+      allowed[static_cast<size_t>(v.trie_tokens[static_cast<size_t>(t)])] = 1;
+    }
+    ++i;
+  }
+  ApplyMask(v, logits, state_.complete(), [&](size_t id) { return allowed[id] != 0; });
+}
+
+void GrammarConstraint::Accept(int32_t token) {
+  if (token < 0 || static_cast<size_t>(token) >= vocab_->kind.size()) return;
+  if (vocab_->kind[static_cast<size_t>(token)] != ConstraintVocab::kText) return;
+  (void)state_.Feed(vocab_->bytes[static_cast<size_t>(token)]);
 }
 
 }  // namespace kinfer

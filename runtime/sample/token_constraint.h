@@ -8,13 +8,19 @@
 //   JsonObjectConstraint  OpenAI's response_format {"type": "json_object"}: the text is one JSON
 //                     object (JsonRecognizer); end-of-generation tokens are allowed only once it is
 //                     complete, and then nothing else is.
+//   GrammarConstraint the text is a sentence of a Grammar (grammar.h; response_format
+//                     json_schema builds one from the schema): end-of-generation tokens are
+//                     allowed once the text is complete, beside whatever may still follow.
 //
 // The check is on token bytes as the model emits them, so the streamed text is that object (a
 // response cut by max_tokens is a prefix of one, with finish_reason "length", as OpenAI's).
 //
 // Cost: Mask tries every token's bytes against a copy of the state: about the vocabulary's total
 // bytes per step (~250 KB for a 49,152-token vocabulary), except inside a string, where an
-// indexed vocabulary (ConstraintVocab::Index) answers most tokens with one flag.
+// indexed vocabulary (ConstraintVocab::Index) answers most tokens with one flag. A
+// GrammarConstraint walks the vocabulary's byte trie instead, feeding each shared prefix once and
+// skipping a subtree at its first refused byte; inside a free string it, too, passes plain bytes
+// without feeding them.
 //
 // Thread safety: a constraint belongs to its request's Sampler (one thread); a ConstraintVocab is
 // immutable and shared.
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/sample/grammar.h"
 #include "runtime/sample/json_recognizer.h"
 
 namespace kinfer {
@@ -37,6 +44,18 @@ struct ConstraintVocab {
   // Filled by Index(): per id, whether its bytes can sit inside a JSON string as they are
   // (JsonRecognizer::PlainStringBytes). Without it every token is fed byte by byte.
   std::vector<uint8_t> json_plain;
+  // Filled by Index(): the kText tokens' bytes as a trie, nodes in preorder (node 0 is the root,
+  // the empty prefix). Node i's subtree is the nodes i .. end-1; the tokens whose bytes end at it
+  // are trie_tokens[tok_begin .. tok_end).
+  struct TrieNode {
+    uint8_t byte = 0;    // the edge from its parent
+    uint16_t depth = 0;  // bytes from the root
+    int32_t end = 0;
+    int32_t tok_begin = 0, tok_end = 0;
+  };
+  std::vector<TrieNode> trie;
+  std::vector<int32_t> trie_tokens;
+  size_t trie_depth = 0;  // the longest token's bytes
 
   void Index();
 };
@@ -61,6 +80,23 @@ class JsonObjectConstraint : public TokenConstraint {
  private:
   std::shared_ptr<const ConstraintVocab> vocab_;
   JsonRecognizer state_;
+};
+
+class GrammarConstraint : public TokenConstraint {
+ public:
+  // REQUIRES: vocab->Index() was called.
+  GrammarConstraint(std::shared_ptr<const ConstraintVocab> vocab,
+                    std::shared_ptr<const Grammar> grammar);
+  void Mask(std::span<float> logits) const override;
+  void Accept(int32_t token) override;
+  bool complete() const { return state_.complete(); }
+  const GrammarRecognizer& state() const { return state_; }
+
+ private:
+  std::shared_ptr<const ConstraintVocab> vocab_;
+  GrammarRecognizer state_;
+  // The walk's recognizer per trie depth, kept to reuse their storage.
+  mutable std::vector<GrammarRecognizer> scratch_;
 };
 
 }  // namespace kinfer

@@ -1,0 +1,626 @@
+#include "runtime/sample/json_schema_grammar.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kinfer {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using Seq = GrammarBuilder::Sequence;
+using Sym = GrammarBuilder::Symbol;
+
+constexpr int kIntDigits = 16;
+constexpr int kFracDigits = 16;
+constexpr int kExpDigits = 2;  // so every number parses as a double (1e99 at most)
+
+// Keywords that assert something this compiler cannot enforce: refused rather than ignored.
+const std::set<std::string>& Unsupported() {
+  static const std::set<std::string> k = {"pattern",
+                                          "patternProperties",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "multipleOf",
+                                          "not",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "dependentRequired",
+                                          "dependentSchemas",
+                                          "dependencies",
+                                          "propertyNames",
+                                          "contains",
+                                          "minContains",
+                                          "maxContains",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "unevaluatedProperties",
+                                          "unevaluatedItems",
+                                          "$dynamicRef",
+                                          "$recursiveRef"};
+  return k;
+}
+
+class Compiler {
+ public:
+  explicit Compiler(const ojson& root) : root_(root) {}
+
+  StatusOr<std::shared_ptr<const Grammar>> Run() {
+    int32_t value = -1;
+    KINFER_RETURN_IF_ERROR(Value(root_, "#", &value));
+    const int32_t top = b_.Rule({{Ws(), GrammarBuilder::Ref(value)}});
+    KINFER_RETURN_IF_ERROR(CheckSize());
+    auto g = b_.Build(top);
+    if (GrammarRecognizer(g, value).dead()) {
+      return InvalidArgument("json_schema: the schema matches no JSON text");
+    }
+    return g;
+  }
+
+ private:
+  Status Error(const std::string& where, const std::string& what) {
+    return InvalidArgument("json_schema: " + what + " (at " + where + ")");
+  }
+  Status CheckSize() {
+    if (b_.num_elements() > kMaxSchemaGrammarElements) {
+      return InvalidArgument("json_schema: the schema is too large (its grammar passes " +
+                             std::to_string(kMaxSchemaGrammarElements) + " symbols)");
+    }
+    return Status::Ok();
+  }
+
+  // ---- shared pieces, built on first use --------------------------------------------------
+
+  Sym Ws() {
+    if (ws_ < 0) {
+      // W_k: up to kSchemaMaxWhitespaceRun - k more whitespace bytes.
+      int32_t next = b_.Rule({{}});
+      for (int k = 0; k < kSchemaMaxWhitespaceRun; ++k) {
+        next = b_.Rule({{},
+                        {b_.Range({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}),
+                         GrammarBuilder::Ref(next)}});
+      }
+      ws_ = next;
+    }
+    return GrammarBuilder::Ref(ws_);
+  }
+  Sym Hex() { return b_.Range({{'0', '9'}, {'a', 'f'}, {'A', 'F'}}); }
+  Sym Escape() {  // after a backslash
+    if (escape_ < 0) {
+      escape_ = b_.Rule({{b_.Range({{'"', '"'},
+                                    {'\\', '\\'},
+                                    {'/', '/'},
+                                    {'b', 'b'},
+                                    {'f', 'f'},
+                                    {'n', 'n'},
+                                    {'r', 'r'},
+                                    {'t', 't'}})},
+                         {b_.Byte('u'), Hex(), Hex(), Hex(), Hex()}});
+    }
+    return GrammarBuilder::Ref(escape_);
+  }
+  Sym String() {  // any JSON string
+    if (string_ < 0) {
+      const int32_t body = b_.NewRule();
+      b_.AddAlternative(body, {});
+      b_.AddAlternative(body, {CodePoint(), GrammarBuilder::Ref(body)});
+      string_ = b_.Rule({{b_.Byte('"'), GrammarBuilder::Ref(body), b_.Byte('"')}});
+    }
+    return GrammarBuilder::Ref(string_);
+  }
+  // One character of a string: a code point as well-formed UTF-8 (RFC 3629: no overlong forms,
+  // no surrogates), or an escape.
+  Sym CodePoint() {
+    if (code_point_ < 0) {
+      code_point_ = b_.Rule({{b_.PlainStringByte()}, {NonAsciiOrEscape()}});
+    }
+    return GrammarBuilder::Ref(code_point_);
+  }
+  Sym NonAsciiOrEscape() {
+    if (non_ascii_ < 0) {
+      const Sym cont = b_.Range({{0x80, 0xBF}});
+      non_ascii_ = b_.Rule({{b_.Range({{0xC2, 0xDF}}), cont},
+                            {b_.Byte(0xE0), b_.Range({{0xA0, 0xBF}}), cont},
+                            {b_.Range({{0xE1, 0xEC}, {0xEE, 0xEF}}), cont, cont},
+                            {b_.Byte(0xED), b_.Range({{0x80, 0x9F}}), cont},
+                            {b_.Byte(0xF0), b_.Range({{0x90, 0xBF}}), cont, cont},
+                            {b_.Range({{0xF1, 0xF3}}), cont, cont, cont},
+                            {b_.Byte(0xF4), b_.Range({{0x80, 0x8F}}), cont, cont},
+                            {b_.Byte('\\'), Escape()}});
+    }
+    return GrammarBuilder::Ref(non_ascii_);
+  }
+  // A string other than the JSON strings `names` (written as a compact serializer writes them):
+  // an object's other keys, beside its declared ones. A trie of the names: at each node, a byte
+  // of a name follows it, any other character leaves the names behind, and the closing quote
+  // ends the key unless a name ends there. (A name spelled with an escape that the serializer
+  // does not use is not recognised as that name.)
+  Sym KeyOtherThan(const std::vector<std::string>& names) {
+    if (names.empty()) return String();
+    std::vector<std::string> inner;  // the names' bytes between the quotes
+    for (const std::string& n : names) {
+      const std::string q = ojson(n).dump();
+      inner.push_back(q.substr(1, q.size() - 2));
+    }
+    return GrammarBuilder::Ref(b_.Rule({{b_.Byte('"'), GrammarBuilder::Ref(TrieRule(inner, ""))}}));
+  }
+  Sym RestOfString() {  // the rest of a string, its closing quote included
+    if (rest_of_string_ < 0) {
+      rest_of_string_ = b_.NewRule();
+      b_.AddAlternative(rest_of_string_, {b_.Byte('"')});
+      b_.AddAlternative(rest_of_string_, {CodePoint(), GrammarBuilder::Ref(rest_of_string_)});
+    }
+    return GrammarBuilder::Ref(rest_of_string_);
+  }
+  int32_t TrieRule(const std::vector<std::string>& names, const std::string& prefix) {
+    std::set<uint8_t> next;
+    bool ends_here = false;
+    for (const std::string& n : names) {
+      if (n.size() > prefix.size() && n.compare(0, prefix.size(), prefix) == 0) {
+        next.insert(static_cast<uint8_t>(n[prefix.size()]));
+      } else if (n == prefix) {
+        ends_here = true;
+      }
+    }
+    const int32_t r = b_.NewRule();
+    if (!ends_here) b_.AddAlternative(r, {b_.Byte('"')});
+    Grammar::ByteSet other{};  // the string's first bytes that leave every name
+    for (int c = 0x20; c < 0x80; ++c) {
+      if (c != '"' && c != '\\' && next.count(static_cast<uint8_t>(c)) == 0) {
+        other[static_cast<size_t>(c) >> 6] |= uint64_t{1} << (c & 63);
+      }
+    }
+    const Sym body = RestOfString();
+    b_.AddAlternative(r, {b_.Class(other), body});
+    // Multi-byte characters and escapes leave the names too, unless a name goes on with them.
+    const bool names_go_on_high =
+        std::any_of(next.begin(), next.end(), [](uint8_t c) { return c >= 0x80 || c == '\\'; });
+    if (!names_go_on_high) b_.AddAlternative(r, {NonAsciiOrEscape(), body});
+    for (uint8_t c : next) {
+      b_.AddAlternative(
+          r, {b_.Byte(c), GrammarBuilder::Ref(TrieRule(names, prefix + static_cast<char>(c)))});
+    }
+    return r;
+  }
+  // Up to `n` more of `s` (a chain of optional rules).
+  int32_t UpTo(const Sym& s, int n) {
+    int32_t next = b_.Rule({{}});
+    for (int k = 0; k < n; ++k) next = b_.Rule({{}, {s, GrammarBuilder::Ref(next)}});
+    return next;
+  }
+  Sym Digits(int max) {  // 0..max more digits
+    int32_t& r = digit_rules_[max];
+    if (r == 0) r = UpTo(b_.Range({{'0', '9'}}), max) + 1;  // stored +1: 0 means unbuilt
+    return GrammarBuilder::Ref(r - 1);
+  }
+  Sym IntPart() {  // 0 | [1-9][0-9]*, at most kIntDigits digits
+    if (int_part_ < 0) {
+      int_part_ = b_.Rule({{b_.Byte('0')}, {b_.Range({{'1', '9'}}), Digits(kIntDigits - 1)}});
+    }
+    return GrammarBuilder::Ref(int_part_);
+  }
+  Sym OptMinus() {
+    if (opt_minus_ < 0) opt_minus_ = b_.Rule({{}, {b_.Byte('-')}});
+    return GrammarBuilder::Ref(opt_minus_);
+  }
+  Sym Integer() {
+    if (integer_ < 0) integer_ = b_.Rule({{OptMinus(), IntPart()}});
+    return GrammarBuilder::Ref(integer_);
+  }
+  Sym Number() {
+    if (number_ < 0) {
+      const Sym digit = b_.Range({{'0', '9'}});
+      const int32_t frac = b_.Rule({{}, {b_.Byte('.'), digit, Digits(kFracDigits - 1)}});
+      const int32_t sign = b_.Rule({{}, {b_.Range({{'+', '+'}, {'-', '-'}})}});
+      const int32_t exp = b_.Rule({{},
+                                   {b_.Range({{'e', 'e'}, {'E', 'E'}}), GrammarBuilder::Ref(sign),
+                                    digit, Digits(kExpDigits - 1)}});
+      number_ =
+          b_.Rule({{OptMinus(), IntPart(), GrammarBuilder::Ref(frac), GrammarBuilder::Ref(exp)}});
+    }
+    return GrammarBuilder::Ref(number_);
+  }
+  Sym Literal(std::string_view text) { return GrammarBuilder::Ref(b_.Rule({b_.Literal(text)})); }
+  Sym Boolean() {
+    if (boolean_ < 0) boolean_ = b_.Rule({b_.Literal("true"), b_.Literal("false")});
+    return GrammarBuilder::Ref(boolean_);
+  }
+  Sym Null() {
+    if (null_ < 0) null_ = b_.Rule({b_.Literal("null")});
+    return GrammarBuilder::Ref(null_);
+  }
+  // Any JSON value.
+  Sym AnyValue() {
+    if (any_ < 0) {
+      any_ = b_.NewRule();
+      const Sym v = GrammarBuilder::Ref(any_);
+      // {"k": v, ...}
+      const int32_t member = b_.Rule({{String(), Ws(), b_.Byte(':'), Ws(), v, Ws()}});
+      const int32_t more = b_.NewRule();
+      b_.AddAlternative(more, {});
+      b_.AddAlternative(
+          more, {b_.Byte(','), Ws(), GrammarBuilder::Ref(member), GrammarBuilder::Ref(more)});
+      const int32_t members =
+          b_.Rule({{}, {GrammarBuilder::Ref(member), GrammarBuilder::Ref(more)}});
+      // [v, ...]
+      const int32_t amore = b_.NewRule();
+      b_.AddAlternative(amore, {});
+      b_.AddAlternative(amore, {b_.Byte(','), Ws(), v, Ws(), GrammarBuilder::Ref(amore)});
+      const int32_t items = b_.Rule({{}, {v, Ws(), GrammarBuilder::Ref(amore)}});
+      b_.AddAlternative(any_, {b_.Byte('{'), Ws(), GrammarBuilder::Ref(members), b_.Byte('}')});
+      b_.AddAlternative(any_, {b_.Byte('['), Ws(), GrammarBuilder::Ref(items), b_.Byte(']')});
+      b_.AddAlternative(any_, {String()});
+      b_.AddAlternative(any_, {Number()});
+      b_.AddAlternative(any_, {Boolean()});
+      b_.AddAlternative(any_, {Null()});
+    }
+    return GrammarBuilder::Ref(any_);
+  }
+
+  // ---- schemas ----------------------------------------------------------------------------
+
+  // The rule for the values `schema` accepts, into *rule.
+  Status Value(const ojson& schema, const std::string& where, int32_t* rule) {
+    if (++depth_ > 128) return Error(where, "the schema nests too deeply");
+    Status st = ValueAt(schema, where, rule);
+    --depth_;
+    if (st.ok()) st = CheckSize();
+    return st;
+  }
+
+  Status ValueAt(const ojson& schema, const std::string& where, int32_t* rule) {
+    if (schema.is_boolean()) {
+      if (!schema.get<bool>()) return Error(where, "the schema false accepts no value");
+      *rule = RuleOf(AnyValue());
+      return Status::Ok();
+    }
+    if (!schema.is_object()) return Error(where, "a schema must be an object or a boolean");
+    for (const auto& [key, v] : schema.items()) {
+      if (Unsupported().count(key) != 0) {
+        return Error(where, "'" + key + "' is not supported");
+      }
+    }
+    if (const auto it = schema.find("uniqueItems");
+        it != schema.end() && it->is_boolean() && it->get<bool>()) {
+      return Error(where, "'uniqueItems' is not supported");
+    }
+    if (const auto it = schema.find("$ref"); it != schema.end()) return Ref(*it, where, rule);
+    if (const auto it = schema.find("allOf"); it != schema.end()) {
+      if (!it->is_array() || it->size() != 1) {
+        return Error(where + "/allOf", "'allOf' is supported with one schema only");
+      }
+      return Value((*it)[0], where + "/allOf/0", rule);
+    }
+    for (const char* kw : {"anyOf", "oneOf"}) {
+      const auto it = schema.find(kw);
+      if (it == schema.end()) continue;
+      if (!it->is_array() || it->empty()) {
+        return Error(where + "/" + kw, "'" + std::string(kw) + "' must be a non-empty array");
+      }
+      for (const char* other : {"type", "properties", "items", "enum", "const"}) {
+        if (schema.contains(other)) {
+          return Error(where, "'" + std::string(kw) + "' beside '" + other +
+                                  "' is not supported (put it inside each alternative)");
+        }
+      }
+      std::vector<Seq> alts;
+      for (size_t i = 0; i < it->size(); ++i) {
+        int32_t r = -1;
+        KINFER_RETURN_IF_ERROR(Value((*it)[i], where + "/" + kw + "/" + std::to_string(i), &r));
+        alts.push_back({GrammarBuilder::Ref(r)});
+      }
+      *rule = b_.Rule(alts);
+      return Status::Ok();
+    }
+    if (const auto it = schema.find("const"); it != schema.end()) {
+      *rule = b_.Rule({b_.Literal(it->dump())});
+      return Status::Ok();
+    }
+    if (const auto it = schema.find("enum"); it != schema.end()) {
+      if (!it->is_array() || it->empty()) {
+        return Error(where + "/enum", "'enum' must be a non-empty array");
+      }
+      std::vector<Seq> alts;
+      for (const ojson& v : *it) alts.push_back(b_.Literal(v.dump()));
+      *rule = b_.Rule(alts);
+      return Status::Ok();
+    }
+
+    std::vector<std::string> types;
+    if (const auto it = schema.find("type"); it != schema.end()) {
+      if (it->is_string()) {
+        types.push_back(it->get<std::string>());
+      } else if (it->is_array() && !it->empty()) {
+        for (const ojson& t : *it) {
+          if (!t.is_string()) return Error(where + "/type", "'type' must name types");
+          types.push_back(t.get<std::string>());
+        }
+      } else {
+        return Error(where + "/type", "'type' must be a string or a non-empty array");
+      }
+    } else if (schema.contains("properties") || schema.contains("additionalProperties") ||
+               schema.contains("required")) {
+      types.push_back("object");
+    } else if (schema.contains("items") || schema.contains("prefixItems")) {
+      types.push_back("array");
+    } else {
+      *rule = RuleOf(AnyValue());
+      return Status::Ok();
+    }
+    if (const auto it = schema.find("nullable");
+        it != schema.end() && it->is_boolean() && it->get<bool>()) {
+      types.push_back("null");
+    }
+    std::vector<Seq> alts;
+    for (const std::string& t : types) {
+      Sym s;
+      if (t == "object") {
+        int32_t r = -1;
+        KINFER_RETURN_IF_ERROR(Object(schema, where, &r));
+        s = GrammarBuilder::Ref(r);
+      } else if (t == "array") {
+        int32_t r = -1;
+        KINFER_RETURN_IF_ERROR(Array(schema, where, &r));
+        s = GrammarBuilder::Ref(r);
+      } else if (t == "string") {
+        int32_t r = -1;
+        KINFER_RETURN_IF_ERROR(StringOf(schema, where, &r));
+        s = GrammarBuilder::Ref(r);
+      } else if (t == "number") {
+        s = Number();
+      } else if (t == "integer") {
+        s = Integer();
+      } else if (t == "boolean") {
+        s = Boolean();
+      } else if (t == "null") {
+        s = Null();
+      } else {
+        return Error(where + "/type", "unknown type '" + t + "'");
+      }
+      alts.push_back({s});
+    }
+    *rule = b_.Rule(alts);
+    return Status::Ok();
+  }
+
+  int32_t RuleOf(const Sym& s) { return s.id; }
+
+  Status Ref(const ojson& ref, const std::string& where, int32_t* rule) {
+    if (!ref.is_string()) return Error(where + "/$ref", "'$ref' must be a string");
+    const std::string target = ref.get<std::string>();
+    if (const auto it = refs_.find(target); it != refs_.end()) {
+      *rule = it->second;
+      return Status::Ok();
+    }
+    if (target.empty() || target[0] != '#') {
+      return Error(where + "/$ref", "only references inside the schema (\"#...\") are supported");
+    }
+    const ojson* node = nullptr;
+    try {
+      const ojson::json_pointer ptr(target.substr(1));
+      if (root_.contains(ptr)) node = &root_.at(ptr);
+    } catch (const ojson::exception&) {
+      node = nullptr;
+    }
+    if (node == nullptr) return Error(where + "/$ref", "'" + target + "' names nothing");
+    // The rule exists before its body is compiled, so that the body may refer to it.
+    const int32_t r = b_.NewRule();
+    refs_[target] = r;
+    int32_t body = -1;
+    KINFER_RETURN_IF_ERROR(Value(*node, target, &body));
+    b_.AddAlternative(r, {GrammarBuilder::Ref(body)});
+    *rule = r;
+    return Status::Ok();
+  }
+
+  Status Object(const ojson& schema, const std::string& where, int32_t* rule) {
+    struct Prop {
+      std::string name;
+      const ojson* schema;  // null: any value
+      bool required = false;
+    };
+    std::vector<Prop> props;
+    if (const auto it = schema.find("properties"); it != schema.end()) {
+      if (!it->is_object()) return Error(where + "/properties", "'properties' must be an object");
+      for (const auto& [name, s] : it->items()) props.push_back({name, &s, false});
+    }
+    // null: no other properties. Unset means none when `properties` is given (OpenAI's strict
+    // mode), any when it is not ({"type": "object"} is any object).
+    static const ojson kAny = true;
+    const ojson* additional = schema.contains("properties") ? nullptr : &kAny;
+    if (const auto it = schema.find("additionalProperties"); it != schema.end()) {
+      additional = it->is_boolean() && !it->get<bool>() ? nullptr : &*it;
+    }
+    if (const auto it = schema.find("required"); it != schema.end()) {
+      if (!it->is_array()) return Error(where + "/required", "'required' must be an array");
+      for (const ojson& n : *it) {
+        if (!n.is_string()) return Error(where + "/required", "'required' must list names");
+        const std::string name = n.get<std::string>();
+        bool found = false;
+        for (Prop& p : props) {
+          if (p.name == name) found = p.required = true;
+        }
+        if (!found) {
+          if (additional == nullptr) {
+            return Error(where + "/required", "required property '" + name +
+                                                  "' is not in 'properties' and "
+                                                  "additionalProperties is false");
+          }
+          props.push_back({name, additional, true});
+        }
+      }
+    }
+    // key-value pairs
+    std::vector<int32_t> kv(props.size());
+    for (size_t i = 0; i < props.size(); ++i) {
+      int32_t v = -1;
+      KINFER_RETURN_IF_ERROR(
+          Value(*props[i].schema, where + "/properties/" + Escaped(props[i].name), &v));
+      Seq s = b_.Literal(ojson(props[i].name).dump());
+      for (const Sym& x : {Ws(), b_.Byte(':'), Ws(), GrammarBuilder::Ref(v), Ws()}) s.push_back(x);
+      kv[i] = b_.Rule({s});
+    }
+    int32_t extra = -1;
+    if (additional != nullptr) {
+      int32_t v = -1;
+      KINFER_RETURN_IF_ERROR(Value(*additional, where + "/additionalProperties", &v));
+      std::vector<std::string> names;
+      for (const Prop& p : props) names.push_back(p.name);
+      extra =
+          b_.Rule({{KeyOtherThan(names), Ws(), b_.Byte(':'), Ws(), GrammarBuilder::Ref(v), Ws()}});
+    }
+    // tail[i]: properties i.. after at least one was written (each is preceded by a comma);
+    // head[i]: the same before any was written.
+    const size_t n = props.size();
+    std::vector<int32_t> tail(n + 1), head(n + 1);
+    tail[n] = b_.NewRule();
+    b_.AddAlternative(tail[n], {});
+    head[n] = b_.NewRule();
+    b_.AddAlternative(head[n], {});
+    if (extra >= 0) {
+      b_.AddAlternative(
+          tail[n], {b_.Byte(','), Ws(), GrammarBuilder::Ref(extra), GrammarBuilder::Ref(tail[n])});
+      b_.AddAlternative(head[n], {GrammarBuilder::Ref(extra), GrammarBuilder::Ref(tail[n])});
+    }
+    for (size_t i = n; i-- > 0;) {
+      tail[i] = b_.NewRule();
+      b_.AddAlternative(tail[i], {b_.Byte(','), Ws(), GrammarBuilder::Ref(kv[i]),
+                                  GrammarBuilder::Ref(tail[i + 1])});
+      head[i] = b_.NewRule();
+      b_.AddAlternative(head[i], {GrammarBuilder::Ref(kv[i]), GrammarBuilder::Ref(tail[i + 1])});
+      if (!props[i].required) {
+        b_.AddAlternative(tail[i], {GrammarBuilder::Ref(tail[i + 1])});
+        b_.AddAlternative(head[i], {GrammarBuilder::Ref(head[i + 1])});
+      }
+    }
+    *rule = b_.Rule({{b_.Byte('{'), Ws(), GrammarBuilder::Ref(head[0]), b_.Byte('}')}});
+    return Status::Ok();
+  }
+
+  Status Count(const ojson& schema, const char* key, const std::string& where, int* out) {
+    const auto it = schema.find(key);
+    if (it == schema.end()) return Status::Ok();
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return Error(where + "/" + key, "'" + std::string(key) + "' must be a non-negative integer");
+    }
+    if (it->get<int64_t>() > kMaxSchemaRepeat) {
+      return Error(where + "/" + key, "'" + std::string(key) + "' above " +
+                                          std::to_string(kMaxSchemaRepeat) + " is not supported");
+    }
+    *out = static_cast<int>(it->get<int64_t>());
+    return Status::Ok();
+  }
+
+  Status Array(const ojson& schema, const std::string& where, int32_t* rule) {
+    int min = 0, max = -1;
+    KINFER_RETURN_IF_ERROR(Count(schema, "minItems", where, &min));
+    KINFER_RETURN_IF_ERROR(Count(schema, "maxItems", where, &max));
+    std::vector<int32_t> prefix;
+    if (const auto it = schema.find("prefixItems"); it != schema.end()) {
+      if (!it->is_array()) return Error(where + "/prefixItems", "'prefixItems' must be an array");
+      for (size_t i = 0; i < it->size(); ++i) {
+        int32_t r = -1;
+        KINFER_RETURN_IF_ERROR(Value((*it)[i], where + "/prefixItems/" + std::to_string(i), &r));
+        prefix.push_back(r);
+      }
+    }
+    int32_t items = -1;  // -1: no elements past the prefix
+    if (const auto it = schema.find("items"); it != schema.end()) {
+      if (!(it->is_boolean() && !it->get<bool>())) {
+        KINFER_RETURN_IF_ERROR(Value(*it, where + "/items", &items));
+      }
+    } else {
+      items = RuleOf(AnyValue());
+    }
+    const int m = static_cast<int>(prefix.size());
+    if (items < 0 && (max < 0 || max > m)) max = m;
+    if (max >= 0 && min > max) {
+      return Error(where, "minItems is above the number of items the array may hold");
+    }
+    auto element = [&](int k) { return k < m ? prefix[static_cast<size_t>(k)] : items; };
+    // after[k]: the rest once k elements (k >= 1) are written.
+    const int last =
+        max >= 0 ? max : std::max({m, min, 1});  // past it, a loop (unbounded) or nothing
+    std::vector<int32_t> after(static_cast<size_t>(last) + 2, -1);
+    for (int k = last; k >= 1; --k) {
+      const int32_t r = b_.NewRule();
+      after[static_cast<size_t>(k)] = r;
+      if (k >= min) b_.AddAlternative(r, {});
+      if (max < 0 || k < max) {
+        const int32_t next = k == last ? r : after[static_cast<size_t>(k) + 1];
+        b_.AddAlternative(r, {b_.Byte(','), Ws(), GrammarBuilder::Ref(element(k)), Ws(),
+                              GrammarBuilder::Ref(next)});
+      }
+      KINFER_RETURN_IF_ERROR(CheckSize());
+    }
+    const int32_t body = b_.NewRule();
+    if (min == 0) b_.AddAlternative(body, {});
+    if (max != 0) {
+      const int32_t rest = last >= 1 ? after[1] : b_.Rule({{}});
+      b_.AddAlternative(body, {GrammarBuilder::Ref(element(0)), Ws(), GrammarBuilder::Ref(rest)});
+    }
+    *rule = b_.Rule({{b_.Byte('['), Ws(), GrammarBuilder::Ref(body), b_.Byte(']')}});
+    return Status::Ok();
+  }
+
+  Status StringOf(const ojson& schema, const std::string& where, int32_t* rule) {
+    int min = 0, max = -1;
+    KINFER_RETURN_IF_ERROR(Count(schema, "minLength", where, &min));
+    KINFER_RETURN_IF_ERROR(Count(schema, "maxLength", where, &max));
+    if (min == 0 && max < 0) {
+      *rule = RuleOf(String());
+      return Status::Ok();
+    }
+    if (max >= 0 && min > max) return Error(where, "minLength is above maxLength");
+    Seq s{b_.Byte('"')};
+    for (int i = 0; i < min; ++i) s.push_back(CodePoint());
+    if (max < 0) {
+      const int32_t loop = b_.NewRule();
+      b_.AddAlternative(loop, {});
+      b_.AddAlternative(loop, {CodePoint(), GrammarBuilder::Ref(loop)});
+      s.push_back(GrammarBuilder::Ref(loop));
+    } else {
+      s.push_back(GrammarBuilder::Ref(UpTo(CodePoint(), max - min)));
+    }
+    s.push_back(b_.Byte('"'));
+    *rule = b_.Rule({s});
+    return Status::Ok();
+  }
+
+  // A property name as a JSON pointer token.
+  static std::string Escaped(const std::string& name) {
+    std::string out;
+    for (char c : name) {
+      if (c == '~') {
+        out += "~0";
+      } else if (c == '/') {
+        out += "~1";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+
+  const ojson& root_;
+  GrammarBuilder b_;
+  std::map<std::string, int32_t> refs_;
+  std::map<int, int32_t> digit_rules_;
+  int depth_ = 0;
+  int32_t ws_ = -1, escape_ = -1, string_ = -1, code_point_ = -1, int_part_ = -1, opt_minus_ = -1,
+          integer_ = -1, non_ascii_ = -1, rest_of_string_ = -1, number_ = -1, boolean_ = -1,
+          null_ = -1, any_ = -1;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema) {
+  return Compiler(schema).Run();
+}
+
+}  // namespace kinfer

@@ -1,0 +1,43 @@
+// The grammar of the JSON texts that a JSON Schema accepts, for OpenAI's response_format
+// {"type": "json_schema", "json_schema": {"schema": ...}} (docs/api.md, "Structured outputs").
+//
+// What a schema may use (the rest of JSON Schema is a clear error, never ignored):
+//   type (one or a list): object, array, string, number, integer, boolean, null; OpenAPI's
+//     nullable: true; no type: any JSON value (or what properties / items imply)
+//   object: properties (generated in the schema's order; those not in `required` may be left
+//     out), required, additionalProperties (false, true or a schema; unset means false where
+//     `properties` is given, as in OpenAI's strict mode, and any properties where it is not)
+//   array: items, prefixItems (tuples), minItems, maxItems
+//   string: minLength, maxLength (in code points); enum, const (any JSON values, as written by a
+//     compact serializer); anyOf and oneOf (as anyOf); allOf of one schema; $ref to a JSON
+//     pointer inside the schema ("#", "#/$defs/Name", "#/definitions/Name"), recursion included
+// Annotations are ignored: title, description, default, examples, format (an annotation unless a
+// validator opts in, per JSON Schema 2020-12), $schema, $id, $comment, ...
+// Refused (INVALID_ARGUMENT naming the keyword and where): pattern, patternProperties, minimum,
+// maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, not, if/then/else, dependentRequired,
+// dependentSchemas, propertyNames, contains, uniqueItems: true, minProperties, maxProperties,
+// unevaluatedProperties, unevaluatedItems, $dynamicRef, remote $refs, allOf of several schemas.
+//
+// The text is the value with optional whitespace before it and between tokens (at most
+// kSchemaMaxWhitespaceRun bytes in a row), and nothing after it. Numbers have at most 16 integer
+// digits, 16 fraction digits and 2 exponent digits (a model cannot run on writing digits, and
+// every number fits a double).
+#pragma once
+
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "runtime/sample/grammar.h"
+
+namespace kinfer {
+
+inline constexpr int kSchemaMaxWhitespaceRun = 20;
+// Limits on what one schema may expand to.
+inline constexpr size_t kMaxSchemaGrammarElements = 200000;
+inline constexpr int kMaxSchemaRepeat = 1000;  // minItems, maxItems, minLength, maxLength
+
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
+
+}  // namespace kinfer

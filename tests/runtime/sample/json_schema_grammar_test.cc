@@ -1,0 +1,381 @@
+#include "runtime/sample/json_schema_grammar.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/sample/grammar.h"
+#include "runtime/sample/token_constraint.h"
+
+namespace kinfer {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::shared_ptr<const Grammar> Compile(const std::string& schema) {
+  auto g = JsonSchemaGrammar(ojson::parse(schema));
+  EXPECT_TRUE(g.ok()) << schema << ": " << g.status().message();
+  return g.ok() ? *g : nullptr;
+}
+
+// The whole text is a sentence of the grammar.
+bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+  GrammarRecognizer r(g);
+  return r.Feed(text) && r.complete();
+}
+
+std::string RefusalOf(const std::string& schema) {
+  auto g = JsonSchemaGrammar(ojson::parse(schema));
+  EXPECT_FALSE(g.ok()) << schema;
+  return g.ok() ? "" : g.status().message();
+}
+
+// ---- the grammar and its recognizer ------------------------------------------------------------
+
+TEST(GrammarTest, RightRecursionRunsInConstantStackAndLeftRecursionIsCut) {
+  GrammarBuilder b;
+  const int32_t list = b.NewRule();  // list ::= "a" list | ""
+  b.AddAlternative(list, {b.Byte('a'), GrammarBuilder::Ref(list)});
+  b.AddAlternative(list, {});
+  auto g = b.Build(list);
+  GrammarRecognizer r(g);
+  EXPECT_TRUE(r.complete());
+  const size_t stacks = r.num_stacks();
+  for (int i = 0; i < 10000; ++i) ASSERT_TRUE(r.Feed('a'));
+  EXPECT_EQ(r.num_stacks(), stacks);
+  EXPECT_TRUE(r.complete());
+  EXPECT_FALSE(r.Feed('b'));
+  EXPECT_TRUE(r.complete());  // a refused byte leaves the state as it was
+
+  GrammarBuilder lb;
+  const int32_t left = lb.NewRule();  // left ::= left "a" | "b": cut, not a hang
+  lb.AddAlternative(left, {GrammarBuilder::Ref(left), lb.Byte('a')});
+  lb.AddAlternative(left, {lb.Byte('b')});
+  GrammarRecognizer lr(lb.Build(left));
+  EXPECT_TRUE(lr.Feed('b'));
+}
+
+TEST(GrammarTest, NestedRulesAndAlternativesShareNothingTheyShouldNot) {
+  // s ::= "(" s ")" | "x": balanced parentheses around one x.
+  GrammarBuilder b;
+  const int32_t s = b.NewRule();
+  b.AddAlternative(s, {b.Byte('('), GrammarBuilder::Ref(s), b.Byte(')')});
+  b.AddAlternative(s, {b.Byte('x')});
+  auto g = b.Build(s);
+  EXPECT_TRUE(Matches(g, "x"));
+  EXPECT_TRUE(Matches(g, "((x))"));
+  EXPECT_FALSE(Matches(g, "((x)"));
+  EXPECT_FALSE(GrammarRecognizer(g).Accepts("(x))"));
+  GrammarRecognizer deep(g);
+  for (size_t i = 0; i < GrammarRecognizer::kMaxStackDepth + 10; ++i) (void)deep.Feed('(');
+  EXPECT_TRUE(deep.dead() || !deep.Accepts(")"));  // bounded, not unbounded memory
+}
+
+// ---- what schemas accept ------------------------------------------------------------------------
+
+struct Case {
+  const char* schema;
+  std::vector<const char*> accept;
+  std::vector<const char*> reject;
+};
+
+TEST(JsonSchemaGrammarTest, AcceptsWhatTheSchemaAcceptsAndNothingElse) {
+  const std::vector<Case> cases = {
+      {R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
+          "required":["name","age"]})",
+       {R"({"name":"Ada","age":36})", R"({ "name" : "Ada" , "age" : -1 })",
+        "{\n  \"name\": \"A\\\"d\\u00e9\",\n  \"age\": 0\n}", R"(  {"name":"","age":12})"},
+       {R"({"age":36,"name":"Ada"})", R"({"name":"Ada"})", R"({"name":"Ada","age":36,"x":1})",
+        R"({"name":"Ada","age":3.5})", R"({"name":"Ada","age":01})", R"({"name":1,"age":1})",
+        R"({"name":"Ada","age":36} )",
+        R"({"name":"a)"
+        "\n"
+        R"(","age":1})"}},
+      // Optional properties may be left out, in order.
+      {R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"null"},
+          "c":{"type":"number"}},"required":["b"]})",
+       {R"({"b":null})", R"({"a":true,"b":null})", R"({"b":null,"c":1.5e-3})",
+        R"({"a":false,"b":null,"c":-0})"},
+       {R"({})", R"({"a":true})", R"({"c":1,"b":null})", R"({"b":null,})", R"({,"b":null})"}},
+      // No properties: any object; additionalProperties with a schema: a map.
+      {R"({"type":"object"})", {R"({})", R"({"x":[1,{"y":null}],"z":"w"})"}, {R"([])", "1"}},
+      {R"({"type":"object","additionalProperties":{"type":"integer"}})",
+       {R"({})", R"({"a":1,"b":2})"},
+       {R"({"a":"1"})"}},
+      {R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})",
+       {R"({"a":1,"b":"x"})", R"({"b":[]})"},
+       {R"({"a":"x"})"}},
+      {R"({"enum":["red","green",3,null,{"k":[1]}]})",
+       {R"("red")", R"("green")", "3", "null", R"({"k":[1]})"},
+       {R"("blue")", R"("re")", "4", R"({"k":[2]})"}},
+      {R"({"const":"fixed"})", {R"("fixed")"}, {R"("fixe")", R"("fixedd")"}},
+      {R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})",
+       {"12", R"("ab")", R"("")"},
+       {R"("abc")", "1.5", "true"}},
+      {R"({"type":["string","null"]})", {R"("x")", "null"}, {"1"}},
+      {R"({"type":"integer","nullable":true})", {"7", "null"}, {R"("7")"}},
+      {R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+       {"[1]", "[1,2,3]", "[ 1 , 2 ]"},
+       {"[]", "[1,2,3,4]", "[1,]", R"(["1"])"}},
+      {R"({"type":"array","items":{"type":"boolean"}})",
+       {"[]", "[true,false,true,true,false]"},
+       {"[1]", "[true false]"}},
+      {R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+       {R"(["a",1])", R"(["a"])", "[]"},
+       {R"([1,"a"])", R"(["a",1,2])"}},
+      {R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"integer"},
+          "minItems":2})",
+       {R"(["a",1])", R"(["a",1,2,3])"},
+       {R"(["a"])", R"(["a","b"])"}},
+      // Lengths count code points: "é" (2 bytes) and an escape are one each.
+      {R"({"type":"string","minLength":2,"maxLength":3})",
+       {R"("ab")", R"("abc")", "\"\xC3\xA9\xC3\xA9\"", R"("a\n")"},
+       {R"("a")", R"("abcd")", "\"\xC3\xA9\"", "\"a\xFF\""}},
+      {R"({"type":"number"})",
+       {"0", "-0.5", "1e10", "1E+2", "123.456e-7"},
+       {"01", "1.", ".5", "+1", "1e", "--1", "12345678901234567"}},
+      {"true", {"1", R"("s")", "[1,[2,{}]]", "null"}, {"nul", "[1,"}},
+      {"{}", {"1", R"({"a":{}})"}, {"{"}},
+  };
+  for (const Case& c : cases) {
+    auto g = Compile(c.schema);
+    ASSERT_NE(g, nullptr);
+    for (const char* text : c.accept) EXPECT_TRUE(Matches(g, text)) << c.schema << "\n" << text;
+    for (const char* text : c.reject) EXPECT_FALSE(Matches(g, text)) << c.schema << "\n" << text;
+  }
+}
+
+TEST(JsonSchemaGrammarTest, ReferencesResolveInsideTheSchemaAndMayRecurse) {
+  // A pydantic-style schema: $defs and a recursive tree.
+  auto g = Compile(R"({
+    "$defs": {"Node": {"type": "object", "properties": {
+        "value": {"type": "integer"},
+        "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+      "required": ["value", "children"], "additionalProperties": false, "title": "Node"}},
+    "type": "object", "properties": {"root": {"$ref": "#/$defs/Node"}}, "required": ["root"]})");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, R"({"root":{"value":1,"children":[]}})"));
+  EXPECT_TRUE(Matches(
+      g,
+      R"({"root":{"value":1,"children":[{"value":2,"children":[{"value":3,"children":[]}]}]}})"));
+  EXPECT_FALSE(Matches(g, R"({"root":{"value":1,"children":[{"value":2}]}})"));
+  auto root_ref =
+      Compile(R"({"type":"array","items":{"anyOf":[{"type":"integer"},{"$ref":"#"}]}})");
+  EXPECT_TRUE(Matches(root_ref, "[1,[2,[3]],[]]"));
+  EXPECT_FALSE(Matches(root_ref, "[1,[2,[true]]]"));
+  // allOf of one schema (pydantic's wrapping of a referenced model with a description).
+  auto all_of = Compile(R"({"definitions":{"A":{"type":"integer"}},
+      "properties":{"x":{"allOf":[{"$ref":"#/definitions/A"}],"description":"d"}}})");
+  EXPECT_TRUE(Matches(all_of, R"({"x":3})"));
+  EXPECT_TRUE(Matches(all_of, R"({})"));
+  EXPECT_FALSE(Matches(all_of, R"({"x":"3"})"));
+}
+
+TEST(JsonSchemaGrammarTest, RefusesWhatItCannotEnforceNamingTheKeywordAndWhere) {
+  EXPECT_EQ(
+      RefusalOf(R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^\\d+$"}}})"),
+      "json_schema: 'pattern' is not supported (at #/properties/zip)");
+  EXPECT_EQ(RefusalOf(R"({"type":"integer","minimum":0})"),
+            "json_schema: 'minimum' is not supported (at #)");
+  EXPECT_NE(RefusalOf(R"({"allOf":[{"type":"integer"},{"type":"number"}]})").find("allOf"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"$ref":"https://example.com/s.json"})").find("inside the schema"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"$ref":"#/$defs/Missing"})").find("names nothing"), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"decimal"})").find("unknown type 'decimal'"), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"properties":{"a":false}})").find("#/properties/a"), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"string","minLength":3,"maxLength":2})").find("minLength"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"array","maxItems":100000})").find("maxItems"), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"properties":{"a":{}},"required":["b"]})").find("'b'"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"array","uniqueItems":true})").find("uniqueItems"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"anyOf":[{"type":"string"}],"type":"string"})").find("anyOf"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf("[1]").find("must be an object"), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"$ref":"#"})").find("matches no JSON text"), std::string::npos);
+  // Annotations are not refused.
+  EXPECT_NE(Compile(R"({"type":"string","format":"date-time","title":"t","description":"d",
+                        "default":"x","examples":["y"],"$schema":"https://json-schema.org/x"})"),
+            nullptr);
+}
+
+TEST(JsonSchemaGrammarTest, PropertiesComeInTheSchemasOrder) {
+  // ordered_json keeps the schema's order ("z" before "a"), as users write a reasoning field
+  // before the answer it leads to.
+  auto g = Compile(R"({"properties":{"z":{"type":"integer"},"a":{"type":"integer"}},
+                       "required":["a","z"]})");
+  EXPECT_TRUE(Matches(g, R"({"z":1,"a":2})"));
+  EXPECT_FALSE(Matches(g, R"({"a":2,"z":1})"));
+}
+
+// ---- random walks: whatever the grammar lets through is valid, and it never strands ---------
+
+// Walks random allowed bytes until the text is complete (ending there with some probability), or
+// gives up after `limit` bytes. Returns false if it gave up.
+bool RandomSentence(const std::shared_ptr<const Grammar>& g, std::mt19937* rng, size_t limit,
+                    std::string* out) {
+  GrammarRecognizer r(g);
+  out->clear();
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  while (out->size() < limit) {
+    if (r.complete() && u(*rng) < 0.5) return true;
+    const Grammar::ByteSet next = r.NextBytes();
+    std::vector<uint8_t> bytes;
+    for (int c = 0; c < 256; ++c) {
+      if ((next[static_cast<size_t>(c) >> 6] >> (c & 63)) & 1u)
+        bytes.push_back(static_cast<uint8_t>(c));
+    }
+    if (bytes.empty()) {
+      EXPECT_TRUE(r.complete()) << "stranded after: " << *out;
+      return r.complete();
+    }
+    // Closing bytes are favoured so that the walks end.
+    uint8_t c = bytes[std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(*rng)];
+    for (uint8_t closer : {'"', '}', ']'}) {
+      if (next[closer >> 6] >> (closer & 63) & 1u && u(*rng) < 0.3) c = closer;
+    }
+    EXPECT_TRUE(r.Feed(c));
+    out->push_back(static_cast<char>(c));
+  }
+  return false;
+}
+
+TEST(JsonSchemaGrammarTest, RandomSentencesAreValidJsonOfTheSchemasShape) {
+  struct Walk {
+    const char* schema;
+    std::function<bool(const nlohmann::json&)> check;
+  };
+  const std::vector<Walk> walks = {
+      {R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"},
+          "tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":2}},"required":["n"]})",
+       [](const nlohmann::json& j) {
+         return j.is_object() && j.at("n").is_number_integer() &&
+                (!j.contains("name") || j["name"].is_string()) &&
+                (!j.contains("tags") || (j["tags"].is_array() && j["tags"].size() <= 2)) &&
+                j.size() <= 3;
+       }},
+      {R"({"anyOf":[{"type":"number"},{"type":"array","items":{"type":"null"}}]})",
+       [](const nlohmann::json& j) {
+         if (j.is_number()) return true;
+         if (!j.is_array()) return false;
+         for (const auto& e : j) {
+           if (!e.is_null()) return false;
+         }
+         return true;
+       }},
+      {"true", [](const nlohmann::json&) { return true; }},
+  };
+  std::mt19937 rng(3);
+  for (const Walk& w : walks) {
+    auto g = Compile(w.schema);
+    ASSERT_NE(g, nullptr);
+    int done = 0;
+    for (int i = 0; i < 200; ++i) {
+      std::string text;
+      if (!RandomSentence(g, &rng, 4000, &text)) continue;
+      ++done;
+      nlohmann::json j;
+      ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << w.schema << "\n" << text;
+      EXPECT_TRUE(w.check(j)) << w.schema << "\n" << text;
+    }
+    EXPECT_GT(done, 100) << w.schema;
+  }
+}
+
+// ---- the constraint: the trie walk masks as feeding every token would ------------------------
+
+TEST(GrammarConstraintTest, TheTrieWalkMasksExactlyAsFeedingEveryToken) {
+  // A vocabulary of JSON-ish pieces, shared prefixes and plain string text among them.
+  auto v = std::make_shared<ConstraintVocab>();
+  v->bytes.push_back("");
+  v->kind.push_back(ConstraintVocab::kEndOfGeneration);
+  v->bytes.push_back("");
+  v->kind.push_back(ConstraintVocab::kNever);
+  for (const char* p :
+       {"{",      "}",         "{\"",   "\":", "\"",     "a",        "ab",       "abc",   "b c",
+        "1",      "12",        "0",     ",",   ", ",     " ",        "[",        "]",     ":",
+        "true",   "tr",        "nul",   "l",   "\"}",    "\n",       "\":\"",    "\",\"", "name",
+        "\"name", "\"name\":", "me",    "m",   "\"n\":", "\"s\":\"", "tags",     "\\",    "\\n",
+        "\\u00",  "e9",        "-",     ".",   "e",      "null",     "\xC3\xA9", "\xC3",  "\xA9",
+        "n",      "\"a\"",     "\"b\"", "]}",  "\t"}) {
+    v->bytes.push_back(p);
+    v->kind.push_back(ConstraintVocab::kText);
+  }
+  v->bytes.push_back("\"");  // a second id with the same bytes
+  v->kind.push_back(ConstraintVocab::kText);
+  v->Index();
+  auto g = Compile(R"({"type":"object","properties":{"name":{"type":"string"},
+      "n":{"type":"number"},"tags":{"type":"array","items":{"enum":["a","b"]}},
+      "s":{"type":"string","maxLength":3}},"required":["name"]})");
+  ASSERT_NE(g, nullptr);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> noise(0.0f, 2.0f);
+  int steps = 0, completed = 0;
+  for (int run = 0; run < 200; ++run) {
+    GrammarConstraint c(v, g);
+    std::string text;
+    for (int step = 0; step < 80; ++step) {
+      std::vector<float> logits(v->bytes.size() + 3);  // + padding past the vocabulary
+      for (float& l : logits) l = noise(rng);
+      std::vector<float> brute = logits;
+      c.Mask(logits);
+      // What feeding every token's bytes says; with no text token allowed and the text not
+      // complete, the constraint offers end-of-generation rather than nothing.
+      bool any_text = false;
+      for (size_t id = 0; id < v->kind.size(); ++id) {
+        any_text |= v->kind[id] == ConstraintVocab::kText && c.state().Accepts(v->bytes[id]);
+      }
+      for (size_t id = 0; id < brute.size(); ++id) {
+        bool ok = false;
+        if (id < v->kind.size()) {
+          ok = v->kind[id] == ConstraintVocab::kEndOfGeneration
+                   ? c.complete() || !any_text
+                   : v->kind[id] == ConstraintVocab::kText && c.state().Accepts(v->bytes[id]);
+        }
+        ASSERT_EQ(!std::isinf(logits[id]), ok)
+            << "run " << run << " after '" << text << "' token '"
+            << (id < v->bytes.size() ? v->bytes[id] : "pad") << "'";
+      }
+      const auto tok =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (v->kind[static_cast<size_t>(tok)] == ConstraintVocab::kEndOfGeneration) {
+        if (c.complete()) {
+          ++completed;
+          EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+        }
+        break;
+      }
+      ++steps;
+      c.Accept(tok);
+      text += v->bytes[static_cast<size_t>(tok)];
+    }
+  }
+  EXPECT_GT(steps, 1000);
+  EXPECT_GT(completed, 10);
+}
+
+TEST(GrammarConstraintTest, InsideAFreeStringPlainBytesLeaveTheStateAsItIs) {
+  auto g = Compile(R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"]})");
+  GrammarRecognizer r(g);
+  ASSERT_TRUE(r.Feed(R"({"s":"ab)"));
+  EXPECT_TRUE(r.InPlainString());
+  GrammarRecognizer before = r;
+  ASSERT_TRUE(r.Feed("x y\xC3\xA9"));
+  EXPECT_TRUE(r.SameStacksAs(before));
+  ASSERT_TRUE(r.Feed("\\"));  // in an escape: not plain
+  EXPECT_FALSE(r.InPlainString());
+  // A bounded string counts its characters: never plain.
+  auto bounded = Compile(R"({"type":"string","maxLength":5})");
+  GrammarRecognizer b(bounded);
+  ASSERT_TRUE(b.Feed("\"a"));
+  EXPECT_FALSE(b.InPlainString());
+}
+
+}  // namespace
+}  // namespace kinfer
