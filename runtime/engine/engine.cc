@@ -378,8 +378,11 @@ void Engine::Admit(std::deque<Pending>* inbox) {
   const auto now = std::chrono::steady_clock::now();
   for (Pending& p : *inbox) {
     std::unique_ptr<TokenConstraint> constraint;
-    if (p.request.json_object)
+    if (p.request.json_object) {
       constraint = std::make_unique<JsonObjectConstraint>(ConstraintVocabulary());
+    } else if (p.request.grammar) {
+      constraint = std::make_unique<GrammarConstraint>(ConstraintVocabulary(), p.request.grammar);
+    }
     auto a = std::make_unique<Active>(std::move(p.request), std::move(p.stream), *tokenizer_,
                                       p.enqueued, std::move(constraint));
     const int want = a->req.speculative_tokens;

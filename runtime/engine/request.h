@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/sample/grammar.h"
 #include "runtime/sample/sampling_params.h"
 
 namespace kinfer {
@@ -34,6 +36,9 @@ struct GenerationRequest {
   // OpenAI's response_format {"type": "json_object"}: the output is constrained to one JSON
   // object (runtime/sample/token_constraint.h); sampled on the host.
   bool json_object = false;
+  // response_format json_schema, guided_json, guided_choice: the output is a sentence of this
+  // grammar (token_constraint.h's GrammarConstraint; sampled on the host). Null: none.
+  std::shared_ptr<const Grammar> grammar;
   // The prompt's own logprobs (completions' echo with logprobs): -1 = off; else each prompt
   // token after the first gets its logprob given the tokens before it, with this many
   // alternatives. Such a request neither reads nor feeds the prefix cache (every position is

@@ -76,16 +76,13 @@ class Compiler {
 
   // ---- shared pieces, built on first use --------------------------------------------------
 
+  // Whitespace between tokens, as llama.cpp's JSON grammars allow it: nothing, one space, or
+  // one newline and up to kSchemaMaxWhitespaceRun spaces or tabs of indentation. (Free
+  // whitespace lets a small model pad "\n\n,\n\n" between every token.)
   Sym Ws() {
     if (ws_ < 0) {
-      // W_k: up to kSchemaMaxWhitespaceRun - k more whitespace bytes.
-      int32_t next = b_.Rule({{}});
-      for (int k = 0; k < kSchemaMaxWhitespaceRun; ++k) {
-        next = b_.Rule({{},
-                        {b_.Range({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}),
-                         GrammarBuilder::Ref(next)}});
-      }
-      ws_ = next;
+      const int32_t indent = UpTo(b_.Range({{' ', ' '}, {'\t', '\t'}}), kSchemaMaxWhitespaceRun);
+      ws_ = b_.Rule({{}, {b_.Byte(' ')}, {b_.Byte('\n'), GrammarBuilder::Ref(indent)}});
     }
     return GrammarBuilder::Ref(ws_);
   }
@@ -505,12 +502,15 @@ class Compiler {
   Status Count(const ojson& schema, const char* key, const std::string& where, int* out) {
     const auto it = schema.find(key);
     if (it == schema.end()) return Status::Ok();
+    std::string quoted = "'";  // (built up: GCC 12 warns falsely on "'" + std::string(key))
+    quoted += key;
+    quoted += "'";
     if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return Error(where + "/" + key, "'" + std::string(key) + "' must be a non-negative integer");
+      return Error(where + "/" + key, quoted + " must be a non-negative integer");
     }
     if (it->get<int64_t>() > kMaxSchemaRepeat) {
-      return Error(where + "/" + key, "'" + std::string(key) + "' above " +
-                                          std::to_string(kMaxSchemaRepeat) + " is not supported");
+      return Error(where + "/" + key,
+                   quoted + " above " + std::to_string(kMaxSchemaRepeat) + " is not supported");
     }
     *out = static_cast<int>(it->get<int64_t>());
     return Status::Ok();

@@ -18,8 +18,9 @@
 // dependentSchemas, propertyNames, contains, uniqueItems: true, minProperties, maxProperties,
 // unevaluatedProperties, unevaluatedItems, $dynamicRef, remote $refs, allOf of several schemas.
 //
-// The text is the value with optional whitespace before it and between tokens (at most
-// kSchemaMaxWhitespaceRun bytes in a row), and nothing after it. Numbers have at most 16 integer
+// The text is the value with optional whitespace before it and between tokens (one space, or a
+// newline and at most kSchemaMaxWhitespaceRun spaces or tabs of indentation, as llama.cpp's JSON
+// grammars), and nothing after it. Numbers have at most 16 integer
 // digits, 16 fraction digits and 2 exponent digits (a model cannot run on writing digits, and
 // every number fits a double).
 #pragma once

@@ -9,6 +9,7 @@
 
 #include "common/json_limits.h"
 #include "common/timeout_header.h"
+#include "runtime/sample/json_schema_grammar.h"
 #include "runtime/sample/sampling_validation.h"
 #include "runtime/tokenizer/unicode.h"
 
@@ -168,7 +169,34 @@ Status ParseLogitBias(const json& obj, std::vector<std::pair<int32_t, float>>* o
 }
 
 // Fields shared by both endpoints: sampling, stop, stream, limits, unsupported features.
-Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
+// The constraint for `schema` into r->grammar; a schema it cannot compile is a 400 naming `param`.
+Status GrammarFromSchema(const nlohmann::ordered_json& schema, const char* param, ParsedRequest* r,
+                         ErrorDetail* d) {
+  auto g = JsonSchemaGrammar(schema);
+  if (!g.ok()) return Invalid(d, param, g.status().message());
+  r->grammar = *std::move(g);
+  return Status::Ok();
+}
+
+// The schema at `path` in the body, read again keeping its keys in the client's order (the
+// properties are generated in that order; `json` sorts keys).
+Status SchemaGrammar(std::string_view body, std::initializer_list<const char*> path,
+                     const char* param, ParsedRequest* r, ErrorDetail* d) {
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(body.begin(), body.end());
+  } catch (const nlohmann::ordered_json::exception&) {
+    return Invalid(d, param, "the request body could not be read again");  // parsed once already
+  }
+  const nlohmann::ordered_json* at = &doc;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return Invalid(d, param, "missing schema");
+    at = &(*at)[key];
+  }
+  return GrammarFromSchema(*at, param, r, d);
+}
+
+Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(GetString(obj, "model", &r->model, d));
 
   int64_t n = 1;
@@ -299,19 +327,65 @@ Status ParseCommon(const json& obj, ParsedRequest* r, ErrorDetail* d) {
     const std::string t = type != nullptr && type->is_string() ? type->get<std::string>() : "";
     if (t == "json_object") {
       r->json_object = true;
+    } else if (t == "json_schema") {
+      const json* js = Field(*rf, "json_schema");
+      if (js == nullptr || !js->is_object() || Field(*js, "schema") == nullptr) {
+        return Invalid(d, "response_format.json_schema.schema",
+                       "response_format json_schema needs {\"json_schema\": {\"name\": ..., "
+                       "\"schema\": {...}}}");
+      }
+      KINFER_RETURN_IF_ERROR(SchemaGrammar(body, {"response_format", "json_schema", "schema"},
+                                           "response_format.json_schema.schema", r, d));
     } else if (t != "text") {
       return Invalid(d, "response_format",
-                     t == "json_schema"
-                         ? "response_format json_schema is not supported (json_object is: any "
-                           "one JSON object)"
-                         : "response_format must be {\"type\": \"text\"} or "
-                           "{\"type\": \"json_object\"}");
+                     "response_format must be {\"type\": \"text\"}, {\"type\": "
+                     "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {...}}");
     }
   }
-  if (r->json_object && r->ignore_eos) {
+  // vLLM's guided decoding: guided_json (a schema) and guided_choice (one of these strings).
+  if (Field(obj, "guided_json") != nullptr) {
+    if (r->json_object || r->grammar) {
+      return Invalid(d, "guided_json", "'guided_json' cannot be combined with response_format");
+    }
+    const json& gj = *Field(obj, "guided_json");
+    if (gj.is_string()) {  // vLLM also takes the schema as a JSON string
+      nlohmann::ordered_json schema;
+      try {
+        schema = nlohmann::ordered_json::parse(gj.get<std::string>());
+      } catch (const nlohmann::ordered_json::exception&) {
+        return Invalid(d, "guided_json", "'guided_json' must be a JSON schema (object or string)");
+      }
+      KINFER_RETURN_IF_ERROR(GrammarFromSchema(schema, "guided_json", r, d));
+    } else {
+      KINFER_RETURN_IF_ERROR(SchemaGrammar(body, {"guided_json"}, "guided_json", r, d));
+    }
+  }
+  if (const json* gc = Field(obj, "guided_choice")) {
+    if (r->json_object || r->grammar) {
+      return Invalid(d, "guided_choice",
+                     "'guided_choice' cannot be combined with response_format or guided_json");
+    }
+    if (!gc->is_array() || gc->empty() || gc->size() > kMaxGuidedChoices) {
+      return Invalid(d, "guided_choice",
+                     "'guided_choice' must be an array of 1 to " +
+                         std::to_string(kMaxGuidedChoices) + " non-empty strings");
+    }
+    GrammarBuilder b;
+    std::vector<GrammarBuilder::Sequence> alts;
+    for (const json& c : *gc) {
+      if (!c.is_string() || c.get_ref<const std::string&>().empty()) {
+        return Invalid(d, "guided_choice",
+                       "'guided_choice' must be an array of 1 to " +
+                           std::to_string(kMaxGuidedChoices) + " non-empty strings");
+      }
+      alts.push_back(b.Literal(c.get_ref<const std::string&>()));
+    }
+    r->grammar = b.Build(b.Rule(alts));
+  }
+  if ((r->json_object || r->grammar) && r->ignore_eos) {
     return Invalid(d, "ignore_eos",
-                   "'ignore_eos' cannot be combined with response_format json_object (the "
-                   "object ends the output)");
+                   "'ignore_eos' cannot be combined with a response_format or guided output (the "
+                   "output ends where its format does)");
   }
   return Status::Ok();
 }
@@ -367,7 +441,7 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
   KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
   ParsedRequest r;
   r.kind = ApiKind::kChat;
-  KINFER_RETURN_IF_ERROR(ParseCommon(obj, &r, d));
+  KINFER_RETURN_IF_ERROR(ParseCommon(body, obj, &r, d));
 
   const json* msgs = Field(obj, "messages");
   if (msgs == nullptr) return Invalid(d, "messages", "'messages' is required");
@@ -411,7 +485,7 @@ StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetai
   KINFER_RETURN_IF_ERROR(ParseObject(body, &obj, d));
   ParsedRequest r;
   r.kind = ApiKind::kCompletion;
-  KINFER_RETURN_IF_ERROR(ParseCommon(obj, &r, d));
+  KINFER_RETURN_IF_ERROR(ParseCommon(body, obj, &r, d));
 
   const json* p = Field(obj, "prompt");
   if (p == nullptr) return Invalid(d, "prompt", "'prompt' is required");
@@ -581,6 +655,7 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.min_tokens = req.min_tokens;
   g.speculative_tokens = req.speculative_tokens;
   g.json_object = req.json_object;
+  g.grammar = req.grammar;
   if (req.echo && req.logprobs) g.prompt_logprobs = req.sampling.logprobs;
   return g;
 }

@@ -78,6 +78,9 @@ struct ParsedRequest {
   int speculative_tokens = -1;
   // response_format {"type": "json_object"}: the output is one JSON object.
   bool json_object = false;
+  // response_format json_schema (or vLLM's guided_json / guided_choice): the output is a sentence
+  // of this grammar (runtime/sample/json_schema_grammar.h). Null when there is none.
+  std::shared_ptr<const Grammar> grammar;
   // Completions' echo: the prompt is returned before the completion (with logprobs: the prompt
   // tokens' too, the first one's null).
   bool echo = false;
@@ -92,11 +95,12 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
                               ErrorDetail* detail);
 
 // Limits.
-inline constexpr int kMaxStopSequences = 4;  // as OpenAI
-inline constexpr int kMaxLogitBias = 1024;   // logit_bias entries per request
-inline constexpr int kMaxChoices = 128;      // n, as OpenAI
-inline constexpr int kMaxPrompts = 64;       // prompts of one completions request
-inline constexpr int kMaxStopTokenIds = 64;  // stop_token_ids per request
+inline constexpr int kMaxStopSequences = 4;       // as OpenAI
+inline constexpr int kMaxLogitBias = 1024;        // logit_bias entries per request
+inline constexpr int kMaxChoices = 128;           // n, as OpenAI
+inline constexpr int kMaxPrompts = 64;            // prompts of one completions request
+inline constexpr int kMaxStopTokenIds = 64;       // stop_token_ids per request
+inline constexpr size_t kMaxGuidedChoices = 256;  // guided_choice strings per request
 // When a request gives no max_tokens it may generate up to the context window (like vLLM), but
 // no more than this many tokens, so that a forgotten limit cannot hold a sequence for minutes.
 inline constexpr int kDefaultMaxTokensCap = 2048;
@@ -104,7 +108,8 @@ inline constexpr int kDefaultMaxTokensCap = 2048;
 // Parse and validate a request body (UTF-8 JSON). INVALID_ARGUMENT with *detail->param naming
 // the field for malformed JSON, wrong types, missing or empty messages/prompt, values out of
 // range and unsupported features (best_of > 1, echo on chat, tools,
-// response_format other than text and json_object, suffix, stream_options without stream).
+// response_format other than text, json_object and json_schema, a json_schema that uses what
+// json_schema_grammar.h refuses, suffix, stream_options without stream).
 StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* detail);
 StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, ErrorDetail* detail);
 

@@ -72,3 +72,25 @@ def test_scoring_a_prompt_through_sidecar(stack, sidecar_client, server):
     assert r.usage.completion_tokens == 0
     assert r.choices[0].logprobs.token_logprobs[0] is None
     assert all(x <= 0 for x in r.choices[0].logprobs.token_logprobs[1:])
+
+
+def test_structured_output_through_sidecar(stack, sidecar_client, client, server):
+    # The sidecar forwards response_format as it is: the runtime holds the answer to the schema,
+    # and a schema it refuses is the runtime's 400, passed through.
+    import json
+    schema = {"type": "object", "properties": {"capital": {"type": "string"}},
+              "required": ["capital"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}
+    args = dict(model=server.model, messages=PROMPT, temperature=0, max_tokens=40,
+                response_format=fmt)
+    r = sidecar_client.chat.completions.create(**args)
+    obj = json.loads(r.choices[0].message.content)
+    assert list(obj) == ["capital"] and isinstance(obj["capital"], str)
+    assert r.choices[0].message.content == client.chat.completions.create(
+        **args).choices[0].message.content  # the runtime's own answer
+    bad = {"type": "json_schema", "json_schema": {"name": "c", "schema": {"type": "integer",
+                                                                         "minimum": 0}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        sidecar_client.chat.completions.create(model=server.model, messages=PROMPT,
+                                               max_tokens=4, response_format=bad)
+    assert "'minimum' is not supported" in e.value.body["message"]

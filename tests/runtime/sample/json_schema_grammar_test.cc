@@ -88,10 +88,12 @@ TEST(JsonSchemaGrammarTest, AcceptsWhatTheSchemaAcceptsAndNothingElse) {
       {R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
           "required":["name","age"]})",
        {R"({"name":"Ada","age":36})", R"({ "name" : "Ada" , "age" : -1 })",
-        "{\n  \"name\": \"A\\\"d\\u00e9\",\n  \"age\": 0\n}", R"(  {"name":"","age":12})"},
+        "{\n  \"name\": \"A\\\"d\\u00e9\",\n  \"age\": 0\n}", R"( {"name":"","age":12})",
+        "\n\t{\"name\":\"\",\"age\":12}"},
        {R"({"age":36,"name":"Ada"})", R"({"name":"Ada"})", R"({"name":"Ada","age":36,"x":1})",
         R"({"name":"Ada","age":3.5})", R"({"name":"Ada","age":01})", R"({"name":1,"age":1})",
-        R"({"name":"Ada","age":36} )",
+        R"({"name":"Ada","age":36} )", "{\n\n\"name\":\"A\",\"age\":1}",
+        R"({  "name":"A","age":1})",
         R"({"name":"a)"
         "\n"
         R"(","age":1})"}},

@@ -111,6 +111,57 @@ TEST(ParseChatTest, ResponseFormatJsonObjectReachesTheEngineRequest) {
   EXPECT_FALSE(ToGenerationRequest(*t, {1}, 4).json_object);
 }
 
+// The whole text is a sentence of the request's grammar.
+bool GrammarMatches(const ParsedRequest& r, std::string_view text) {
+  if (!r.grammar) return false;
+  GrammarRecognizer g(r.grammar);
+  return g.Feed(text) && g.complete();
+}
+
+TEST(ParseChatTest, ResponseFormatJsonSchemaBecomesTheRequestsGrammarInTheClientsKeyOrder) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"city","strict":true,
+        "schema":{"type":"object","properties":{"name":{"type":"string"},"pop":{"type":"integer"}},
+                  "required":["pop","name"],"additionalProperties":false}}}})",
+                            &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->json_object);
+  EXPECT_TRUE(GrammarMatches(*r, R"({"name":"Paris","pop":2100000})"));
+  EXPECT_FALSE(GrammarMatches(*r, R"({"pop":2100000,"name":"Paris"})"));  // "name" came first
+  EXPECT_EQ(ToGenerationRequest(*r, {1}, 4).grammar, r->grammar);
+
+  auto g = ParseCompletionRequest(
+      R"({"prompt":"x","guided_json":"{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}"})",
+      &d);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(GrammarMatches(*g, "[1,2]"));
+  auto c = ParseCompletionRequest(R"({"prompt":"x","guided_choice":["yes","no"]})", &d);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(GrammarMatches(*c, "yes"));
+  EXPECT_TRUE(GrammarMatches(*c, "no"));
+  EXPECT_FALSE(GrammarMatches(*c, "yesno"));
+
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  const ErrorDetail pattern = ChatError("{" + m + R"(,"response_format":{"type":"json_schema",
+      "json_schema":{"name":"n","schema":{"type":"string","pattern":"a+"}}}})");
+  EXPECT_EQ(pattern.param, "response_format.json_schema.schema");
+  EXPECT_EQ(
+      ChatError("{" + m + R"(,"response_format":{"type":"json_schema","json_schema":{}}})").param,
+      "response_format.json_schema.schema");
+  EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_schema",
+      "json_schema":{"schema":{"type":"object"}}},"ignore_eos":true})")
+                .param,
+            "ignore_eos");
+  EXPECT_EQ(ChatError("{" + m + R"(,"guided_choice":[]})").param, "guided_choice");
+  EXPECT_EQ(ChatError("{" + m + R"(,"guided_choice":["a",""]})").param, "guided_choice");
+  EXPECT_EQ(ChatError("{" + m + R"(,"guided_json":"{nope"})").param, "guided_json");
+  EXPECT_EQ(ChatError("{" + m + R"(,"guided_json":{"type":"integer"},
+      "response_format":{"type":"json_object"}})")
+                .param,
+            "guided_json");
+}
+
 TEST(ParseChatTest, StopTokenIdsAndMinTokens) {
   ErrorDetail d;
   auto r = ParseCompletionRequest(
@@ -279,7 +330,7 @@ TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
   EXPECT_EQ(ChatError("{" + m + R"(,"echo":true})").param, "echo");
   EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function"}]})").param, "tools");
   EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_schema"}})").param,
-            "response_format");
+            "response_format.json_schema.schema");
   EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"yaml"}})").param, "response_format");
   EXPECT_EQ(ChatError("{" + m + R"(,"response_format":"json_object"})").param, "response_format");
   EXPECT_EQ(
