@@ -48,11 +48,71 @@ const std::set<std::string>& Unsupported() {
 
 class Compiler {
  public:
-  explicit Compiler(const ojson& root) : root_(root) {}
+  Compiler() = default;
 
-  StatusOr<std::shared_ptr<const Grammar>> Run() {
+  StatusOr<std::shared_ptr<const Grammar>> Run(const ojson& schema) {
     int32_t value = -1;
-    KINFER_RETURN_IF_ERROR(Value(root_, "#", &value));
+    KINFER_RETURN_IF_ERROR(Document(schema, "", &value));
+    return Finish(value);
+  }
+
+  // {"tool_calls": [{"name": ..., "arguments": {...}}, ...]} with each tool's own parameters
+  // schema, or (with `may_answer`) {"response": "..."}.
+  StatusOr<std::shared_ptr<const Grammar>> RunTools(const std::vector<ToolSchema>& tools,
+                                                    bool may_answer, bool parallel) {
+    if (tools.empty()) return InvalidArgument("no tools to call");
+    std::vector<Seq> calls;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      int32_t args = -1;
+      std::string scope = std::to_string(i);  // (appended: GCC 12 warns falsely on "t" + ...)
+      scope += ':';
+      Status st = Document(*tools[i].parameters, scope, &args);
+      if (!st.ok()) return InvalidArgument(tools[i].param + ": " + st.message());
+      Seq s{b_.Byte('{'), Ws()};
+      Member("name", &s);
+      b_.AppendLiteral(ojson(tools[i].name).dump(), &s);
+      for (const Sym& x : {Ws(), b_.Byte(','), Ws()}) s.push_back(x);
+      Member("arguments", &s);
+      for (const Sym& x : {GrammarBuilder::Ref(args), Ws(), b_.Byte('}')}) s.push_back(x);
+      calls.push_back(s);
+    }
+    const Sym call = GrammarBuilder::Ref(b_.Rule(calls));
+    // [call] or [call, call, ...]
+    const int32_t more = b_.NewRule();
+    b_.AddAlternative(more, {});
+    if (parallel) {
+      b_.AddAlternative(more, {b_.Byte(','), Ws(), call, Ws(), GrammarBuilder::Ref(more)});
+    }
+    Seq tc{b_.Byte('{'), Ws()};
+    Member("tool_calls", &tc);
+    for (const Sym& x : {b_.Byte('['), Ws(), call, Ws(), GrammarBuilder::Ref(more), b_.Byte(']'),
+                         Ws(), b_.Byte('}')}) {
+      tc.push_back(x);
+    }
+    std::vector<Seq> alts{tc};
+    if (may_answer) {
+      Seq answer{b_.Byte('{'), Ws()};
+      Member("response", &answer);
+      for (const Sym& x : {String(), Ws(), b_.Byte('}')}) answer.push_back(x);
+      alts.push_back(answer);
+    }
+    return Finish(b_.Rule(alts));
+  }
+
+ private:
+  // The value rule of a whole schema document; its $refs resolve inside it (`scope` keeps the
+  // refs of several documents in one grammar apart).
+  Status Document(const ojson& schema, const std::string& scope, int32_t* value) {
+    root_ = &schema;
+    scope_ = scope;
+    return Value(schema, "#", value);
+  }
+  // `"key"` ws `:` ws
+  void Member(std::string_view key, Seq* s) {
+    b_.AppendLiteral(ojson(std::string(key)).dump(), s);
+    for (const Sym& x : {Ws(), b_.Byte(':'), Ws()}) s->push_back(x);
+  }
+  StatusOr<std::shared_ptr<const Grammar>> Finish(int32_t value) {
     const int32_t top = b_.Rule({{Ws(), GrammarBuilder::Ref(value)}});
     KINFER_RETURN_IF_ERROR(CheckSize());
     auto g = b_.Build(top);
@@ -62,7 +122,6 @@ class Compiler {
     return g;
   }
 
- private:
   Status Error(const std::string& where, const std::string& what) {
     return InvalidArgument("json_schema: " + what + " (at " + where + ")");
   }
@@ -390,7 +449,8 @@ class Compiler {
   Status Ref(const ojson& ref, const std::string& where, int32_t* rule) {
     if (!ref.is_string()) return Error(where + "/$ref", "'$ref' must be a string");
     const std::string target = ref.get<std::string>();
-    if (const auto it = refs_.find(target); it != refs_.end()) {
+    const std::string key = scope_ + target;
+    if (const auto it = refs_.find(key); it != refs_.end()) {
       *rule = it->second;
       return Status::Ok();
     }
@@ -400,14 +460,14 @@ class Compiler {
     const ojson* node = nullptr;
     try {
       const ojson::json_pointer ptr(target.substr(1));
-      if (root_.contains(ptr)) node = &root_.at(ptr);
+      if (root_->contains(ptr)) node = &root_->at(ptr);
     } catch (const ojson::exception&) {
       node = nullptr;
     }
     if (node == nullptr) return Error(where + "/$ref", "'" + target + "' names nothing");
     // The rule exists before its body is compiled, so that the body may refer to it.
     const int32_t r = b_.NewRule();
-    refs_[target] = r;
+    refs_[key] = r;
     int32_t body = -1;
     KINFER_RETURN_IF_ERROR(Value(*node, target, &body));
     b_.AddAlternative(r, {GrammarBuilder::Ref(body)});
@@ -607,7 +667,8 @@ class Compiler {
     return out;
   }
 
-  const ojson& root_;
+  const ojson* root_ = nullptr;  // the document being compiled ($refs resolve in it)
+  std::string scope_;
   GrammarBuilder b_;
   std::map<std::string, int32_t> refs_;
   std::map<int, int32_t> digit_rules_;
@@ -620,7 +681,12 @@ class Compiler {
 }  // namespace
 
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema) {
-  return Compiler(schema).Run();
+  return Compiler().Run(schema);
+}
+
+StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(const std::vector<ToolSchema>& tools,
+                                                         bool may_answer, bool parallel) {
+  return Compiler().RunTools(tools, may_answer, parallel);
 }
 
 }  // namespace kinfer

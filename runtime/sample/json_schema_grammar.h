@@ -26,6 +26,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,5 +42,19 @@ inline constexpr size_t kMaxSchemaGrammarElements = 200000;
 inline constexpr int kMaxSchemaRepeat = 1000;  // minItems, maxItems, minLength, maxLength
 
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
+
+// Function calling (docs/api.md, "Tools"): the one JSON object a model answers with,
+//   {"tool_calls": [{"name": "<a tool's name>", "arguments": <that tool's parameters>}, ...]}
+// (one call, or with `parallel` one or more), or, when `may_answer`, {"response": "<text>"}.
+// Keys in that order. Each tool's parameters is a schema document of its own (its $refs resolve
+// inside it); an error names the tool's `param` ("tools[2].function.parameters: json_schema:
+// ...").
+struct ToolSchema {
+  std::string name;
+  const nlohmann::ordered_json* parameters = nullptr;  // REQUIRES: non-null, outlives the call
+  std::string param;
+};
+StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(const std::vector<ToolSchema>& tools,
+                                                         bool may_answer, bool parallel);
 
 }  // namespace kinfer

@@ -216,6 +216,44 @@ TEST(JsonSchemaGrammarTest, PropertiesComeInTheSchemasOrder) {
   EXPECT_FALSE(Matches(g, R"({"a":2,"z":1})"));
 }
 
+TEST(ToolCallGrammarTest, CallsNameAToolWithItsOwnArgumentsOrAnswer) {
+  const ojson weather = ojson::parse(R"({"type":"object","properties":{
+      "city":{"type":"string"},"unit":{"$ref":"#/$defs/Unit"}},"required":["city"],
+      "$defs":{"Unit":{"enum":["C","F"]}}})");
+  const ojson time = ojson::parse(R"({"type":"object","properties":{"tz":{"type":"string"}},
+      "required":["tz"],"additionalProperties":false})");
+  const std::vector<ToolSchema> tools = {{"get_weather", &weather, "tools[0].function.parameters"},
+                                         {"get_time", &time, "tools[1].function.parameters"}};
+  auto one = ToolCallGrammar(tools, /*may_answer=*/false, /*parallel=*/false);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_TRUE(Matches(
+      *one, R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris","unit":"C"}}]})"));
+  EXPECT_TRUE(
+      Matches(*one, R"({ "tool_calls": [ {"name": "get_time", "arguments": {"tz": "UTC"}} ] })"));
+  EXPECT_FALSE(
+      Matches(*one, R"({"tool_calls":[{"name":"get_time","arguments":{"city":"Paris"}}]})"));
+  EXPECT_FALSE(Matches(*one, R"({"tool_calls":[{"name":"get_news","arguments":{}}]})"));
+  EXPECT_FALSE(Matches(*one, R"({"tool_calls":[]})"));
+  EXPECT_FALSE(Matches(
+      *one,
+      R"({"tool_calls":[{"name":"get_time","arguments":{"tz":"a"}},{"name":"get_time","arguments":{"tz":"b"}}]})"));
+  EXPECT_FALSE(Matches(*one, R"({"response":"hi"})"));
+  auto many = ToolCallGrammar(tools, /*may_answer=*/true, /*parallel=*/true);
+  ASSERT_TRUE(many.ok());
+  EXPECT_TRUE(Matches(
+      *many,
+      R"({"tool_calls":[{"name":"get_time","arguments":{"tz":"a"}},{"name":"get_weather","arguments":{"city":"b"}}]})"));
+  EXPECT_TRUE(Matches(*many, R"({"response":"It is sunny."})"));
+  const ojson bad =
+      ojson::parse(R"({"type":"object","properties":{"n":{"type":"integer","minimum":1}}})");
+  auto refused =
+      ToolCallGrammar({tools[0], {"count", &bad, "tools[1].function.parameters"}}, true, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(
+      refused.status().message(),
+      "tools[1].function.parameters: json_schema: 'minimum' is not supported (at #/properties/n)");
+}
+
 // ---- random walks: whatever the grammar lets through is valid, and it never strands ---------
 
 // Walks random allowed bytes until the text is complete (ending there with some probability), or
