@@ -15,6 +15,7 @@
 #include "runtime/server/cancel_registry.h"
 #include "runtime/server/choice_streams.h"
 #include "runtime/server/served_model.h"
+#include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace kinfer {
@@ -195,6 +196,15 @@ struct Outcome {
   }
 };
 
+// A whole tool-format answer (tool_calls.h) into the choice's calls or text; an answer that is
+// not one (it cannot be, once the grammar let it end) stays as it is.
+void ReadTools(ChoiceOutput* c) {
+  std::optional<ToolAnswer> a = ReadToolAnswer(c->text);
+  if (!a) return;
+  c->tool_calls = std::move(a->tool_calls);
+  c->text = std::move(a->content);
+}
+
 // `echoes`: one per prompt; choice i is prompt i / r.n's.
 HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
                            const ResponseMeta& meta, ChoiceStreams& cs, RequestTimer timer,
@@ -249,6 +259,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
       }
     }
     if (r.logprobs) choices[i].logprobs = &lps[i];
+    if (r.tools.active() && choices[i].finish == FinishReason::kStop) ReadTools(&choices[i]);
   }
   Usage usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()};
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
@@ -284,6 +295,11 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
 
   std::vector<size_t> offsets(cs.size(), 0);
   std::vector<bool> echoed(cs.size(), !echoes[0].on);
+  // With tools, each choice's answer is held back until it ends and then sent as what it is: its
+  // calls (one chunk) or its text.
+  const bool tools = chat && r.tools.active();
+  std::vector<std::string> held(tools ? cs.size() : 0);
+  std::vector<std::vector<TokenLogprob>> held_lps(tools ? cs.size() : 0);
   StreamEvent ev;
   while (!cs.done()) {
     if (ctx.stopping->load()) cs.CancelAll();  // every turn (see WholeResponse)
@@ -311,6 +327,30 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
       ev.text.clear();
       ev.logprobs.clear();
       if (ev.finish == FinishReason::kStop) ev.finish = FinishReason::kLength;
+    }
+    if (tools) {
+      held[static_cast<size_t>(i)] += ev.text;
+      AppendLogprobs(&held_lps[static_cast<size_t>(i)], ev.logprobs);
+      if (ev.finish == FinishReason::kNone) continue;
+      ChoiceOutput c{std::move(held[static_cast<size_t>(i)]), ev.finish, nullptr, nullptr};
+      if (ev.finish == FinishReason::kStop) ReadTools(&c);
+      const std::vector<TokenLogprob>* lp =
+          r.logprobs ? &held_lps[static_cast<size_t>(i)] : nullptr;
+      outcome.Add(ev);
+      if (outcome.failed()) {
+        cs.CancelAll();
+        continue;
+      }
+      if (!c.tool_calls.is_null()) {
+        send(ChatToolCallsChunkJson(meta, c.tool_calls, lp, iu, i));
+        send(ChatToolCallsFinishChunkJson(meta, iu, i));
+      } else {
+        if (!c.text.empty() || lp != nullptr) {
+          send(ChatChunkJson(meta, false, &c.text, lp, FinishReason::kNone, iu, i));
+        }
+        send(ChatChunkJson(meta, false, nullptr, nullptr, ev.finish, iu, i));
+      }
+      continue;
     }
     if (!ev.text.empty() || !ev.logprobs.empty()) {
       const std::vector<TokenLogprob>* lp = r.logprobs ? &ev.logprobs : nullptr;

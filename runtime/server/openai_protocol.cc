@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 #include <cmath>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "common/timeout_header.h"
 #include "runtime/sample/json_schema_grammar.h"
 #include "runtime/sample/sampling_validation.h"
+#include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/unicode.h"
 
 namespace kinfer {
@@ -318,9 +320,10 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
                    "nothing)");
   }
   KINFER_RETURN_IF_ERROR(ParseLogitBias(obj, &s.logit_bias, d));
-  if (const json* tools = Field(obj, "tools")) {
+  if (const json* tools = Field(obj, "tools");
+      tools != nullptr && r->kind == ApiKind::kCompletion) {
     if (!tools->is_array() || !tools->empty())
-      return Invalid(d, "tools", "tools are not supported");
+      return Invalid(d, "tools", "'tools' is only supported by /v1/chat/completions");
   }
   if (const json* rf = Field(obj, "response_format")) {
     const json* type = rf->is_object() ? Field(*rf, "type") : nullptr;
@@ -447,6 +450,7 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
   if (msgs == nullptr) return Invalid(d, "messages", "'messages' is required");
   if (!msgs->is_array()) return Invalid(d, "messages", "'messages' must be an array");
   if (msgs->empty()) return Invalid(d, "messages", "'messages' must not be empty");
+  std::map<std::string, std::string> call_names;  // tool_call id -> the tool's name
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     std::string param = "messages[" + std::to_string(i) + "]";
@@ -458,13 +462,72 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
     }
     turn.role = role->get<std::string>();
     if (turn.role != "system" && turn.role != "developer" && turn.role != "user" &&
-        turn.role != "assistant") {
+        turn.role != "assistant" && turn.role != "tool") {
       return Invalid(
           d, param + ".role",
-          "unsupported role '" + turn.role + "' (want system, developer, user or assistant)");
+          "unsupported role '" + turn.role + "' (want system, developer, user, assistant or tool)");
     }
-    KINFER_RETURN_IF_ERROR(ParseContent(m, i, &turn.content, d));
+    const json* calls = turn.role == "assistant" ? Field(m, "tool_calls") : nullptr;
+    if (calls != nullptr) {
+      // The content may be null beside tool_calls.
+      if (Field(m, "content") != nullptr) {
+        KINFER_RETURN_IF_ERROR(ParseContent(m, i, &turn.content, d));
+      }
+      StatusOr<std::string> text =
+          AssistantToolCallsText(*calls, turn.content, param + ".tool_calls", d);
+      if (!text.ok()) return text.status();
+      turn.content = *std::move(text);
+      for (const json& c : *calls) {
+        if (c.contains("id") && c["id"].is_string()) {
+          call_names[c["id"].get<std::string>()] = c["function"]["name"].get<std::string>();
+        }
+      }
+    } else {
+      KINFER_RETURN_IF_ERROR(ParseContent(m, i, &turn.content, d));
+    }
+    if (turn.role == "tool") {
+      std::string id;
+      if (const json* tid = Field(m, "tool_call_id")) {
+        if (!tid->is_string()) {
+          return Invalid(d, param + ".tool_call_id",
+                         "'" + param + ".tool_call_id' must be a string");
+        }
+        id = tid->get<std::string>();
+      }
+      const auto name = call_names.find(id);
+      turn.role = "user";  // the generic format (tool_calls.h)
+      turn.content = ToolResultText(id, name != call_names.end() ? name->second : "", turn.content);
+    }
     r.messages.push_back(std::move(turn));
+  }
+
+  if (Field(obj, "tools") != nullptr || Field(obj, "tool_choice") != nullptr) {
+    nlohmann::ordered_json ordered;  // the parameters' properties in the client's order
+    try {
+      ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+    } catch (const nlohmann::ordered_json::exception&) {
+      return Invalid(d, "tools", "the request body could not be read again");
+    }
+    // (response_format was read first: it and tools cannot both hold the answer.)
+    const bool formatted = r.grammar != nullptr || r.json_object;
+    KINFER_RETURN_IF_ERROR(ParseTools(ordered, &r, d));
+    if (r.tools.active() && r.ignore_eos) {
+      return Invalid(d, "ignore_eos", "'ignore_eos' cannot be combined with tools");
+    }
+    if (r.tools.active() && formatted) {
+      return Invalid(d, "tools",
+                     "'tools' cannot be combined with response_format or guided decoding (the "
+                     "tool-call format holds the answer)");
+    }
+    if (r.tools.active()) {
+      // The tools and the answer format go in the system turn: after the client's own, if any.
+      const std::string text = ToolSystemPrompt(r.tools);
+      if (r.messages[0].role == "system" || r.messages[0].role == "developer") {
+        r.messages[0].content += "\n\n" + text;
+      } else {
+        r.messages.insert(r.messages.begin(), ChatTurn{"system", text});
+      }
+    }
   }
 
   KINFER_RETURN_IF_ERROR(GetBool(obj, "logprobs", &r.logprobs, d));

@@ -34,10 +34,32 @@ struct ErrorDetail {
   std::string code;
 };
 
-// One chat turn as the client sent it (content parts already joined).
+// One chat turn for the chat template (content parts already joined). A client's "tool" turn
+// and an assistant turn's tool_calls arrive here rewritten in the generic tool format
+// (tool_calls.h): a "user" turn and the assistant's JSON.
 struct ChatTurn {
   std::string role;  // "system", "developer", "user" or "assistant"
   std::string content;
+};
+
+// Function calling (docs/api.md, "Tools"): the request's tools and what it lets the model do.
+struct ToolSpec {
+  std::string name;  // 1..64 of [A-Za-z0-9_-], unique in the request
+  std::string description;
+  nlohmann::ordered_json parameters;  // a JSON Schema in the client's key order
+};
+enum class ToolChoice {
+  kNone,      // no tools given, or tool_choice "none": the model answers in text
+  kAuto,      // "auto" (the default with tools): a call or an answer, the model's choice
+  kRequired,  // "required": one or more calls
+  kFunction,  // {"type": "function", "function": {"name": ...}}: a call of that tool
+};
+struct ToolRequest {
+  std::vector<ToolSpec> tools;
+  ToolChoice choice = ToolChoice::kNone;
+  std::string function;  // kFunction: the tool's name
+  bool parallel = true;  // parallel_tool_calls: more than one call in an answer
+  bool active() const { return choice != ToolChoice::kNone; }
 };
 
 enum class ApiKind { kChat, kCompletion };
@@ -78,6 +100,7 @@ struct ParsedRequest {
   int speculative_tokens = -1;
   // response_format {"type": "json_object"}: the output is one JSON object.
   bool json_object = false;
+  ToolRequest tools;  // chat only; when active, `grammar` holds the tool-call answer
   // response_format json_schema (or vLLM's guided_json / guided_choice): the output is a sentence
   // of this grammar (runtime/sample/json_schema_grammar.h). Null when there is none.
   std::shared_ptr<const Grammar> grammar;
@@ -181,6 +204,10 @@ struct ChoiceOutput {
   std::string text;
   FinishReason finish = FinishReason::kNone;
   const std::vector<TokenLogprob>* logprobs = nullptr;
+  // Chat with tools: the answer's calls in OpenAI's form ([{"id", "type": "function",
+  // "function": {"name", "arguments": "<JSON text>"}}]); the message's content is then null and
+  // finish_reason "tool_calls". Null JSON: none.
+  nlohmann::json tool_calls;
 };
 
 // Whole responses; `usage` counts the prompt once and every choice's tokens.
@@ -204,6 +231,13 @@ nlohmann::json CompletionJson(const ResponseMeta& meta, const std::string& text,
 nlohmann::json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
                              const std::vector<TokenLogprob>* logprobs, FinishReason finish,
                              bool with_usage_null, int index = 0);
+//   Tools: a chunk with delta {"tool_calls": [{"index": k, "id", "type", "function"}...]} (every
+//   call of the answer at once), and the finish chunk with finish_reason "tool_calls".
+nlohmann::json ChatToolCallsChunkJson(const ResponseMeta& meta, const nlohmann::json& tool_calls,
+                                      const std::vector<TokenLogprob>* logprobs,
+                                      bool with_usage_null, int index = 0);
+nlohmann::json ChatToolCallsFinishChunkJson(const ResponseMeta& meta, bool with_usage_null,
+                                            int index = 0);
 //   Completions: `text_offset` is where this chunk's text starts in the whole completion.
 nlohmann::json CompletionChunkJson(const ResponseMeta& meta, const std::string& text,
                                    const std::vector<TokenLogprob>* logprobs, size_t text_offset,

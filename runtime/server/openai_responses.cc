@@ -96,10 +96,13 @@ json ChatCompletionJson(const ResponseMeta& meta, const std::vector<ChoiceOutput
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceOutput& c = choices[i];
+    const bool calls = !c.tool_calls.is_null();
+    json message = {{"role", "assistant"}, {"content", calls ? json(nullptr) : json(c.text)}};
+    if (calls) message["tool_calls"] = c.tool_calls;
     list.push_back({{"index", i},
-                    {"message", {{"role", "assistant"}, {"content", c.text}}},
+                    {"message", std::move(message)},
                     {"logprobs", c.logprobs ? ChatLogprobsJson(*c.logprobs) : json(nullptr)},
-                    {"finish_reason", FinishReasonJson(c.finish)}});
+                    {"finish_reason", calls ? json("tool_calls") : FinishReasonJson(c.finish)}});
   }
   json j = ChunkBase(meta, "chat.completion");
   j["choices"] = std::move(list);
@@ -126,12 +129,12 @@ json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& c
 
 json ChatCompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
                         const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
-  return ChatCompletionJson(meta, {ChoiceOutput{text, finish, logprobs}}, usage);
+  return ChatCompletionJson(meta, {ChoiceOutput{text, finish, logprobs, nullptr}}, usage);
 }
 
 json CompletionJson(const ResponseMeta& meta, const std::string& text, FinishReason finish,
                     const Usage& usage, const std::vector<TokenLogprob>* logprobs) {
-  return CompletionJson(meta, {ChoiceOutput{text, finish, logprobs}}, usage);
+  return CompletionJson(meta, {ChoiceOutput{text, finish, logprobs, nullptr}}, usage);
 }
 
 json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
@@ -147,6 +150,36 @@ json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* 
                  {"delta", std::move(delta)},
                  {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
                  {"finish_reason", FinishReasonJson(finish)}};
+  json j = ChunkBase(meta, "chat.completion.chunk");
+  j["choices"] = json::array({std::move(choice)});
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json ChatToolCallsChunkJson(const ResponseMeta& meta, const json& tool_calls,
+                            const std::vector<TokenLogprob>* logprobs, bool with_usage_null,
+                            int index) {
+  json calls = json::array();
+  for (size_t k = 0; k < tool_calls.size(); ++k) {
+    json c = tool_calls[k];
+    c["index"] = k;
+    calls.push_back(std::move(c));
+  }
+  json choice = {{"index", index},
+                 {"delta", {{"tool_calls", std::move(calls)}}},
+                 {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
+                 {"finish_reason", nullptr}};
+  json j = ChunkBase(meta, "chat.completion.chunk");
+  j["choices"] = json::array({std::move(choice)});
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json ChatToolCallsFinishChunkJson(const ResponseMeta& meta, bool with_usage_null, int index) {
+  json choice = {{"index", index},
+                 {"delta", json::object()},
+                 {"logprobs", nullptr},
+                 {"finish_reason", "tool_calls"}};
   json j = ChunkBase(meta, "chat.completion.chunk");
   j["choices"] = json::array({std::move(choice)});
   if (with_usage_null) j["usage"] = nullptr;

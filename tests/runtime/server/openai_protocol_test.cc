@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/json_limits.h"
+#include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/unicode.h"
 
 namespace kinfer {
@@ -162,6 +163,139 @@ TEST(ParseChatTest, ResponseFormatJsonSchemaBecomesTheRequestsGrammarInTheClient
             "guided_json");
 }
 
+constexpr char kTools[] = R"("tools":[
+    {"type":"function","function":{"name":"get_weather","description":"Weather in a city",
+      "parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["C","F"]}},
+                    "required":["city"]}}},
+    {"type":"function","function":{"name":"now"}}])";
+
+TEST(ParseChatTest, ToolsBecomeASystemTurnAndTheGrammarOfTheAnswer) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(std::string(R"({"messages":[{"role":"system","content":"Be brief."},
+      {"role":"user","content":"Weather in Paris?"}],)") +
+                                kTools + "}",
+                            &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tools.choice, ToolChoice::kAuto);
+  ASSERT_EQ(r->tools.tools.size(), 2u);
+  EXPECT_EQ(r->tools.tools[1].parameters.dump(), R"({"type":"object","properties":{}})");
+  ASSERT_EQ(r->messages.size(), 2u);  // the tools went into the client's system turn
+  EXPECT_EQ(r->messages[0].content.rfind("Be brief.\n\nYou can call these tools", 0), 0u);
+  EXPECT_NE(r->messages[0].content.find("\"get_weather\""), std::string::npos);
+  EXPECT_NE(r->messages[0].content.find("{\"response\":"), std::string::npos);
+  EXPECT_TRUE(GrammarMatches(
+      *r, R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}}]})"));
+  EXPECT_TRUE(GrammarMatches(
+      *r, R"({"tool_calls":[{"name":"now","arguments":{}},{"name":"now","arguments":{}}]})"));
+  EXPECT_TRUE(GrammarMatches(*r, R"({"response":"Sunny."})"));
+  EXPECT_FALSE(GrammarMatches(*r, R"({"tool_calls":[{"name":"get_weather","arguments":{}}]})"));
+
+  // required, one call at a time: no answer in text, one call; no system turn: one is added.
+  auto q = ParseChatRequest(std::string(R"({"messages":[{"role":"user","content":"x"}],
+      "tool_choice":"required","parallel_tool_calls":false,)") +
+                                kTools + "}",
+                            &d);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_EQ(q->messages.size(), 2u);
+  EXPECT_EQ(q->messages[0].role, "system");
+  EXPECT_EQ(q->messages[0].content.find("{\"response\":"), std::string::npos);
+  EXPECT_FALSE(GrammarMatches(*q, R"({"response":"Sunny."})"));
+  EXPECT_FALSE(GrammarMatches(
+      *q, R"({"tool_calls":[{"name":"now","arguments":{}},{"name":"now","arguments":{}}]})"));
+  // A named function: only it.
+  auto f = ParseChatRequest(std::string(R"({"messages":[{"role":"user","content":"x"}],
+      "tool_choice":{"type":"function","function":{"name":"now"}},)") +
+                                kTools + "}",
+                            &d);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(GrammarMatches(*f, R"({"tool_calls":[{"name":"now","arguments":{}}]})"));
+  EXPECT_FALSE(
+      GrammarMatches(*f, R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"a"}}]})"));
+  EXPECT_EQ(f->messages[0].content.find("get_weather"), std::string::npos);
+  // "none": no grammar, no system text.
+  auto n = ParseChatRequest(std::string(R"({"messages":[{"role":"user","content":"x"}],
+      "tool_choice":"none",)") + kTools +
+                                "}",
+                            &d);
+  ASSERT_TRUE(n.ok());
+  EXPECT_FALSE(n->tools.active());
+  EXPECT_EQ(n->grammar, nullptr);
+  EXPECT_EQ(n->messages.size(), 1u);
+}
+
+TEST(ParseChatTest, EarlierToolCallsAndResultsAreRewrittenInTheGenericFormat) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":"Weather in Paris?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"22 C, sunny"}]})",
+                            &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->messages.size(), 3u);
+  EXPECT_EQ(r->messages[1].role, "assistant");
+  EXPECT_EQ(r->messages[1].content,
+            R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}}]})");
+  EXPECT_EQ(r->messages[2].role, "user");
+  EXPECT_EQ(
+      r->messages[2].content,
+      R"({"tool_response":{"name":"get_weather","tool_call_id":"call_1","content":"22 C, sunny"}})");
+}
+
+TEST(ParseChatTest, MalformedToolsAreBadRequestsNamingTheField) {
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(ChatError("{" + m + R"(,"tools":{}})").param, "tools");
+  EXPECT_EQ(
+      ChatError("{" + m + R"(,"tools":[{"type":"function","function":{"name":"a b"}}]})").param,
+      "tools[0].function.name");
+  EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function","function":{"name":"a"}},
+      {"type":"function","function":{"name":"a"}}]})")
+                .param,
+            "tools[1].function.name");
+  EXPECT_EQ(ChatError("{" + m + "," + kTools + R"(,"tool_choice":"sometimes"})").param,
+            "tool_choice");
+  EXPECT_EQ(ChatError("{" + m + "," + kTools +
+                      R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})")
+                .param,
+            "tool_choice");
+  EXPECT_EQ(ChatError("{" + m + R"(,"tool_choice":"required"})").param, "tool_choice");
+  EXPECT_EQ(ChatError("{" + m + "," + kTools + R"(,"parallel_tool_calls":"yes"})").param,
+            "parallel_tool_calls");
+  EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function","function":{"name":"f",
+      "parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":0}}}}}]})")
+                .param,
+            "tools[0].function.parameters");
+  EXPECT_EQ(
+      ChatError("{" + m + "," + kTools + R"(,"response_format":{"type":"json_object"}})").param,
+      "tools");
+  EXPECT_EQ(ChatError("{" + m + "," + kTools + R"(,"ignore_eos":true})").param, "ignore_eos");
+  EXPECT_EQ(
+      ChatError(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})").param,
+      "messages[0].tool_calls[0]");
+}
+
+TEST(ToolAnswerTest, ReadsCallsIntoOpenAisFormAndAnswersIntoText) {
+  auto calls = ReadToolAnswer(
+      R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris","unit":"C"}}]})");
+  ASSERT_TRUE(calls.has_value());
+  ASSERT_EQ(calls->tool_calls.size(), 1u);
+  const json& c = calls->tool_calls[0];
+  EXPECT_EQ(c["type"], "function");
+  EXPECT_EQ(c["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(c["function"]["name"], "get_weather");
+  EXPECT_EQ(c["function"]["arguments"], R"({"city":"Paris","unit":"C"})");  // the model's order
+  auto text = ReadToolAnswer(R"( {"response": "It is sunny."})");
+  ASSERT_TRUE(text.has_value());
+  EXPECT_TRUE(text->tool_calls.is_null());
+  EXPECT_EQ(text->content, "It is sunny.");
+  EXPECT_FALSE(ReadToolAnswer(R"({"tool_calls":[{"name":"get_wea)").has_value());
+  // The whole response: content null, tool_calls, finish_reason "tool_calls".
+  ChoiceOutput out{"", FinishReason::kStop, nullptr, calls->tool_calls};
+  const json body = ChatCompletionJson(ResponseMeta{"chatcmpl-x", 1, "m"}, {out}, Usage{3, 4});
+  EXPECT_TRUE(body["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(body["choices"][0]["message"]["tool_calls"], calls->tool_calls);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+}
+
 TEST(ParseChatTest, StopTokenIdsAndMinTokens) {
   ErrorDetail d;
   auto r = ParseCompletionRequest(
@@ -260,7 +394,8 @@ TEST(ParseChatTest, RejectsMalformedBodies) {
   EXPECT_EQ(ChatError(R"({"messages":[]})").param, "messages");
   EXPECT_EQ(ChatError(R"({"messages":"hi"})").param, "messages");
   EXPECT_EQ(ChatError(R"({"messages":[{"content":"x"}]})").param, "messages[0].role");
-  EXPECT_EQ(ChatError(R"({"messages":[{"role":"tool","content":"x"}]})").param, "messages[0].role");
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"robot","content":"x"}]})").param,
+            "messages[0].role");
   EXPECT_EQ(ChatError(R"({"messages":[{"role":"user"}]})").param, "messages[0].content");
   EXPECT_EQ(ChatError(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})").param,
             "messages[0].content");
@@ -328,7 +463,8 @@ TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
   EXPECT_EQ(ChatError("{" + m + R"(,"logprobs":true,"top_logprobs":21})").param, "top_logprobs");
   EXPECT_EQ(ChatError("{" + m + R"(,"model":5})").param, "model");
   EXPECT_EQ(ChatError("{" + m + R"(,"echo":true})").param, "echo");
-  EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function"}]})").param, "tools");
+  EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function"}]})").param, "tools[0]");
+  EXPECT_EQ(CompletionError(R"({"prompt":"x","tools":[{"type":"function"}]})").param, "tools");
   EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_schema"}})").param,
             "response_format.json_schema.schema");
   EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"yaml"}})").param, "response_format");
@@ -480,8 +616,8 @@ TEST(ResponsesTest, SeveralChoicesAreIndexedInOrder) {
   std::vector<TokenLogprob> lps(1);
   lps[0].token = 5;
   lps[0].text = "b";
-  const std::vector<ChoiceOutput> choices = {{"a", FinishReason::kStop, nullptr},
-                                             {"b", FinishReason::kLength, &lps}};
+  const std::vector<ChoiceOutput> choices = {{"a", FinishReason::kStop, nullptr, nullptr},
+                                             {"b", FinishReason::kLength, &lps, nullptr}};
   json chat = ChatCompletionJson(meta, choices, Usage{3, 4});
   ASSERT_EQ(chat["choices"].size(), 2u);
   EXPECT_EQ(chat["choices"][0]["index"], 0);

@@ -1,0 +1,246 @@
+#include "runtime/server/tool_calls.h"
+
+#include <set>
+
+#include "runtime/sample/json_schema_grammar.h"
+
+namespace kinfer {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+Status Invalid(ErrorDetail* d, std::string param, std::string message) {
+  d->param = std::move(param);
+  return InvalidArgument(std::move(message));
+}
+
+bool ValidName(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+const ojson* Field(const ojson& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+Status ParseTools(const ojson& body, ParsedRequest* r, ErrorDetail* d) {
+  ToolRequest& t = r->tools;
+  const ojson* tools = Field(body, "tools");
+  if (tools != nullptr) {
+    if (!tools->is_array() || tools->size() > kMaxTools) {
+      return Invalid(d, "tools",
+                     "'tools' must be an array of at most " + std::to_string(kMaxTools) +
+                         " {\"type\": \"function\", \"function\": {...}} objects");
+    }
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      const ojson& tool = (*tools)[i];
+      const ojson* type = tool.is_object() ? Field(tool, "type") : nullptr;
+      const ojson* fn = tool.is_object() ? Field(tool, "function") : nullptr;
+      if (type == nullptr || *type != "function" || fn == nullptr || !fn->is_object()) {
+        return Invalid(d, at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
+      }
+      ToolSpec spec;
+      const ojson* name = Field(*fn, "name");
+      if (name == nullptr || !name->is_string() || !ValidName(name->get<std::string>())) {
+        return Invalid(d, at + ".function.name",
+                       "'" + at + ".function.name' must be 1 to 64 letters, digits, '_' or '-'");
+      }
+      spec.name = name->get<std::string>();
+      if (!names.insert(spec.name).second) {
+        return Invalid(d, at + ".function.name", "tool '" + spec.name + "' is given twice");
+      }
+      if (const ojson* desc = Field(*fn, "description")) {
+        if (!desc->is_string()) {
+          return Invalid(d, at + ".function.description",
+                         "'" + at + ".function.description' must be a string");
+        }
+        spec.description = desc->get<std::string>();
+      }
+      // No parameters: a function of no arguments, as OpenAI.
+      spec.parameters = ojson{{"type", "object"}, {"properties", ojson::object()}};
+      if (const ojson* params = Field(*fn, "parameters")) spec.parameters = *params;
+      t.tools.push_back(std::move(spec));
+    }
+  }
+  t.choice = t.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  if (const ojson* choice = Field(body, "tool_choice")) {
+    const std::string bad =
+        "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+        "\"function\": {\"name\": ...}}";
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        t.choice = ToolChoice::kNone;
+      } else if (c == "auto" || c == "required") {
+        if (t.tools.empty()) {
+          return Invalid(d, "tool_choice", "'tool_choice' \"" + c + "\" needs 'tools'");
+        }
+        t.choice = c == "auto" ? ToolChoice::kAuto : ToolChoice::kRequired;
+      } else {
+        return Invalid(d, "tool_choice", bad);
+      }
+    } else if (choice->is_object()) {
+      const ojson* fn = Field(*choice, "function");
+      const ojson* name = fn != nullptr && fn->is_object() ? Field(*fn, "name") : nullptr;
+      if (Field(*choice, "type") == nullptr || (*choice)["type"] != "function" || name == nullptr ||
+          !name->is_string()) {
+        return Invalid(d, "tool_choice", bad);
+      }
+      t.function = name->get<std::string>();
+      bool found = false;
+      for (const ToolSpec& s : t.tools) found |= s.name == t.function;
+      if (!found) {
+        return Invalid(d, "tool_choice",
+                       "'tool_choice' names '" + t.function + "', which is not in 'tools'");
+      }
+      t.choice = ToolChoice::kFunction;
+    } else {
+      return Invalid(d, "tool_choice", bad);
+    }
+  }
+  if (const ojson* p = Field(body, "parallel_tool_calls")) {
+    if (!p->is_boolean()) {
+      return Invalid(d, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    }
+    t.parallel = p->get<bool>();
+  }
+  if (!t.active()) return Status::Ok();
+  std::vector<ToolSchema> schemas;
+  for (size_t i = 0; i < t.tools.size(); ++i) {
+    if (t.choice == ToolChoice::kFunction && t.tools[i].name != t.function) continue;
+    schemas.push_back({t.tools[i].name, &t.tools[i].parameters,
+                       "tools[" + std::to_string(i) + "].function.parameters"});
+  }
+  auto g = ToolCallGrammar(schemas, /*may_answer=*/t.choice == ToolChoice::kAuto,
+                           /*parallel=*/t.parallel && t.choice != ToolChoice::kFunction);
+  if (!g.ok()) {
+    const std::string m = g.status().message();
+    return Invalid(d, m.substr(0, m.find(':')), m);
+  }
+  r->grammar = *std::move(g);
+  return Status::Ok();
+}
+
+std::string ToolSystemPrompt(const ToolRequest& t) {
+  ojson list = ojson::array();
+  for (const ToolSpec& s : t.tools) {
+    if (t.choice == ToolChoice::kFunction && s.name != t.function) continue;
+    ojson tool = {{"name", s.name}};
+    if (!s.description.empty()) tool["description"] = s.description;
+    tool["parameters"] = s.parameters;
+    list.push_back(std::move(tool));
+  }
+  std::string out =
+      "You can call these tools (the JSON Schema of each tool's arguments is its "
+      "\"parameters\"):\n";
+  out += list.dump(2);
+  out += "\n\nAnswer with one JSON object. ";
+  const std::string call =
+      t.parallel && t.choice != ToolChoice::kFunction
+          ? "{\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<its arguments>}}]} "
+            "(one entry per call)"
+          : "{\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<its arguments>}}]}";
+  switch (t.choice) {
+    case ToolChoice::kAuto:
+      out += "To call tools: " + call +
+             ". To answer the user directly: {\"response\": \"<your answer>\"}.";
+      break;
+    case ToolChoice::kRequired:
+      out += "Call one or more of the tools: " + call + ".";
+      break;
+    case ToolChoice::kFunction:
+      out += "Call the tool " + t.function + ": " + call + ".";
+      break;
+    case ToolChoice::kNone:
+      break;
+  }
+  return out;
+}
+
+StatusOr<std::string> AssistantToolCallsText(const json& tool_calls, const std::string& content,
+                                             const std::string& param, ErrorDetail* d) {
+  if (!tool_calls.is_array() || tool_calls.empty()) {
+    return Invalid(d, param, "'" + param + "' must be a non-empty array");
+  }
+  ojson calls = ojson::array();
+  for (size_t i = 0; i < tool_calls.size(); ++i) {
+    const json& c = tool_calls[i];
+    const std::string at = param + "[" + std::to_string(i) + "]";
+    const json* fn = nullptr;
+    if (c.is_object() && c.contains("function") && c["function"].is_object()) fn = &c["function"];
+    if (fn == nullptr || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return Invalid(d, at,
+                     "'" + at +
+                         "' must be {\"id\", \"type\": \"function\", \"function\": "
+                         "{\"name\", \"arguments\"}}");
+    }
+    ojson args = ojson::object();
+    if (fn->contains("arguments")) {
+      const json& a = (*fn)["arguments"];
+      if (a.is_string()) {
+        // OpenAI sends the arguments as JSON text; a text that is not JSON stays a string.
+        try {
+          args = ojson::parse(a.get<std::string>());
+        } catch (const ojson::exception&) {
+          args = a.get<std::string>();
+        }
+      } else {
+        args = ojson::parse(a.dump());
+      }
+    }
+    calls.push_back({{"name", (*fn)["name"].get<std::string>()}, {"arguments", std::move(args)}});
+  }
+  std::string out = content;
+  if (!out.empty()) out += "\n";
+  out += ojson{{"tool_calls", std::move(calls)}}.dump();
+  return out;
+}
+
+std::string ToolResultText(const std::string& tool_call_id, const std::string& name,
+                           const std::string& content) {
+  ojson r = ojson::object();
+  if (!name.empty()) r["name"] = name;
+  if (!tool_call_id.empty()) r["tool_call_id"] = tool_call_id;
+  r["content"] = content;
+  return ojson{{"tool_response", std::move(r)}}.dump();
+}
+
+std::optional<ToolAnswer> ReadToolAnswer(std::string_view text) {
+  ojson j;
+  try {
+    j = ojson::parse(text.begin(), text.end());
+  } catch (const ojson::exception&) {
+    return std::nullopt;
+  }
+  if (!j.is_object()) return std::nullopt;
+  ToolAnswer a;
+  if (j.contains("response") && j["response"].is_string()) {
+    a.content = j["response"].get<std::string>();
+    return a;
+  }
+  if (!j.contains("tool_calls") || !j["tool_calls"].is_array()) return std::nullopt;
+  a.tool_calls = json::array();
+  for (const ojson& c : j["tool_calls"]) {
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return std::nullopt;
+    const ojson args = c.contains("arguments") ? c["arguments"] : ojson::object();
+    a.tool_calls.push_back(
+        {{"id", NewResponseId("call_")},
+         {"type", "function"},
+         {"function", {{"name", c["name"].get<std::string>()}, {"arguments", args.dump()}}}});
+  }
+  return a;
+}
+
+}  // namespace kinfer

@@ -1,0 +1,137 @@
+"""Function calling (tools, tool_choice, parallel_tool_calls) against the real kinfer-runtime and
+model, with the official openai client. Calls are checked against each tool's own parameters
+schema with the `jsonschema` validator."""
+import json
+
+import jsonschema
+import openai
+import pytest
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+WEATHER = {"type": "object",
+           "properties": {"city": {"type": "string"},
+                          "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city"]}
+TIME = {"type": "object", "properties": {"timezone": {"type": "string"}},
+        "required": ["timezone"], "additionalProperties": False}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather",
+                                      "description": "Get the current weather in a city",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time",
+                                      "description": "Get the current time in a time zone",
+                                      "parameters": TIME}},
+]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+ASK = [SYSTEM, {"role": "user", "content": "What is the weather like in Paris today?"}]
+
+
+def check_calls(message, allowed=SCHEMAS):
+    assert message.content is None
+    assert message.tool_calls
+    for call in message.tool_calls:
+        assert call.type == "function" and call.id.startswith("call_")
+        assert call.function.name in allowed
+        jsonschema.validate(json.loads(call.function.arguments), allowed[call.function.name])
+
+
+def test_required_tool_choice_calls_a_tool_with_valid_arguments(client, server):
+    r = client.chat.completions.create(model=server.model, messages=ASK, tools=TOOLS,
+                                       tool_choice="required", temperature=0, max_tokens=120)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    check_calls(choice.message)
+    # Greedy, the bundled model asks for the weather where the user asked.
+    first = choice.message.tool_calls[0]
+    assert first.function.name == "get_weather"
+    assert json.loads(first.function.arguments)["city"] == "Paris"
+    # One call at a time when parallel_tool_calls is false.
+    one = client.chat.completions.create(model=server.model, messages=ASK, tools=TOOLS,
+                                         tool_choice="required", parallel_tool_calls=False,
+                                         temperature=0, max_tokens=120)
+    assert one.choices[0].finish_reason == "tool_calls"
+    assert len(one.choices[0].message.tool_calls) == 1
+
+
+def test_a_named_tool_choice_calls_that_tool_only(client, server):
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=server.model, messages=ASK, tools=TOOLS, seed=seed, temperature=1.0,
+            max_tokens=120, tool_choice={"type": "function", "function": {"name": "get_time"}})
+        choice = r.choices[0]
+        if choice.finish_reason == "length":
+            continue
+        assert choice.finish_reason == "tool_calls"
+        check_calls(choice.message, {"get_time": TIME})
+        assert len(choice.message.tool_calls) == 1
+
+
+def test_auto_answers_or_calls_and_either_is_well_formed(client, server):
+    # tool_choice defaults to "auto" with tools: sampled hot, every finished answer is either text
+    # (finish "stop", no calls) or calls that validate (finish "tool_calls").
+    finished = 0
+    for seed in range(4):
+        r = client.chat.completions.create(model=server.model, messages=ASK, tools=TOOLS,
+                                           seed=seed, temperature=1.0, max_tokens=150)
+        choice = r.choices[0]
+        if choice.finish_reason == "tool_calls":
+            check_calls(choice.message)
+            finished += 1
+        elif choice.finish_reason == "stop":
+            assert choice.message.tool_calls is None and isinstance(choice.message.content, str)
+            assert not choice.message.content.lstrip().startswith('{"response"')
+            finished += 1
+    assert finished >= 2
+
+
+def test_streamed_calls_are_the_whole_responses_calls(client, server):
+    args = dict(model=server.model, messages=ASK, tools=TOOLS, tool_choice="required",
+                temperature=0, max_tokens=120)
+    whole = client.chat.completions.create(**args).choices[0].message.tool_calls
+    calls, finish = {}, []
+    for chunk in client.chat.completions.create(stream=True, **args):
+        for c in chunk.choices:
+            for tc in c.delta.tool_calls or []:
+                calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                calls[tc.index]["name"] += tc.function.name or ""
+                calls[tc.index]["arguments"] += tc.function.arguments or ""
+            if c.finish_reason:
+                finish.append(c.finish_reason)
+    assert finish == ["tool_calls"]
+    assert [calls[k] for k in sorted(calls)] == [
+        {"name": c.function.name, "arguments": c.function.arguments} for c in whole]
+
+
+def test_a_conversation_carries_the_tool_result_back(client, server):
+    # The assistant's calls and the tool's result go back in; the model then answers.
+    first = client.chat.completions.create(model=server.model, messages=ASK, tools=TOOLS,
+                                           tool_choice="required", parallel_tool_calls=False,
+                                           temperature=0, max_tokens=120).choices[0].message
+    call = first.tool_calls[0]
+    messages = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "22 degrees celsius and sunny"}]
+    r = client.chat.completions.create(model=server.model, messages=messages, tools=TOOLS,
+                                       tool_choice="none", temperature=0, max_tokens=40)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content
+
+
+def test_bad_tools_are_400s_naming_the_field(client, server):
+    cases = [
+        (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
+         "tool_choice"),
+        (dict(tools=[{"type": "function", "function": {"name": "bad name"}}]),
+         "tools[0].function.name"),
+        (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}]),
+         "tools[0].function.parameters"),
+        (dict(tools=TOOLS, response_format={"type": "json_object"}), "tools"),
+    ]
+    for extra, param in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=server.model, messages=ASK, max_tokens=5, **extra)
+        assert e.value.body["param"] == param, (extra, e.value.body)
