@@ -225,6 +225,24 @@ std::string FreshResponseIdentity(std::string body, std::string_view unique, int
   if (auto created = j.find("created"); created != j.end() && created->is_number()) {
     *created = created_unix;
   }
+  // Tool calls' ids too: a client matches its tool results to calls by them.
+  if (auto choices = j.find("choices"); choices != j.end() && choices->is_array()) {
+    for (size_t c = 0; c < choices->size(); ++c) {
+      nlohmann::json& choice = (*choices)[c];
+      if (!choice.is_object() || !choice.contains("message") || !choice["message"].is_object())
+        continue;
+      nlohmann::json& message = choice["message"];
+      auto calls = message.find("tool_calls");
+      if (calls == message.end() || !calls->is_array()) continue;
+      for (size_t k = 0; k < calls->size(); ++k) {
+        nlohmann::json& call = (*calls)[k];
+        if (call.is_object() && call.contains("id") && call["id"].is_string()) {
+          call["id"] =
+              "call_" + std::string(unique) + "-" + std::to_string(c) + "-" + std::to_string(k);
+        }
+      }
+    }
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -84,7 +84,8 @@ std::string NormalizedRequestText(std::string_view path, const RequestInfo& info
 // A cached completion body as a new response: its `id` gets `unique` in place of what followed
 // its prefix (the text up to the first '-': "chatcmpl-", "cmpl-"), and a numeric `created`
 // becomes `created_unix`, so that no two answers share an id (clients log and deduplicate by
-// it). A body that is not a JSON object with a string `id` is returned as it is.
+// it); each tool call's id becomes "call_<unique>-<choice>-<call>". A body that is not a JSON
+// object with a string `id` is returned as it is.
 std::string FreshResponseIdentity(std::string body, std::string_view unique, int64_t created_unix);
 
 }  // namespace kinfer

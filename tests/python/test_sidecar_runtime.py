@@ -94,3 +94,22 @@ def test_structured_output_through_sidecar(stack, sidecar_client, client, server
         sidecar_client.chat.completions.create(model=server.model, messages=PROMPT,
                                                max_tokens=4, response_format=bad)
     assert "'minimum' is not supported" in e.value.body["message"]
+
+
+def test_tool_calls_through_sidecar_and_its_cache(stack, sidecar_client, server):
+    # A deterministic tool-call answer is cached like any other; a hit gets tool-call ids of its
+    # own (clients match tool results to calls by id).
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    args = dict(model=server.model, temperature=0, max_tokens=60, tools=tools,
+                tool_choice="required",
+                messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+    first = sidecar_client.chat.completions.create(**args).choices[0]
+    assert first.finish_reason == "tool_calls"
+    raw = sidecar_client.chat.completions.with_raw_response.create(**args)
+    assert raw.headers["x-kinfer-cache"] == "hit"
+    again = raw.parse().choices[0]
+    assert [c.function for c in again.message.tool_calls] == \
+        [c.function for c in first.message.tool_calls]
+    assert {c.id for c in again.message.tool_calls}.isdisjoint(
+        {c.id for c in first.message.tool_calls})

@@ -416,6 +416,19 @@ TEST(FreshResponseIdentityTest, ACachedBodyGetsItsOwnIdAndCreated) {
   EXPECT_EQ(nlohmann::json::parse(FreshResponseIdentity(R"({"id":"plain"})", "u", 1))["id"], "u");
 }
 
+TEST(FreshResponseIdentityTest, ToolCallsGetIdsOfTheirOwn) {
+  const std::string cached = R"({"id":"chatcmpl-abc","created":1,"choices":[{"index":0,
+      "message":{"role":"assistant","content":null,"tool_calls":[
+        {"id":"call_old","type":"function","function":{"name":"f","arguments":"{}"}},
+        {"id":"call_old2","type":"function","function":{"name":"g","arguments":"{}"}}]},
+      "finish_reason":"tool_calls"}]})";
+  nlohmann::json j = nlohmann::json::parse(FreshResponseIdentity(cached, "sc-1-7", 2000));
+  const nlohmann::json& calls = j["choices"][0]["message"]["tool_calls"];
+  EXPECT_EQ(calls[0]["id"], "call_sc-1-7-0-0");
+  EXPECT_EQ(calls[1]["id"], "call_sc-1-7-0-1");
+  EXPECT_EQ(calls[1]["function"]["name"], "g");
+}
+
 TEST(FreshResponseIdentityTest, OtherBodiesPassUnchanged) {
   for (const std::string& body :
        {std::string("not json"), std::string("[1,2]"), std::string(R"({"id":5})"),
