@@ -100,12 +100,13 @@ void GrammarRecognizer::Emit(const std::vector<int32_t>& stack) {
       return;
     }
   }
+  ++stacks_;
   data_.push_back(static_cast<int32_t>(n));
   data_.insert(data_.end(), stack.begin(), stack.end());
 }
 
 void GrammarRecognizer::Expand(std::vector<int32_t>* stack, int depth) {
-  if (depth > kMaxExpandDepth) return;
+  if (depth > kMaxExpandDepth || stacks_ >= kMaxStacks) return;
   if (stack->empty()) {
     Emit(*stack);  // the root rule matched
     return;
@@ -141,6 +142,7 @@ void GrammarRecognizer::Expand(std::vector<int32_t>* stack, int depth) {
 bool GrammarRecognizer::FeedInto(uint8_t c, GrammarRecognizer* out) const {
   out->g_ = g_;
   out->data_.clear();
+  out->stacks_ = 0;
   thread_local std::vector<int32_t> stack;
   for (size_t i = 0; i < data_.size(); i += static_cast<size_t>(data_[i]) + 1) {
     const auto n = static_cast<size_t>(data_[i]);

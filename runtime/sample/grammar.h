@@ -13,7 +13,7 @@
 // recursion); such a path is cut (treated as matching nothing) rather than looping. A reference
 // that ends an alternative does not grow the stack (tail calls), so right recursion (`list ::= x
 // list | ""`) runs in constant stack. A stack deeper than kMaxStackDepth is dropped: recursive
-// grammars (nested JSON values) are bounded by it.
+// grammars (nested JSON values) are bounded by it, and the number of stacks by kMaxStacks.
 //
 // Thread safety: a Grammar is immutable once built and may be shared; a recognizer is a value type
 // used by one thread.
@@ -101,6 +101,11 @@ class GrammarBuilder {
 class GrammarRecognizer {
  public:
   static constexpr size_t kMaxStackDepth = 512;
+  // At most this many parse stacks are kept: a grammar ambiguous enough to need more (nested
+  // alternatives that agree for a long stretch) keeps the first ones reached. That can only
+  // refuse text the grammar allows, never allow text it refuses, and it bounds the work per
+  // byte, which a hostile schema could otherwise make grow exponentially with its nesting.
+  static constexpr size_t kMaxStacks = 256;
 
   // Before any byte: the root rule's start.
   explicit GrammarRecognizer(std::shared_ptr<const Grammar> grammar);
@@ -139,6 +144,7 @@ class GrammarRecognizer {
   std::shared_ptr<const Grammar> g_;
   // The stacks, each as its length then its element positions, bottom first: [n, e1 .. en] ...
   std::vector<int32_t> data_;
+  size_t stacks_ = 0;  // stacks emitted into data_ (or dropped past kMaxStacks)
 };
 
 }  // namespace kinfer

@@ -57,9 +57,17 @@ CASES = [
     ("logit_bias_out_of_vocab", CHAT, json.dumps({"messages": MSG,
                                                   "logit_bias": {"99999999": 5}}).encode(), 400,
      "logit_bias"),
-    ("json_schema", CHAT, json.dumps({"messages": MSG, "response_format": {
-        "type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}).encode(), 400,
-     "response_format"),
+    ("json_schema_unenforceable", CHAT, json.dumps({"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "string", "pattern": "^a+$"}}}}).encode(), 400,
+     "response_format.json_schema.schema"),
+    ("json_schema_missing", CHAT, json.dumps({"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x"}}}).encode(), 400,
+     "response_format.json_schema.schema"),
+    ("tool_choice_unknown_tool", CHAT, json.dumps({"messages": MSG, "tools": [
+        {"type": "function", "function": {"name": "f"}}],
+        "tool_choice": {"type": "function", "function": {"name": "g"}}}).encode(), 400,
+     "tool_choice"),
     ("too_many_stops", CHAT, json.dumps({"messages": MSG, "stop": list("abcde")}).encode(), 400,
      "stop"),
     ("missing_prompt", COMPLETIONS, json.dumps({"max_tokens": 3}).encode(), 400, "prompt"),

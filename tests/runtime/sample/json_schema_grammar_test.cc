@@ -207,6 +207,32 @@ TEST(JsonSchemaGrammarTest, RefusesWhatItCannotEnforceNamingTheKeywordAndWhere) 
             nullptr);
 }
 
+TEST(JsonSchemaGrammarTest, AHostilelyAmbiguousSchemaStaysBoundedAndStillMatches) {
+  // Six levels of anyOf with six equal alternatives each, shared through $defs so that the
+  // grammar stays small: 6^6 parses of the same text, unless the recognizer bounds its stacks.
+  // (Written out inline, the copies would pass the grammar's size limit instead.)
+  ojson schema = {{"$defs", {{"L0", {{"type", "integer"}}}}}};
+  for (int d = 1; d <= 6; ++d) {
+    ojson alt = {{"type", "object"},
+                 {"properties", {{"a", {{"$ref", "#/$defs/L" + std::to_string(d - 1)}}}}},
+                 {"required", {"a"}}};
+    schema["$defs"]["L" + std::to_string(d)] = {
+        {"anyOf", ojson::array({alt, alt, alt, alt, alt, alt})}};
+  }
+  schema["$ref"] = "#/$defs/L6";
+  auto g = JsonSchemaGrammar(schema);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const std::string text = R"({"a":{"a":{"a":{"a":{"a":{"a":1}}}}}})";
+  GrammarRecognizer r(*g);
+  size_t most = 0;
+  for (char c : text) {
+    ASSERT_TRUE(r.Feed(static_cast<uint8_t>(c))) << c;
+    most = std::max(most, r.num_stacks());
+  }
+  EXPECT_TRUE(r.complete());
+  EXPECT_LE(most, GrammarRecognizer::kMaxStacks);
+}
+
 TEST(JsonSchemaGrammarTest, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps the schema's order ("z" before "a"), as users write a reasoning field
   // before the answer it leads to.
