@@ -13,7 +13,10 @@ Modes (chat endpoint, one request at a time, seeded sampling at temperature 0.8)
                as kinfer's, since the bundled model's template knows no tools)
 For each mode and server: time per output token after the first (TPOT, from the stream: the
 time from the first output to the last, over the tokens after the first, which the usage chunk
-counts), its median over requests, and the mode's TPOT against the same server's plain TPOT.
+counts), its median over requests, and the mode's TPOT against the same server's plain TPOT;
+and the whole request's time per output token (E2E/token: prefill included), which also covers
+a stream that holds its answer back until the end (kinfer's tool calls), where TPOT cannot be
+seen. The finish reasons are listed: a mode whose answers end sooner runs fewer, cheaper steps.
 Both servers stay up; only one is loaded at a time, and they alternate request by request, so
 that machine noise hits both. Writes constrained.json and constrained.md into --out.
 
@@ -62,7 +65,9 @@ MODES = {
 
 
 def stream_request(url, body, timeout=300):
-    """Returns (seconds from the first output to the last, completion tokens, finish reason)."""
+    """Returns (seconds from the first output to the last, seconds from the request to the end,
+    completion tokens, finish reason)."""
+    start = time.perf_counter()
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     first = last = None
@@ -82,7 +87,7 @@ def stream_request(url, body, timeout=300):
                     first = first or now
                     last = now
                 finish = c.get("finish_reason") or finish
-    return (last - first) if first else 0.0, tokens or 0, finish
+    return (last - first) if first else 0.0, time.perf_counter() - start, tokens or 0, finish
 
 
 def main():
@@ -120,6 +125,7 @@ def main():
             s.wait_ready()
             log(f"{s.name} ready at {s.url}")
         tpot = {e: {m: [] for m in MODES} for e in servers}
+        e2e = {e: {m: [] for m in MODES} for e in servers}
         ends = {e: {m: {} for m in MODES} for e in servers}
         n = 0
         for rnd in range(args.rounds):
@@ -131,10 +137,12 @@ def main():
                                 "max_tokens": args.max_tokens, "temperature": 0.8, "seed": seed,
                                 "stream": True, "stream_options": {"include_usage": True},
                                 **extra}
-                        secs, toks, finish = stream_request(s.url, body)
+                        secs, total, toks, finish = stream_request(s.url, body)
                         ends[name][mode][finish] = ends[name][mode].get(finish, 0) + 1
                         if toks >= 2 and secs > 0:
                             tpot[name][mode].append(1000.0 * secs / (toks - 1))
+                        if toks >= 1:
+                            e2e[name][mode].append(1000.0 * total / toks)
                         n += 1
             log(f"round {rnd + 1}/{args.rounds} done ({n} requests)")
     except SetupError as e:
@@ -151,23 +159,30 @@ def main():
         for mode in MODES:
             xs = tpot[name][mode]
             med = statistics.median(xs) if xs else None
+            es = e2e[name][mode]
             doc["results"].setdefault(mode, {})[name] = {
                 "requests": len(xs), "tpot_ms_median": med,
                 "tpot_ms_min": min(xs) if xs else None,
                 "vs_plain": med / plain if med and plain else None,
+                "e2e_ms_per_token_median": statistics.median(es) if es else None,
                 "finish_reasons": ends[name][mode]}
     (out / "constrained.json").write_text(json.dumps(doc, indent=2))
     lines = [f"Constrained decoding cost, {doc['date']}, {doc['machine']['cpu']}, "
              f"{args.threads} threads, {args.rounds} x {len(PROMPTS)} requests a mode, "
              f"max_tokens {args.max_tokens}", "",
-             "| mode | " + " | ".join(f"{e} TPOT ms (median) | {e} vs plain" for e in tpot) + " |",
-             "|---|" + "---|---|" * len(tpot)]
+             "| mode | " + " | ".join(f"{e} TPOT ms (median) | {e} vs plain | {e} E2E ms/token | "
+                                     f"{e} finish" for e in tpot) + " |",
+             "|---|" + "---|---|---|---|" * len(tpot)]
     for mode in MODES:
         row = [mode]
         for e in tpot:
             r = doc["results"][mode][e]
             row.append(f"{r['tpot_ms_median']:.2f}" if r["tpot_ms_median"] else "-")
             row.append(f"{r['vs_plain']:.2f}x" if r["vs_plain"] else "-")
+            row.append(f"{r['e2e_ms_per_token_median']:.2f}" if r["e2e_ms_per_token_median"]
+                       else "-")
+            row.append(", ".join(f"{k} {v}" for k, v in sorted(r["finish_reasons"].items(),
+                                                               key=lambda kv: str(kv[0]))))
         lines.append("| " + " | ".join(row) + " |")
     (out / "constrained.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
