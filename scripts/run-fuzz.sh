@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the GGUF fuzzer with clang (libFuzzer + ASan + UBSan) in build-fuzz and runs it for
-# SECONDS (default 60) on a scratch copy of fuzz/corpus/gguf. Exits non-zero on a crash; the
-# crashing input is left in build-fuzz/artifacts/.
+# Builds the fuzzers with clang (libFuzzer + ASan + UBSan) in build-fuzz and runs each on a
+# scratch copy of its seed corpus: the GGUF reader for SECONDS (default 60) on fuzz/corpus/gguf,
+# then the JSON Schema compiler and grammar recognizer for SCHEMA_SECONDS (default 30; env
+# KINFER_SCHEMA_FUZZ_SECONDS) on fuzz/corpus/json_schema, where an input that takes over 10 s is
+# a failure too (a hang). Exits non-zero on a crash; the input is left in build-fuzz/artifacts/.
 #
-#   scripts/run-fuzz.sh [SECONDS] [extra libFuzzer flags...]
+#   scripts/run-fuzz.sh [SECONDS] [extra libFuzzer flags for the GGUF fuzzer...]
 set -euo pipefail
 
 SECONDS_TO_RUN="${1:-60}"
@@ -21,7 +23,8 @@ CC=clang CXX=clang++ cmake -S "${ROOT}" -B "${BUILD}" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 # fuzz/CMakeLists.txt adds -fsanitize=fuzzer to the fuzzer's own link (a global -fsanitize=fuzzer
 # would give CMake's compiler checks a second main()).
-cmake --build "${BUILD}" --target gguf_fuzzer -j "${JOBS}"
+cmake --build "${BUILD}" --target gguf_fuzzer json_schema_fuzzer -j "${JOBS}"
+SCHEMA_SECONDS="${KINFER_SCHEMA_FUZZ_SECONDS:-30}"
 
 WORK="${BUILD}/corpus-work"
 ARTIFACTS="${BUILD}/artifacts"
@@ -45,4 +48,24 @@ if [[ ${rc} -ne 0 ]]; then
   echo "run-fuzz: gguf_fuzzer failed (exit ${rc}); inputs in ${ARTIFACTS}/" >&2
   exit "${rc}"
 fi
-echo "run-fuzz: no crash in ${SECONDS_TO_RUN}s; corpus grew to $(ls "${WORK}" | wc -l) files"
+echo "run-fuzz: gguf_fuzzer: no crash in ${SECONDS_TO_RUN}s; corpus grew to $(ls "${WORK}" | wc -l) files"
+
+SWORK="${BUILD}/corpus-work-json-schema"
+rm -rf "${SWORK}"
+mkdir -p "${SWORK}"
+cp "${ROOT}"/fuzz/corpus/json_schema/* "${SWORK}/"
+set +e
+"${BUILD}/bin/json_schema_fuzzer" "${SWORK}" \
+  -max_total_time="${SCHEMA_SECONDS}" \
+  -max_len=2048 \
+  -timeout=10 \
+  -rss_limit_mb=2048 \
+  -artifact_prefix="${ARTIFACTS}/schema-" \
+  -print_final_stats=1
+rc=$?
+set -e
+if [[ ${rc} -ne 0 ]]; then
+  echo "run-fuzz: json_schema_fuzzer failed (exit ${rc}); inputs in ${ARTIFACTS}/" >&2
+  exit "${rc}"
+fi
+echo "run-fuzz: json_schema_fuzzer: no crash or hang in ${SCHEMA_SECONDS}s; corpus grew to $(ls "${SWORK}" | wc -l) files"
