@@ -133,6 +133,9 @@ class GrammarRecognizer {
   Grammar::ByteSet NextBytes() const;
 
   bool SameStacksAs(const GrammarRecognizer& other) const;
+  // The stacks as stored (equal spans: the same state; the same state may also be stored in
+  // another order). For caching what a state allows.
+  std::span<const int32_t> raw() const { return data_; }
   size_t num_stacks() const;
 
  private:

@@ -121,10 +121,24 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const ConstraintVocab> voca
                                      std::shared_ptr<const Grammar> grammar)
     : vocab_(std::move(vocab)), state_(std::move(grammar)) {}
 
-void GrammarConstraint::Mask(std::span<float> logits) const {
+const std::vector<uint64_t>& GrammarConstraint::AllowedTokens() const {
+  const std::span<const int32_t> key = state_.raw();
+  for (const CachedMask& c : cache_) {
+    if (c.state.size() == key.size() && std::equal(key.begin(), key.end(), c.state.begin())) {
+      return c.allowed;
+    }
+  }
+  if (cache_.size() < kMaskCacheEntries) {
+    cache_.emplace_back();
+    cache_next_ = cache_.size() - 1;
+  }
+  CachedMask& slot = cache_[cache_next_];
+  cache_next_ = (cache_next_ + 1) % kMaskCacheEntries;
+  slot.state.assign(key.begin(), key.end());
   const ConstraintVocab& v = *vocab_;
+  std::vector<uint64_t>& allowed = slot.allowed;
+  allowed.assign((v.kind.size() + 63) / 64, 0);
   const auto& trie = v.trie;
-  std::vector<uint8_t> allowed(v.kind.size(), 0);
   // Depth-first over the trie in preorder: at[d] is the state after the node's first d bytes
   // (the parent's own when a plain byte inside a string left it unchanged); plain[d] whether it
   // passes plain bytes (-1: not yet asked).
@@ -151,11 +165,18 @@ void GrammarConstraint::Mask(std::span<float> logits) const {
       plain[d] = -1;
     }
     for (int32_t t = node.tok_begin; t < node.tok_end; ++t) {
-      allowed[static_cast<size_t>(v.trie_tokens[static_cast<size_t>(t)])] = 1;
+      const auto id = static_cast<size_t>(v.trie_tokens[static_cast<size_t>(t)]);
+      allowed[id >> 6] |= uint64_t{1} << (id & 63);
     }
     ++i;
   }
-  ApplyMask(v, logits, state_.complete(), [&](size_t id) { return allowed[id] != 0; });
+  return allowed;
+}
+
+void GrammarConstraint::Mask(std::span<float> logits) const {
+  const std::vector<uint64_t>& allowed = AllowedTokens();
+  ApplyMask(*vocab_, logits, state_.complete(),
+            [&](size_t id) { return ((allowed[id >> 6] >> (id & 63)) & 1u) != 0; });
 }
 
 void GrammarConstraint::Accept(int32_t token) {

@@ -20,7 +20,8 @@
 // indexed vocabulary (ConstraintVocab::Index) answers most tokens with one flag. A
 // GrammarConstraint walks the vocabulary's byte trie instead, feeding each shared prefix once and
 // skipping a subtree at its first refused byte; inside a free string it, too, passes plain bytes
-// without feeding them.
+// without feeding them; and it keeps the masks of the last 16 states it walked from, since states
+// recur (inside a free string every character leaves the same one).
 //
 // Thread safety: a constraint belongs to its request's Sampler (one thread); a ConstraintVocab is
 // immutable and shared.
@@ -93,10 +94,23 @@ class GrammarConstraint : public TokenConstraint {
   const GrammarRecognizer& state() const { return state_; }
 
  private:
+  // What the walk found for one state: a bit per token id.
+  struct CachedMask {
+    std::vector<int32_t> state;  // GrammarRecognizer::raw()
+    std::vector<uint64_t> allowed;
+  };
+  static constexpr size_t kMaskCacheEntries = 16;  // ~6 KB each for a 49,152-token vocabulary
+
+  const std::vector<uint64_t>& AllowedTokens() const;
+
   std::shared_ptr<const ConstraintVocab> vocab_;
   GrammarRecognizer state_;
   // The walk's recognizer per trie depth, kept to reuse their storage.
   mutable std::vector<GrammarRecognizer> scratch_;
+  // States recur (every character of a free string leaves the same one): their masks are kept,
+  // the oldest replaced first.
+  mutable std::vector<CachedMask> cache_;
+  mutable size_t cache_next_ = 0;
 };
 
 }  // namespace kinfer
