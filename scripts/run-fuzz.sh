@@ -26,46 +26,31 @@ CC=clang CXX=clang++ cmake -S "${ROOT}" -B "${BUILD}" -G Ninja \
 cmake --build "${BUILD}" --target gguf_fuzzer json_schema_fuzzer -j "${JOBS}"
 SCHEMA_SECONDS="${KINFER_SCHEMA_FUZZ_SECONDS:-30}"
 
-WORK="${BUILD}/corpus-work"
 ARTIFACTS="${BUILD}/artifacts"
-rm -rf "${WORK}"
-mkdir -p "${WORK}" "${ARTIFACTS}"
-cp "${ROOT}"/fuzz/corpus/gguf/* "${WORK}/"
-
+mkdir -p "${ARTIFACTS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0"
-set +e
-"${BUILD}/bin/gguf_fuzzer" "${WORK}" \
-  -max_total_time="${SECONDS_TO_RUN}" \
-  -max_len=4096 \
-  -rss_limit_mb=2048 \
-  -artifact_prefix="${ARTIFACTS}/" \
-  -print_final_stats=1 \
-  "$@"
-rc=$?
-set -e
-if [[ ${rc} -ne 0 ]]; then
-  echo "run-fuzz: gguf_fuzzer failed (exit ${rc}); inputs in ${ARTIFACTS}/" >&2
-  exit "${rc}"
-fi
-echo "run-fuzz: gguf_fuzzer: no crash in ${SECONDS_TO_RUN}s; corpus grew to $(ls "${WORK}" | wc -l) files"
 
-SWORK="${BUILD}/corpus-work-json-schema"
-rm -rf "${SWORK}"
-mkdir -p "${SWORK}"
-cp "${ROOT}"/fuzz/corpus/json_schema/* "${SWORK}/"
-set +e
-"${BUILD}/bin/json_schema_fuzzer" "${SWORK}" \
-  -max_total_time="${SCHEMA_SECONDS}" \
-  -max_len=2048 \
-  -timeout=10 \
-  -rss_limit_mb=2048 \
-  -artifact_prefix="${ARTIFACTS}/schema-" \
-  -print_final_stats=1
-rc=$?
-set -e
-if [[ ${rc} -ne 0 ]]; then
-  echo "run-fuzz: json_schema_fuzzer failed (exit ${rc}); inputs in ${ARTIFACTS}/" >&2
-  exit "${rc}"
-fi
-echo "run-fuzz: json_schema_fuzzer: no crash or hang in ${SCHEMA_SECONDS}s; corpus grew to $(ls "${SWORK}" | wc -l) files"
+# run_fuzzer NAME CORPUS SECONDS [libFuzzer flags...]: NAME on a scratch copy of
+# fuzz/corpus/CORPUS; exits the script with the fuzzer's status on a finding.
+run_fuzzer() {
+  local name="$1" corpus="$2" seconds="$3"
+  shift 3
+  local work="${BUILD}/corpus-work-${corpus}"
+  rm -rf "${work}"
+  mkdir -p "${work}"
+  cp "${ROOT}/fuzz/corpus/${corpus}"/* "${work}/"
+  set +e
+  "${BUILD}/bin/${name}" "${work}" -max_total_time="${seconds}" -rss_limit_mb=2048 \
+    -artifact_prefix="${ARTIFACTS}/${corpus}-" -print_final_stats=1 "$@"
+  local rc=$?
+  set -e
+  if [[ ${rc} -ne 0 ]]; then
+    echo "run-fuzz: ${name} failed (exit ${rc}); inputs in ${ARTIFACTS}/" >&2
+    exit "${rc}"
+  fi
+  echo "run-fuzz: ${name}: no finding in ${seconds}s; corpus grew to $(ls "${work}" | wc -l) files"
+}
+
+run_fuzzer gguf_fuzzer gguf "${SECONDS_TO_RUN}" -max_len=4096 "$@"
+run_fuzzer json_schema_fuzzer json_schema "${SCHEMA_SECONDS}" -max_len=2048 -timeout=10
