@@ -1,5 +1,7 @@
 #include "runtime/sample/json_schema_grammar.h"
 
+#include "runtime/sample/regex_grammar.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -19,8 +21,7 @@ constexpr int kExpDigits = 2;  // so every number parses as a double (1e99 at mo
 
 // Keywords that assert something this compiler cannot enforce: refused rather than ignored.
 const std::set<std::string>& Unsupported() {
-  static const std::set<std::string> k = {"pattern",
-                                          "patternProperties",
+  static const std::set<std::string> k = {"patternProperties",
                                           "minimum",
                                           "maximum",
                                           "exclusiveMinimum",
@@ -632,6 +633,19 @@ class Compiler {
     int min = 0, max = -1;
     KINFER_RETURN_IF_ERROR(Count(schema, "minLength", where, &min));
     KINFER_RETURN_IF_ERROR(Count(schema, "maxLength", where, &max));
+    if (const auto it = schema.find("pattern"); it != schema.end()) {
+      if (!it->is_string()) return Error(where + "/pattern", "'pattern' must be a string");
+      if (min != 0 || max >= 0) {
+        return Error(where,
+                     "'pattern' beside minLength or maxLength is not supported (put the "
+                     "length in the pattern)");
+      }
+      auto body =
+          RegexRule(it->get<std::string>(), RegexText::kJsonString, /*anchored=*/false, &b_);
+      if (!body.ok()) return Error(where + "/pattern", body.status().message());
+      *rule = b_.Rule({{b_.Byte('"'), GrammarBuilder::Ref(*body), b_.Byte('"')}});
+      return Status::Ok();
+    }
     if (min == 0 && max < 0) {
       *rule = RuleOf(String());
       return Status::Ok();
@@ -682,6 +696,15 @@ class Compiler {
 
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema) {
   return Compiler().Run(schema);
+}
+
+StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern) {
+  GrammarBuilder b;
+  auto rule = RegexRule(pattern, RegexText::kRaw, /*anchored=*/true, &b);
+  if (!rule.ok()) return rule.status();
+  auto g = b.Build(*rule);
+  if (GrammarRecognizer(g).dead()) return InvalidArgument("regex: the pattern matches nothing");
+  return g;
 }
 
 StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(const std::vector<ToolSchema>& tools,

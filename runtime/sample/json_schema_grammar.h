@@ -8,12 +8,14 @@
 //     out), required, additionalProperties (false, true or a schema; unset means false where
 //     `properties` is given, as in OpenAI's strict mode, and any properties where it is not)
 //   array: items, prefixItems (tuples), minItems, maxItems
-//   string: minLength, maxLength (in code points); enum, const (any JSON values, as written by a
-//     compact serializer); anyOf and oneOf (as anyOf); allOf of one schema; $ref to a JSON
-//     pointer inside the schema ("#", "#/$defs/Name", "#/definitions/Name"), recursion included
+//   string: minLength, maxLength (in code points), pattern (regex_grammar.h's syntax; unanchored
+//     unless it starts with ^ or ends with $, as JSON Schema's); enum, const (any JSON values, as
+//     written by a compact serializer); anyOf and oneOf (as anyOf); allOf of one schema; $ref to a
+//     JSON pointer inside the schema ("#", "#/$defs/Name", "#/definitions/Name"), recursion
+//     included
 // Annotations are ignored: title, description, default, examples, format (an annotation unless a
 // validator opts in, per JSON Schema 2020-12), $schema, $id, $comment, ...
-// Refused (INVALID_ARGUMENT naming the keyword and where): pattern, patternProperties, minimum,
+// Refused (INVALID_ARGUMENT naming the keyword and where): patternProperties, minimum,
 // maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, not, if/then/else, dependentRequired,
 // dependentSchemas, propertyNames, contains, uniqueItems: true, minProperties, maxProperties,
 // unevaluatedProperties, unevaluatedItems, $dynamicRef, remote $refs, allOf of several schemas.
@@ -27,6 +29,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +45,9 @@ inline constexpr size_t kMaxSchemaGrammarElements = 200000;
 inline constexpr int kMaxSchemaRepeat = 1000;  // minItems, maxItems, minLength, maxLength
 
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
+
+// vLLM's guided_regex: the whole output matches `pattern` (regex_grammar.h), as raw text.
+StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern);
 
 // Function calling (docs/api.md, "Tools"): the one JSON object a model answers with,
 //   {"tool_calls": [{"name": "<a tool's name>", "arguments": <that tool's parameters>}, ...]}

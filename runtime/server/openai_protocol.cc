@@ -198,6 +198,47 @@ Status SchemaGrammar(std::string_view body, std::initializer_list<const char*> p
   return GrammarFromSchema(*at, param, r, d);
 }
 
+// vLLM's guided output of `kind` ("json": a schema, as an object or a JSON string; "choice": one
+// of these strings; "regex": the whole text matches) into r->grammar; errors name `param`.
+Status GuidedGrammar(std::string_view body, const json& v, std::string_view kind,
+                     const std::string& param, std::initializer_list<const char*> path,
+                     ParsedRequest* r, ErrorDetail* d) {
+  if (r->json_object || r->grammar) {
+    return Invalid(d, param,
+                   "'" + param +
+                       "' cannot be combined with response_format or another guided "
+                       "output");
+  }
+  if (kind == "json") {
+    if (!v.is_string()) return SchemaGrammar(body, path, param.c_str(), r, d);
+    nlohmann::ordered_json schema;  // vLLM also takes the schema as a JSON string
+    try {
+      schema = nlohmann::ordered_json::parse(v.get<std::string>());
+    } catch (const nlohmann::ordered_json::exception&) {
+      return Invalid(d, param, "'" + param + "' must be a JSON schema (object or string)");
+    }
+    return GrammarFromSchema(schema, param.c_str(), r, d);
+  }
+  if (kind == "regex") {
+    if (!v.is_string()) return Invalid(d, param, "'" + param + "' must be a regular expression");
+    auto g = RegexGrammar(v.get<std::string>());
+    if (!g.ok()) return Invalid(d, param, g.status().message());
+    r->grammar = *std::move(g);
+    return Status::Ok();
+  }
+  const std::string bad = "'" + param + "' must be an array of 1 to " +
+                          std::to_string(kMaxGuidedChoices) + " non-empty strings";
+  if (!v.is_array() || v.empty() || v.size() > kMaxGuidedChoices) return Invalid(d, param, bad);
+  GrammarBuilder b;
+  std::vector<GrammarBuilder::Sequence> alts;
+  for (const json& c : v) {
+    if (!c.is_string() || c.get_ref<const std::string&>().empty()) return Invalid(d, param, bad);
+    alts.push_back(b.Literal(c.get_ref<const std::string&>()));
+  }
+  r->grammar = b.Build(b.Rule(alts));
+  return Status::Ok();
+}
+
 Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, ErrorDetail* d) {
   KINFER_RETURN_IF_ERROR(GetString(obj, "model", &r->model, d));
 
@@ -345,45 +386,33 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
                      "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {...}}");
     }
   }
-  // vLLM's guided decoding: guided_json (a schema) and guided_choice (one of these strings).
-  if (Field(obj, "guided_json") != nullptr) {
-    if (r->json_object || r->grammar) {
-      return Invalid(d, "guided_json", "'guided_json' cannot be combined with response_format");
-    }
-    const json& gj = *Field(obj, "guided_json");
-    if (gj.is_string()) {  // vLLM also takes the schema as a JSON string
-      nlohmann::ordered_json schema;
-      try {
-        schema = nlohmann::ordered_json::parse(gj.get<std::string>());
-      } catch (const nlohmann::ordered_json::exception&) {
-        return Invalid(d, "guided_json", "'guided_json' must be a JSON schema (object or string)");
-      }
-      KINFER_RETURN_IF_ERROR(GrammarFromSchema(schema, "guided_json", r, d));
-    } else {
-      KINFER_RETURN_IF_ERROR(SchemaGrammar(body, {"guided_json"}, "guided_json", r, d));
+  // vLLM's guided decoding: the flat guided_json / guided_choice / guided_regex fields, and the
+  // newer structured_outputs {"json" | "choice" | "regex": ...} object.
+  for (const char* kind : {"json", "choice", "regex"}) {
+    const std::string field = std::string("guided_") + kind;
+    if (const json* v = Field(obj, field.c_str())) {
+      KINFER_RETURN_IF_ERROR(GuidedGrammar(body, *v, kind, field, {field.c_str()}, r, d));
     }
   }
-  if (const json* gc = Field(obj, "guided_choice")) {
-    if (r->json_object || r->grammar) {
-      return Invalid(d, "guided_choice",
-                     "'guided_choice' cannot be combined with response_format or guided_json");
-    }
-    if (!gc->is_array() || gc->empty() || gc->size() > kMaxGuidedChoices) {
-      return Invalid(d, "guided_choice",
-                     "'guided_choice' must be an array of 1 to " +
-                         std::to_string(kMaxGuidedChoices) + " non-empty strings");
-    }
-    GrammarBuilder b;
-    std::vector<GrammarBuilder::Sequence> alts;
-    for (const json& c : *gc) {
-      if (!c.is_string() || c.get_ref<const std::string&>().empty()) {
-        return Invalid(d, "guided_choice",
-                       "'guided_choice' must be an array of 1 to " +
-                           std::to_string(kMaxGuidedChoices) + " non-empty strings");
+  if (const json* so = Field(obj, "structured_outputs")) {
+    const char* kBad =
+        "'structured_outputs' must be an object with one of \"json\", \"choice\" or \"regex\"";
+    if (!so->is_object()) return Invalid(d, "structured_outputs", kBad);
+    const char* chosen = nullptr;
+    for (const auto& [key, v] : so->items()) {
+      if (v.is_null()) continue;
+      if (key != "json" && key != "choice" && key != "regex") {
+        return Invalid(d, "structured_outputs",
+                       "structured_outputs." + key +
+                           " is not supported (json, choice and regex "
+                           "are)");
       }
-      alts.push_back(b.Literal(c.get_ref<const std::string&>()));
+      if (chosen != nullptr) return Invalid(d, "structured_outputs", kBad);
+      chosen = key == "json" ? "json" : key == "choice" ? "choice" : "regex";
     }
-    r->grammar = b.Build(b.Rule(alts));
+    if (chosen == nullptr) return Invalid(d, "structured_outputs", kBad);
+    KINFER_RETURN_IF_ERROR(GuidedGrammar(body, (*so)[chosen], chosen, "structured_outputs",
+                                         {"structured_outputs", chosen}, r, d));
   }
   if ((r->json_object || r->grammar) && r->ignore_eos) {
     return Invalid(d, "ignore_eos",

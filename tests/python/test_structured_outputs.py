@@ -139,15 +139,43 @@ def test_guided_choice_and_guided_json(client, server):
             jsonschema.validate(json.loads(c.choices[0].text), schema)
 
 
+def test_patterns_and_guided_regex_hold_the_text(client, server):
+    # JSON Schema's pattern on a string property, checked by jsonschema (which applies it).
+    schema = {"type": "object", "properties": {
+        "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+        "date": {"type": "string", "pattern": "^20[0-9]{2}-[01][0-9]-[0-3][0-9]$"}},
+        "required": ["zip", "date"], "additionalProperties": False}
+    ended = 0
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=server.model, seed=seed, temperature=1.0, max_tokens=60,
+            messages=[SYSTEM, {"role": "user", "content": "Give a zip code and a date."}],
+            response_format=_json_schema("zipdate", schema))
+        if r.choices[0].finish_reason == "stop":
+            ended += 1
+            jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    assert ended >= 1
+    # vLLM's guided_regex (and structured_outputs.regex): the whole output matches.
+    import re
+    for extra in ({"guided_regex": r"(Yes|No), [a-z ]{3,20}\."},
+                  {"structured_outputs": {"regex": r"(Yes|No), [a-z ]{3,20}\."}}):
+        for seed in range(2):
+            c = client.chat.completions.create(
+                model=server.model, seed=seed, temperature=1.0, max_tokens=30, extra_body=extra,
+                messages=[SYSTEM, {"role": "user", "content": "Is Paris in France?"}])
+            if c.choices[0].finish_reason == "stop":
+                assert re.fullmatch(r"(Yes|No), [a-z ]{3,20}\.", c.choices[0].message.content)
+
+
 def test_a_schema_it_cannot_enforce_is_a_400_naming_the_keyword(client, server):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
             model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=5,
             response_format=_json_schema("zip", {"type": "object", "properties": {
-                "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}))
+                "zip": {"type": "integer", "minimum": 10000}}}))
     err = e.value.body
     assert err["param"] == "response_format.json_schema.schema"
-    assert "'pattern' is not supported (at #/properties/zip)" in err["message"]
+    assert "'minimum' is not supported (at #/properties/zip)" in err["message"]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
             model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=5,

@@ -179,8 +179,9 @@ TEST(JsonSchemaGrammarTest, ReferencesResolveInsideTheSchemaAndMayRecurse) {
 
 TEST(JsonSchemaGrammarTest, RefusesWhatItCannotEnforceNamingTheKeywordAndWhere) {
   EXPECT_EQ(
-      RefusalOf(R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^\\d+$"}}})"),
-      "json_schema: 'pattern' is not supported (at #/properties/zip)");
+      RefusalOf(R"x({"type":"object","properties":{"zip":{"type":"string","pattern":"(?=1)"}}})x"),
+      "json_schema: regex: lookaround is not supported (at offset 2) (at "
+      "#/properties/zip/pattern)");
   EXPECT_EQ(RefusalOf(R"({"type":"integer","minimum":0})"),
             "json_schema: 'minimum' is not supported (at #)");
   EXPECT_NE(RefusalOf(R"({"allOf":[{"type":"integer"},{"type":"number"}]})").find("allOf"),
@@ -231,6 +232,57 @@ TEST(JsonSchemaGrammarTest, AHostilelyAmbiguousSchemaStaysBoundedAndStillMatches
   }
   EXPECT_TRUE(r.complete());
   EXPECT_LE(most, GrammarRecognizer::kMaxStacks);
+}
+
+TEST(JsonSchemaGrammarTest, PatternsHoldTheStringsDecodedText) {
+  const std::vector<Case> cases = {
+      {R"({"type":"string","pattern":"^[0-9]{5}$"})",
+       {R"("12345")"},
+       {R"("1234")", R"("123456")", R"("abcde")"}},
+      // Unanchored, as JSON Schema: any string containing a match.
+      {R"({"type":"string","pattern":"ab"})", {R"("ab")", R"("xxabyy")"}, {R"("xyz")", R"("a b")"}},
+      {R"({"type":"string","pattern":"^\\d{4}-\\d{2}-\\d{2}$"})",
+       {R"("2026-12-03")"},
+       {R"("2026-1-03")", R"("2026-12-03x")"}},
+      {R"({"type":"string","pattern":"^(cat|dog)s?$"})",
+       {R"("cat")", R"("dogs")"},
+       {R"("cats?")", R"("cow")"}},
+      {R"({"type":"string","pattern":"^[a-z.]+@[^@ ]+\\.com$"})",
+       {R"("a.b@x-y.com")"},
+       {R"("a@b@c.com")", R"("A@b.com")"}},
+      // Characters that JSON escapes are matched in their escaped form.
+      {R"({"type":"string","pattern":"^a\"b\\\\c\\n$"})",
+       {R"("a\"b\\c\n")"},
+       {"\"a\"b\\c\n\"", R"("a\"b\\c\u000a")"}},
+      // '.' is one character, a multi-byte one too.
+      {R"({"type":"string","pattern":"^.$"})",
+       {"\"\xC3\xA9\"", R"("x")", R"("\"")"},
+       {R"("ab")", R"("")", R"("\n")"}},
+      {R"({"type":"string","pattern":"^[^0-9]{2,}$"})",
+       {"\"ab\"", "\"\xC3\xA9z\""},
+       {R"("a1")", R"("a")"}},
+  };
+  for (const Case& c : cases) {
+    auto g = Compile(c.schema);
+    ASSERT_NE(g, nullptr) << c.schema;
+    for (const char* text : c.accept) EXPECT_TRUE(Matches(g, text)) << c.schema << "\n" << text;
+    for (const char* text : c.reject) EXPECT_FALSE(Matches(g, text)) << c.schema << "\n" << text;
+  }
+  for (const char* bad :
+       {"\\1", "a^b", "[\xC3\xA9]", "a{2000}", "(ab", "ab)", "[z-a]", "\\b", "*a", "a**"}) {
+    EXPECT_NE(RefusalOf(ojson{{"type", "string"}, {"pattern", bad}}.dump()).find("regex: "),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(RefusalOf(R"({"type":"string","pattern":"a","maxLength":3})").find("maxLength"),
+            std::string::npos);
+  // guided_regex: the whole raw output.
+  auto raw = RegexGrammar("(yes|no)\n?");
+  ASSERT_TRUE(raw.ok()) << raw.status().message();
+  EXPECT_TRUE(Matches(*raw, "yes"));
+  EXPECT_TRUE(Matches(*raw, "no\n"));
+  EXPECT_FALSE(Matches(*raw, "yes!"));
+  EXPECT_FALSE(Matches(*raw, "\"yes\""));
 }
 
 TEST(JsonSchemaGrammarTest, PropertiesComeInTheSchemasOrder) {

@@ -137,6 +137,19 @@ TEST(ParseChatTest, ResponseFormatJsonSchemaBecomesTheRequestsGrammarInTheClient
       &d);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_TRUE(GrammarMatches(*g, "[1,2]"));
+  auto rx = ParseCompletionRequest(R"({"prompt":"x","guided_regex":"[0-9]{3}"})", &d);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  EXPECT_TRUE(GrammarMatches(*rx, "123"));
+  EXPECT_FALSE(GrammarMatches(*rx, "1234"));
+  auto so = ParseCompletionRequest(
+      R"({"prompt":"x","structured_outputs":{"json":{"type":"array","items":{"type":"integer"}}}})",
+      &d);
+  ASSERT_TRUE(so.ok()) << so.status().ToString();
+  EXPECT_TRUE(GrammarMatches(*so, "[1,2]"));
+  auto sc =
+      ParseCompletionRequest(R"({"prompt":"x","structured_outputs":{"choice":["up","down"]}})", &d);
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_TRUE(GrammarMatches(*sc, "down"));
   auto c = ParseCompletionRequest(R"({"prompt":"x","guided_choice":["yes","no"]})", &d);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(GrammarMatches(*c, "yes"));
@@ -145,7 +158,7 @@ TEST(ParseChatTest, ResponseFormatJsonSchemaBecomesTheRequestsGrammarInTheClient
 
   const std::string m = R"("messages":[{"role":"user","content":"x"}])";
   const ErrorDetail pattern = ChatError("{" + m + R"(,"response_format":{"type":"json_schema",
-      "json_schema":{"name":"n","schema":{"type":"string","pattern":"a+"}}}})");
+      "json_schema":{"name":"n","schema":{"type":"integer","multipleOf":2}}}})");
   EXPECT_EQ(pattern.param, "response_format.json_schema.schema");
   EXPECT_EQ(
       ChatError("{" + m + R"(,"response_format":{"type":"json_schema","json_schema":{}}})").param,
@@ -155,6 +168,12 @@ TEST(ParseChatTest, ResponseFormatJsonSchemaBecomesTheRequestsGrammarInTheClient
                 .param,
             "ignore_eos");
   EXPECT_EQ(ChatError("{" + m + R"(,"guided_choice":[]})").param, "guided_choice");
+  EXPECT_EQ(ChatError("{" + m + R"x(,"guided_regex":"(a"})x").param, "guided_regex");
+  EXPECT_EQ(ChatError("{" + m + R"(,"guided_regex":5})").param, "guided_regex");
+  EXPECT_EQ(ChatError("{" + m + R"(,"structured_outputs":{"regex":"a","choice":["b"]}})").param,
+            "structured_outputs");
+  EXPECT_EQ(ChatError("{" + m + R"(,"structured_outputs":{"grammar":"root ::= x"}})").param,
+            "structured_outputs");
   EXPECT_EQ(ChatError("{" + m + R"(,"guided_choice":["a",""]})").param, "guided_choice");
   EXPECT_EQ(ChatError("{" + m + R"(,"guided_json":"{nope"})").param, "guided_json");
   EXPECT_EQ(ChatError("{" + m + R"(,"guided_json":{"type":"integer"},
