@@ -213,12 +213,13 @@ TEST(JsonSchemaGrammarTest, AHostilelyAmbiguousSchemaStaysBoundedAndStillMatches
   // grammar stays small: 6^6 parses of the same text, unless the recognizer bounds its stacks.
   // (Written out inline, the copies would pass the grammar's size limit instead.)
   ojson schema = {{"$defs", {{"L0", {{"type", "integer"}}}}}};
+  const char* kLevels[] = {"L0", "L1", "L2", "L3", "L4", "L5", "L6"};
   for (int d = 1; d <= 6; ++d) {
+    const std::string ref = std::string("#/$defs/") + kLevels[d - 1];
     ojson alt = {{"type", "object"},
-                 {"properties", {{"a", {{"$ref", "#/$defs/L" + std::to_string(d - 1)}}}}},
+                 {"properties", {{"a", {{"$ref", ref}}}}},
                  {"required", {"a"}}};
-    schema["$defs"]["L" + std::to_string(d)] = {
-        {"anyOf", ojson::array({alt, alt, alt, alt, alt, alt})}};
+    schema["$defs"][kLevels[d]] = {{"anyOf", ojson::array({alt, alt, alt, alt, alt, alt})}};
   }
   schema["$ref"] = "#/$defs/L6";
   auto g = JsonSchemaGrammar(schema);
