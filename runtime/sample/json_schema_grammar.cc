@@ -3,6 +3,7 @@
 #include "runtime/sample/regex_grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -22,10 +23,6 @@ constexpr int kExpDigits = 2;  // so every number parses as a double (1e99 at mo
 // Keywords that assert something this compiler cannot enforce: refused rather than ignored.
 const std::set<std::string>& Unsupported() {
   static const std::set<std::string> k = {"patternProperties",
-                                          "minimum",
-                                          "maximum",
-                                          "exclusiveMinimum",
-                                          "exclusiveMaximum",
                                           "multipleOf",
                                           "not",
                                           "if",
@@ -269,6 +266,93 @@ class Compiler {
     if (integer_ < 0) integer_ = b_.Rule({{OptMinus(), IntPart()}});
     return GrammarBuilder::Ref(integer_);
   }
+  static bool HasBounds(const ojson& schema) {
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (schema.contains(k)) return true;
+    }
+    return false;
+  }
+
+  // The integers that minimum / maximum / exclusiveMinimum / exclusiveMaximum allow, written as
+  // JSON writes them (no leading zeros, "-" only before a non-zero magnitude), with at most
+  // kIntDigits digits.
+  Status IntegerIn(const ojson& schema, const std::string& where, Sym* out) {
+    if (!HasBounds(schema)) {
+      *out = Integer();
+      return Status::Ok();
+    }
+    constexpr int64_t kLimit = 9999999999999999;  // kIntDigits nines
+    int64_t lo = -kLimit, hi = kLimit;
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      const auto it = schema.find(k);
+      if (it == schema.end()) continue;
+      if (!it->is_number()) {
+        return Error(where + "/" + k, std::string("'") + k + "' must be a number");
+      }
+      const double v = it->get<double>();
+      const std::string key = k;
+      if (std::fabs(v) > 1e16) continue;  // beyond what the digits allow: no bound
+      if (key == "minimum") lo = std::max(lo, static_cast<int64_t>(std::ceil(v)));
+      if (key == "maximum") hi = std::min(hi, static_cast<int64_t>(std::floor(v)));
+      if (key == "exclusiveMinimum") lo = std::max(lo, static_cast<int64_t>(std::floor(v)) + 1);
+      if (key == "exclusiveMaximum") hi = std::min(hi, static_cast<int64_t>(std::ceil(v)) - 1);
+    }
+    if (lo > hi) return Error(where, "no integer is within minimum and maximum");
+    std::vector<Seq> alts;
+    if (lo < 0) {  // -magnitude for magnitudes max(1, -hi) .. -lo
+      for (Seq& m : Magnitudes(std::max<int64_t>(1, -hi), -lo)) {
+        m.insert(m.begin(), b_.Byte('-'));
+        alts.push_back(std::move(m));
+      }
+    }
+    if (hi >= 0) {
+      for (Seq& m : Magnitudes(std::max<int64_t>(0, lo), hi)) alts.push_back(std::move(m));
+    }
+    *out = GrammarBuilder::Ref(b_.Rule(alts));
+    return Status::Ok();
+  }
+
+  // Decimal numbers a..b (0 <= a <= b), one sequence per digit count.
+  std::vector<Seq> Magnitudes(int64_t a, int64_t b) {
+    std::vector<Seq> out;
+    const std::string as = std::to_string(a), bs = std::to_string(b);
+    for (size_t len = as.size(); len <= bs.size(); ++len) {
+      std::string lo(len, '0');  // (built in place: GCC 12 warns falsely on "1" + ...)
+      lo[0] = '1';
+      if (len == as.size()) lo = as;
+      const std::string hi = len == bs.size() ? bs : std::string(len, '9');
+      out.push_back({GrammarBuilder::Ref(SameLengthRange(lo, hi))});
+    }
+    return out;
+  }
+  // The digit strings lo..hi, both of one length, lo <= hi.
+  int32_t SameLengthRange(const std::string& lo, const std::string& hi) {
+    if (lo.empty()) return b_.Rule({{}});
+    if (lo.find_first_not_of('0') == std::string::npos &&
+        hi.find_first_not_of('9') == std::string::npos) {
+      // Every digit string of that length (so that each side below recurses only once).
+      Seq any;
+      for (size_t i = 0; i < lo.size(); ++i) any.push_back(b_.Range({{'0', '9'}}));
+      return b_.Rule({any});
+    }
+    if (lo[0] == hi[0]) {
+      return b_.Rule({{b_.Byte(static_cast<uint8_t>(lo[0])),
+                       GrammarBuilder::Ref(SameLengthRange(lo.substr(1), hi.substr(1)))}});
+    }
+    const size_t rest = lo.size() - 1;
+    std::vector<Seq> alts;
+    alts.push_back({b_.Byte(static_cast<uint8_t>(lo[0])),
+                    GrammarBuilder::Ref(SameLengthRange(lo.substr(1), std::string(rest, '9')))});
+    if (hi[0] - lo[0] > 1) {
+      Seq mid{b_.Range({{static_cast<uint8_t>(lo[0] + 1), static_cast<uint8_t>(hi[0] - 1)}})};
+      for (size_t i = 0; i < rest; ++i) mid.push_back(b_.Range({{'0', '9'}}));
+      alts.push_back(mid);
+    }
+    alts.push_back({b_.Byte(static_cast<uint8_t>(hi[0])),
+                    GrammarBuilder::Ref(SameLengthRange(std::string(rest, '0'), hi.substr(1)))});
+    return b_.Rule(alts);
+  }
+
   Sym Number() {
     if (number_ < 0) {
       const Sym digit = b_.Range({{'0', '9'}});
@@ -406,6 +490,9 @@ class Compiler {
     } else if (schema.contains("items") || schema.contains("prefixItems")) {
       types.push_back("array");
     } else {
+      if (HasBounds(schema)) {
+        return Error(where, "'minimum' and 'maximum' are supported on \"type\": \"integer\"");
+      }
       *rule = RuleOf(AnyValue());
       return Status::Ok();
     }
@@ -429,9 +516,14 @@ class Compiler {
         KINFER_RETURN_IF_ERROR(StringOf(schema, where, &r));
         s = GrammarBuilder::Ref(r);
       } else if (t == "number") {
+        if (HasBounds(schema)) {
+          return Error(where,
+                       "'minimum' and 'maximum' are supported on \"type\": \"integer\", "
+                       "not on numbers");
+        }
         s = Number();
       } else if (t == "integer") {
-        s = Integer();
+        KINFER_RETURN_IF_ERROR(IntegerIn(schema, where, &s));
       } else if (t == "boolean") {
         s = Boolean();
       } else if (t == "null") {

@@ -15,8 +15,9 @@
 //     included
 // Annotations are ignored: title, description, default, examples, format (an annotation unless a
 // validator opts in, per JSON Schema 2020-12), $schema, $id, $comment, ...
-// Refused (INVALID_ARGUMENT naming the keyword and where): patternProperties, minimum,
-// maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, not, if/then/else, dependentRequired,
+//   integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum (exactly the integers in range)
+// Refused (INVALID_ARGUMENT naming the keyword and where): patternProperties, the bounds on
+// numbers and untyped schemas, multipleOf, not, if/then/else, dependentRequired,
 // dependentSchemas, propertyNames, contains, uniqueItems: true, minProperties, maxProperties,
 // unevaluatedProperties, unevaluatedItems, $dynamicRef, remote $refs, allOf of several schemas.
 //

@@ -89,11 +89,11 @@ def test_structured_output_through_sidecar(stack, sidecar_client, client, server
     assert r.choices[0].message.content == client.chat.completions.create(
         **args).choices[0].message.content  # the runtime's own answer
     bad = {"type": "json_schema", "json_schema": {"name": "c", "schema": {"type": "integer",
-                                                                         "minimum": 0}}}
+                                                                         "multipleOf": 2}}}
     with pytest.raises(openai.BadRequestError) as e:
         sidecar_client.chat.completions.create(model=server.model, messages=PROMPT,
                                                max_tokens=4, response_format=bad)
-    assert "'minimum' is not supported" in e.value.body["message"]
+    assert "'multipleOf' is not supported" in e.value.body["message"]
 
 
 def test_tool_calls_through_sidecar_and_its_cache(stack, sidecar_client, server):

@@ -143,8 +143,10 @@ def test_patterns_and_guided_regex_hold_the_text(client, server):
     # JSON Schema's pattern on a string property, checked by jsonschema (which applies it).
     schema = {"type": "object", "properties": {
         "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
-        "date": {"type": "string", "pattern": "^20[0-9]{2}-[01][0-9]-[0-3][0-9]$"}},
-        "required": ["zip", "date"], "additionalProperties": False}
+        "date": {"type": "string", "pattern": "^20[0-9]{2}-[01][0-9]-[0-3][0-9]$"},
+        "rating": {"type": "integer", "minimum": 1, "maximum": 5},
+        "offset": {"type": "integer", "exclusiveMinimum": -12, "exclusiveMaximum": 15}},
+        "required": ["zip", "date", "rating", "offset"], "additionalProperties": False}
     ended = 0
     for seed in range(3):
         r = client.chat.completions.create(
@@ -172,10 +174,10 @@ def test_a_schema_it_cannot_enforce_is_a_400_naming_the_keyword(client, server):
         client.chat.completions.create(
             model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=5,
             response_format=_json_schema("zip", {"type": "object", "properties": {
-                "zip": {"type": "integer", "minimum": 10000}}}))
+                "zip": {"type": "integer", "multipleOf": 5}}}))
     err = e.value.body
     assert err["param"] == "response_format.json_schema.schema"
-    assert "'minimum' is not supported (at #/properties/zip)" in err["message"]
+    assert "'multipleOf' is not supported (at #/properties/zip)" in err["message"]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
             model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=5,

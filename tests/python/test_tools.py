@@ -127,7 +127,7 @@ def test_bad_tools_are_400s_naming_the_field(client, server):
         (dict(tools=[{"type": "function", "function": {"name": "bad name"}}]),
          "tools[0].function.name"),
         (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
-            "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}]),
+            "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}]),
          "tools[0].function.parameters"),
         (dict(tools=TOOLS, response_format={"type": "json_object"}), "tools"),
     ]

@@ -182,8 +182,12 @@ TEST(JsonSchemaGrammarTest, RefusesWhatItCannotEnforceNamingTheKeywordAndWhere) 
       RefusalOf(R"x({"type":"object","properties":{"zip":{"type":"string","pattern":"(?=1)"}}})x"),
       "json_schema: regex: lookaround is not supported (at offset 2) (at "
       "#/properties/zip/pattern)");
-  EXPECT_EQ(RefusalOf(R"({"type":"integer","minimum":0})"),
-            "json_schema: 'minimum' is not supported (at #)");
+  EXPECT_EQ(RefusalOf(R"({"type":"integer","multipleOf":2})"),
+            "json_schema: 'multipleOf' is not supported (at #)");
+  EXPECT_NE(RefusalOf(R"({"type":"number","minimum":0})").find("on numbers"), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"minimum":0})").find("\"integer\""), std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"integer","minimum":5,"maximum":4})").find("no integer"),
+            std::string::npos);
   EXPECT_NE(RefusalOf(R"({"allOf":[{"type":"integer"},{"type":"number"}]})").find("allOf"),
             std::string::npos);
   EXPECT_NE(RefusalOf(R"({"$ref":"https://example.com/s.json"})").find("inside the schema"),
@@ -216,9 +220,7 @@ TEST(JsonSchemaGrammarTest, AHostilelyAmbiguousSchemaStaysBoundedAndStillMatches
   const char* kLevels[] = {"L0", "L1", "L2", "L3", "L4", "L5", "L6"};
   for (int d = 1; d <= 6; ++d) {
     const std::string ref = std::string("#/$defs/") + kLevels[d - 1];
-    ojson alt = {{"type", "object"},
-                 {"properties", {{"a", {{"$ref", ref}}}}},
-                 {"required", {"a"}}};
+    ojson alt = {{"type", "object"}, {"properties", {{"a", {{"$ref", ref}}}}}, {"required", {"a"}}};
     schema["$defs"][kLevels[d]] = {{"anyOf", ojson::array({alt, alt, alt, alt, alt, alt})}};
   }
   schema["$ref"] = "#/$defs/L6";
@@ -233,6 +235,42 @@ TEST(JsonSchemaGrammarTest, AHostilelyAmbiguousSchemaStaysBoundedAndStillMatches
   }
   EXPECT_TRUE(r.complete());
   EXPECT_LE(most, GrammarRecognizer::kMaxStacks);
+}
+
+TEST(JsonSchemaGrammarTest, IntegerBoundsHoldEveryIntegerAndNothingElse) {
+  // Every integer of a window around the bounds, against the bounds themselves.
+  struct Bounds {
+    const char* schema;
+    int64_t lo, hi;  // inclusive
+  };
+  const std::vector<Bounds> cases = {
+      {R"({"type":"integer","minimum":0,"maximum":100})", 0, 100},
+      {R"({"type":"integer","minimum":-37,"maximum":1234})", -37, 1234},
+      {R"({"type":"integer","exclusiveMinimum":-5.5,"exclusiveMaximum":19})", -5, 18},
+      {R"({"type":"integer","minimum":1.2,"maximum":9.8})", 2, 9},
+      {R"({"type":"integer","minimum":-300,"maximum":-120})", -300, -120},
+      {R"({"type":"integer","minimum":7})", 7, 9999999999999999},
+      {R"({"type":"integer","maximum":-7})", -9999999999999999, -7},
+  };
+  for (const Bounds& c : cases) {
+    auto g = Compile(c.schema);
+    ASSERT_NE(g, nullptr) << c.schema;
+    for (int64_t v = -1500; v <= 1500; ++v) {
+      EXPECT_EQ(Matches(g, std::to_string(v)), v >= c.lo && v <= c.hi) << c.schema << " " << v;
+    }
+    for (int64_t v : {c.lo, c.hi}) {
+      if (v > -1500 && v < 1500) continue;
+      EXPECT_TRUE(Matches(g, std::to_string(v))) << c.schema << " " << v;
+    }
+    EXPECT_FALSE(Matches(g, "-0")) << c.schema;
+    EXPECT_FALSE(Matches(g, "007")) << c.schema;
+    EXPECT_FALSE(Matches(g, "5.0")) << c.schema;
+  }
+  auto big = Compile(R"({"type":"integer","minimum":123456789012,"maximum":123456799999})");
+  EXPECT_TRUE(Matches(big, "123456789012"));
+  EXPECT_TRUE(Matches(big, "123456795555"));
+  EXPECT_FALSE(Matches(big, "123456789011"));
+  EXPECT_FALSE(Matches(big, "123456800000"));
 }
 
 TEST(JsonSchemaGrammarTest, PatternsHoldTheStringsDecodedText) {
@@ -324,13 +362,13 @@ TEST(ToolCallGrammarTest, CallsNameAToolWithItsOwnArgumentsOrAnswer) {
       R"({"tool_calls":[{"name":"get_time","arguments":{"tz":"a"}},{"name":"get_weather","arguments":{"city":"b"}}]})"));
   EXPECT_TRUE(Matches(*many, R"({"response":"It is sunny."})"));
   const ojson bad =
-      ojson::parse(R"({"type":"object","properties":{"n":{"type":"integer","minimum":1}}})");
+      ojson::parse(R"({"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}})");
   auto refused =
       ToolCallGrammar({tools[0], {"count", &bad, "tools[1].function.parameters"}}, true, true);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(
-      refused.status().message(),
-      "tools[1].function.parameters: json_schema: 'minimum' is not supported (at #/properties/n)");
+  EXPECT_EQ(refused.status().message(),
+            "tools[1].function.parameters: json_schema: 'multipleOf' is not supported (at "
+            "#/properties/n)");
 }
 
 // ---- random walks: whatever the grammar lets through is valid, and it never strands ---------

@@ -280,7 +280,7 @@ TEST(ParseChatTest, MalformedToolsAreBadRequestsNamingTheField) {
   EXPECT_EQ(ChatError("{" + m + "," + kTools + R"(,"parallel_tool_calls":"yes"})").param,
             "parallel_tool_calls");
   EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function","function":{"name":"f",
-      "parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":0}}}}}]})")
+      "parameters":{"type":"object","properties":{"n":{"type":"integer","multipleOf":3}}}}}]})")
                 .param,
             "tools[0].function.parameters");
   EXPECT_EQ(
