@@ -1,5 +1,7 @@
 #include "runtime/sample/regex_grammar.h"
 
+#include "common/utf8.h"
+
 #include <bitset>
 #include <cctype>
 #include <string>
@@ -52,24 +54,6 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 class RegexCompiler {
@@ -316,7 +300,7 @@ class RegexCompiler {
         }
         pos_ += n;
         if (cp >= 0xD800 && cp <= 0xDFFF) return Error("a surrogate escape is not supported");
-        AppendUtf8(cp, literal);
+        utf8::Append(cp, literal);
         return Status::Ok();
       }
       case 'b':

@@ -4,6 +4,8 @@
 #include <array>
 #include <memory>
 
+#include "common/utf8.h"
+
 namespace kinfer {
 namespace unicode {
 namespace {
@@ -21,9 +23,9 @@ uint16_t LookupFlagsSlow(uint32_t cp) {
   const auto* begin = kCategoryRanges;
   const auto* end = kCategoryRanges + kCategoryRangeCount;
   // Last range whose start is <= cp.
-  const auto* it = std::upper_bound(begin, end, cp, [](uint32_t v, const unicode_internal::CategoryRange& r) {
-    return v < r.first;
-  });
+  const auto* it = std::upper_bound(
+      begin, end, cp,
+      [](uint32_t v, const unicode_internal::CategoryRange& r) { return v < r.first; });
   uint16_t flags = (it == begin) ? uint16_t{kUndefined} : (it - 1)->flags;
   for (size_t i = 0; i < kWhitespaceRangeCount; ++i) {
     if (cp >= kWhitespaceRanges[i].first && cp <= kWhitespaceRanges[i].last) {
@@ -77,23 +79,7 @@ uint16_t CodepointFlags(uint32_t cp) {
 
 const char* TableVersion() { return unicode_internal::kUnicodeVersion; }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void AppendUtf8(uint32_t cp, std::string* out) { utf8::Append(cp, out); }
 
 namespace {
 
@@ -144,7 +130,8 @@ int ExamineSequence(std::string_view s, size_t i, size_t* len, uint32_t* cp) {
 
 }  // namespace
 
-void DecodeUtf8(std::string_view s, std::vector<uint32_t>* cpts, std::vector<uint32_t>* byte_offsets) {
+void DecodeUtf8(std::string_view s, std::vector<uint32_t>* cpts,
+                std::vector<uint32_t>* byte_offsets) {
   cpts->clear();
   byte_offsets->clear();
   cpts->reserve(s.size());
