@@ -180,16 +180,24 @@ Status GrammarFromSchema(const nlohmann::ordered_json& schema, const char* param
   return Status::Ok();
 }
 
-// The schema at `path` in the body, read again keeping its keys in the client's order (the
-// properties are generated in that order; `json` sorts keys).
+// The body read again keeping its keys in the client's order (a schema's properties are
+// generated in that order; `json` sorts keys). It parsed once already, so this fails only if
+// memory does.
+Status ReadBodyInOrder(std::string_view body, const char* param, nlohmann::ordered_json* doc,
+                       ErrorDetail* d) {
+  try {
+    *doc = nlohmann::ordered_json::parse(body.begin(), body.end());
+  } catch (const nlohmann::ordered_json::exception&) {
+    return Invalid(d, param, "the request body could not be read again");
+  }
+  return Status::Ok();
+}
+
+// The schema at `path` in the body, in the client's key order.
 Status SchemaGrammar(std::string_view body, std::initializer_list<const char*> path,
                      const char* param, ParsedRequest* r, ErrorDetail* d) {
   nlohmann::ordered_json doc;
-  try {
-    doc = nlohmann::ordered_json::parse(body.begin(), body.end());
-  } catch (const nlohmann::ordered_json::exception&) {
-    return Invalid(d, param, "the request body could not be read again");  // parsed once already
-  }
+  KINFER_RETURN_IF_ERROR(ReadBodyInOrder(body, param, &doc, d));
   const nlohmann::ordered_json* at = &doc;
   for (const char* key : path) {
     if (!at->is_object() || !at->contains(key)) return Invalid(d, param, "missing schema");
@@ -532,11 +540,7 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
 
   if (Field(obj, "tools") != nullptr || Field(obj, "tool_choice") != nullptr) {
     nlohmann::ordered_json ordered;  // the parameters' properties in the client's order
-    try {
-      ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
-    } catch (const nlohmann::ordered_json::exception&) {
-      return Invalid(d, "tools", "the request body could not be read again");
-    }
+    KINFER_RETURN_IF_ERROR(ReadBodyInOrder(body, "tools", &ordered, d));
     // (response_format was read first: it and tools cannot both hold the answer.)
     const bool formatted = r.grammar != nullptr || r.json_object;
     KINFER_RETURN_IF_ERROR(ParseTools(ordered, &r, d));
