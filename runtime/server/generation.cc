@@ -15,6 +15,7 @@
 #include "runtime/server/cancel_registry.h"
 #include "runtime/server/choice_streams.h"
 #include "runtime/server/served_model.h"
+#include "runtime/server/tool_answer_stream.h"
 #include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -267,6 +268,48 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
   return JsonResponse(200, DumpJson(body));
 }
 
+// One event of a tools request's choice `i`, streamed: the chunks of what the event adds to the
+// answer (the event's logprobs ride on the first of them, or on a chunk of their own), and at
+// its end the finish chunk ("tool_calls" for calls). Text that is not a tool answer (cut before
+// its kind is known) goes out as it is at the end. True when the event failed the request.
+bool StreamToolEvent(const ResponseMeta& meta, bool iu, int i, bool logprobs, StreamEvent* ev,
+                     ToolAnswerStream* reader, Outcome* outcome,
+                     const std::function<void(const json&)>& send) {
+  std::vector<ToolAnswerStream::Delta> deltas;
+  reader->Feed(ev->text, &deltas);
+  if (ev->finish != FinishReason::kNone) {
+    outcome->Add(*ev);
+    if (outcome->failed()) return true;
+  }
+  const std::vector<TokenLogprob>* lp = logprobs && !ev->logprobs.empty() ? &ev->logprobs : nullptr;
+  const bool finished = ev->finish != FinishReason::kNone;
+  if (finished && (reader->answer() == ToolAnswerStream::Answer::kUnknown ||
+                   reader->answer() == ToolAnswerStream::Answer::kNotToolFormat)) {
+    deltas.push_back({ToolAnswerStream::Delta::Kind::kContent, 0, reader->raw()});
+  }
+  for (ToolAnswerStream::Delta& d : deltas) {
+    using Kind = ToolAnswerStream::Delta::Kind;
+    if (d.kind == Kind::kContent) {
+      send(ChatChunkJson(meta, false, &d.text, lp, FinishReason::kNone, iu, i));
+    } else {
+      json call = d.kind == Kind::kCallStart
+                      ? NewToolCall(d.text)
+                      : json{{"function", {{"arguments", std::move(d.text)}}}};
+      call["index"] = d.index;
+      send(ChatToolCallsChunkJson(meta, json::array({std::move(call)}), lp, iu, i));
+    }
+    lp = nullptr;
+  }
+  if (lp != nullptr) send(ChatChunkJson(meta, false, nullptr, lp, FinishReason::kNone, iu, i));
+  if (!finished) return false;
+  if (ev->finish == FinishReason::kStop && reader->answer() == ToolAnswerStream::Answer::kCalls) {
+    send(ChatToolCallsFinishChunkJson(meta, iu, i));
+  } else {
+    send(ChatChunkJson(meta, false, nullptr, nullptr, ev->finish, iu, i));
+  }
+  return false;
+}
+
 // Writes the SSE stream: each choice's chunks as its events arrive (n > 1: interleaved, each with
 // its index), its finish chunk when it ends, then the usage chunk when asked, and [DONE]. Cancels
 // every choice when the client goes away or one choice fails (then an error event ends the
@@ -295,11 +338,10 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
 
   std::vector<size_t> offsets(cs.size(), 0);
   std::vector<bool> echoed(cs.size(), !echoes[0].on);
-  // With tools, each choice's answer is held back until it ends and then sent as what it is: its
-  // calls (one chunk) or its text.
+  // With tools, each choice's answer is read as it comes (ToolAnswerStream): a call's name as
+  // soon as it is known, then its arguments piece by piece, or a direct answer's text.
   const bool tools = chat && r.tools.active();
-  std::vector<std::string> held(tools ? cs.size() : 0);
-  std::vector<std::vector<TokenLogprob>> held_lps(tools ? cs.size() : 0);
+  std::vector<ToolAnswerStream> readers(tools ? cs.size() : 0);
   StreamEvent ev;
   while (!cs.done()) {
     if (ctx.stopping->load()) cs.CancelAll();  // every turn (see WholeResponse)
@@ -329,26 +371,9 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
       if (ev.finish == FinishReason::kStop) ev.finish = FinishReason::kLength;
     }
     if (tools) {
-      held[static_cast<size_t>(i)] += ev.text;
-      AppendLogprobs(&held_lps[static_cast<size_t>(i)], ev.logprobs);
-      if (ev.finish == FinishReason::kNone) continue;
-      ChoiceOutput c{std::move(held[static_cast<size_t>(i)]), ev.finish, nullptr, nullptr};
-      if (ev.finish == FinishReason::kStop) ReadTools(&c);
-      const std::vector<TokenLogprob>* lp =
-          r.logprobs ? &held_lps[static_cast<size_t>(i)] : nullptr;
-      outcome.Add(ev);
-      if (outcome.failed()) {
+      if (StreamToolEvent(meta, iu, i, r.logprobs, &ev, &readers[static_cast<size_t>(i)],
+                          &outcome, send)) {
         cs.CancelAll();
-        continue;
-      }
-      if (!c.tool_calls.is_null()) {
-        send(ChatToolCallsChunkJson(meta, c.tool_calls, lp, iu, i));
-        send(ChatToolCallsFinishChunkJson(meta, iu, i));
-      } else {
-        if (!c.text.empty() || lp != nullptr) {
-          send(ChatChunkJson(meta, false, &c.text, lp, FinishReason::kNone, iu, i));
-        }
-        send(ChatChunkJson(meta, false, nullptr, nullptr, ev.finish, iu, i));
       }
       continue;
     }

@@ -231,8 +231,10 @@ nlohmann::json CompletionJson(const ResponseMeta& meta, const std::string& text,
 nlohmann::json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,
                              const std::vector<TokenLogprob>* logprobs, FinishReason finish,
                              bool with_usage_null, int index = 0);
-//   Tools: a chunk with delta {"tool_calls": [{"index": k, "id", "type", "function"}...]} (every
-//   call of the answer at once), and the finish chunk with finish_reason "tool_calls".
+//   Tools: a chunk with delta {"tool_calls": tool_calls}, each entry with its call's "index": a
+//   call's start {"index", "id", "type", "function": {"name", "arguments": ""}} or a piece of its
+//   arguments {"index", "function": {"arguments": ...}}; and the finish chunk with
+//   finish_reason "tool_calls".
 nlohmann::json ChatToolCallsChunkJson(const ResponseMeta& meta, const nlohmann::json& tool_calls,
                                       const std::vector<TokenLogprob>* logprobs,
                                       bool with_usage_null, int index = 0);

@@ -159,14 +159,8 @@ json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* 
 json ChatToolCallsChunkJson(const ResponseMeta& meta, const json& tool_calls,
                             const std::vector<TokenLogprob>* logprobs, bool with_usage_null,
                             int index) {
-  json calls = json::array();
-  for (size_t k = 0; k < tool_calls.size(); ++k) {
-    json c = tool_calls[k];
-    c["index"] = k;
-    calls.push_back(std::move(c));
-  }
   json choice = {{"index", index},
-                 {"delta", {{"tool_calls", std::move(calls)}}},
+                 {"delta", {{"tool_calls", tool_calls}}},
                  {"logprobs", logprobs ? ChatLogprobsJson(*logprobs) : json(nullptr)},
                  {"finish_reason", nullptr}};
   json j = ChunkBase(meta, "chat.completion.chunk");

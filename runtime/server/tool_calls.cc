@@ -3,6 +3,7 @@
 #include <set>
 
 #include "runtime/sample/json_schema_grammar.h"
+#include "runtime/server/tool_answer_stream.h"
 
 namespace kinfer {
 namespace {
@@ -218,29 +219,41 @@ std::string ToolResultText(const std::string& tool_call_id, const std::string& n
 }
 
 std::optional<ToolAnswer> ReadToolAnswer(std::string_view text) {
-  ojson j;
-  try {
-    j = ojson::parse(text.begin(), text.end());
-  } catch (const ojson::exception&) {
-    return std::nullopt;
-  }
-  if (!j.is_object()) return std::nullopt;
+  // The whole text must be one JSON object (the grammar's sentence); its parts are read by the
+  // same reader as a stream's, so a streamed answer adds up to this one.
+  if (!json::accept(text.begin(), text.end())) return std::nullopt;
+  ToolAnswerStream reader;
+  std::vector<ToolAnswerStream::Delta> deltas;
+  reader.Feed(text, &deltas);
+  if (!reader.complete()) return std::nullopt;
   ToolAnswer a;
-  if (j.contains("response") && j["response"].is_string()) {
-    a.content = j["response"].get<std::string>();
+  if (reader.answer() == ToolAnswerStream::Answer::kResponse) {
+    for (const ToolAnswerStream::Delta& d : deltas) a.content += d.text;
     return a;
   }
-  if (!j.contains("tool_calls") || !j["tool_calls"].is_array()) return std::nullopt;
+  if (reader.answer() != ToolAnswerStream::Answer::kCalls || reader.calls() == 0) {
+    return std::nullopt;
+  }
   a.tool_calls = json::array();
-  for (const ojson& c : j["tool_calls"]) {
-    if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return std::nullopt;
-    const ojson args = c.contains("arguments") ? c["arguments"] : ojson::object();
-    a.tool_calls.push_back(
-        {{"id", NewResponseId("call_")},
-         {"type", "function"},
-         {"function", {{"name", c["name"].get<std::string>()}, {"arguments", args.dump()}}}});
+  std::vector<std::string> args(static_cast<size_t>(reader.calls()));
+  for (const ToolAnswerStream::Delta& d : deltas) {
+    if (d.kind == ToolAnswerStream::Delta::Kind::kCallStart) {
+      a.tool_calls.push_back(NewToolCall(d.text));
+    } else if (d.kind == ToolAnswerStream::Delta::Kind::kArguments) {
+      args[static_cast<size_t>(d.index)] += d.text;
+    }
+  }
+  if (a.tool_calls.size() != args.size()) return std::nullopt;  // a call without a name
+  for (size_t i = 0; i < args.size(); ++i) {
+    a.tool_calls[i]["function"]["arguments"] = args[i].empty() ? "{}" : args[i];
   }
   return a;
+}
+
+json NewToolCall(const std::string& name) {
+  return {{"id", NewResponseId("call_")},
+          {"type", "function"},
+          {"function", {{"name", name}, {"arguments", ""}}}};
 }
 
 }  // namespace kinfer

@@ -47,12 +47,17 @@ std::string ToolResultText(const std::string& tool_call_id, const std::string& n
                            const std::string& content);
 
 // The model's whole answer (the grammar's sentence) read back: calls in OpenAI's form (each with
-// a fresh "call_..." id and its arguments as JSON text), or the answer's text. nullopt when
-// `text` is not such an answer (cut by max_tokens).
+// a fresh "call_..." id and its arguments as JSON text: the model's, whitespace outside strings
+// left out; "{}" when it gave none), or the answer's text. nullopt when `text` is not such an
+// answer (cut by max_tokens). Read by ToolAnswerStream, as a streamed answer is.
 struct ToolAnswer {
   nlohmann::json tool_calls;  // null: an answer in text
   std::string content;
 };
 std::optional<ToolAnswer> ReadToolAnswer(std::string_view text);
+
+// {"id": "call_...", "type": "function", "function": {"name": name, "arguments": ""}}: a call
+// with a fresh id (the arguments are filled in by the caller, or streamed after it).
+nlohmann::json NewToolCall(const std::string& name);
 
 }  // namespace kinfer

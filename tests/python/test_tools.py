@@ -88,18 +88,64 @@ def test_streamed_calls_are_the_whole_responses_calls(client, server):
     args = dict(model=server.model, messages=ASK, tools=TOOLS, tool_choice="required",
                 temperature=0, max_tokens=120)
     whole = client.chat.completions.create(**args).choices[0].message.tool_calls
-    calls, finish = {}, []
+    calls, finish, pieces = {}, [], {}
     for chunk in client.chat.completions.create(stream=True, **args):
         for c in chunk.choices:
             for tc in c.delta.tool_calls or []:
-                calls.setdefault(tc.index, {"name": "", "arguments": ""})
-                calls[tc.index]["name"] += tc.function.name or ""
-                calls[tc.index]["arguments"] += tc.function.arguments or ""
+                if tc.index not in calls:
+                    # A call's first chunk: its id, type and name, before any argument.
+                    assert tc.id.startswith("call_") and tc.type == "function"
+                    assert tc.function.name and tc.function.arguments == ""
+                    calls[tc.index] = {"name": tc.function.name, "arguments": ""}
+                    pieces[tc.index] = 0
+                else:
+                    # Then its arguments, piece by piece (no id or name again).
+                    assert tc.id is None and tc.function.name is None
+                    calls[tc.index]["arguments"] += tc.function.arguments
+                    pieces[tc.index] += 1
             if c.finish_reason:
                 finish.append(c.finish_reason)
     assert finish == ["tool_calls"]
     assert [calls[k] for k in sorted(calls)] == [
         {"name": c.function.name, "arguments": c.function.arguments} for c in whole]
+    # Arguments are streamed as they are generated, not in one chunk at the end.
+    assert all(n >= 3 for n in pieces.values()), pieces
+
+
+def test_a_direct_answer_streams_its_text_as_it_comes(client, server):
+    # With tools and tool_choice "auto", greedy, the bundled model answers this one in text: the
+    # text arrives over several chunks (not held until the end) and equals the whole answer's.
+    args = dict(model=server.model, tools=TOOLS, temperature=0, max_tokens=80,
+                messages=[SYSTEM, {"role": "user", "content": "Say hello to me."}])
+    whole = client.chat.completions.create(**args).choices[0]
+    assert whole.finish_reason == "stop" and whole.message.tool_calls is None
+    texts, finish = [], []
+    for chunk in client.chat.completions.create(stream=True, **args):
+        for c in chunk.choices:
+            assert not c.delta.tool_calls
+            if c.delta.content:
+                texts.append(c.delta.content)
+            if c.finish_reason:
+                finish.append(c.finish_reason)
+    assert finish == ["stop"]
+    assert "".join(texts) == whole.message.content
+    assert len(texts) >= 5, texts
+    assert not any('"response"' in t for t in texts)
+
+
+def test_streamed_logprobs_with_tools_cover_every_token(client, server):
+    # Each generated token's logprob rides on one chunk: as many as the usage counts.
+    args = dict(model=server.model, messages=ASK, tools=TOOLS, tool_choice="required",
+                temperature=0, max_tokens=120, logprobs=True, top_logprobs=2)
+    n, usage = 0, None
+    for chunk in client.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                                **args):
+        for c in chunk.choices:
+            if c.logprobs and c.logprobs.content:
+                n += len(c.logprobs.content)
+        if chunk.usage:
+            usage = chunk.usage
+    assert usage is not None and n == usage.completion_tokens
 
 
 def test_a_conversation_carries_the_tool_result_back(client, server):
