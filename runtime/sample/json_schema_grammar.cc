@@ -57,7 +57,8 @@ class Compiler {
   // {"tool_calls": [{"name": ..., "arguments": {...}}, ...]} with each tool's own parameters
   // schema, or (with `may_answer`) {"response": "..."}.
   StatusOr<std::shared_ptr<const Grammar>> RunTools(const std::vector<ToolSchema>& tools,
-                                                    bool may_answer, bool parallel) {
+                                                    bool may_answer, bool parallel,
+                                                    const ToolSchema* response_schema) {
     if (tools.empty()) return InvalidArgument("no tools to call");
     std::vector<Seq> calls;
     for (size_t i = 0; i < tools.size(); ++i) {
@@ -91,7 +92,14 @@ class Compiler {
     if (may_answer) {
       Seq answer{b_.Byte('{'), Ws()};
       Member("response", &answer);
-      for (const Sym& x : {String(), Ws(), b_.Byte('}')}) answer.push_back(x);
+      Sym value = String();
+      if (response_schema != nullptr) {
+        int32_t v = -1;
+        Status st = Document(*response_schema->parameters, "response:", &v);
+        if (!st.ok()) return InvalidArgument(response_schema->param + ": " + st.message());
+        value = GrammarBuilder::Ref(v);
+      }
+      for (const Sym& x : {value, Ws(), b_.Byte('}')}) answer.push_back(x);
       alts.push_back(answer);
     }
     return Finish(b_.Rule(alts));
@@ -800,8 +808,9 @@ StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern) 
 }
 
 StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(const std::vector<ToolSchema>& tools,
-                                                         bool may_answer, bool parallel) {
-  return Compiler().RunTools(tools, may_answer, parallel);
+                                                         bool may_answer, bool parallel,
+                                                         const ToolSchema* response_schema) {
+  return Compiler().RunTools(tools, may_answer, parallel, response_schema);
 }
 
 }  // namespace kinfer

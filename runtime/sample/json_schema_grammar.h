@@ -52,8 +52,9 @@ StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern);
 
 // Function calling (docs/api.md, "Tools"): the one JSON object a model answers with,
 //   {"tool_calls": [{"name": "<a tool's name>", "arguments": <that tool's parameters>}, ...]}
-// (one call, or with `parallel` one or more), or, when `may_answer`, {"response": "<text>"}.
-// Keys in that order. Each tool's parameters is a schema document of its own (its $refs resolve
+// (one call, or with `parallel` one or more), or, when `may_answer`, {"response": "<text>"} (or,
+// given a `response_schema`, {"response": <a JSON value that schema accepts>}: tools beside
+// response_format). Keys in that order. Each tool's parameters is a schema document of its own (its $refs resolve
 // inside it); an error names the tool's `param` ("tools[2].function.parameters: json_schema:
 // ...").
 struct ToolSchema {
@@ -61,7 +62,8 @@ struct ToolSchema {
   const nlohmann::ordered_json* parameters = nullptr;  // REQUIRES: non-null, outlives the call
   std::string param;
 };
-StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(const std::vector<ToolSchema>& tools,
-                                                         bool may_answer, bool parallel);
+StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(
+    const std::vector<ToolSchema>& tools, bool may_answer, bool parallel,
+    const ToolSchema* response_schema = nullptr);
 
 }  // namespace kinfer

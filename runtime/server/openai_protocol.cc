@@ -548,9 +548,14 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
       return Invalid(d, "ignore_eos", "'ignore_eos' cannot be combined with tools");
     }
     if (r.tools.active() && formatted) {
-      return Invalid(d, "tools",
-                     "'tools' cannot be combined with response_format or guided decoding (the "
-                     "tool-call format holds the answer)");
+      // response_format shapes the direct answer inside the tool-call format (ParseTools read
+      // it); vLLM's guided outputs have no such place.
+      if (!r.tools.response_schema) {
+        return Invalid(d, "tools",
+                       "'tools' cannot be combined with guided decoding (the tool-call format "
+                       "holds the answer; response_format can shape a direct answer)");
+      }
+      r.json_object = false;
     }
     if (r.tools.active()) {
       // The tools and the answer format go in the system turn: after the client's own, if any.

@@ -59,6 +59,9 @@ struct ToolRequest {
   ToolChoice choice = ToolChoice::kNone;
   std::string function;  // kFunction: the tool's name
   bool parallel = true;  // parallel_tool_calls: more than one call in an answer
+  // response_format json_schema (its schema) or json_object ({"type": "object"}) beside tools:
+  // a direct answer ("auto") is a JSON value under it instead of text.
+  std::optional<nlohmann::ordered_json> response_schema;
   bool active() const { return choice != ToolChoice::kNone; }
 };
 

@@ -118,14 +118,27 @@ Status ParseTools(const ojson& body, ParsedRequest* r, ErrorDetail* d) {
     t.parallel = p->get<bool>();
   }
   if (!t.active()) return Status::Ok();
+  // response_format beside tools shapes the direct answer (read from the ordered body: the
+  // schema's properties are generated in the client's order).
+  if (const ojson* rf = Field(body, "response_format"); rf != nullptr && rf->is_object()) {
+    const ojson* type = Field(*rf, "type");
+    if (type != nullptr && *type == "json_object") {
+      t.response_schema = ojson{{"type", "object"}};
+    } else if (type != nullptr && *type == "json_schema") {
+      t.response_schema = (*rf)["json_schema"]["schema"];  // checked by ParseCommon
+    }
+  }
   std::vector<ToolSchema> schemas;
   for (size_t i = 0; i < t.tools.size(); ++i) {
     if (t.choice == ToolChoice::kFunction && t.tools[i].name != t.function) continue;
     schemas.push_back({t.tools[i].name, &t.tools[i].parameters,
                        "tools[" + std::to_string(i) + "].function.parameters"});
   }
+  const ToolSchema response{"", t.response_schema ? &*t.response_schema : nullptr,
+                            "response_format.json_schema.schema"};
   auto g = ToolCallGrammar(schemas, /*may_answer=*/t.choice == ToolChoice::kAuto,
-                           /*parallel=*/t.parallel && t.choice != ToolChoice::kFunction);
+                           /*parallel=*/t.parallel && t.choice != ToolChoice::kFunction,
+                           t.response_schema ? &response : nullptr);
   if (!g.ok()) {
     const std::string m = g.status().message();
     return Invalid(d, m.substr(0, m.find(':')), m);
@@ -155,8 +168,13 @@ std::string ToolSystemPrompt(const ToolRequest& t) {
           : "{\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<its arguments>}}]}";
   switch (t.choice) {
     case ToolChoice::kAuto:
-      out += "To call tools: " + call +
-             ". To answer the user directly: {\"response\": \"<your answer>\"}.";
+      out += "To call tools: " + call + ". To answer the user directly: ";
+      if (t.response_schema) {
+        out += "{\"response\": <your answer, a JSON value under this JSON Schema: " +
+               t.response_schema->dump() + ">}.";
+      } else {
+        out += "{\"response\": \"<your answer>\"}.";
+      }
       break;
     case ToolChoice::kRequired:
       out += "Call one or more of the tools: " + call + ".";

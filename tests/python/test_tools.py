@@ -133,6 +133,38 @@ def test_a_direct_answer_streams_its_text_as_it_comes(client, server):
     assert not any('"response"' in t for t in texts)
 
 
+GREETING = {"type": "object",
+            "properties": {"greeting": {"type": "string"},
+                           "language": {"enum": ["English", "French"]}},
+            "required": ["greeting", "language"], "additionalProperties": False}
+
+
+def test_response_format_beside_tools_shapes_a_direct_answer(client, server):
+    # tool_choice "auto" with a response_format: the model calls a tool or answers with JSON
+    # under the schema (greedy, the bundled model answers this one), whole and streamed alike.
+    args = dict(model=server.model, tools=TOOLS, temperature=0, max_tokens=80,
+                messages=[SYSTEM, {"role": "user", "content": "Say hello to me."}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "greeting", "schema": GREETING}})
+    whole = client.chat.completions.create(**args).choices[0]
+    assert whole.finish_reason == "stop" and whole.message.tool_calls is None
+    jsonschema.validate(json.loads(whole.message.content), GREETING)
+    texts = [c.delta.content for chunk in client.chat.completions.create(stream=True, **args)
+             for c in chunk.choices if c.delta.content]
+    assert "".join(texts) == whole.message.content and len(texts) >= 3
+    # json_object: any JSON object.
+    obj = client.chat.completions.create(
+        model=server.model, tools=TOOLS, temperature=0, max_tokens=80,
+        messages=[SYSTEM, {"role": "user", "content": "What is the capital of France?"}],
+        response_format={"type": "json_object"}).choices[0]
+    assert obj.finish_reason == "stop"
+    assert isinstance(json.loads(obj.message.content), dict)
+    # "required" still calls a tool: the format is for direct answers only.
+    call = client.chat.completions.create(tool_choice="required", **args).choices[0]
+    assert call.finish_reason == "tool_calls"
+    check_calls(call.message)
+
+
 def test_streamed_logprobs_with_tools_cover_every_token(client, server):
     # Each generated token's logprob rides on one chunk: as many as the usage counts.
     args = dict(model=server.model, messages=ASK, tools=TOOLS, tool_choice="required",
@@ -175,7 +207,10 @@ def test_bad_tools_are_400s_naming_the_field(client, server):
         (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}]),
          "tools[0].function.parameters"),
-        (dict(tools=TOOLS, response_format={"type": "json_object"}), "tools"),
+        (dict(tools=TOOLS, extra_body={"guided_regex": "a+"}), "tools"),
+        (dict(tools=TOOLS, response_format={"type": "json_schema", "json_schema": {
+            "name": "n", "schema": {"type": "number", "multipleOf": 2}}}),
+         "response_format.json_schema.schema"),
     ]
     for extra, param in cases:
         with pytest.raises(openai.BadRequestError) as e:

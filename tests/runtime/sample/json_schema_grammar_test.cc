@@ -371,6 +371,27 @@ TEST(ToolCallGrammarTest, CallsNameAToolWithItsOwnArgumentsOrAnswer) {
             "#/properties/n)");
 }
 
+TEST(ToolCallGrammarTest, AResponseSchemaShapesTheDirectAnswer) {
+  const ojson args = ojson::parse(R"({"type":"object","properties":{"q":{"type":"string"}}})");
+  // The response schema's own $refs resolve inside it, apart from the tools' documents.
+  const ojson city = ojson::parse(R"({"type":"object","properties":{"city":{"$ref":"#/$defs/C"}},
+      "required":["city"],"additionalProperties":false,"$defs":{"C":{"enum":["Paris","Rome"]}}})");
+  const ToolSchema response{"", &city, "response_format.json_schema.schema"};
+  auto g = ToolCallGrammar({{"search", &args, "tools[0].function.parameters"}}, true, true,
+                           &response);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_TRUE(Matches(*g, R"({"response": {"city": "Rome"}})"));
+  EXPECT_TRUE(Matches(*g, R"({"tool_calls":[{"name":"search","arguments":{"q":"x"}}]})"));
+  EXPECT_FALSE(Matches(*g, R"({"response": "Rome"})"));
+  EXPECT_FALSE(Matches(*g, R"({"response": {"city": "Oslo"}})"));
+  const ojson bad = ojson::parse(R"({"type":"number","multipleOf":2})");
+  const ToolSchema refused_schema{"", &bad, "response_format.json_schema.schema"};
+  auto refused = ToolCallGrammar({{"search", &args, "tools[0].function.parameters"}}, true, true,
+                                 &refused_schema);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message().rfind("response_format.json_schema.schema: ", 0), 0u);
+}
+
 // ---- random walks: whatever the grammar lets through is valid, and it never strands ---------
 
 // Walks random allowed bytes until the text is complete (ending there with some probability), or

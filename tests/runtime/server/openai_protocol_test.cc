@@ -283,13 +283,37 @@ TEST(ParseChatTest, MalformedToolsAreBadRequestsNamingTheField) {
       "parameters":{"type":"object","properties":{"n":{"type":"integer","multipleOf":3}}}}}]})")
                 .param,
             "tools[0].function.parameters");
-  EXPECT_EQ(
-      ChatError("{" + m + "," + kTools + R"(,"response_format":{"type":"json_object"}})").param,
-      "tools");
+  EXPECT_EQ(ChatError("{" + m + "," + kTools + R"(,"guided_regex":"a+"})").param, "tools");
   EXPECT_EQ(ChatError("{" + m + "," + kTools + R"(,"ignore_eos":true})").param, "ignore_eos");
   EXPECT_EQ(
       ChatError(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})").param,
       "messages[0].tool_calls[0]");
+}
+
+TEST(ParseChatTest, ResponseFormatBesideToolsShapesTheDirectAnswer) {
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  ErrorDetail d;
+  auto r = ParseChatRequest("{" + m + "," + kTools + R"(,"response_format":{"type":"json_schema",
+      "json_schema":{"name":"c","schema":{"type":"object","properties":{"z":{"type":"integer"},
+      "a":{"type":"string"}}}}}})",
+                            &d);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->tools.response_schema.has_value());
+  EXPECT_EQ(r->tools.response_schema->dump(),
+            R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})")
+      << "the client's key order";
+  EXPECT_FALSE(r->json_object);
+  ASSERT_NE(r->grammar, nullptr);
+  // The system turn tells the model the answer's schema.
+  EXPECT_NE(r->messages[0].content.find("{\"response\": <your answer, a JSON value under this "
+                                        "JSON Schema: {\"type\":\"object\""),
+            std::string::npos)
+      << r->messages[0].content;
+  auto j = ParseChatRequest("{" + m + "," + kTools + R"(,"response_format":{"type":"json_object"}})",
+                            &d);
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  EXPECT_FALSE(j->json_object) << "the tool grammar holds the object";
+  EXPECT_EQ(j->tools.response_schema->dump(), R"({"type":"object"})");
 }
 
 TEST(ToolAnswerTest, ReadsCallsIntoOpenAisFormAndAnswersIntoText) {
