@@ -458,8 +458,10 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
     ev.text = a.stops.Push(a.decoder.Flush(), &stopped);
     if (!stopped) ev.text += a.stops.Flush();
   } else {
+    // vLLM's min_tokens holds off stop strings too: one ends the text only once it completes
+    // after the first min_tokens tokens.
     bool stopped = false;
-    ev.text = a.stops.Push(a.decoder.Push(tok), &stopped);
+    ev.text = a.stops.Push(a.decoder.Push(tok), &stopped, a.generated > req.min_tokens);
     if (stopped) reason = FinishReason::kStop;
   }
   ev.tokens.push_back(tok);
@@ -474,7 +476,7 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
   }
   if (reason == FinishReason::kLength) {
     bool stopped = false;
-    ev.text += a.stops.Push(a.decoder.Flush(), &stopped);
+    ev.text += a.stops.Push(a.decoder.Flush(), &stopped, a.generated > req.min_tokens);
     if (!stopped) ev.text += a.stops.Flush();
     if (stopped) reason = FinishReason::kStop;
   }

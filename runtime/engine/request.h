@@ -22,7 +22,8 @@ struct GenerationRequest {
   std::vector<int32_t> stop_tokens;  // extra stop ids (end-of-generation ids always stop)
   bool ignore_eos = false;           // when true, only max_tokens/stop strings end generation
   // vLLM's min_tokens: until this many tokens are generated, end-of-generation tokens and
-  // stop_tokens are ruled out (their logits -inf; sampled on the host). Stop strings still apply.
+  // stop_tokens are ruled out (their logits -inf; sampled on the host), and no stop string ends
+  // the text (one must complete after the first min_tokens tokens), as vLLM.
   int min_tokens = 0;
   bool echo_special = false;  // render special tokens in the returned text
   int priority = 0;           // smaller is served first (the scheduler's class)

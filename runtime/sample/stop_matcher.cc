@@ -52,7 +52,7 @@ size_t StopMatcher::HeldPrefixLength() const {
   return best;
 }
 
-std::string StopMatcher::Push(std::string_view text, bool* stopped) {
+std::string StopMatcher::Push(std::string_view text, bool* stopped, bool may_stop) {
   if (stopped_) {
     *stopped = true;
     return std::string();
@@ -62,7 +62,9 @@ std::string StopMatcher::Push(std::string_view text, bool* stopped) {
   // Earliest start of any complete stop string. Only the tail can contain a new match (what was held
   // before could not contain a complete one), but held_ is short, so search all of it.
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  if (may_stop) {
+    for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     *stopped = true;

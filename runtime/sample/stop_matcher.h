@@ -28,8 +28,10 @@ class StopMatcher {
 
   // Appends `text` and returns what is now safe to emit (possibly empty). Sets *stopped to true when a
   // stop string has completed (now or earlier), false otherwise. After a stop, returns "" for every
-  // further push. REQUIRES: stopped != nullptr.
-  std::string Push(std::string_view text, bool* stopped);
+  // further push. With `may_stop` false (vLLM's min_tokens not yet reached) no stop string ends
+  // the text now; a stop's beginning is still held, so one that completes in a later push (with
+  // may_stop) does. REQUIRES: stopped != nullptr.
+  std::string Push(std::string_view text, bool* stopped, bool may_stop = true);
 
   // End of generation: returns the held-back text (which may end in an incomplete UTF-8 sequence if
   // the model produced one) and empties the buffer. Returns "" after a stop.

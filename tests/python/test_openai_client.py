@@ -255,6 +255,13 @@ def test_stop_token_ids_and_min_tokens(client, server):
     assert longer.usage.completion_tokens >= 20
     assert longer.choices[0].message.content.startswith(
         plain.choices[0].message.content.split(" Paris")[0])
+    # ... nor a stop string (as vLLM): " Paris" comes back inside the text, and the answer goes on.
+    held = client.chat.completions.create(extra_body={"min_tokens": 20}, stop=[" Paris"], **args)
+    assert held.usage.completion_tokens >= 20
+    assert held.choices[0].message.content.startswith(plain.choices[0].message.content)
+    # Without min_tokens the stop string ends the answer before it.
+    assert client.chat.completions.create(stop=[" Paris"], **args).choices[0].message.content == \
+        plain.choices[0].message.content.split(" Paris")[0]
     # min_tokens above max_tokens is a 400 naming it.
     r = requests.post(server.url + "/v1/chat/completions",
                       json={"messages": PROMPT, "max_tokens": 5, "min_tokens": 6}, timeout=30)

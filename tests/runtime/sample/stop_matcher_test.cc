@@ -165,6 +165,24 @@ TEST(StopMatcherTest, MultiByteStopStringMatchesAcrossPushes) {
   EXPECT_EQ(r.text, "x ");
 }
 
+TEST(StopMatcherTest, BeforeMinTokensAStopStringDoesNotEndTheText) {
+  // vLLM's min_tokens: pushes with may_stop false pass a whole stop string on as text.
+  StopMatcher m({"Paris"});
+  bool stopped = true;
+  EXPECT_EQ(m.Push("The capital is Paris", &stopped, /*may_stop=*/false), "The capital is Paris");
+  EXPECT_FALSE(stopped);
+  // A stop's beginning is still held, and ends the text when it completes with may_stop.
+  EXPECT_EQ(m.Push(". Par", &stopped, false), ". ");
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(m.Push("is is big", &stopped, true), "");
+  EXPECT_TRUE(stopped);
+  // Once may_stop, the next occurrence ends it.
+  StopMatcher later({"\n"});
+  EXPECT_EQ(later.Push("a\nb", &stopped, false), "a\nb");
+  EXPECT_EQ(later.Push("c\nd", &stopped, true), "c");
+  EXPECT_TRUE(stopped);
+}
+
 TEST(StopMatcherTest, EmptyStopStringsAreIgnored) {
   const auto r = PushAll({""}, {"abc"});
   EXPECT_FALSE(r.stopped);
