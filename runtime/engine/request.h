@@ -63,6 +63,7 @@ struct TokenLogprob {
   std::string text;
   float logprob = 0.0f;
   std::vector<TopLogprob> top;  // best first; empty unless sampling.logprobs > 0
+  int rank = 0;                 // 1 + the tokens more likely than it (ties: lower ids first)
 };
 
 // One delta on a request's stream. The final event has finish != kNone.

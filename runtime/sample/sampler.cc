@@ -163,7 +163,13 @@ void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenL
 
 void TokenLogprobOf(std::span<const float> logits, int32_t token, int top, TokenLogprob* lp) {
   float max_logit = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, l);
+  const std::pair<float, int32_t> mine{logits[static_cast<size_t>(token)], token};
+  int rank = 1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    max_logit = std::max(max_logit, logits[i]);
+    rank += Better({logits[i], static_cast<int32_t>(i)}, mine) ? 1 : 0;
+  }
+  lp->rank = rank;
   double total = 0.0;
   for (float l : logits) total += std::exp(static_cast<double>(l - max_logit));
   const double log_z = static_cast<double>(max_logit) + std::log(total);

@@ -244,8 +244,16 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
   }
   if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
   const bool score_only = echoes[0].score_only;
+  std::vector<json> prompt_json(r.prompt_logprobs >= 0 ? choices.size() : 0);
   for (size_t i = 0; i < choices.size(); ++i) {
     const Echo& echo = echoes[i / static_cast<size_t>(r.n)];
+    if (r.prompt_logprobs >= 0) {
+      prompt_json[i] = PromptLogprobsJson(prompt_lps[i], r.prompt_logprobs);
+      // The scoring had the larger of the two numbers of alternatives: the echo keeps its own.
+      for (TokenLogprob& t : prompt_lps[i]) {
+        t.top.resize(std::min(t.top.size(), static_cast<size_t>(std::max(r.top_logprobs, 0))));
+      }
+    }
     if (echo.score_only) {
       choices[i].text.clear();
       choices[i].finish = FinishReason::kLength;
@@ -265,6 +273,16 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
   Usage usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()};
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
                                        : CompletionJson(meta, choices, usage);
+  if (r.prompt_logprobs >= 0) {
+    // vLLM's places: chat, the response's (its one prompt); completions, each choice's.
+    if (r.kind == ApiKind::kChat) {
+      body["prompt_logprobs"] = std::move(prompt_json[0]);
+    } else {
+      for (size_t i = 0; i < choices.size(); ++i) {
+        body["choices"][i]["prompt_logprobs"] = std::move(prompt_json[i]);
+      }
+    }
+  }
   return JsonResponse(200, DumpJson(body));
 }
 

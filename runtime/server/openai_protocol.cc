@@ -325,6 +325,15 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
     KINFER_RETURN_IF_ERROR(GetIdArray(*ids, "stop_token_ids", &r->stop_token_ids, d));
   }
   KINFER_RETURN_IF_ERROR(GetIntField(obj, "min_tokens", 0, kIntMax, &r->min_tokens, d));
+  // vLLM's prompt_logprobs: the log-probability of every prompt token after the ones before it.
+  if (Field(obj, "prompt_logprobs") != nullptr) {
+    KINFER_RETURN_IF_ERROR(
+        GetIntField(obj, "prompt_logprobs", 0, kMaxLogprobs, &r->prompt_logprobs, d));
+    if (r->stream) {
+      return Invalid(d, "prompt_logprobs",
+                     "'prompt_logprobs' is not available with 'stream' (as in vLLM)");
+    }
+  }
   KINFER_RETURN_IF_ERROR(GetBool(obj, "cache_prompt", &r->cache_prompt, d));
   if (const json* p = Field(obj, "priority")) {
     if (!p->is_number_integer() || p->get<int64_t>() < -1000000 || p->get<int64_t>() > 1000000) {
@@ -757,7 +766,10 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.speculative_tokens = req.speculative_tokens;
   g.json_object = req.json_object;
   g.grammar = req.grammar;
+  // The echo's logprobs and vLLM's prompt_logprobs share one scoring of the prompt, with the
+  // larger number of alternatives (each answer keeps its own).
   if (req.echo && req.logprobs) g.prompt_logprobs = req.sampling.logprobs;
+  g.prompt_logprobs = std::max(g.prompt_logprobs, req.prompt_logprobs);
   return g;
 }
 

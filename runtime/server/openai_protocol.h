@@ -110,6 +110,9 @@ struct ParsedRequest {
   // Completions' echo: the prompt is returned before the completion (with logprobs: the prompt
   // tokens' too, the first one's null).
   bool echo = false;
+  // vLLM's prompt_logprobs (0..kMaxLogprobs alternatives; -1: not asked): each prompt token's
+  // logprob and rank after the ones before it (PromptLogprobsJson). Not with stream.
+  int prompt_logprobs = -1;
 };
 
 // The scheduling class of a request: the body's `priority` when given, else the
@@ -257,6 +260,11 @@ nlohmann::json UsageChunkJson(const ResponseMeta& meta, std::string_view object,
 //   completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
 nlohmann::json ChatLogprobsJson(const std::vector<TokenLogprob>& lps);
 nlohmann::json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_offset);
+// vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...]: null
+// for the first prompt token (nothing predicts it), then for each later one (`scored`, in
+// order) an object keyed by token id: the token itself and up to `top` of the most likely tokens
+// (rank 1, 2, ...) besides it (so `top` or `top` + 1 entries). Logprobs below -9999 (-inf) are written as -9999, as vLLM does.
+nlohmann::json PromptLogprobsJson(const std::vector<TokenLogprob>& scored, int top);
 
 // GET /v1/models.
 nlohmann::json ModelsJson(const std::string& model, int64_t created, int context_length);

@@ -180,6 +180,24 @@ json ChatToolCallsFinishChunkJson(const ResponseMeta& meta, bool with_usage_null
   return j;
 }
 
+json PromptLogprobsJson(const std::vector<TokenLogprob>& scored, int top) {
+  auto entry = [](float logprob, int rank, const std::string& text) {
+    return json{{"logprob", std::max(logprob, -9999.0f)}, {"rank", rank}, {"decoded_token", text}};
+  };
+  json out = json::array({nullptr});
+  for (const TokenLogprob& t : scored) {
+    json pos = json::object();
+    pos[std::to_string(t.token)] = entry(t.logprob, t.rank, t.text);
+    int rank = 0;
+    for (const TopLogprob& alt : t.top) {
+      if (++rank > top) break;
+      if (alt.token != t.token) pos[std::to_string(alt.token)] = entry(alt.logprob, rank, alt.text);
+    }
+    out.push_back(std::move(pos));
+  }
+  return out;
+}
+
 json CompletionChunkJson(const ResponseMeta& meta, const std::string& text,
                          const std::vector<TokenLogprob>* logprobs, size_t text_offset,
                          FinishReason finish, bool with_usage_null, int index) {

@@ -314,6 +314,50 @@ def test_completion_echo_with_prompt_logprobs(client, server):
     assert plain.choices[0].text == c.text and plain.choices[0].logprobs is None
 
 
+def test_vllm_prompt_logprobs(client, server):
+    # vLLM's prompt_logprobs: per prompt token after the first, its logprob and rank with the
+    # `prompt_logprobs` most likely alternatives; the same numbers as the echo's scoring.
+    text = "The capital of France is Paris. The capital of Germany is Berlin."
+    ids = requests.post(server.url + "/tokenize", json={"content": text}, timeout=30).json()["tokens"]
+    r = client.completions.create(model=server.model, prompt=ids, max_tokens=2, temperature=0,
+                                  extra_body={"prompt_logprobs": 3})
+    pl = r.choices[0].model_extra["prompt_logprobs"]
+    assert len(pl) == len(ids) and pl[0] is None
+    echo = client.completions.create(model=server.model, prompt=ids, max_tokens=2, temperature=0,
+                                     logprobs=3, echo=True).choices[0].logprobs
+    for k in range(1, len(ids)):
+        entry = pl[k]
+        mine = entry[str(ids[k])]
+        assert abs(mine["logprob"] - echo.token_logprobs[k]) < 1e-4, k
+        assert mine["decoded_token"] == echo.tokens[k]
+        # The alternatives: ranks 1..3 (the prompt token among them when it ranks there).
+        ranks = sorted(e["rank"] for tid, e in entry.items() if tid != str(ids[k]))
+        assert len(entry) in (3, 4)
+        if mine["rank"] <= 3:
+            assert len(entry) == 3 and sorted(ranks + [mine["rank"]]) == [1, 2, 3]
+        else:
+            assert ranks == [1, 2, 3]
+        best = max(entry.values(), key=lambda e: e["logprob"])
+        assert best["rank"] == 1
+        assert sorted(e["decoded_token"] for e in entry.values() if e["rank"] <= 3) == \
+            sorted(echo.top_logprobs[k].keys())
+    # "Paris" after "The capital of France is" is the model's first choice.
+    paris = [k for k in range(len(ids)) if echo.tokens[k] == " Paris"][0]
+    assert pl[paris][str(ids[paris])]["rank"] == 1
+    # Chat: one list for the response (its rendered prompt), as vLLM.
+    chat = client.chat.completions.create(model=server.model, messages=PROMPT, max_tokens=3,
+                                          temperature=0, extra_body={"prompt_logprobs": 0})
+    cl = chat.model_extra["prompt_logprobs"]
+    assert len(cl) == chat.usage.prompt_tokens and cl[0] is None
+    assert all(len(e) == 1 and list(e.values())[0]["rank"] >= 1 for e in cl[1:])
+    # Not with stream, and at most 20: 400s naming it.
+    for extra in ({"prompt_logprobs": 2, "stream": True}, {"prompt_logprobs": 21},
+                  {"prompt_logprobs": -1}):
+        resp = requests.post(server.url + "/v1/completions",
+                             json={"prompt": text, "max_tokens": 1, **extra}, timeout=30)
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompt_logprobs"
+
+
 def test_completions_batch_of_prompts(client, server):
     # OpenAI's batch form: choice k * n + j answers prompt k (its choice j); usage counts every
     # prompt. Greedy, so each answer is the prompt's answer alone.

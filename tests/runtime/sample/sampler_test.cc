@@ -77,6 +77,19 @@ TEST(SamplerTest, GreedyTiesGoToTheLowestId) {
   EXPECT_EQ(s.Sample(logits, {}, nullptr), 1);
 }
 
+TEST(SamplerTest, TokenLogprobOfGivesTheRankWithTiesToTheLowerId) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 0.0f, 2.0f};
+  TokenLogprob lp;
+  const int want[] = {4, 1, 2, 5, 3};
+  for (int32_t t = 0; t < 5; ++t) {
+    TokenLogprobOf(logits, t, 2, &lp);
+    EXPECT_EQ(lp.rank, want[t]) << "token " << t;
+    ASSERT_EQ(lp.top.size(), 2u);
+    EXPECT_EQ(lp.top[0].token, 1);
+    EXPECT_EQ(lp.top[1].token, 2);
+  }
+}
+
 TEST(SamplerTest, GreedyIgnoresTopKTopPAndMinP) {
   SamplingParams p = Seeded(1, 0.0f);
   p.top_k = 2;

@@ -316,6 +316,44 @@ TEST(ParseChatTest, ResponseFormatBesideToolsShapesTheDirectAnswer) {
   EXPECT_EQ(j->tools.response_schema->dump(), R"({"type":"object"})");
 }
 
+TEST(PromptLogprobsTest, ParsedBoundedAndWrittenAsVllmDoes) {
+  ErrorDetail d;
+  auto r = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":2})", &d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prompt_logprobs, 2);
+  EXPECT_EQ(ToGenerationRequest(*r, {1, 2}, 4).prompt_logprobs, 2);
+  auto off = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":null})", &d);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->prompt_logprobs, -1);
+  EXPECT_EQ(ToGenerationRequest(*off, {1, 2}, 4).prompt_logprobs, -1);
+  // Echo with logprobs 5 and prompt_logprobs 1: one scoring, with the larger count.
+  auto both = ParseCompletionRequest(
+      R"({"prompt":"x","echo":true,"logprobs":5,"prompt_logprobs":1})", &d);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(ToGenerationRequest(*both, {1, 2}, 4).prompt_logprobs, 5);
+  for (const char* bad : {R"({"prompt":"x","prompt_logprobs":21})",
+                          R"({"prompt":"x","prompt_logprobs":-1})",
+                          R"({"prompt":"x","prompt_logprobs":"2"})",
+                          R"({"prompt":"x","prompt_logprobs":1,"stream":true})"}) {
+    ErrorDetail e;
+    EXPECT_FALSE(ParseCompletionRequest(bad, &e).ok()) << bad;
+    EXPECT_EQ(e.param, "prompt_logprobs") << bad;
+  }
+  // [null, {id: {logprob, rank, decoded_token}}]: the token, then alternatives besides it.
+  TokenLogprob t{7, "b", -1.5f, {TopLogprob{3, "a", -0.5f}, TopLogprob{7, "b", -1.5f},
+                                 TopLogprob{9, "c", -2.0f}}, 2};
+  TokenLogprob inf{4, "z", -std::numeric_limits<float>::infinity(), {TopLogprob{3, "a", -0.1f}},
+                   900};
+  const json j = PromptLogprobsJson({t, inf}, 2);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_TRUE(j[0].is_null());
+  EXPECT_EQ(j[1], json::parse(R"({"7":{"logprob":-1.5,"rank":2,"decoded_token":"b"},
+                                  "3":{"logprob":-0.5,"rank":1,"decoded_token":"a"}})"));
+  EXPECT_EQ(j[2]["4"]["logprob"], -9999.0);
+  EXPECT_EQ(j[2]["4"]["rank"], 900);
+  EXPECT_EQ(j[2].size(), 2u);
+}
+
 TEST(ToolAnswerTest, ReadsCallsIntoOpenAisFormAndAnswersIntoText) {
   auto calls = ReadToolAnswer(
       R"({"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris","unit":"C"}}]})");
