@@ -154,6 +154,34 @@ TEST_F(CudaBackendTest, TensorCoreAttentionLogitsMatchTheCpu) {
   CompareSteps(g.get(), 2e-3, 1);
 }
 
+// A logits row at every prompt position (echo's and prompt_logprobs' scoring), more rows than
+// one output pass computes (max_logits_rows 4): the passes give the CPU's rows, in order.
+TEST_F(CudaBackendTest, EveryPositionsLogitsInSeveralPassesMatchTheCpu) {
+  CudaBackendOptions o;
+  o.gemm_min_tokens = 0;
+  o.max_logits_rows = 4;
+  auto g = Cuda(o);
+  ASSERT_NE(g, nullptr);
+  const std::vector<int32_t> p = Prompt(0);
+  ASSERT_GT(p.size(), 9u);
+  const std::vector<int32_t> table = testing::Blocks(0, 32);
+  SequenceBatch s;
+  s.tokens = p;
+  s.blocks = table;
+  s.num_logits = static_cast<int>(p.size());
+  std::vector<float> want, got;
+  ASSERT_TRUE(cpu_->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &want).ok());
+  const Status st = g->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &got);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const int nv = g->hparams().n_vocab;
+  ASSERT_EQ(got.size(), p.size() * static_cast<size_t>(nv));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < p.size(); ++r) {
+    EXPECT_LT(Nmse(got.data() + r * nv, want.data() + r * nv, static_cast<size_t>(nv)), 2e-3)
+        << "row " << r;
+  }
+}
+
 TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
   CudaBackendOptions o;
   o.gemm_min_tokens = 1;  // every product through cuBLAS on the FP16 copies
