@@ -40,6 +40,9 @@ class JsonRecognizer {
     return copy.Feed(bytes);
   }
 
+  // Same state: the same bytes may come next (a mask cache's key).
+  bool operator==(const JsonRecognizer&) const = default;
+
   // The top-level object is closed: nothing may follow.
   bool complete() const { return expect_ == Expect::kDone; }
   // Inside a string, past any escape: every byte >= 0x20 but '"' and '\\' keeps it there (the

@@ -88,8 +88,48 @@ void ApplyMask(const ConstraintVocab& v, std::span<float> logits, bool may_end,
   }
 }
 
-// The bytes of Grammar::plain_string_class().
+// The bytes of Grammar::plain_string_class() (JsonRecognizer's plain bytes also take >= 0x80).
 bool IsPlainStringByte(uint8_t c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
+// Sets, in *allowed (a bit per token id, cleared first), the text tokens whose bytes `root` may
+// take next: a depth-first walk over the vocabulary's trie in preorder. at[d] is the state after a
+// node's first d bytes (its parent's own when a plain byte inside a string left it unchanged);
+// plain[d] whether that state passes plain bytes (-1: not yet asked). `in_plain(r)`: r passes
+// every plain byte unchanged; `feed_into(r, byte, out)`: *out = r fed byte, false when refused.
+template <typename R, typename InPlain, typename FeedInto>
+void WalkTrie(const ConstraintVocab& v, const R& root, std::vector<R>* scratch,
+              const InPlain& in_plain, const FeedInto& feed_into, std::vector<uint64_t>* allowed) {
+  allowed->assign((v.kind.size() + 63) / 64, 0);
+  const auto& trie = v.trie;
+  std::vector<const R*> at(v.trie_depth + 1, &root);
+  std::vector<int8_t> plain(v.trie_depth + 1, -1);
+  if (scratch->size() < v.trie_depth + 1) scratch->resize(v.trie_depth + 1);  // before at[] points in
+  for (size_t i = 1; i < trie.size();) {
+    const ConstraintVocab::TrieNode& node = trie[i];
+    const size_t d = node.depth;
+    const R* parent = at[d - 1];
+    const bool plain_byte = IsPlainStringByte(node.byte);
+    if (plain_byte && plain[d - 1] < 0) plain[d - 1] = in_plain(*parent) ? 1 : 0;
+    if (plain_byte && plain[d - 1] == 1) {
+      at[d] = parent;
+      plain[d] = 1;
+    } else {
+      if (!feed_into(*parent, node.byte, &(*scratch)[d])) {
+        i = static_cast<size_t>(node.end);  // no token below can come next
+        continue;
+      }
+      at[d] = &(*scratch)[d];
+      plain[d] = -1;
+    }
+    for (int32_t t = node.tok_begin; t < node.tok_end; ++t) {
+      const auto id = static_cast<size_t>(v.trie_tokens[static_cast<size_t>(t)]);
+      (*allowed)[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    ++i;
+  }
+}
+
+bool Bit(const std::vector<uint64_t>& bits, size_t id) { return ((bits[id >> 6] >> (id & 63)) & 1u) != 0; }
 
 }  // namespace
 
@@ -99,6 +139,22 @@ JsonObjectConstraint::JsonObjectConstraint(std::shared_ptr<const ConstraintVocab
 void JsonObjectConstraint::Mask(std::span<float> logits) const {
   const ConstraintVocab& v = *vocab_;
   const bool done = state_.complete();
+  if (!done && v.trie.size() > 1) {
+    const std::vector<uint64_t>* allowed = cache_.Find(state_);
+    if (allowed == nullptr) {
+      std::vector<uint64_t>* slot = cache_.Insert(state_);
+      WalkTrie(
+          v, state_, &scratch_, [](const JsonRecognizer& r) { return r.in_plain_string(); },
+          [](const JsonRecognizer& r, uint8_t c, JsonRecognizer* out) {
+            *out = r;
+            return out->Feed(c);
+          },
+          slot);
+      allowed = slot;
+    }
+    ApplyMask(v, logits, false, [&](size_t id) { return Bit(*allowed, id); });
+    return;
+  }
   // Inside a string, a plain token is allowed without feeding it.
   const bool plain_ok = state_.in_plain_string() && v.json_plain.size() == v.kind.size();
   ApplyMask(v, logits, done, [&](size_t id) {
@@ -121,62 +177,21 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const ConstraintVocab> voca
                                      std::shared_ptr<const Grammar> grammar)
     : vocab_(std::move(vocab)), state_(std::move(grammar)) {}
 
-const std::vector<uint64_t>& GrammarConstraint::AllowedTokens() const {
-  const std::span<const int32_t> key = state_.raw();
-  for (const CachedMask& c : cache_) {
-    if (c.state.size() == key.size() && std::equal(key.begin(), key.end(), c.state.begin())) {
-      return c.allowed;
-    }
-  }
-  if (cache_.size() < kMaskCacheEntries) {
-    cache_.emplace_back();
-    cache_next_ = cache_.size() - 1;
-  }
-  CachedMask& slot = cache_[cache_next_];
-  cache_next_ = (cache_next_ + 1) % kMaskCacheEntries;
-  slot.state.assign(key.begin(), key.end());
-  const ConstraintVocab& v = *vocab_;
-  std::vector<uint64_t>& allowed = slot.allowed;
-  allowed.assign((v.kind.size() + 63) / 64, 0);
-  const auto& trie = v.trie;
-  // Depth-first over the trie in preorder: at[d] is the state after the node's first d bytes
-  // (the parent's own when a plain byte inside a string left it unchanged); plain[d] whether it
-  // passes plain bytes (-1: not yet asked).
-  // (scratch_ is sized before the walk: at[] points into it.)
-  std::vector<const GrammarRecognizer*> at(v.trie_depth + 1, &state_);
-  std::vector<int8_t> plain(v.trie_depth + 1, -1);
-  if (scratch_.size() < v.trie_depth + 1) scratch_.resize(v.trie_depth + 1);
-  for (size_t i = 1; i < trie.size();) {
-    const ConstraintVocab::TrieNode& node = trie[i];
-    const size_t d = node.depth;
-    const GrammarRecognizer* parent = at[d - 1];
-    if (IsPlainStringByte(node.byte)) {
-      if (plain[d - 1] < 0) plain[d - 1] = parent->InPlainString() ? 1 : 0;
-    }
-    if (IsPlainStringByte(node.byte) && plain[d - 1] == 1) {
-      at[d] = parent;
-      plain[d] = 1;
-    } else {
-      if (!parent->FeedInto(node.byte, &scratch_[d])) {
-        i = static_cast<size_t>(node.end);  // no token below can come next
-        continue;
-      }
-      at[d] = &scratch_[d];
-      plain[d] = -1;
-    }
-    for (int32_t t = node.tok_begin; t < node.tok_end; ++t) {
-      const auto id = static_cast<size_t>(v.trie_tokens[static_cast<size_t>(t)]);
-      allowed[id >> 6] |= uint64_t{1} << (id & 63);
-    }
-    ++i;
-  }
-  return allowed;
-}
-
 void GrammarConstraint::Mask(std::span<float> logits) const {
-  const std::vector<uint64_t>& allowed = AllowedTokens();
-  ApplyMask(*vocab_, logits, state_.complete(),
-            [&](size_t id) { return ((allowed[id >> 6] >> (id & 63)) & 1u) != 0; });
+  const std::span<const int32_t> raw = state_.raw();
+  key_.assign(raw.begin(), raw.end());
+  const std::vector<uint64_t>* allowed = cache_.Find(key_);
+  if (allowed == nullptr) {
+    std::vector<uint64_t>* slot = cache_.Insert(key_);
+    WalkTrie(
+        *vocab_, state_, &scratch_, [](const GrammarRecognizer& r) { return r.InPlainString(); },
+        [](const GrammarRecognizer& r, uint8_t c, GrammarRecognizer* out) {
+          return r.FeedInto(c, out);
+        },
+        slot);
+    allowed = slot;
+  }
+  ApplyMask(*vocab_, logits, state_.complete(), [&](size_t id) { return Bit(*allowed, id); });
 }
 
 void GrammarConstraint::Accept(int32_t token) {

@@ -15,13 +15,13 @@
 // The check is on token bytes as the model emits them, so the streamed text is that object (a
 // response cut by max_tokens is a prefix of one, with finish_reason "length", as OpenAI's).
 //
-// Cost: Mask tries every token's bytes against a copy of the state: about the vocabulary's total
-// bytes per step (~250 KB for a 49,152-token vocabulary), except inside a string, where an
-// indexed vocabulary (ConstraintVocab::Index) answers most tokens with one flag. A
-// GrammarConstraint walks the vocabulary's byte trie instead, feeding each shared prefix once and
-// skipping a subtree at its first refused byte; inside a free string it, too, passes plain bytes
-// without feeding them; and it keeps the masks of the last 16 states it walked from, since states
-// recur (inside a free string every character leaves the same one).
+// Cost: over an indexed vocabulary (ConstraintVocab::Index, as the engine's), Mask walks the
+// vocabulary's byte trie, feeding each shared prefix once and skipping a subtree at its first
+// refused byte; inside a free string it passes plain bytes without feeding them; and it keeps the
+// masks of the last 16 states it walked from (MaskCache), since states recur (inside a free
+// string every character leaves the same one). Without the index, a JsonObjectConstraint tries
+// every token's bytes against a copy of the state (about the vocabulary's total bytes, ~250 KB
+// for a 49,152-token vocabulary, per step).
 //
 // Thread safety: a constraint belongs to its request's Sampler (one thread); a ConstraintVocab is
 // immutable and shared.
@@ -61,6 +61,41 @@ struct ConstraintVocab {
   void Index();
 };
 
+// The masks (a bit per token id) of the last kEntries states a constraint walked from, the
+// oldest replaced first: states recur (inside a free string every character leaves the same one).
+template <typename State>
+class MaskCache {
+ public:
+  static constexpr size_t kEntries = 16;  // ~6 KB each for a 49,152-token vocabulary
+
+  // The mask kept for `state`, or nullptr.
+  const std::vector<uint64_t>* Find(const State& state) const {
+    for (const Entry& e : entries_) {
+      if (e.state == state) return &e.allowed;
+    }
+    return nullptr;
+  }
+  // The slot for `state`'s mask, to be filled by the caller.
+  std::vector<uint64_t>* Insert(const State& state) {
+    if (entries_.size() < kEntries) {
+      entries_.emplace_back();
+      next_ = entries_.size() - 1;
+    }
+    Entry& e = entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+    e.state = state;
+    return &e.allowed;
+  }
+
+ private:
+  struct Entry {
+    State state;
+    std::vector<uint64_t> allowed;
+  };
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+};
+
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
@@ -73,6 +108,8 @@ class TokenConstraint {
 
 class JsonObjectConstraint : public TokenConstraint {
  public:
+  // An indexed vocabulary (ConstraintVocab::Index) is walked as a trie, with masks cached per
+  // state; without the index every token's bytes are fed (the reference the tests compare with).
   explicit JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab);
   void Mask(std::span<float> logits) const override;
   void Accept(int32_t token) override;
@@ -81,6 +118,8 @@ class JsonObjectConstraint : public TokenConstraint {
  private:
   std::shared_ptr<const ConstraintVocab> vocab_;
   JsonRecognizer state_;
+  mutable std::vector<JsonRecognizer> scratch_;  // the walk's states per trie depth
+  mutable MaskCache<JsonRecognizer> cache_;
 };
 
 class GrammarConstraint : public TokenConstraint {
@@ -94,23 +133,12 @@ class GrammarConstraint : public TokenConstraint {
   const GrammarRecognizer& state() const { return state_; }
 
  private:
-  // What the walk found for one state: a bit per token id.
-  struct CachedMask {
-    std::vector<int32_t> state;  // GrammarRecognizer::raw()
-    std::vector<uint64_t> allowed;
-  };
-  static constexpr size_t kMaskCacheEntries = 16;  // ~6 KB each for a 49,152-token vocabulary
-
-  const std::vector<uint64_t>& AllowedTokens() const;
-
   std::shared_ptr<const ConstraintVocab> vocab_;
   GrammarRecognizer state_;
   // The walk's recognizer per trie depth, kept to reuse their storage.
   mutable std::vector<GrammarRecognizer> scratch_;
-  // States recur (every character of a free string leaves the same one): their masks are kept,
-  // the oldest replaced first.
-  mutable std::vector<CachedMask> cache_;
-  mutable size_t cache_next_ = 0;
+  mutable std::vector<int32_t> key_;  // GrammarRecognizer::raw(), the cache's key
+  mutable MaskCache<std::vector<int32_t>> cache_;
 };
 
 }  // namespace kinfer

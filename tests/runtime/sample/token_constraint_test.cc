@@ -100,7 +100,15 @@ TEST(JsonObjectConstraintTest, SampledTextIsAlwaysAValidObject) {
 TEST(JsonObjectConstraintTest, AnIndexedVocabularyMasksExactlyAsFeedingEveryByte) {
   // The same hot runs through two constraints, one over an indexed vocabulary (plain string
   // tokens answered by a flag) and one feeding every byte: the same mask at every step.
-  auto plain = Vocab();
+  // (The toy vocabulary and tokens with escapes, UTF-8 and shared prefixes, so that the indexed
+  // path's trie walk, its plain-string skipping and its mask cache all have work.)
+  auto base = Vocab();
+  auto plain = std::make_shared<ConstraintVocab>(*base);
+  for (const char* p : {"\\", "\\\"", "\\u00e9", "\\u", "00", "e9", "\xc3\xa9", "caf\xc3\xa9\"",
+                        "\t", "\"a", "\"ab", "\"abc\":", "-", "-1.5e", "+", "2]", "false"}) {
+    plain->bytes.emplace_back(p);
+    plain->kind.push_back(ConstraintVocab::kText);
+  }
   auto indexed = std::make_shared<ConstraintVocab>(*plain);
   indexed->Index();
   ASSERT_EQ(indexed->json_plain.size(), indexed->kind.size());
