@@ -30,4 +30,8 @@ struct GenerationContext {
 HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                               const GenerationContext& ctx);
 
+// POST /v1/responses: OpenAI's Responses API, served by HandleGeneration as a chat request
+// (responses_api.h translates both ways). Same threading.
+HttpResponse HandleResponses(const HttpRequest& request, const GenerationContext& ctx);
+
 }  // namespace kinfer

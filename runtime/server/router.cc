@@ -54,6 +54,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/models", "models"},
     {"POST", "/v1/chat/completions", "chat_completions"},
     {"POST", "/v1/completions", "completions"},
+    {"POST", "/v1/responses", "responses"},
     {"POST", "/tokenize", "tokenize"},
     {"POST", "/detokenize", "detokenize"},
     {"POST", "/cancel", "cancel"},
@@ -145,13 +146,18 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
                : ErrorResponse(id.status(), d);
   } else if (model == nullptr) {
     resp = NotReady();
-    if (name == "chat_completions" || name == "completions") metrics_.CountRequest(kStatusRejected);
+    if (name == "chat_completions" || name == "completions" || name == "responses") {
+      metrics_.CountRequest(kStatusRejected);
+    }
   } else if (name == "models") {
     resp = Models(path, *model);
   } else if (name == "chat_completions" || name == "completions") {
     GenerationContext ctx{model, &metrics_, &stopping_, &cancels_};
     resp = HandleGeneration(name == "chat_completions" ? ApiKind::kChat : ApiKind::kCompletion, req,
                             ctx);
+  } else if (name == "responses") {
+    GenerationContext ctx{model, &metrics_, &stopping_, &cancels_};
+    resp = HandleResponses(req, ctx);
   } else if (name == "tokenize") {
     resp = Tokenize(req, *model);
   } else if (name == "detokenize") {
