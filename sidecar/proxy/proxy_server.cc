@@ -38,7 +38,7 @@ bool IsHopByHop(std::string_view name) {
 }
 
 bool IsPolicyPath(std::string_view path) {
-  return path == "/v1/chat/completions" || path == "/v1/completions";
+  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses";
 }
 
 bool IsPassThroughPath(std::string_view path) {

@@ -1,6 +1,7 @@
 // ProxyServer: kinfer-sidecar's HTTP front (Boost.Beast) around SidecarCore.
 //
-//   POST /v1/chat/completions, /v1/completions   policy path: rate limit, cache, degrade,
+//   POST /v1/chat/completions, /v1/completions,  policy path: rate limit, cache, degrade,
+//        /v1/responses
 //                                                admission queue, breaker, retries; SSE relayed
 //                                                chunk by chunk
 //   other /v1/*, /tokenize, /detokenize          passed through to the upstream (no policy)

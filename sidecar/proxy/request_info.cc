@@ -112,8 +112,10 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   if (Status s = ReadNumber(info.body, max_tokens_field, &max_tokens); !s.ok()) {
     return field_error(max_tokens_field, s);
   }
+  info.responses = info.body.contains("input") && !info.body.contains("messages") &&
+                   !info.body.contains("prompt");
   if (!max_tokens) {
-    max_tokens_field = "max_completion_tokens";
+    max_tokens_field = info.responses ? "max_output_tokens" : "max_completion_tokens";
     if (Status s = ReadNumber(info.body, max_tokens_field, &max_tokens); !s.ok()) {
       return field_error(max_tokens_field, s);
     }
@@ -196,8 +198,12 @@ std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model
   body.erase("priority");
   if (!fallback_model.empty()) body["model"] = std::string(fallback_model);
   if (max_tokens > 0 && max_tokens != info.max_tokens) {  // the client's own stays as it is
-    body.erase("max_completion_tokens");
-    body["max_tokens"] = max_tokens;
+    if (info.responses) {
+      body["max_output_tokens"] = max_tokens;
+    } else {
+      body.erase("max_completion_tokens");
+      body["max_tokens"] = max_tokens;
+    }
   }
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -219,6 +225,28 @@ std::string FreshResponseIdentity(std::string body, std::string_view unique, int
   if (!j.is_object()) return body;
   auto id = j.find("id");
   if (id == j.end() || !id->is_string()) return body;
+  if (j.value("object", "") == "response") {
+    // A Response: its id, creation time, output items' ids and calls' ids.
+    *id = "resp_" + std::string(unique);
+    if (auto created = j.find("created_at"); created != j.end() && created->is_number()) {
+      *created = created_unix;
+    }
+    if (auto output = j.find("output"); output != j.end() && output->is_array()) {
+      for (size_t k = 0; k < output->size(); ++k) {
+        nlohmann::json& item = (*output)[k];
+        if (!item.is_object()) continue;
+        const std::string suffix = std::string(unique) + "-" + std::to_string(k);
+        const std::string type = item.value("type", "");
+        if (item.contains("id") && item["id"].is_string()) {
+          item["id"] = (type == "function_call" ? "fc_" : "msg_") + suffix;
+        }
+        if (item.contains("call_id") && item["call_id"].is_string()) {
+          item["call_id"] = "call_" + suffix;
+        }
+      }
+    }
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   const std::string& old = id->get_ref<const std::string&>();
   const size_t dash = old.find('-');
   *id = (dash == std::string::npos ? std::string() : old.substr(0, dash + 1)) + std::string(unique);

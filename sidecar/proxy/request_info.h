@@ -4,7 +4,9 @@
 // Contract:
 //  * ParseRequestInfo accepts a body that is a JSON object (anything else is INVALID_ARGUMENT with
 //    a message fit for a 400 body). It reads `model`, `stream`, `max_tokens` (or
-//    `max_completion_tokens`), `temperature`, `seed`; a field of the wrong type is
+//    `max_completion_tokens`, or the Responses API's `max_output_tokens`), `temperature`, `seed`;
+//    a body with `input` and neither `messages` nor `prompt` is a Responses API request
+//    (`responses`: the degrade cap is written as `max_output_tokens`); a field of the wrong type is
 //    INVALID_ARGUMENT naming it (the upstream would reject it too; the sidecar does so before
 //    queueing it).
 //  * Headers are passed as a lookup function over lowercased names, so this file knows nothing
@@ -62,6 +64,7 @@ struct RequestInfo {
   double token_estimate = 0;
   std::string cache_control;   // raw Cache-Control header, "" when absent
   bool body_priority = false;  // the body has vLLM's `priority` field (RewriteBody drops it)
+  bool responses = false;      // a /v1/responses body (its limit is `max_output_tokens`)
 };
 
 // On an error in a body field, `param` (when given) gets the field's name, for the JSON error's
@@ -71,7 +74,8 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
 
 // The body to send upstream when it must change: `model` replaced when fallback_model is not
 // empty, `max_tokens` set when max_tokens > 0 and not the request's own (info.max_tokens), and
-// then `max_completion_tokens` dropped so the two cannot disagree, and vLLM's `priority` field
+// then `max_completion_tokens` dropped so the two cannot disagree (a Responses body: its
+// `max_output_tokens` set instead), and vLLM's `priority` field
 // dropped: the runtime orders its queue by the x-kinfer-priority header the sidecar sets to the
 // request's class, and a body field (which the runtime would prefer) let a client of any class jump
 // ahead there.

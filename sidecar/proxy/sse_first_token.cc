@@ -78,6 +78,16 @@ bool SseFirstTokenDetector::EventHasToken(std::string_view event) const {
     nlohmann::json j = nlohmann::json::parse(data.begin(), data.end(), nullptr, false);
     if (!j.is_object()) continue;
     if (j.contains("error")) return true;
+    // The Responses API's events: its first text or call, or its end.
+    if (auto type = j.find("type"); type != j.end() && type->is_string()) {
+      const std::string& t = type->get_ref<const std::string&>();
+      if (t == "response.output_text.delta" || t == "response.output_item.added" ||
+          t == "response.completed" || t == "response.incomplete" || t == "response.failed" ||
+          t == "error") {
+        return true;
+      }
+      continue;
+    }
     auto choices = j.find("choices");
     if (choices == j.end() || !choices->is_array()) continue;
     for (const auto& choice : *choices) {

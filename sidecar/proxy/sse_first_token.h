@@ -5,7 +5,9 @@
 // Contract: Feed() the response body as it arrives. found() turns true at the first event that
 //  * is `data: [DONE]`, or carries an `error` object, or
 //  * has a choice with a non-empty `delta.content`, `delta.reasoning_content` or `text`, any
-//    `delta.tool_calls`, or a non-null `finish_reason`.
+//    `delta.tool_calls`, or a non-null `finish_reason`, or
+//  * is a Responses API event of type response.output_text.delta, response.output_item.added,
+//    response.completed / .incomplete / .failed, or error.
 // Events may be split anywhere (inside a line, inside "\n\n"); "\r\n" line ends are accepted.
 // At most kMaxPending bytes of one unfinished event are kept; an event longer than that counts
 // as the first token (memory stays bounded whatever the upstream sends). Non-JSON data lines

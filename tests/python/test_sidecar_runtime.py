@@ -113,3 +113,28 @@ def test_tool_calls_through_sidecar_and_its_cache(stack, sidecar_client, server)
         [c.function for c in first.message.tool_calls]
     assert {c.id for c in again.message.tool_calls}.isdisjoint(
         {c.id for c in first.message.tool_calls})
+
+
+def test_responses_api_through_sidecar_policies_and_cache(stack, sidecar_client, server):
+    # /v1/responses takes the policy path, as chat does: a deterministic Response is cached (a hit
+    # gets ids of its own), a stream is relayed with its time to first token, and it is counted.
+    def generation_requests():
+        text = requests.get(stack.url + "/metrics", timeout=5).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("kinfer_sidecar_requests_total{"))
+    before = generation_requests()
+    args = dict(model=server.model, instructions="You are a helpful assistant.", temperature=0,
+                input="What is the capital of France?", max_output_tokens=32)
+    first = sidecar_client.responses.create(**args)
+    assert "Paris" in first.output_text
+    raw = sidecar_client.responses.with_raw_response.create(**args)
+    assert raw.headers["x-kinfer-cache"] == "hit"
+    again = raw.parse()
+    assert again.output_text == first.output_text
+    assert again.id != first.id and again.id.startswith("resp_")
+    assert again.output[0].id != first.output[0].id
+    with sidecar_client.responses.stream(**{**args, "input": "Name a colour."}) as s:
+        deltas = [ev.delta for ev in s if ev.type == "response.output_text.delta"]
+        final = s.get_final_response()
+    assert "".join(deltas) == final.output_text and final.status in ("completed", "incomplete")
+    assert generation_requests() >= before + 3

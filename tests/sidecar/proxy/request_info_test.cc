@@ -154,6 +154,25 @@ TEST_F(RequestInfoTest, MaxTokensWinsOverMaxCompletionTokens) {
   EXPECT_EQ(MustParse(R"({"max_completion_tokens":40,"max_tokens":30})").max_tokens, 30);
 }
 
+TEST_F(RequestInfoTest, AResponsesBodyIsReadByItsOwnFieldNames) {
+  RequestInfo r = MustParse(R"({"model":"big","input":"hi","max_output_tokens":50})");
+  EXPECT_TRUE(r.responses);
+  EXPECT_EQ(r.max_tokens, 50);
+  EXPECT_EQ(ErrorOf(R"({"input":"hi","max_output_tokens":0})").rfind("max_output_tokens:", 0), 0u);
+  // The degrade cap goes where the runtime reads it.
+  json out = json::parse(RewriteBody(r, "small", 16));
+  EXPECT_EQ(out["max_output_tokens"], 16);
+  EXPECT_FALSE(out.contains("max_tokens"));
+  EXPECT_EQ(out["model"], "small");
+  RequestInfo none = MustParse(R"({"input":[{"role":"user","content":"hi"}]})");
+  EXPECT_TRUE(none.responses);
+  EXPECT_EQ(json::parse(RewriteBody(none, "", 16))["max_output_tokens"], 16);
+  // Chat and completions bodies are not Responses ones, whatever else they carry.
+  EXPECT_FALSE(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").responses);
+  EXPECT_EQ(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").max_tokens, 0);
+  EXPECT_FALSE(MustParse(R"({"prompt":"x"})").responses);
+}
+
 // ---- priority ----
 
 TEST_F(RequestInfoTest, PriorityByClassName) {
@@ -427,6 +446,19 @@ TEST(FreshResponseIdentityTest, ToolCallsGetIdsOfTheirOwn) {
   EXPECT_EQ(calls[0]["id"], "call_sc-1-7-0-0");
   EXPECT_EQ(calls[1]["id"], "call_sc-1-7-0-1");
   EXPECT_EQ(calls[1]["function"]["name"], "g");
+}
+
+TEST(FreshResponseIdentityTest, AResponseGetsItsOwnIdsThroughout) {
+  const std::string cached = R"({"id":"resp_abc","object":"response","created_at":100,
+      "output":[{"id":"msg_old","type":"message","content":[]},
+                {"id":"fc_old","type":"function_call","call_id":"call_old","name":"f"}]})";
+  nlohmann::json j = nlohmann::json::parse(FreshResponseIdentity(cached, "sc-1-7", 2000));
+  EXPECT_EQ(j["id"], "resp_sc-1-7");
+  EXPECT_EQ(j["created_at"], 2000);
+  EXPECT_EQ(j["output"][0]["id"], "msg_sc-1-7-0");
+  EXPECT_EQ(j["output"][1]["id"], "fc_sc-1-7-1");
+  EXPECT_EQ(j["output"][1]["call_id"], "call_sc-1-7-1");
+  EXPECT_EQ(j["output"][1]["name"], "f");
 }
 
 TEST(FreshResponseIdentityTest, OtherBodiesPassUnchanged) {

@@ -95,6 +95,22 @@ TEST(SseFirstTokenTest, ToolCallsAreAToken) {
       R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]})")));
 }
 
+TEST(SseFirstTokenTest, ResponsesApiEventsAreFoundByType) {
+  const auto ev = [](const std::string& type, const std::string& rest = "") {
+    return "event: " + type + "\ndata: {\"type\":\"" + type + "\"" + rest + "}\n\n";
+  };
+  SseFirstTokenDetector d;
+  EXPECT_FALSE(d.Feed(ev("response.created", R"(,"response":{"output":[]})")));
+  EXPECT_FALSE(d.Feed(ev("response.in_progress")));
+  EXPECT_FALSE(d.Feed(ev("response.content_part.added")));
+  EXPECT_TRUE(d.Feed(ev("response.output_text.delta", R"(,"delta":"Hi")")));
+  EXPECT_TRUE(FindsToken(ev("response.output_item.added")));  // a call's name, or the text
+  EXPECT_TRUE(FindsToken(ev("response.completed")));
+  EXPECT_TRUE(FindsToken(ev("response.incomplete")));
+  EXPECT_TRUE(FindsToken(ev("response.failed")));
+  EXPECT_TRUE(FindsToken(ev("error")));
+}
+
 TEST(SseFirstTokenTest, EmptyOrNullToolCallsAreNotAToken) {
   EXPECT_FALSE(FindsToken(Chunk(R"({"role":"assistant","content":"","tool_calls":[]})")));
   EXPECT_FALSE(FindsToken(Chunk(R"({"role":"assistant","content":null,"tool_calls":null})")));
