@@ -14,16 +14,16 @@
 #include "runtime/sample/sampling_validation.h"
 #include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/unicode.h"
+#include "runtime/server/request_fields.h"
 
 namespace kinfer {
 namespace {
 
+using request_fields::Field;
+using request_fields::Invalid;
+
 using json = nlohmann::json;
 
-Status Invalid(ErrorDetail* d, std::string param, std::string message) {
-  d->param = std::move(param);
-  return InvalidArgument(std::move(message));
-}
 
 // Parses `body` into an object. Exceptions stay inside this function.
 Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {
@@ -46,11 +46,6 @@ Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {
 }
 
 // Typed optional fields: absent or null leaves *out unchanged.
-const json* Field(const json& obj, const char* name) {
-  auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
 
 Status GetBool(const json& obj, const char* name, bool* out, ErrorDetail* d) {
   const json* v = Field(obj, name);

@@ -1,21 +1,16 @@
 #include "runtime/server/responses_api.h"
+#include "runtime/server/request_fields.h"
 
 namespace kinfer {
 namespace {
 
+using request_fields::Field;
+using request_fields::Invalid;
+
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-Status Invalid(ErrorDetail* d, std::string param, std::string message) {
-  d->param = std::move(param);
-  return InvalidArgument(std::move(message));
-}
 
-const ojson* Field(const ojson& obj, const char* name) {
-  auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
 
 // Text content: a string, or an array of text parts ({"type": "input_text" | "output_text" |
 // "text", "text": ...}) joined.

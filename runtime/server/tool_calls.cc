@@ -4,17 +4,17 @@
 
 #include "runtime/sample/json_schema_grammar.h"
 #include "runtime/server/tool_answer_stream.h"
+#include "runtime/server/request_fields.h"
 
 namespace kinfer {
 namespace {
 
+using request_fields::Field;
+using request_fields::Invalid;
+
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-Status Invalid(ErrorDetail* d, std::string param, std::string message) {
-  d->param = std::move(param);
-  return InvalidArgument(std::move(message));
-}
 
 bool ValidName(const std::string& n) {
   if (n.empty() || n.size() > 64) return false;
@@ -26,11 +26,6 @@ bool ValidName(const std::string& n) {
   return true;
 }
 
-const ojson* Field(const ojson& obj, const char* name) {
-  auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
 
 }  // namespace
 
