@@ -54,8 +54,9 @@ StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern);
 //   {"tool_calls": [{"name": "<a tool's name>", "arguments": <that tool's parameters>}, ...]}
 // (one call, or with `parallel` one or more), or, when `may_answer`, {"response": "<text>"} (or,
 // given a `response_schema`, {"response": <a JSON value that schema accepts>}: tools beside
-// response_format). Keys in that order. Each tool's parameters is a schema document of its own (its $refs resolve
-// inside it); an error names the tool's `param` ("tools[2].function.parameters: json_schema:
+// response_format). Keys in that order. Each tool's parameters is a schema document of its own (its
+// $refs resolve inside it); an error names the tool's `param` ("tools[2].function.parameters:
+// json_schema:
 // ...").
 struct ToolSchema {
   std::string name;

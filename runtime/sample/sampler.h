@@ -61,8 +61,8 @@ using TokenDistribution = std::vector<std::pair<int32_t, double>>;
 // p(id) in `d` (binary search); 0 when absent.
 double ProbabilityOf(const TokenDistribution& d, int32_t id);
 
-// The log-softmax of `logits` at `token` into *lp (token, logprob, rank; text left empty), and, when
-// top > 0, the `top` most likely tokens, best first, ties to the lowest id. REQUIRES: logits
+// The log-softmax of `logits` at `token` into *lp (token, logprob, rank; text left empty), and,
+// when top > 0, the `top` most likely tokens, best first, ties to the lowest id. REQUIRES: logits
 // non-empty, no NaN; 0 <= token < logits.size().
 void TokenLogprobOf(std::span<const float> logits, int32_t token, int top, TokenLogprob* lp);
 

@@ -5,8 +5,9 @@
 namespace kinfer {
 namespace {
 
-// Where the trailing incomplete UTF-8 sequence of s[0, end) begins, or `end` when s[0, end) ends on a
-// character boundary. Bytes that are not valid UTF-8 lead bytes are passed through, not held forever.
+// Where the trailing incomplete UTF-8 sequence of s[0, end) begins, or `end` when s[0, end) ends on
+// a character boundary. Bytes that are not valid UTF-8 lead bytes are passed through, not held
+// forever.
 size_t CompleteUtf8Prefix(std::string_view s, size_t end) {
   // Look back at most 3 bytes for a lead byte.
   for (size_t back = 1; back <= 3 && back <= end; ++back) {
@@ -59,8 +60,8 @@ std::string StopMatcher::Push(std::string_view text, bool* stopped, bool may_sto
   }
   held_.append(text);
 
-  // Earliest start of any complete stop string. Only the tail can contain a new match (what was held
-  // before could not contain a complete one), but held_ is short, so search all of it.
+  // Earliest start of any complete stop string. Only the tail can contain a new match (what was
+  // held before could not contain a complete one), but held_ is short, so search all of it.
   size_t first = std::string::npos;
   if (may_stop) {
     for (const auto& s : stops_) first = std::min(first, held_.find(s));

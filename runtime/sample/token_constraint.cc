@@ -103,7 +103,8 @@ void WalkTrie(const ConstraintVocab& v, const R& root, std::vector<R>* scratch,
   const auto& trie = v.trie;
   std::vector<const R*> at(v.trie_depth + 1, &root);
   std::vector<int8_t> plain(v.trie_depth + 1, -1);
-  if (scratch->size() < v.trie_depth + 1) scratch->resize(v.trie_depth + 1);  // before at[] points in
+  if (scratch->size() < v.trie_depth + 1)
+    scratch->resize(v.trie_depth + 1);  // before at[] points in
   for (size_t i = 1; i < trie.size();) {
     const ConstraintVocab::TrieNode& node = trie[i];
     const size_t d = node.depth;
@@ -129,7 +130,9 @@ void WalkTrie(const ConstraintVocab& v, const R& root, std::vector<R>* scratch,
   }
 }
 
-bool Bit(const std::vector<uint64_t>& bits, size_t id) { return ((bits[id >> 6] >> (id & 63)) & 1u) != 0; }
+bool Bit(const std::vector<uint64_t>& bits, size_t id) {
+  return ((bits[id >> 6] >> (id & 63)) & 1u) != 0;
+}
 
 }  // namespace
 

@@ -389,8 +389,8 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
       if (ev.finish == FinishReason::kStop) ev.finish = FinishReason::kLength;
     }
     if (tools) {
-      if (StreamToolEvent(meta, iu, i, r.logprobs, &ev, &readers[static_cast<size_t>(i)],
-                          &outcome, send)) {
+      if (StreamToolEvent(meta, iu, i, r.logprobs, &ev, &readers[static_cast<size_t>(i)], &outcome,
+                          send)) {
         cs.CancelAll();
       }
       continue;

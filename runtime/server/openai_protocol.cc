@@ -12,9 +12,9 @@
 #include "common/timeout_header.h"
 #include "runtime/sample/json_schema_grammar.h"
 #include "runtime/sample/sampling_validation.h"
+#include "runtime/server/request_fields.h"
 #include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/unicode.h"
-#include "runtime/server/request_fields.h"
 
 namespace kinfer {
 namespace {
@@ -23,7 +23,6 @@ using request_fields::Field;
 using request_fields::Invalid;
 
 using json = nlohmann::json;
-
 
 // Parses `body` into an object. Exceptions stay inside this function.
 Status ParseObject(std::string_view body, json* out, ErrorDetail* d) {

@@ -263,7 +263,8 @@ nlohmann::json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size
 // vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...]: null
 // for the first prompt token (nothing predicts it), then for each later one (`scored`, in
 // order) an object keyed by token id: the token itself and up to `top` of the most likely tokens
-// (rank 1, 2, ...) besides it (so `top` or `top` + 1 entries). Logprobs below -9999 (-inf) are written as -9999, as vLLM does.
+// (rank 1, 2, ...) besides it (so `top` or `top` + 1 entries). Logprobs below -9999 (-inf) are
+// written as -9999, as vLLM does.
 nlohmann::json PromptLogprobsJson(const std::vector<TokenLogprob>& scored, int top);
 
 // GET /v1/models.

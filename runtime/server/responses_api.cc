@@ -10,8 +10,6 @@ using request_fields::Invalid;
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-
-
 // Text content: a string, or an array of text parts ({"type": "input_text" | "output_text" |
 // "text", "text": ...}) joined.
 Status TextOf(const ojson& content, const std::string& param, std::string* out, ErrorDetail* d) {
@@ -30,8 +28,9 @@ Status TextOf(const ojson& content, const std::string& param, std::string* out, 
     const std::string t = type != nullptr && type->is_string() ? type->get<std::string>() : "";
     if (t != "input_text" && t != "output_text" && t != "text") {
       return Invalid(d, at + ".type",
-                     "'" + at + ".type' must be \"input_text\" or \"output_text\" (kinfer serves "
-                     "text models: images, files and audio are not supported)");
+                     "'" + at +
+                         ".type' must be \"input_text\" or \"output_text\" (kinfer serves "
+                         "text models: images, files and audio are not supported)");
     }
     const ojson* text = Field(part, "text");
     if (text == nullptr || !text->is_string()) {
@@ -56,14 +55,16 @@ Status InputItems(const ojson& input, ojson* messages, ErrorDetail* d) {
     const std::string at = "input[" + std::to_string(i) + "]";
     if (!item.is_object()) return Invalid(d, at, "'" + at + "' must be an object");
     const ojson* type = Field(item, "type");
-    const std::string t = type != nullptr && type->is_string() ? type->get<std::string>() : "message";
+    const std::string t =
+        type != nullptr && type->is_string() ? type->get<std::string>() : "message";
     if (t == "message") {
       const ojson* role = Field(item, "role");
       if (role == nullptr || !role->is_string()) {
         return Invalid(d, at + ".role", "'" + at + ".role' must be a string");
       }
       const ojson* content = Field(item, "content");
-      if (content == nullptr) return Invalid(d, at + ".content", "'" + at + ".content' is required");
+      if (content == nullptr)
+        return Invalid(d, at + ".content", "'" + at + ".content' is required");
       std::string text;
       KINFER_RETURN_IF_ERROR(TextOf(*content, at + ".content", &text, d));
       messages->push_back({{"role", *role}, {"content", text}});
@@ -74,10 +75,10 @@ Status InputItems(const ojson& input, ojson* messages, ErrorDetail* d) {
       if (call_id == nullptr || !call_id->is_string() || name == nullptr || !name->is_string()) {
         return Invalid(d, at, "'" + at + "' must have string 'call_id', 'name' and 'arguments'");
       }
-      ojson call = {{"id", *call_id},
-                    {"type", "function"},
-                    {"function",
-                     {{"name", *name}, {"arguments", args != nullptr ? *args : ojson("{}")}}}};
+      ojson call = {
+          {"id", *call_id},
+          {"type", "function"},
+          {"function", {{"name", *name}, {"arguments", args != nullptr ? *args : ojson("{}")}}}};
       // Calls after an assistant turn belong to it (the chat form: one turn, its tool_calls).
       if (messages->empty() || (*messages)[messages->size() - 1]["role"] != "assistant") {
         messages->push_back({{"role", "assistant"}, {"content", nullptr}});
@@ -114,8 +115,9 @@ Status Tools(const ojson& tools, ojson* out, ErrorDetail* d) {
     const ojson* type = tool.is_object() ? Field(tool, "type") : nullptr;
     if (type == nullptr || *type != "function") {
       return Invalid(d, at + ".type",
-                     "'" + at + ".type' must be \"function\" (built-in tools such as web and "
-                     "file search are not part of kinfer)");
+                     "'" + at +
+                         ".type' must be \"function\" (built-in tools such as web and "
+                         "file search are not part of kinfer)");
     }
     ojson fn = ojson::object();
     for (const char* k : {"name", "description", "parameters"}) {
@@ -169,8 +171,8 @@ json MessageItem(const std::string& id, const std::string& status, const std::st
 
 json CallItem(const std::string& id, const std::string& status, const json& call_id,
               const json& name, const std::string& arguments) {
-  return {{"id", id},          {"type", "function_call"}, {"status", status},
-          {"call_id", call_id}, {"name", name},            {"arguments", arguments}};
+  return {{"id", id},     {"type", "function_call"}, {"status", status}, {"call_id", call_id},
+          {"name", name}, {"arguments", arguments}};
 }
 
 }  // namespace
@@ -193,7 +195,8 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
   if (const ojson* r = Field(in, "reasoning");
       r != nullptr && !(r->is_object() && (r->empty() || (r->size() == 1 && r->contains("effort") &&
                                                           (*r)["effort"].is_null())))) {
-    return Invalid(d, "reasoning", "'reasoning' is not supported: the served model does not reason");
+    return Invalid(d, "reasoning",
+                   "'reasoning' is not supported: the served model does not reason");
   }
   if (const ojson* t = Field(in, "top_logprobs"); t != nullptr && !(t->is_number() && *t == 0)) {
     return Invalid(d, "top_logprobs",
@@ -224,10 +227,10 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
 
   if (const ojson* v = Field(in, "max_output_tokens")) chat["max_completion_tokens"] = *v;
   // Sampling, and the vLLM/kinfer extensions the chat endpoint takes, as they are.
-  for (const char* k : {"temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p",
-                        "repetition_penalty", "frequency_penalty", "presence_penalty", "stop",
-                        "logit_bias", "priority", "min_tokens", "stop_token_ids", "speculative",
-                        "user"}) {
+  for (const char* k :
+       {"temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p",
+        "repetition_penalty", "frequency_penalty", "presence_penalty", "stop", "logit_bias",
+        "priority", "min_tokens", "stop_token_ids", "speculative", "user"}) {
     if (const ojson* v = Field(in, k)) chat[k] = *v;
   }
   if (const ojson* v = Field(in, "max_tool_calls")) {
@@ -292,8 +295,8 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
       chat.contains("parallel_tool_calls") ? chat["parallel_tool_calls"] : ojson(true);
   e["temperature"] = Field(in, "temperature") != nullptr ? in["temperature"] : ojson(1.0);
   e["top_p"] = Field(in, "top_p") != nullptr ? in["top_p"] : ojson(1.0);
-  e["max_output_tokens"] = Field(in, "max_output_tokens") != nullptr ? in["max_output_tokens"]
-                                                                     : ojson(nullptr);
+  e["max_output_tokens"] =
+      Field(in, "max_output_tokens") != nullptr ? in["max_output_tokens"] : ojson(nullptr);
   e["metadata"] = Field(in, "metadata") != nullptr ? in["metadata"] : ojson::object();
   e["text"] = Field(in, "text") != nullptr ? in["text"] : ojson{{"format", {{"type", "text"}}}};
   e["truncation"] = "disabled";
@@ -446,8 +449,9 @@ std::vector<std::string> ResponsesStreamTranslator::Translate(std::string_view c
           {"param", e.value("param", json(nullptr))}},
          &out);
     json failed = Snapshot("failed");
-    failed["error"] = {{"code", e.contains("code") && e["code"].is_string() ? e["code"] : json("server_error")},
-                       {"message", e.value("message", "generation failed")}};
+    failed["error"] = {
+        {"code", e.contains("code") && e["code"].is_string() ? e["code"] : json("server_error")},
+        {"message", e.value("message", "generation failed")}};
     Emit("response.failed", {{"response", std::move(failed)}}, &out);
     finished_ = true;
     return out;
@@ -490,8 +494,8 @@ std::vector<std::string> ResponsesStreamTranslator::Translate(std::string_view c
       if (tc.contains("id") && tc["id"].is_string()) {
         CloseItem(&out);  // a new call: the item before it is done
         const size_t index = output_.size();
-        json item = CallItem(ItemId("fc_", id_, index), "in_progress", tc["id"],
-                             fn.value("name", ""), "");
+        json item =
+            CallItem(ItemId("fc_", id_, index), "in_progress", tc["id"], fn.value("name", ""), "");
         Emit("response.output_item.added", {{"output_index", index}, {"item", item}}, &out);
         output_.push_back(std::move(item));
         item_open_ = true;

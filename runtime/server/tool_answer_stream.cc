@@ -25,9 +25,12 @@ size_t WholeUtf8Prefix(const std::string& s) {
     const auto b = static_cast<unsigned char>(s[n - back]);
     if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
     size_t len = 1;
-    if ((b & 0xE0) == 0xC0) len = 2;
-    else if ((b & 0xF0) == 0xE0) len = 3;
-    else if ((b & 0xF8) == 0xF0) len = 4;
+    if ((b & 0xE0) == 0xC0)
+      len = 2;
+    else if ((b & 0xF0) == 0xE0)
+      len = 3;
+    else if ((b & 0xF8) == 0xF0)
+      len = 4;
     return len > back ? n - back : n;
   }
   return n;
@@ -132,16 +135,28 @@ void ToolAnswerStream::StringByte(char c, std::vector<Delta>* out) {
   if (escape_) {
     escape_ = false;
     switch (c) {
-      case 'b': Decoded('\b'); return;
-      case 'f': Decoded('\f'); return;
-      case 'n': Decoded('\n'); return;
-      case 'r': Decoded('\r'); return;
-      case 't': Decoded('\t'); return;
+      case 'b':
+        Decoded('\b');
+        return;
+      case 'f':
+        Decoded('\f');
+        return;
+      case 'n':
+        Decoded('\n');
+        return;
+      case 'r':
+        Decoded('\r');
+        return;
+      case 't':
+        Decoded('\t');
+        return;
       case 'u':
         hex_left_ = 4;
         hex_ = 0;
         return;
-      default: Decoded(static_cast<unsigned char>(c)); return;  // \" \\ \/
+      default:
+        Decoded(static_cast<unsigned char>(c));
+        return;  // \" \\ \/
     }
   }
   if (c == '\\') {

@@ -1,7 +1,8 @@
 // Reads a tool-format answer (tool_calls.h) as it is generated, so that a streamed response can
 // send each call's name as soon as it is known and its arguments piece by piece, and a direct
 // answer's text as it comes, instead of holding the whole answer until it ends:
-//   {"tool_calls": [{"name": "f", "arguments": {...}}, ...]}  -> CallStart(0, "f"), Arguments(0, ..)
+//   {"tool_calls": [{"name": "f", "arguments": {...}}, ...]}  -> CallStart(0, "f"), Arguments(0,
+//   ..)
 //   {"response": "text"}                                      -> Content("te"), Content("xt")
 //   {"response": {...}}   (tools with response_format)        -> Content("{..."), Content("...}")
 //

@@ -3,8 +3,8 @@
 #include <set>
 
 #include "runtime/sample/json_schema_grammar.h"
-#include "runtime/server/tool_answer_stream.h"
 #include "runtime/server/request_fields.h"
+#include "runtime/server/tool_answer_stream.h"
 
 namespace kinfer {
 namespace {
@@ -15,7 +15,6 @@ using request_fields::Invalid;
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-
 bool ValidName(const std::string& n) {
   if (n.empty() || n.size() > 64) return false;
   for (char c : n) {
@@ -25,7 +24,6 @@ bool ValidName(const std::string& n) {
   }
   return true;
 }
-
 
 }  // namespace
 

@@ -377,8 +377,8 @@ TEST(ToolCallGrammarTest, AResponseSchemaShapesTheDirectAnswer) {
   const ojson city = ojson::parse(R"({"type":"object","properties":{"city":{"$ref":"#/$defs/C"}},
       "required":["city"],"additionalProperties":false,"$defs":{"C":{"enum":["Paris","Rome"]}}})");
   const ToolSchema response{"", &city, "response_format.json_schema.schema"};
-  auto g = ToolCallGrammar({{"search", &args, "tools[0].function.parameters"}}, true, true,
-                           &response);
+  auto g =
+      ToolCallGrammar({{"search", &args, "tools[0].function.parameters"}}, true, true, &response);
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_TRUE(Matches(*g, R"({"response": {"city": "Rome"}})"));
   EXPECT_TRUE(Matches(*g, R"({"tool_calls":[{"name":"search","arguments":{"q":"x"}}]})"));

@@ -45,7 +45,8 @@ TEST(StopMatcherTest, NoStopStringsPassesTextThroughAtOnce) {
 }
 
 TEST(StopMatcherTest, TextWithoutAStopIsFlushedIntact) {
-  const std::string text = "The quick brown fox jumps over the lazy dog. \xC3\xA9t\xC3\xA9 \xE2\x82\xAC";
+  const std::string text =
+      "The quick brown fox jumps over the lazy dog. \xC3\xA9t\xC3\xA9 \xE2\x82\xAC";
   const auto r = PushAll({"###", "\nUser:"}, Bytes(text));
   EXPECT_FALSE(r.stopped);
   EXPECT_EQ(r.text, text);
@@ -137,7 +138,11 @@ TEST(StopMatcherTest, FlushReturnsAHeldStopPrefix) {
 
 TEST(StopMatcherTest, MultiByteCharactersAreNeverSplit) {
   // "é" (2 bytes), "€" (3 bytes), "😀" (4 bytes), pushed one byte at a time.
-  const std::string text = "a\xC3\xA9" "b\xE2\x82\xAC" "c\xF0\x9F\x98\x80" "d";
+  const std::string text =
+      "a\xC3\xA9"
+      "b\xE2\x82\xAC"
+      "c\xF0\x9F\x98\x80"
+      "d";
   StopMatcher m({"zz"});
   std::string out;
   for (const auto& b : Bytes(text)) {
@@ -149,8 +154,8 @@ TEST(StopMatcherTest, MultiByteCharactersAreNeverSplit) {
       EXPECT_TRUE(last < 0x80 || (last & 0xC0) == 0x80) << "piece ends in a lead byte";
     }
     out += piece;
-    for (const std::string& whole : {std::string("\xC3\xA9"), std::string("\xE2\x82\xAC"),
-                                     std::string("\xF0\x9F\x98\x80")}) {
+    for (const std::string& whole :
+         {std::string("\xC3\xA9"), std::string("\xE2\x82\xAC"), std::string("\xF0\x9F\x98\x80")}) {
       // Pieces only ever contain whole characters, so each is either all out or not at all.
       EXPECT_TRUE(out.find(whole) != std::string::npos || out.find(whole[0]) == std::string::npos);
     }
@@ -160,7 +165,10 @@ TEST(StopMatcherTest, MultiByteCharactersAreNeverSplit) {
 }
 
 TEST(StopMatcherTest, MultiByteStopStringMatchesAcrossPushes) {
-  const auto r = PushAll({"\xE2\x80\x94" "end"}, Bytes("x \xE2\x80\x94" "end y"));
+  const auto r = PushAll({"\xE2\x80\x94"
+                          "end"},
+                         Bytes("x \xE2\x80\x94"
+                               "end y"));
   EXPECT_TRUE(r.stopped);
   EXPECT_EQ(r.text, "x ");
 }

@@ -309,8 +309,8 @@ TEST(ParseChatTest, ResponseFormatBesideToolsShapesTheDirectAnswer) {
                                         "JSON Schema: {\"type\":\"object\""),
             std::string::npos)
       << r->messages[0].content;
-  auto j = ParseChatRequest("{" + m + "," + kTools + R"(,"response_format":{"type":"json_object"}})",
-                            &d);
+  auto j = ParseChatRequest(
+      "{" + m + "," + kTools + R"(,"response_format":{"type":"json_object"}})", &d);
   ASSERT_TRUE(j.ok()) << j.status().message();
   EXPECT_FALSE(j->json_object) << "the tool grammar holds the object";
   EXPECT_EQ(j->tools.response_schema->dump(), R"({"type":"object"})");
@@ -327,23 +327,26 @@ TEST(PromptLogprobsTest, ParsedBoundedAndWrittenAsVllmDoes) {
   EXPECT_EQ(off->prompt_logprobs, -1);
   EXPECT_EQ(ToGenerationRequest(*off, {1, 2}, 4).prompt_logprobs, -1);
   // Echo with logprobs 5 and prompt_logprobs 1: one scoring, with the larger count.
-  auto both = ParseCompletionRequest(
-      R"({"prompt":"x","echo":true,"logprobs":5,"prompt_logprobs":1})", &d);
+  auto both =
+      ParseCompletionRequest(R"({"prompt":"x","echo":true,"logprobs":5,"prompt_logprobs":1})", &d);
   ASSERT_TRUE(both.ok());
   EXPECT_EQ(ToGenerationRequest(*both, {1, 2}, 4).prompt_logprobs, 5);
-  for (const char* bad : {R"({"prompt":"x","prompt_logprobs":21})",
-                          R"({"prompt":"x","prompt_logprobs":-1})",
-                          R"({"prompt":"x","prompt_logprobs":"2"})",
-                          R"({"prompt":"x","prompt_logprobs":1,"stream":true})"}) {
+  for (const char* bad :
+       {R"({"prompt":"x","prompt_logprobs":21})", R"({"prompt":"x","prompt_logprobs":-1})",
+        R"({"prompt":"x","prompt_logprobs":"2"})",
+        R"({"prompt":"x","prompt_logprobs":1,"stream":true})"}) {
     ErrorDetail e;
     EXPECT_FALSE(ParseCompletionRequest(bad, &e).ok()) << bad;
     EXPECT_EQ(e.param, "prompt_logprobs") << bad;
   }
   // [null, {id: {logprob, rank, decoded_token}}]: the token, then alternatives besides it.
-  TokenLogprob t{7, "b", -1.5f, {TopLogprob{3, "a", -0.5f}, TopLogprob{7, "b", -1.5f},
-                                 TopLogprob{9, "c", -2.0f}}, 2};
-  TokenLogprob inf{4, "z", -std::numeric_limits<float>::infinity(), {TopLogprob{3, "a", -0.1f}},
-                   900};
+  TokenLogprob t{7,
+                 "b",
+                 -1.5f,
+                 {TopLogprob{3, "a", -0.5f}, TopLogprob{7, "b", -1.5f}, TopLogprob{9, "c", -2.0f}},
+                 2};
+  TokenLogprob inf{
+      4, "z", -std::numeric_limits<float>::infinity(), {TopLogprob{3, "a", -0.1f}}, 900};
   const json j = PromptLogprobsJson({t, inf}, 2);
   ASSERT_EQ(j.size(), 3u);
   EXPECT_TRUE(j[0].is_null());

@@ -81,12 +81,14 @@ TEST(ResponsesToChatTest, ToolsFormatAndStreamAreTheChatOnes) {
   EXPECT_EQ(c["stream"], true);
   EXPECT_EQ(c["stream_options"], ojson::parse(R"({"include_usage":true})"));
   // The client's key order survives (schemas generate their properties in it).
-  EXPECT_EQ(c["tools"].dump(),
-            R"([{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"b":{},"a":{}}}}}])");
+  EXPECT_EQ(
+      c["tools"].dump(),
+      R"([{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"b":{},"a":{}}}}}])");
   EXPECT_EQ(c["tool_choice"].dump(), R"({"type":"function","function":{"name":"f"}})");
   EXPECT_EQ(c["parallel_tool_calls"], false);
-  EXPECT_EQ(c["response_format"].dump(),
-            R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"z":{},"y":{}}},"strict":true}})");
+  EXPECT_EQ(
+      c["response_format"].dump(),
+      R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"z":{},"y":{}}},"strict":true}})");
   EXPECT_EQ(rr.echo["parallel_tool_calls"], false);
   EXPECT_EQ(Chat(R"({"input":"x","text":{"format":{"type":"json_object"}}})")["response_format"],
             ojson::parse(R"({"type":"json_object"})"));
@@ -94,8 +96,7 @@ TEST(ResponsesToChatTest, ToolsFormatAndStreamAreTheChatOnes) {
 }
 
 TEST(ResponsesToChatTest, WhatKinferCannotDoIsA400NamingTheField) {
-  EXPECT_EQ(ErrorParam(R"({"input":"x","previous_response_id":"resp_1"})"),
-            "previous_response_id");
+  EXPECT_EQ(ErrorParam(R"({"input":"x","previous_response_id":"resp_1"})"), "previous_response_id");
   EXPECT_EQ(ErrorParam(R"({"input":"x","conversation":"conv_1"})"), "conversation");
   EXPECT_EQ(ErrorParam(R"({"input":"x","background":true})"), "background");
   EXPECT_EQ(ErrorParam(R"({"input":"x","reasoning":{"effort":"high"}})"), "reasoning");
@@ -103,8 +104,10 @@ TEST(ResponsesToChatTest, WhatKinferCannotDoIsA400NamingTheField) {
   EXPECT_EQ(ErrorParam(R"({"input":"x","tools":[{"type":"web_search"}]})"), "tools[0].type");
   EXPECT_EQ(ErrorParam(R"({"input":"x","tool_choice":{"type":"web_search"}})"), "tool_choice");
   EXPECT_EQ(ErrorParam(R"({"input":"x","text":{"format":{"type":"yaml"}}})"), "text.format");
-  EXPECT_EQ(ErrorParam(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})"),
-            "input[0].content[0].type");
+  EXPECT_EQ(
+      ErrorParam(
+          R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})"),
+      "input[0].content[0].type");
   EXPECT_EQ(ErrorParam(R"({"input":[{"type":"item_reference","id":"msg_1"}]})"), "input[0].type");
   EXPECT_EQ(ErrorParam(R"({"input":[{"type":"function_call","name":"f"}]})"), "input[0]");
   EXPECT_EQ(ErrorParam(R"({"model":"m"})"), "input");
@@ -146,7 +149,8 @@ TEST(ResponseFromChatTest, TextAndCallsBecomeOutputItems) {
   EXPECT_EQ(r["usage"]["total_tokens"], 7);
   EXPECT_TRUE(r["incomplete_details"].is_null());
 
-  const json calls = json::parse(R"({"model":"m","choices":[{"index":0,"message":{"role":"assistant",
+  const json calls =
+      json::parse(R"({"model":"m","choices":[{"index":0,"message":{"role":"assistant",
       "content":null,"tool_calls":[{"id":"call_9","type":"function","function":{"name":"f",
       "arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,
       "completion_tokens":1}})");
@@ -190,8 +194,11 @@ std::vector<std::string> Types(const std::vector<std::pair<std::string, json>>& 
 }
 
 std::string Chunk(const std::string& delta, const char* finish = nullptr) {
-  json c = {{"id", "chatcmpl-1"}, {"object", "chat.completion.chunk"}, {"model", "m"},
-            {"choices", json::array({{{"index", 0}, {"delta", json::parse(delta)},
+  json c = {{"id", "chatcmpl-1"},
+            {"object", "chat.completion.chunk"},
+            {"model", "m"},
+            {"choices", json::array({{{"index", 0},
+                                      {"delta", json::parse(delta)},
                                       {"finish_reason", finish ? json(finish) : json(nullptr)}}})}};
   return c.dump();
 }
@@ -203,15 +210,15 @@ TEST(ResponsesStreamTest, TextStreamsAsOneMessageItemThenCompletes) {
   ResponsesRequest rr;
   Chat(R"({"input":"x","stream":true})", &rr);
   ResponsesStreamTranslator t(rr, "resp_abc", 5);
-  const auto evs = Events(&t, {Chunk(R"({"role":"assistant","content":""})"),
-                               Chunk(R"({"content":"Par"})"), Chunk(R"({"content":"is."})"),
-                               Chunk("{}", "stop"), kUsage, "[DONE]"});
-  EXPECT_EQ(Types(evs), (std::vector<std::string>{
-                            "response.created", "response.in_progress",
-                            "response.output_item.added", "response.content_part.added",
-                            "response.output_text.delta", "response.output_text.delta",
-                            "response.output_text.done", "response.content_part.done",
-                            "response.output_item.done", "response.completed"}));
+  const auto evs =
+      Events(&t, {Chunk(R"({"role":"assistant","content":""})"), Chunk(R"({"content":"Par"})"),
+                  Chunk(R"({"content":"is."})"), Chunk("{}", "stop"), kUsage, "[DONE]"});
+  EXPECT_EQ(Types(evs),
+            (std::vector<std::string>{"response.created", "response.in_progress",
+                                      "response.output_item.added", "response.content_part.added",
+                                      "response.output_text.delta", "response.output_text.delta",
+                                      "response.output_text.done", "response.content_part.done",
+                                      "response.output_item.done", "response.completed"}));
   for (size_t i = 0; i < evs.size(); ++i) EXPECT_EQ(evs[i].second["sequence_number"], i);
   EXPECT_EQ(evs[0].second["response"]["status"], "in_progress");
   EXPECT_EQ(evs[0].second["response"]["id"], "resp_abc");
@@ -239,21 +246,24 @@ TEST(ResponsesStreamTest, CallsStreamTheirArgumentsAndAMaxTokensCutIsIncomplete)
   Chat(R"({"input":"x","stream":true})", &rr);
   ResponsesStreamTranslator t(rr, "resp_abc", 5);
   const auto evs = Events(
-      &t, {Chunk(R"({"role":"assistant","content":""})"),
-           Chunk(R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]})"),
-           Chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]})"),
-           Chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]})"),
-           Chunk(R"({"tool_calls":[{"index":1,"id":"call_2","type":"function","function":{"name":"g","arguments":""}}]})"),
-           Chunk(R"({"tool_calls":[{"index":1,"function":{"arguments":"{}"}}]})"),
-           Chunk("{}", "tool_calls"), kUsage, "[DONE]"});
-  EXPECT_EQ(Types(evs), (std::vector<std::string>{
-                            "response.created", "response.in_progress",
-                            "response.output_item.added", "response.function_call_arguments.delta",
-                            "response.function_call_arguments.delta",
-                            "response.function_call_arguments.done", "response.output_item.done",
-                            "response.output_item.added", "response.function_call_arguments.delta",
-                            "response.function_call_arguments.done", "response.output_item.done",
-                            "response.completed"}));
+      &t,
+      {Chunk(R"({"role":"assistant","content":""})"),
+       Chunk(
+           R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]})"),
+       Chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]})"),
+       Chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]})"),
+       Chunk(
+           R"({"tool_calls":[{"index":1,"id":"call_2","type":"function","function":{"name":"g","arguments":""}}]})"),
+       Chunk(R"({"tool_calls":[{"index":1,"function":{"arguments":"{}"}}]})"),
+       Chunk("{}", "tool_calls"), kUsage, "[DONE]"});
+  EXPECT_EQ(Types(evs),
+            (std::vector<std::string>{
+                "response.created", "response.in_progress", "response.output_item.added",
+                "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+                "response.function_call_arguments.done", "response.output_item.done",
+                "response.output_item.added", "response.function_call_arguments.delta",
+                "response.function_call_arguments.done", "response.output_item.done",
+                "response.completed"}));
   EXPECT_EQ(evs[2].second["item"]["call_id"], "call_1");
   EXPECT_EQ(evs[2].second["item"]["name"], "f");
   EXPECT_EQ(evs[5].second["arguments"], R"({"a":1})");
@@ -264,8 +274,8 @@ TEST(ResponsesStreamTest, CallsStreamTheirArgumentsAndAMaxTokensCutIsIncomplete)
   EXPECT_EQ(out[1]["status"], "completed");
 
   ResponsesStreamTranslator cut(rr, "resp_def", 5);
-  const auto ev2 = Events(&cut, {Chunk(R"({"content":"Pa"})"), Chunk("{}", "length"), kUsage,
-                                 "[DONE]"});
+  const auto ev2 =
+      Events(&cut, {Chunk(R"({"content":"Pa"})"), Chunk("{}", "length"), kUsage, "[DONE]"});
   EXPECT_EQ(ev2.back().first, "response.incomplete");
   EXPECT_EQ(ev2.back().second["response"]["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(ev2.back().second["response"]["output"][0]["status"], "incomplete");
@@ -275,9 +285,10 @@ TEST(ResponsesStreamTest, AChatErrorEndsTheStreamFailed) {
   ResponsesRequest rr;
   Chat(R"({"input":"x","stream":true})", &rr);
   ResponsesStreamTranslator t(rr, "resp_abc", 5);
-  const auto evs =
-      Events(&t, {Chunk(R"({"content":"Pa"})"),
-                  R"({"error":{"message":"the server is shutting down","type":"server_error","code":null}})"});
+  const auto evs = Events(
+      &t,
+      {Chunk(R"({"content":"Pa"})"),
+       R"({"error":{"message":"the server is shutting down","type":"server_error","code":null}})"});
   ASSERT_GE(evs.size(), 2u);
   EXPECT_EQ(evs[evs.size() - 2].first, "error");
   EXPECT_EQ(evs[evs.size() - 2].second["message"], "the server is shutting down");

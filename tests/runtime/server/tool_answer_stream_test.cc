@@ -32,7 +32,9 @@ Sum Add(const std::vector<Delta>& deltas) {
       s.order.push_back(d.kind);
     }
     switch (d.kind) {
-      case Kind::kContent: s.content += d.text; break;
+      case Kind::kContent:
+        s.content += d.text;
+        break;
       case Kind::kCallStart:
         EXPECT_EQ(d.index, static_cast<int>(s.names.size())) << "calls start in order";
         s.names.push_back(d.text);
@@ -111,9 +113,8 @@ TEST(ToolAnswerStreamTest, TheNameComesAsSoonAsItsStringCloses) {
 
 TEST(ToolAnswerStreamTest, AStringResponseIsDecodedAsItComes) {
   // \u00e9, a surrogate pair (U+1F600), a lone high surrogate, raw UTF-8 (3 and 4 bytes).
-  const std::string text =
-      R"({"response": "Caf\u00e9 \"ok\"\n\ud83d\ude00 \ud800x \\ / \/ )"
-      "\xe2\x82\xac \xf0\x9f\x8d\x95\"}";
+  const std::string text = R"({"response": "Caf\u00e9 \"ok\"\n\ud83d\ude00 \ud800x \\ / \/ )"
+                           "\xe2\x82\xac \xf0\x9f\x8d\x95\"}";
   const std::string expected =
       "Caf\xc3\xa9 \"ok\"\n\xf0\x9f\x98\x80 \xef\xbf\xbdx \\ / / \xe2\x82\xac \xf0\x9f\x8d\x95";
   for (int mode = 0; mode < 2; ++mode) {
@@ -134,8 +135,9 @@ TEST(ToolAnswerStreamTest, AStringResponseIsDecodedAsItComes) {
 
 TEST(ToolAnswerStreamTest, AJsonResponseIsItsValueWithoutOuterWhitespace) {
   ToolAnswerStream r;
-  const Sum s = Add(FeedBytes(&r, "{\"response\": {\"a\": [1, 2.5e3, true, null],\n  \"b\": "
-                                  "\"x y\"}\n}"));
+  const Sum s = Add(FeedBytes(&r,
+                              "{\"response\": {\"a\": [1, 2.5e3, true, null],\n  \"b\": "
+                              "\"x y\"}\n}"));
   EXPECT_EQ(r.answer(), ToolAnswerStream::Answer::kResponse);
   EXPECT_EQ(s.content, R"({"a":[1,2.5e3,true,null],"b":"x y"})");
   ToolAnswerStream scalar;
@@ -145,7 +147,8 @@ TEST(ToolAnswerStreamTest, AJsonResponseIsItsValueWithoutOuterWhitespace) {
 TEST(ToolAnswerStreamTest, ScalarArgumentsEndAtTheirDelimiter) {
   ToolAnswerStream r;
   const Sum s = Add(FeedBytes(
-      &r, R"({"tool_calls": [{"name": "a", "arguments": 5 }, {"name": "b", "arguments": "s,}"}]})"));
+      &r,
+      R"({"tool_calls": [{"name": "a", "arguments": 5 }, {"name": "b", "arguments": "s,}"}]})"));
   ASSERT_EQ(s.args.size(), 2u);
   EXPECT_EQ(s.args[0], "5");
   EXPECT_EQ(s.args[1], R"("s,}")");
@@ -153,8 +156,7 @@ TEST(ToolAnswerStreamTest, ScalarArgumentsEndAtTheirDelimiter) {
 
 TEST(ToolAnswerStreamTest, ArgumentsBeforeTheNameAreHeldForIt) {
   ToolAnswerStream r;
-  const Sum s =
-      Add(FeedBytes(&r, R"({"tool_calls": [{"arguments": {"x": 1}, "name": "late"}]})"));
+  const Sum s = Add(FeedBytes(&r, R"({"tool_calls": [{"arguments": {"x": 1}, "name": "late"}]})"));
   ASSERT_EQ(s.names, std::vector<std::string>{"late"});
   EXPECT_EQ(s.args[0], R"({"x":1})");
 }
@@ -183,15 +185,21 @@ TEST(ToolAnswerStreamTest, BytesAfterTheAnswerAreIgnored) {
 
 // A random JSON value of bounded depth, with strings that hold JSON's delimiters and escapes.
 ojson RandomValue(std::mt19937& rng, int depth) {
-  const char* strings[] = {"", "plain", "a, b", "{x}", "[1]", "q\"uote", "back\\slash",
-                           "new\nline", "caf\xc3\xa9", ":", " spaced  out "};
+  const char* strings[] = {
+      "",          "plain",       "a, b", "{x}",          "[1]", "q\"uote", "back\\slash",
+      "new\nline", "caf\xc3\xa9", ":",    " spaced  out "};
   std::uniform_int_distribution<int> kind(0, depth > 2 ? 4 : 6);
   switch (kind(rng)) {
-    case 0: return ojson(nullptr);
-    case 1: return ojson(std::uniform_int_distribution<int>(0, 1)(rng) == 1);
-    case 2: return ojson(std::uniform_int_distribution<int>(-1000, 1000)(rng));
-    case 3: return ojson(std::uniform_real_distribution<double>(-10, 10)(rng));
-    case 4: return ojson(strings[std::uniform_int_distribution<size_t>(0, 10)(rng)]);
+    case 0:
+      return ojson(nullptr);
+    case 1:
+      return ojson(std::uniform_int_distribution<int>(0, 1)(rng) == 1);
+    case 2:
+      return ojson(std::uniform_int_distribution<int>(-1000, 1000)(rng));
+    case 3:
+      return ojson(std::uniform_real_distribution<double>(-10, 10)(rng));
+    case 4:
+      return ojson(strings[std::uniform_int_distribution<size_t>(0, 10)(rng)]);
     case 5: {
       ojson a = ojson::array();
       const int n = std::uniform_int_distribution<int>(0, 3)(rng);
@@ -235,7 +243,8 @@ TEST(ToolAnswerStreamTest, RandomArgumentsInRandomPiecesReadBackToTheirValues) {
     ASSERT_TRUE(whole.has_value()) << text;
     for (int i = 0; i < n; ++i) {
       EXPECT_EQ(s.names[static_cast<size_t>(i)], "f" + std::to_string(i));
-      EXPECT_EQ(ojson::parse(s.args[static_cast<size_t>(i)]), calls[static_cast<size_t>(i)]["arguments"])
+      EXPECT_EQ(ojson::parse(s.args[static_cast<size_t>(i)]),
+                calls[static_cast<size_t>(i)]["arguments"])
           << text;
       EXPECT_EQ(whole->tool_calls[static_cast<size_t>(i)]["function"]["arguments"],
                 s.args[static_cast<size_t>(i)]);

@@ -86,8 +86,10 @@ TEST(SseFirstTokenTest, ReasoningContentIsAToken) {
 }
 
 TEST(SseFirstTokenTest, CompletionsTextIsAToken) {
-  EXPECT_TRUE(FindsToken(Event(R"({"object":"text_completion","choices":[{"index":0,"text":"Hi","finish_reason":null}]})")));
-  EXPECT_FALSE(FindsToken(Event(R"({"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":null}]})")));
+  EXPECT_TRUE(FindsToken(Event(
+      R"({"object":"text_completion","choices":[{"index":0,"text":"Hi","finish_reason":null}]})")));
+  EXPECT_FALSE(FindsToken(Event(
+      R"({"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":null}]})")));
 }
 
 TEST(SseFirstTokenTest, ToolCallsAreAToken) {
@@ -123,9 +125,9 @@ TEST(SseFirstTokenTest, FinishReasonIsAToken) {
 }
 
 TEST(SseFirstTokenTest, TokenInALaterChoiceIsFound) {
-  EXPECT_TRUE(FindsToken(Event(
-      R"({"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null},)"
-      R"({"index":1,"delta":{"content":"x"},"finish_reason":null}]})")));
+  EXPECT_TRUE(FindsToken(
+      Event(R"({"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null},)"
+            R"({"index":1,"delta":{"content":"x"},"finish_reason":null}]})")));
 }
 
 TEST(SseFirstTokenTest, DoneIsAToken) {
@@ -143,8 +145,9 @@ TEST(SseFirstTokenTest, ErrorEventIsAToken) {
 
 TEST(SseFirstTokenTest, DataWithoutSpaceAndOtherFieldsAreRead) {
   EXPECT_TRUE(FindsToken("data:{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"));
-  EXPECT_TRUE(FindsToken(
-      "id: 7\nevent: message\nretry: 100\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"));
+  EXPECT_TRUE(
+      FindsToken("id: 7\nevent: message\nretry: 100\ndata: "
+                 "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"));
   EXPECT_FALSE(FindsToken("id: 7\nevent: message\n: comment \"content\":\"a\"\n\n"));
 }
 

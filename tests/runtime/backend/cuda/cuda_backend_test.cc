@@ -55,7 +55,9 @@ class CudaBackendTest : public ::testing::Test {
     EXPECT_NE(t, nullptr);
     return t->Encode(testing::BundledPrompts()[i], false, true);
   }
-  static int Argmax(const float* r, int n) { return static_cast<int>(std::max_element(r, r + n) - r); }
+  static int Argmax(const float* r, int n) {
+    return static_cast<int>(std::max_element(r, r + n) - r);
+  }
 
   // The three bundled prompts as sequences, each in its own 32 blocks.
   struct ThreePrompts {
@@ -116,9 +118,9 @@ TEST_F(CudaBackendTest, ReportsTheDevice) {
   auto g = Cuda();
   ASSERT_NE(g, nullptr);
   const CudaDeviceInfo& d = g->device_info();
-  std::printf("device %s: cc %d.%d, %d SMs, L2 %lld bytes, smem/block opt-in %lld\n", d.name.c_str(),
-              d.cc_major, d.cc_minor, d.sm_count, static_cast<long long>(d.l2_bytes),
-              static_cast<long long>(d.smem_per_block_optin));
+  std::printf("device %s: cc %d.%d, %d SMs, L2 %lld bytes, smem/block opt-in %lld\n",
+              d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count,
+              static_cast<long long>(d.l2_bytes), static_cast<long long>(d.smem_per_block_optin));
   EXPECT_GT(d.sm_count, 0);
   EXPECT_EQ(g->name(), "cuda");
   EXPECT_EQ(g->KvBlockBytes(16), cpu_->KvBlockBytes(16));
@@ -401,11 +403,13 @@ TEST_F(CudaBackendTest, RefusesMalformedStepsLikeTheCpu) {
   s.tokens = bad;
   s.blocks = table;
   std::vector<float> l;
-  EXPECT_EQ(g->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &l).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &l).code(),
+            StatusCode::kInvalidArgument);
   const std::vector<int32_t> outside = {kBlocks};
   s.tokens = std::span<const int32_t>(bad).subspan(0, 1);
   s.blocks = outside;
-  EXPECT_EQ(g->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &l).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &l).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(g->ForwardBatch({}, &l).code(), StatusCode::kInvalidArgument);
 }
 
@@ -440,9 +444,10 @@ TEST_F(CudaBackendTest, GreedyTextMatchesTheCpu) {
         std::vector<float> sorted = lc;
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
         const float margin = sorted[0] - sorted[1];
-        std::printf("prompt %d: first divergence at generated token %d (cpu %d, cuda %d); cpu top-2 "
-                    "margin %.4f, cpu logit of the cuda token %.4f vs top %.4f\n",
-                    pi, step, tc, tg, margin, lc[tg], lc[tc]);
+        std::printf(
+            "prompt %d: first divergence at generated token %d (cpu %d, cuda %d); cpu top-2 "
+            "margin %.4f, cpu logit of the cuda token %.4f vs top %.4f\n",
+            pi, step, tc, tg, margin, lc[tg], lc[tc]);
         EXPECT_LT(lc[tc] - lc[tg], 1.0f) << "prompt " << pi << ": divergence not at a near-tie";
         diverged = true;
       }
