@@ -16,10 +16,13 @@ StatusOr<ChatPrompt> ChatPrompt::FromTokenizer(const Tokenizer& tok) {
   return p;
 }
 
-StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatTurn>& turns) const {
+StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatTurn>& turns,
+                                         bool add_generation_prompt,
+                                         bool continue_final_message) const {
+  const bool generation_prompt = add_generation_prompt && !continue_final_message;
+  std::string out;
   if (!template_.has_value()) {
     // ChatML, as llama.cpp falls back to.
-    std::string out;
     for (const ChatTurn& t : turns) {
       out += "<|im_start|>";
       out += t.role == "developer" ? "system" : t.role;
@@ -27,15 +30,27 @@ StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatTurn>& turns) con
       out += t.content;
       out += "<|im_end|>\n";
     }
-    out += "<|im_start|>assistant\n";
-    return out;
+    if (generation_prompt) out += "<|im_start|>assistant\n";
+  } else {
+    std::vector<ChatMessage> messages;
+    messages.reserve(turns.size());
+    for (const ChatTurn& t : turns) {
+      messages.push_back(ChatMessage{t.role == "developer" ? "system" : t.role, t.content});
+    }
+    StatusOr<std::string> text = template_->Render(messages, generation_prompt);
+    if (!text.ok()) return text.status();
+    out = std::move(text).value();
   }
-  std::vector<ChatMessage> messages;
-  messages.reserve(turns.size());
-  for (const ChatTurn& t : turns) {
-    messages.push_back(ChatMessage{t.role == "developer" ? "system" : t.role, t.content});
+  if (!continue_final_message) return out;
+  const std::string& last = turns.back().content;
+  const size_t at = out.rfind(last);
+  if (last.empty() || at == std::string::npos) {
+    return InvalidArgument(
+        "the chat template does not show the final assistant message's text as it is, so it "
+        "cannot be continued");
   }
-  return template_->Render(messages, /*add_generation_prompt=*/true);
+  out.resize(at + last.size());
+  return out;
 }
 
 }  // namespace kinfer

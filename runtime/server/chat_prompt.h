@@ -22,10 +22,15 @@ class ChatPrompt {
   // the template parser); no template selects the ChatML fallback.
   static StatusOr<ChatPrompt> FromTokenizer(const Tokenizer& tokenizer);
 
-  // The prompt text ending with the assistant's generation prompt. "developer" turns are given
-  // to the template as "system". INVALID_ARGUMENT when the template rejects the conversation
-  // (for example roles that do not alternate).
-  StatusOr<std::string> Render(const std::vector<ChatTurn>& turns) const;
+  // The prompt text, ending with the assistant's generation prompt when `add_generation_prompt`.
+  // With `continue_final_message` (REQUIRES: the last turn is the assistant's, with text) it ends
+  // with that turn's text instead, unclosed, so the model continues it: the conversation is
+  // rendered without a generation prompt and cut after the last occurrence of that text (as
+  // vLLM does). "developer" turns are given to the template as "system". INVALID_ARGUMENT when
+  // the template rejects the conversation (for example roles that do not alternate) or does not
+  // show the final turn's text as it is.
+  StatusOr<std::string> Render(const std::vector<ChatTurn>& turns, bool add_generation_prompt = true,
+                               bool continue_final_message = false) const;
 
   bool uses_fallback() const { return !template_.has_value(); }
 

@@ -103,7 +103,8 @@ StatusOr<std::vector<int32_t>> PromptTokens(const ParsedRequest& r, const Comple
   const Tokenizer& tok = model.tokenizer();
   std::vector<int32_t> ids;
   if (r.kind == ApiKind::kChat) {
-    StatusOr<std::string> text = model.chat().Render(r.messages);
+    StatusOr<std::string> text =
+        model.chat().Render(r.messages, r.add_generation_prompt, r.continue_final_message);
     if (!text.ok()) {
       d->param = "messages";
       return InvalidArgument("cannot apply the chat template: " + text.status().message());
@@ -155,6 +156,13 @@ struct Echo {
 Echo MakeEcho(const ParsedRequest& r, const CompletionPrompt* p, const std::vector<int32_t>& prompt,
               const Tokenizer& tok) {
   Echo e;
+  if (r.kind == ApiKind::kChat) {
+    // vLLM's chat echo: the last message's text, when it is the assistant's (the turn the answer
+    // continues or follows).
+    e.on = r.echo && !r.messages.empty() && r.messages.back().role == "assistant";
+    if (e.on) e.text = r.messages.back().content;
+    return e;
+  }
   e.on = r.echo && p != nullptr;
   if (!e.on) return e;
   e.score_only = r.max_tokens.has_value() && *r.max_tokens == 0;
@@ -261,7 +269,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
     }
     if (echo.on) {
       choices[i].text = echo.text + choices[i].text;
-      if (r.logprobs) {
+      if (r.logprobs && r.kind == ApiKind::kCompletion) {
         std::vector<TokenLogprob> all = echo.Logprobs(prompt_lps[i]);
         AppendLogprobs(&all, lps[i]);
         lps[i] = std::move(all);
@@ -378,10 +386,14 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
       // The echo goes first, as its own chunk, with the prompt's logprobs when asked.
       const Echo& echo = echoes[static_cast<size_t>(i / r.n)];
       echoed[static_cast<size_t>(i)] = true;
-      std::vector<TokenLogprob> head = echo.Logprobs(ev.prompt_logprobs);
-      send(CompletionChunkJson(meta, echo.text, r.logprobs ? &head : nullptr, 0,
-                               FinishReason::kNone, iu, i));
-      offset = echo.text.size();
+      if (chat) {
+        send(ChatChunkJson(meta, false, &echo.text, nullptr, FinishReason::kNone, iu, i));
+      } else {
+        std::vector<TokenLogprob> head = echo.Logprobs(ev.prompt_logprobs);
+        send(CompletionChunkJson(meta, echo.text, r.logprobs ? &head : nullptr, 0,
+                                 FinishReason::kNone, iu, i));
+        offset = echo.text.size();
+      }
     }
     if (score_only && !outcome.failed()) {
       ev.text.clear();

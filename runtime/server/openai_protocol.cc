@@ -363,10 +363,7 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
       GetIntField(obj, "speculative.n_max", 0, kMaxSpecTokens, &r->speculative_tokens, d));
 
   KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &r->echo, d));
-  if (r->echo && r->kind == ApiKind::kChat) {
-    return Invalid(d, "echo", "'echo' is only supported by /v1/completions");
-  }
-  if (r->max_tokens == 0 && !r->echo) {
+  if (r->max_tokens == 0 && !(r->echo && r->kind == ApiKind::kCompletion)) {
     return Invalid(d, "max_tokens",
                    "'max_tokens' must be >= 1 (0 only with 'echo': score the prompt, generate "
                    "nothing)");
@@ -571,6 +568,30 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
     }
   }
 
+  // vLLM's add_generation_prompt and continue_final_message (continue the last assistant turn:
+  // a prefill), and echo on chat (that turn's text comes back before the generated one).
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "continue_final_message", &r.continue_final_message, d));
+  r.add_generation_prompt = !r.continue_final_message;
+  KINFER_RETURN_IF_ERROR(GetBool(obj, "add_generation_prompt", &r.add_generation_prompt, d));
+  if (r.continue_final_message) {
+    if (r.add_generation_prompt) {
+      return Invalid(d, "add_generation_prompt",
+                     "'add_generation_prompt' cannot be true with 'continue_final_message' (the "
+                     "final assistant turn is continued, not followed by a new one)");
+    }
+    if (r.messages.back().role != "assistant" || r.messages.back().content.empty()) {
+      return Invalid(d, "messages",
+                     "'continue_final_message' needs the last message to be an assistant turn "
+                     "with text");
+    }
+  }
+  if (r.tools.active() && (r.continue_final_message || r.echo)) {
+    const char* field = r.echo ? "echo" : "continue_final_message";
+    return Invalid(d, field,
+                   std::string("'") + field +
+                       "' cannot be combined with tools (the tool-call format holds the answer)");
+  }
+
   KINFER_RETURN_IF_ERROR(GetBool(obj, "logprobs", &r.logprobs, d));
   if (Field(obj, "top_logprobs") != nullptr) {
     int top = 0;
@@ -762,7 +783,9 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.grammar = req.grammar;
   // The echo's logprobs and vLLM's prompt_logprobs share one scoring of the prompt, with the
   // larger number of alternatives (each answer keeps its own).
-  if (req.echo && req.logprobs) g.prompt_logprobs = req.sampling.logprobs;
+  if (req.echo && req.logprobs && req.kind == ApiKind::kCompletion) {
+    g.prompt_logprobs = req.sampling.logprobs;
+  }
   g.prompt_logprobs = std::max(g.prompt_logprobs, req.prompt_logprobs);
   return g;
 }

@@ -108,8 +108,13 @@ struct ParsedRequest {
   // of this grammar (runtime/sample/json_schema_grammar.h). Null when there is none.
   std::shared_ptr<const Grammar> grammar;
   // Completions' echo: the prompt is returned before the completion (with logprobs: the prompt
-  // tokens' too, the first one's null).
+  // tokens' too, the first one's null). Chat's (vLLM's): when the last message is the
+  // assistant's, its text comes back before the generated text.
   bool echo = false;
+  // Chat (vLLM's): end the prompt with the assistant's generation prompt (default), or continue
+  // the last assistant turn as it is (a prefill; then add_generation_prompt is false).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
   // vLLM's prompt_logprobs (0..kMaxLogprobs alternatives; -1: not asked): each prompt token's
   // logprob and rank after the ones before it (PromptLogprobsJson). Not with stream.
   int prompt_logprobs = -1;

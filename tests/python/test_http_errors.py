@@ -75,7 +75,10 @@ CASES = [
     ("empty_prompt_list", COMPLETIONS, json.dumps({"prompt": []}).encode(), 400, "prompt"),
     ("prompt_ids_out_of_vocab", COMPLETIONS, json.dumps({"prompt": [1, 99999999]}).encode(), 400,
      "prompt"),
-    ("echo_on_chat", CHAT, json.dumps({"messages": MSG, "echo": True}).encode(), 400, "echo"),
+    ("scoring_on_chat", CHAT, json.dumps({"messages": MSG, "echo": True,
+                                          "max_tokens": 0}).encode(), 400, "max_tokens"),
+    ("continue_without_assistant_turn", CHAT, json.dumps(
+        {"messages": MSG, "continue_final_message": True}).encode(), 400, "messages"),
     ("non_utf8_body", CHAT, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
     ("number_past_double", CHAT, b'{"messages": [{"role": "user", "content": "hi"}], '
      b'"temperature": 1e999}', 400, None),

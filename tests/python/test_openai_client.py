@@ -378,3 +378,36 @@ def test_completions_batch_of_prompts(client, server):
         for c in chunk.choices:
             texts[c.index] = texts.get(c.index, "") + c.text
     assert texts == {k: p + singles[k].choices[0].text for k, p in enumerate(prompts)}
+
+
+def test_continue_final_message_prefills_the_answer(client, server):
+    # vLLM's continue_final_message: the last assistant turn is continued as it is. The prompt is
+    # then the conversation rendered by the model's template (SmolLM2's ChatML) up to that text,
+    # so greedy, the answer is the completion of exactly that text.
+    prefix = "The capital of France is"
+    conversation = PROMPT + [{"role": "assistant", "content": prefix}]
+    r = client.chat.completions.create(model=server.model, messages=conversation, temperature=0,
+                                       max_tokens=8, extra_body={"continue_final_message": True})
+    rendered = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n" + prefix)
+    c = client.completions.create(model=server.model, prompt=rendered, temperature=0, max_tokens=8)
+    assert r.choices[0].message.content == c.choices[0].text
+    assert "Paris" in r.choices[0].message.content
+    assert r.usage.prompt_tokens == c.usage.prompt_tokens
+    # With echo (vLLM's chat echo), the answer starts with the continued turn's text, streamed too.
+    e = client.chat.completions.create(model=server.model, messages=conversation, temperature=0,
+                                       max_tokens=8,
+                                       extra_body={"continue_final_message": True, "echo": True})
+    assert e.choices[0].message.content == prefix + r.choices[0].message.content
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+        model=server.model, messages=conversation, temperature=0, max_tokens=8, stream=True,
+        extra_body={"continue_final_message": True, "echo": True}) if ch.choices)
+    assert streamed == e.choices[0].message.content
+    # add_generation_prompt false: the prompt ends after the last turn, without the assistant's
+    # header ("<|im_start|>assistant\n").
+    plain = client.chat.completions.create(model=server.model, messages=PROMPT, max_tokens=1)
+    bare = client.chat.completions.create(model=server.model, messages=PROMPT, max_tokens=1,
+                                          extra_body={"add_generation_prompt": False})
+    header = requests.post(server.url + "/tokenize", timeout=30,
+                           json={"content": "<|im_start|>assistant\n"}).json()["tokens"]
+    assert plain.usage.prompt_tokens - bare.usage.prompt_tokens == len(header)

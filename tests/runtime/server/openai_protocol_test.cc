@@ -316,6 +316,36 @@ TEST(ParseChatTest, ResponseFormatBesideToolsShapesTheDirectAnswer) {
   EXPECT_EQ(j->tools.response_schema->dump(), R"({"type":"object"})");
 }
 
+TEST(ParseChatTest, ContinueFinalMessageAndAddGenerationPrompt) {
+  ErrorDetail d;
+  const std::string prefill =
+      R"("messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello,"}])";
+  auto r = ParseChatRequest("{" + prefill + R"(,"continue_final_message":true})", &d);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->continue_final_message);
+  EXPECT_FALSE(r->add_generation_prompt) << "implied by continue_final_message";
+  auto plain = ParseChatRequest("{" + prefill + "}", &d);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->add_generation_prompt);
+  EXPECT_FALSE(plain->continue_final_message);
+  auto no_prompt = ParseChatRequest("{" + prefill + R"(,"add_generation_prompt":false})", &d);
+  ASSERT_TRUE(no_prompt.ok());
+  EXPECT_FALSE(no_prompt->add_generation_prompt);
+  // Both true, a last turn that is not the assistant's, with tools: 400s naming the field.
+  EXPECT_EQ(ChatError("{" + prefill +
+                      R"(,"continue_final_message":true,"add_generation_prompt":true})")
+                .param,
+            "add_generation_prompt");
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"user","content":"Hi"}],"continue_final_message":true})")
+                .param,
+            "messages");
+  EXPECT_EQ(ChatError("{" + prefill + "," + kTools + R"(,"continue_final_message":true})").param,
+            "continue_final_message");
+  EXPECT_EQ(ChatError("{" + prefill + "," + kTools + R"(,"echo":true})").param, "echo");
+  EXPECT_EQ(ChatError("{" + prefill + R"(,"continue_final_message":1})").param,
+            "continue_final_message");
+}
+
 TEST(PromptLogprobsTest, ParsedBoundedAndWrittenAsVllmDoes) {
   ErrorDetail d;
   auto r = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":2})", &d);
@@ -546,7 +576,8 @@ TEST(ParseChatTest, RejectsMistypedAndOutOfRangeFields) {
   EXPECT_EQ(ChatError("{" + m + R"(,"top_logprobs":2})").param, "top_logprobs");
   EXPECT_EQ(ChatError("{" + m + R"(,"logprobs":true,"top_logprobs":21})").param, "top_logprobs");
   EXPECT_EQ(ChatError("{" + m + R"(,"model":5})").param, "model");
-  EXPECT_EQ(ChatError("{" + m + R"(,"echo":true})").param, "echo");
+  EXPECT_EQ(ChatError("{" + m + R"(,"echo":true,"max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(ChatError("{" + m + R"(,"echo":"yes"})").param, "echo");
   EXPECT_EQ(ChatError("{" + m + R"(,"tools":[{"type":"function"}]})").param, "tools[0]");
   EXPECT_EQ(CompletionError(R"({"prompt":"x","tools":[{"type":"function"}]})").param, "tools");
   EXPECT_EQ(ChatError("{" + m + R"(,"response_format":{"type":"json_schema"}})").param,
