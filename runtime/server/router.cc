@@ -120,6 +120,17 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
   const bool model_get = model_item && req.method == "GET";
   if (model_item && !model_get) allow = "GET";
   if (match == nullptr && !model_get) {
+    if (path.rfind("/v1/responses/", 0) == 0) {
+      // GET (retrieve), DELETE, .../cancel, .../input_items of a stored Response.
+      HttpResponse r = ErrorResponse(
+          404,
+          "kinfer stores no responses (they are answered with \"store\": false): there is "
+          "nothing at " +
+              path,
+          "", "not_found");
+      r.route = "responses";
+      return r;
+    }
     if (allow.empty()) return ErrorResponse(404, "no route for " + req.method + " " + path);
     HttpResponse r = ErrorResponse(
         405, "method " + req.method + " is not allowed on " + path + " (allowed: " + allow + ")");

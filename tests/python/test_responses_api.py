@@ -131,6 +131,12 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
         assert err["type"] == "invalid_request_error" and err["message"]
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="Hi")
+    # Nothing is stored, so nothing can be retrieved or deleted: a 404 that says so.
+    for call in (lambda: client.responses.retrieve("resp_123"),
+                 lambda: client.responses.delete("resp_123")):
+        with pytest.raises(openai.NotFoundError) as e:
+            call()
+        assert "stores no responses" in e.value.body["message"]
 
 
 def test_responses_are_counted_under_their_route(client, server):
