@@ -3,7 +3,10 @@
 # scratch copy of its seed corpus: the GGUF reader for SECONDS (default 60) on fuzz/corpus/gguf,
 # then the JSON Schema compiler and grammar recognizer for SCHEMA_SECONDS (default 30; env
 # KINFER_SCHEMA_FUZZ_SECONDS) on fuzz/corpus/json_schema, where an input that takes over 10 s is
-# a failure too (a hang). Exits non-zero on a crash; the input is left in build-fuzz/artifacts/.
+# a failure too (a hang), then the OpenAI protocol's translations (Responses API bodies, tool
+# answers, chat bodies and stream events) for OPENAI_SECONDS (default 30; env
+# KINFER_OPENAI_FUZZ_SECONDS) on fuzz/corpus/openai. Exits non-zero on a crash; the input is left
+# in build-fuzz/artifacts/.
 #
 #   scripts/run-fuzz.sh [SECONDS] [extra libFuzzer flags for the GGUF fuzzer...]
 set -euo pipefail
@@ -23,8 +26,9 @@ CC=clang CXX=clang++ cmake -S "${ROOT}" -B "${BUILD}" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 # fuzz/CMakeLists.txt adds -fsanitize=fuzzer to the fuzzer's own link (a global -fsanitize=fuzzer
 # would give CMake's compiler checks a second main()).
-cmake --build "${BUILD}" --target gguf_fuzzer json_schema_fuzzer -j "${JOBS}"
+cmake --build "${BUILD}" --target gguf_fuzzer json_schema_fuzzer openai_fuzzer -j "${JOBS}"
 SCHEMA_SECONDS="${KINFER_SCHEMA_FUZZ_SECONDS:-30}"
+OPENAI_SECONDS="${KINFER_OPENAI_FUZZ_SECONDS:-30}"
 
 ARTIFACTS="${BUILD}/artifacts"
 mkdir -p "${ARTIFACTS}"
@@ -54,3 +58,4 @@ run_fuzzer() {
 
 run_fuzzer gguf_fuzzer gguf "${SECONDS_TO_RUN}" -max_len=4096 "$@"
 run_fuzzer json_schema_fuzzer json_schema "${SCHEMA_SECONDS}" -max_len=2048 -timeout=10
+run_fuzzer openai_fuzzer openai "${OPENAI_SECONDS}" -max_len=4096 -timeout=10

@@ -57,7 +57,10 @@ bool ToolAnswerStream::AtCallMember(std::string_view key) const {
 }
 
 void ToolAnswerStream::Emit(Delta::Kind kind, std::string_view text, std::vector<Delta>* out) {
-  const int index = kind == Delta::Kind::kContent ? 0 : calls_ - 1;
+  // Calls are numbered as their names come (a call with none never starts: the indices a
+  // stream sends stay 0, 1, ...); the arguments belong to the named call being read.
+  const int index =
+      kind == Delta::Kind::kContent ? 0 : named_calls_ - (kind == Delta::Kind::kCallStart ? 0 : 1);
   if (kind == Delta::Kind::kArguments && !name_sent_) {
     pending_args_.append(text);
     return;
@@ -71,7 +74,7 @@ void ToolAnswerStream::Emit(Delta::Kind kind, std::string_view text, std::vector
 }
 
 void ToolAnswerStream::FlushContent(std::vector<Delta>* out) {
-  if (!response_string_ || decoded_.empty()) return;
+  if (!response_string_ || string_is_key_ || decoded_.empty()) return;
   // A string's bytes may stop inside a UTF-8 sequence: the rest comes with the next piece.
   const size_t whole = in_string_ ? WholeUtf8Prefix(decoded_) : decoded_.size();
   if (whole == 0) return;
@@ -115,6 +118,7 @@ void ToolAnswerStream::EndString(std::vector<Delta>* out) {
   }
   if (stack_.size() == 3 && AtCallMember("name") && !name_sent_) {
     Emit(Delta::Kind::kCallStart, decoded_, out);
+    ++named_calls_;
     name_sent_ = true;
     if (!pending_args_.empty()) {
       std::string args = std::move(pending_args_);
@@ -192,7 +196,9 @@ void ToolAnswerStream::Byte(char c, std::vector<Delta>* out) {
   const bool delimiter = c == ',' || c == '}' || c == ']' || c == ':';
   // A number or literal ends at the delimiter after it.
   if (capturing_ && stack_.size() == capture_depth_ && delimiter) capturing_ = false;
-  if (pending_ != Pending::kNone && !delimiter) {
+  // A delimiter where the value should be: there is none (not JSON; nothing to stream).
+  if (pending_ != Pending::kNone && delimiter) pending_ = Pending::kNone;
+  if (pending_ != Pending::kNone) {
     // The first byte of the value of "arguments" or "response".
     if (pending_ == Pending::kResponse && c == '"') {
       response_string_ = true;

@@ -30,7 +30,7 @@ class ToolAnswerStream {
   struct Delta {
     enum class Kind { kContent, kCallStart, kArguments };
     Kind kind = Kind::kContent;
-    int index = 0;     // the call's index (kCallStart, kArguments)
+    int index = 0;     // the call's index among the named ones (kCallStart, kArguments)
     std::string text;  // kContent: text; kCallStart: the tool's name; kArguments: JSON text
   };
   enum class Answer { kUnknown, kCalls, kResponse, kNotToolFormat };
@@ -39,7 +39,9 @@ class ToolAnswerStream {
   void Feed(std::string_view bytes, std::vector<Delta>* out);
 
   Answer answer() const { return answer_; }
+  // Calls opened (tool_calls entries), and those that got a name (the deltas' indices).
   int calls() const { return calls_; }
+  int named_calls() const { return named_calls_; }
   // True once the top-level object has closed (a whole answer).
   bool complete() const { return complete_; }
   // Everything fed.
@@ -66,7 +68,8 @@ class ToolAnswerStream {
   std::vector<Level> stack_;
   Answer answer_ = Answer::kUnknown;
   bool complete_ = false;
-  int calls_ = 0;  // calls started (tool_calls entries opened)
+  int calls_ = 0;        // calls started (tool_calls entries opened)
+  int named_calls_ = 0;  // of them, those whose name was read
   bool name_sent_ = false;
   std::string pending_args_;  // arguments read before their call's name (not the grammar's order)
 

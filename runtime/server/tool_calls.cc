@@ -245,6 +245,8 @@ std::optional<ToolAnswer> ReadToolAnswer(std::string_view text) {
   if (reader.answer() != ToolAnswerStream::Answer::kCalls || reader.calls() == 0) {
     return std::nullopt;
   }
+  // Every call must have its name.
+  if (reader.named_calls() != reader.calls()) return std::nullopt;
   a.tool_calls = json::array();
   std::vector<std::string> args(static_cast<size_t>(reader.calls()));
   for (const ToolAnswerStream::Delta& d : deltas) {
@@ -254,7 +256,6 @@ std::optional<ToolAnswer> ReadToolAnswer(std::string_view text) {
       args[static_cast<size_t>(d.index)] += d.text;
     }
   }
-  if (a.tool_calls.size() != args.size()) return std::nullopt;  // a call without a name
   for (size_t i = 0; i < args.size(); ++i) {
     a.tool_calls[i]["function"]["arguments"] = args[i].empty() ? "{}" : args[i];
   }

@@ -161,6 +161,31 @@ TEST(ToolAnswerStreamTest, ArgumentsBeforeTheNameAreHeldForIt) {
   EXPECT_EQ(s.args[0], R"({"x":1})");
 }
 
+TEST(ToolAnswerStreamTest, ACallWithoutANameNeverStartsAndTheIndicesStayDense) {
+  // (Not the grammar's format, found by the fuzzer: the stream must not skip index 0.)
+  const std::string text =
+      R"({"tool_calls": [{"nme": "a", "arguments": {"y": 2}}, {"name": "b", "arguments": {"x": 1}}]})";
+  ToolAnswerStream r;
+  const std::vector<Delta> out = FeedBytes(&r, text);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].kind, Kind::kCallStart);
+  EXPECT_EQ(out[0].index, 0);
+  EXPECT_EQ(out[0].text, "b");
+  EXPECT_EQ(out[1].index, 0);
+  EXPECT_EQ(out[1].text, R"({"x":1})");
+  EXPECT_EQ(r.calls(), 2);
+  EXPECT_EQ(r.named_calls(), 1);
+  EXPECT_FALSE(ReadToolAnswer(text).has_value()) << "every call needs its name";
+  // A member with no value (`"response":,`): the next key is not streamed as the answer, fed
+  // whole or a byte at a time.
+  const std::string missing = R"({"response":,"key": "v"})";
+  ToolAnswerStream whole, bytes;
+  std::vector<Delta> w;
+  whole.Feed(missing, &w);
+  EXPECT_TRUE(w.empty());
+  EXPECT_TRUE(FeedBytes(&bytes, missing).empty());
+}
+
 TEST(ToolAnswerStreamTest, TextThatIsNotAToolAnswerGivesNoDeltas) {
   for (const char* text : {"Hello there", R"({"other": {"response": "x"}})", "[1]"}) {
     ToolAnswerStream r;
