@@ -191,16 +191,24 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
   KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "conversation", kStateless, d));
   KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "prompt", kStateless, d));
   KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "background", "responses are answered in the request", d));
-  KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "include", "nothing beyond the output is available", d));
+  // include: only the output text's logprobs are there to include.
+  bool want_logprobs = false;
+  if (const ojson* inc = Field(in, "include")) {
+    if (!inc->is_array()) return Invalid(d, "include", "'include' must be an array of strings");
+    for (const ojson& x : *inc) {
+      if (x != "message.output_text.logprobs") {
+        return Invalid(d, "include",
+                       "'include' may only hold \"message.output_text.logprobs\" (kinfer has no "
+                       "reasoning, tool or file outputs to include)");
+      }
+      want_logprobs = true;
+    }
+  }
   if (const ojson* r = Field(in, "reasoning");
       r != nullptr && !(r->is_object() && (r->empty() || (r->size() == 1 && r->contains("effort") &&
                                                           (*r)["effort"].is_null())))) {
     return Invalid(d, "reasoning",
                    "'reasoning' is not supported: the served model does not reason");
-  }
-  if (const ojson* t = Field(in, "top_logprobs"); t != nullptr && !(t->is_number() && *t == 0)) {
-    return Invalid(d, "top_logprobs",
-                   "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
   }
 
   ojson chat = ojson::object();
@@ -226,6 +234,12 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
   chat["messages"] = std::move(messages);
 
   if (const ojson* v = Field(in, "max_output_tokens")) chat["max_completion_tokens"] = *v;
+  // Logprobs: asked by include, with top_logprobs alternatives (the chat field's range).
+  const ojson* top = Field(in, "top_logprobs");
+  if (want_logprobs || (top != nullptr && !(top->is_number() && *top == 0))) {
+    chat["logprobs"] = true;
+    if (top != nullptr) chat["top_logprobs"] = *top;
+  }
   // Sampling, and the vLLM/kinfer extensions the chat endpoint takes, as they are.
   for (const char* k :
        {"temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p",
@@ -299,6 +313,7 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
       Field(in, "max_output_tokens") != nullptr ? in["max_output_tokens"] : ojson(nullptr);
   e["metadata"] = Field(in, "metadata") != nullptr ? in["metadata"] : ojson::object();
   e["text"] = Field(in, "text") != nullptr ? in["text"] : ojson{{"format", {{"type", "text"}}}};
+  e["top_logprobs"] = top != nullptr ? *top : ojson(0);
   e["truncation"] = "disabled";
   e["store"] = false;
   e["previous_response_id"] = nullptr;
@@ -333,7 +348,12 @@ json ResponseFromChat(const json& chat, const ResponsesRequest& req, const std::
     const bool calls = msg.contains("tool_calls") && msg["tool_calls"].is_array();
     if (msg.contains("content") && msg["content"].is_string() &&
         (!calls || !msg["content"].get_ref<const std::string&>().empty())) {
-      output.push_back(MessageItem(NewResponseId("msg_"), item_status, msg["content"]));
+      json item = MessageItem(NewResponseId("msg_"), item_status, msg["content"]);
+      if (choice.contains("logprobs") && choice["logprobs"].is_object() &&
+          choice["logprobs"].contains("content") && choice["logprobs"]["content"].is_array()) {
+        item["content"][0]["logprobs"] = choice["logprobs"]["content"];  // the same shape
+      }
+      output.push_back(std::move(item));
     }
     if (calls) {
       for (const json& tc : msg["tool_calls"]) {
@@ -390,13 +410,16 @@ void ResponsesStreamTranslator::CloseItem(std::vector<std::string>* out) {
   const std::string item_id = item["id"];
   if (item["type"] == "message") {
     item["status"] = finish_reason_ == "length" ? "incomplete" : "completed";
-    const json& part = item["content"][0];
+    json& part = item["content"][0];
+    // Logprobs of tokens that gave no text yet (the last ones' held bytes) join the part.
+    for (const json& lp : pending_logprobs_) part["logprobs"].push_back(lp);
+    pending_logprobs_ = json::array();
     Emit("response.output_text.done",
          {{"item_id", item_id},
           {"output_index", index},
           {"content_index", 0},
           {"text", part["text"]},
-          {"logprobs", json::array()}},
+          {"logprobs", part["logprobs"]}},
          out);
     Emit("response.content_part.done",
          {{"item_id", item_id}, {"output_index", index}, {"content_index", 0}, {"part", part}},
@@ -462,6 +485,11 @@ std::vector<std::string> ResponsesStreamTranslator::Translate(std::string_view c
   }
   const json& choice = chunk["choices"][0];
   const json& delta = choice.contains("delta") ? choice["delta"] : json::object();
+  // A chunk's logprobs (chat's entries have the Responses shape) go out with the next text.
+  if (choice.contains("logprobs") && choice["logprobs"].is_object() &&
+      choice["logprobs"].contains("content") && choice["logprobs"]["content"].is_array()) {
+    for (const json& lp : choice["logprobs"]["content"]) pending_logprobs_.push_back(lp);
+  }
   if (delta.contains("content") && delta["content"].is_string() &&
       !delta["content"].get_ref<const std::string&>().empty()) {
     if (item_open_ && output_[output_.size() - 1]["type"] != "message") CloseItem(&out);
@@ -478,15 +506,17 @@ std::vector<std::string> ResponsesStreamTranslator::Translate(std::string_view c
       output_.push_back(std::move(item));
       item_open_ = true;
     }
-    json& text = output_[index]["content"][0]["text"];
-    text = text.get<std::string>() + delta["content"].get<std::string>();
+    json& part = output_[index]["content"][0];
+    part["text"] = part["text"].get<std::string>() + delta["content"].get<std::string>();
+    for (const json& lp : pending_logprobs_) part["logprobs"].push_back(lp);
     Emit("response.output_text.delta",
          {{"item_id", output_[index]["id"]},
           {"output_index", index},
           {"content_index", 0},
           {"delta", delta["content"]},
-          {"logprobs", json::array()}},
+          {"logprobs", std::move(pending_logprobs_)}},
          &out);
+    pending_logprobs_ = json::array();
   }
   if (delta.contains("tool_calls") && delta["tool_calls"].is_array()) {
     for (const json& tc : delta["tool_calls"]) {

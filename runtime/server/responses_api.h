@@ -6,7 +6,8 @@
 //
 // Stateless: kinfer stores no responses, so previous_response_id, conversation and background
 // are 400s; `store` is accepted and answered with "store": false. Built-in tools (web search,
-// file search, ...), non-text input parts and reasoning are 400s naming the field.
+// file search, ...), non-text input parts and reasoning are 400s naming the field. Logprobs
+// (include "message.output_text.logprobs", top_logprobs) come in the output text, as OpenAI's.
 //
 // Pure: no model, no HTTP. Thread safety: functions are stateless; a translator is used by one
 // thread.
@@ -76,6 +77,7 @@ class ResponsesStreamTranslator {
   nlohmann::json output_ = nlohmann::json::array();  // items done so far, then the open one
   bool item_open_ = false;
   std::string finish_reason_;
+  nlohmann::json pending_logprobs_ = nlohmann::json::array();  // not yet sent with text
   nlohmann::json usage_;
 };
 

@@ -100,6 +100,33 @@ def test_function_calls_and_their_results(client, server):
     assert [o.type for o in follow.output] == ["message"] and follow.output_text
 
 
+def test_logprobs_come_with_the_output_text(client, server):
+    # include message.output_text.logprobs with top_logprobs: the chat endpoint's numbers, per
+    # token, whole and streamed.
+    args = dict(model=server.model, instructions=SYSTEM, temperature=0,
+                input="What is the capital of France?", max_output_tokens=12,
+                include=["message.output_text.logprobs"], top_logprobs=2)
+    r = client.responses.create(**args)
+    lps = r.output[0].content[0].logprobs
+    chat = client.chat.completions.create(
+        model=server.model, temperature=0, max_tokens=12, logprobs=True, top_logprobs=2,
+        messages=[{"role": "system", "content": SYSTEM},
+                  {"role": "user", "content": "What is the capital of France?"}])
+    want = chat.choices[0].logprobs.content
+    assert [x.token for x in lps] == [x.token for x in want]
+    assert all(abs(a.logprob - b.logprob) < 1e-6 for a, b in zip(lps, want))
+    assert all(len(x.top_logprobs) == 2 for x in lps)
+    events = list(client.responses.create(stream=True, **args))
+    streamed = [lp for ev in events if ev.type == "response.output_text.delta"
+                for lp in ev.logprobs]
+    done = [ev for ev in events if ev.type == "response.output_text.done"][0].logprobs
+    # Each delta carries its text's tokens; the done event has them all, the end-of-turn token's
+    # too (it gives no text), as the whole response does.
+    assert [x.token for x in done] == [x.token for x in lps]
+    assert [x.token for x in streamed] == [x.token for x in lps][:len(streamed)]
+    assert len(streamed) >= len(lps) - 1
+
+
 class City(pydantic.BaseModel):
     country: str
     capital: str
@@ -121,6 +148,8 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
                                                          "image_url": "https://x/y.png"}]}]},
               "input[0].content[0].type"),
              ({"max_output_tokens": 0}, "max_output_tokens"),
+             ({"include": ["reasoning.encrypted_content"]}, "include"),
+             ({"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
              ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name")]
     for extra, param in cases:
         body = {"model": server.model, "input": "Hi", **extra}

@@ -95,6 +95,17 @@ TEST(ResponsesToChatTest, ToolsFormatAndStreamAreTheChatOnes) {
   EXPECT_EQ(Chat(R"({"input":"x","max_tool_calls":1})")["parallel_tool_calls"], false);
 }
 
+TEST(ResponsesToChatTest, LogprobsAreAskedByIncludeWithTopLogprobs) {
+  ResponsesRequest rr;
+  const ojson c =
+      Chat(R"({"input":"x","include":["message.output_text.logprobs"],"top_logprobs":3})", &rr);
+  EXPECT_EQ(c["logprobs"], true);
+  EXPECT_EQ(c["top_logprobs"], 3);
+  EXPECT_EQ(rr.echo["top_logprobs"], 3);
+  EXPECT_EQ(Chat(R"({"input":"x","include":["message.output_text.logprobs"]})")["logprobs"], true);
+  EXPECT_FALSE(Chat(R"({"input":"x","top_logprobs":0})").contains("logprobs"));
+}
+
 TEST(ResponsesToChatTest, WhatKinferCannotDoIsA400NamingTheField) {
   EXPECT_EQ(ErrorParam(R"({"input":"x","previous_response_id":"resp_1"})"), "previous_response_id");
   EXPECT_EQ(ErrorParam(R"({"input":"x","conversation":"conv_1"})"), "conversation");
@@ -279,6 +290,33 @@ TEST(ResponsesStreamTest, CallsStreamTheirArgumentsAndAMaxTokensCutIsIncomplete)
   EXPECT_EQ(ev2.back().first, "response.incomplete");
   EXPECT_EQ(ev2.back().second["response"]["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(ev2.back().second["response"]["output"][0]["status"], "incomplete");
+}
+
+TEST(ResponsesStreamTest, LogprobsRideTheTextTheyGave) {
+  ResponsesRequest rr;
+  Chat(R"({"input":"x","stream":true,"include":["message.output_text.logprobs"]})", &rr);
+  ResponsesStreamTranslator t(rr, "resp_abc", 5);
+  auto chunk = [](const std::string& content, const std::string& token) {
+    json c = json::parse(Chunk(content.empty() ? "{}" : R"({"content":")" + content + "\"}"));
+    c["choices"][0]["logprobs"] = {{"content", json::array({{{"token", token},
+                                                             {"logprob", -0.5},
+                                                             {"bytes", json::array()},
+                                                             {"top_logprobs", json::array()}}})}};
+    return c.dump();
+  };
+  // The first token gives no text yet (held bytes): its logprob goes with the next text.
+  const auto evs =
+      Events(&t, {chunk("", "\u00e2"), chunk("Hi", "Hi"), Chunk("{}", "stop"), kUsage, "[DONE]"});
+  std::vector<json> deltas;
+  for (const auto& [type, data] : evs) {
+    if (type == "response.output_text.delta") deltas.push_back(data);
+  }
+  ASSERT_EQ(deltas.size(), 1u);
+  ASSERT_EQ(deltas[0]["logprobs"].size(), 2u);
+  EXPECT_EQ(deltas[0]["logprobs"][1]["token"], "Hi");
+  const json& part = evs.back().second["response"]["output"][0]["content"][0];
+  EXPECT_EQ(part["logprobs"].size(), 2u);
+  EXPECT_EQ(part["logprobs"][0]["logprob"], -0.5);
 }
 
 TEST(ResponsesStreamTest, AChatErrorEndsTheStreamFailed) {
