@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -214,7 +215,33 @@ void ReadTools(ChoiceOutput* c) {
   c->text = std::move(a->content);
 }
 
-// `echoes`: one per prompt; choice i is prompt i / r.n's.
+// best_of: each prompt's n generations with the highest `scores` (MeanLogprob of their own
+// tokens; ties: the earlier), in that order.
+// The mean logprob of a generation's tokens (-inf for none): best_of's ranking.
+double MeanLogprob(const std::vector<TokenLogprob>& lps) {
+  if (lps.empty()) return -std::numeric_limits<double>::infinity();
+  double sum = 0.0;
+  for (const TokenLogprob& t : lps) sum += static_cast<double>(t.logprob);
+  return sum / static_cast<double>(lps.size());
+}
+
+std::vector<ChoiceOutput> BestOf(const ParsedRequest& r, std::vector<ChoiceOutput> all,
+                                 const std::vector<double>& scores) {
+  const size_t per = static_cast<size_t>(r.generations());
+  std::vector<ChoiceOutput> out;
+  for (size_t k = 0; k * per < all.size(); ++k) {
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t j = 0; j < per; ++j) ranked.emplace_back(-scores[k * per + j], j);
+    std::stable_sort(ranked.begin(), ranked.end());
+    for (int j = 0; j < r.n; ++j) {
+      out.push_back(std::move(all[k * per + ranked[static_cast<size_t>(j)].second]));
+    }
+  }
+  return out;
+}
+
+// `echoes`: one per prompt; generation i is prompt i / r.generations()'s. With best_of above n,
+// the n of each prompt's generations with the highest mean token logprob are the choices.
 HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
                            const ResponseMeta& meta, ChoiceStreams& cs, RequestTimer timer,
                            const GenerationContext& ctx, const std::function<bool()>& client_gone) {
@@ -252,9 +279,13 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
   }
   if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
   const bool score_only = echoes[0].score_only;
+  std::vector<double> scores;  // best_of's, from the generated tokens alone (before any echo)
+  if (r.best_of > r.n) {
+    for (const std::vector<TokenLogprob>& l : lps) scores.push_back(MeanLogprob(l));
+  }
   std::vector<json> prompt_json(r.prompt_logprobs >= 0 ? choices.size() : 0);
   for (size_t i = 0; i < choices.size(); ++i) {
-    const Echo& echo = echoes[i / static_cast<size_t>(r.n)];
+    const Echo& echo = echoes[i / static_cast<size_t>(r.generations())];
     if (r.prompt_logprobs >= 0) {
       prompt_json[i] = PromptLogprobsJson(prompt_lps[i], r.prompt_logprobs);
       // The scoring had the larger of the two numbers of alternatives: the echo keeps its own.
@@ -278,6 +309,12 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
     if (r.logprobs) choices[i].logprobs = &lps[i];
     if (r.tools.active() && choices[i].finish == FinishReason::kStop) ReadTools(&choices[i]);
   }
+  if (r.best_of > r.n) {
+    choices = BestOf(r, std::move(choices), scores);
+    if (!r.logprobs) {
+      for (ChoiceOutput& c : choices) c.logprobs = nullptr;
+    }
+  }
   Usage usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()};
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
                                        : CompletionJson(meta, choices, usage);
@@ -286,8 +323,10 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
     if (r.kind == ApiKind::kChat) {
       body["prompt_logprobs"] = std::move(prompt_json[0]);
     } else {
+      // (Every generation of a prompt has its prompt's logprobs: the first's serve its choices.)
       for (size_t i = 0; i < choices.size(); ++i) {
-        body["choices"][i]["prompt_logprobs"] = std::move(prompt_json[i]);
+        const size_t k = i / static_cast<size_t>(r.n);
+        body["choices"][i]["prompt_logprobs"] = prompt_json[k * static_cast<size_t>(r.generations())];
       }
     }
   }
@@ -384,7 +423,7 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
     if (!echoed[static_cast<size_t>(i)] && ev.finish != FinishReason::kError &&
         ev.finish != FinishReason::kCancelled) {
       // The echo goes first, as its own chunk, with the prompt's logprobs when asked.
-      const Echo& echo = echoes[static_cast<size_t>(i / r.n)];
+      const Echo& echo = echoes[static_cast<size_t>(i / r.generations())];
       echoed[static_cast<size_t>(i)] = true;
       if (chat) {
         send(ChatChunkJson(meta, false, &echo.text, nullptr, FinishReason::kNone, iu, i));
@@ -480,12 +519,14 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
       ParseRequestTimeout(request.timeout_header, &d);
   if (!timeout.ok()) return Reject(m, timeout.status(), d);
 
-  const int engine_requests = static_cast<int>(num_prompts) * r.n;
+  const int per_prompt = r.generations();
+  const int engine_requests = static_cast<int>(num_prompts) * per_prompt;
   if (engine_requests > model.engine().max_queued_requests()) {
-    d.param = num_prompts > 1 ? "prompt" : "n";
+    d.param = num_prompts > 1 ? "prompt" : r.best_of > r.n ? "best_of" : "n";
     return Reject(
         m,
-        InvalidArgument(std::to_string(num_prompts) + " prompt(s) x n = " + std::to_string(r.n) +
+        InvalidArgument(std::to_string(num_prompts) + " prompt(s) x " +
+                        (r.best_of > r.n ? "best_of" : "n") + " = " + std::to_string(per_prompt) +
                         " is more generations than this server "
                         "queues at once (--max-queued " +
                         std::to_string(model.engine().max_queued_requests()) + ")"),
@@ -512,8 +553,10 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
       g.cache_salt = (uint64_t{1} << 63) | private_salts.fetch_add(1, std::memory_order_relaxed);
     }
     if (*timeout) g.deadline = request.received + **timeout;
-    for (int j = 0; j < r.n; ++j) {
-      GenerationRequest gj = j + 1 < r.n ? g : std::move(g);
+    // best_of ranks the generations by their tokens' logprobs: asked for, if the client did not.
+    if (r.best_of > r.n && g.sampling.logprobs < 0) g.sampling.logprobs = 0;
+    for (int j = 0; j < per_prompt; ++j) {
+      GenerationRequest gj = j + 1 < per_prompt ? g : std::move(g);
       if (gj.sampling.seed) *gj.sampling.seed += static_cast<uint64_t>(j);
       StatusOr<std::shared_ptr<RequestStream>> stream = model.engine().Submit(std::move(gj));
       if (!stream.ok()) {

@@ -247,10 +247,15 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
   int64_t n = 1;
   KINFER_RETURN_IF_ERROR(GetInt(obj, "n", 1, kMaxChoices, &n, d));
   r->n = static_cast<int>(n);
-  int64_t best_of = 1;
-  KINFER_RETURN_IF_ERROR(
-      GetInt(obj, "best_of", 1, std::numeric_limits<int32_t>::max(), &best_of, d));
-  if (best_of != 1) return Invalid(d, "best_of", "only best_of=1 is supported");
+  // best_of (OpenAI's legacy field, vLLM's): best_of generations, the n most likely returned.
+  int64_t best_of = r->n;
+  KINFER_RETURN_IF_ERROR(GetInt(obj, "best_of", 1, kMaxChoices, &best_of, d));
+  if (best_of < r->n) {
+    return Invalid(d, "best_of",
+                   "'best_of' (" + std::to_string(best_of) + ") must be at least 'n' (" +
+                       std::to_string(r->n) + ")");
+  }
+  r->best_of = static_cast<int>(best_of);
 
   int max_tokens = -1;
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
@@ -260,6 +265,10 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
   if (max_tokens >= 0) r->max_tokens = max_tokens;
 
   KINFER_RETURN_IF_ERROR(GetBool(obj, "stream", &r->stream, d));
+  if (r->stream && r->best_of > r->n) {
+    return Invalid(d, "best_of",
+                   "'best_of' above 'n' cannot be streamed (the best are known only at the end)");
+  }
   if (const json* so = Field(obj, "stream_options")) {
     if (!so->is_object()) return Invalid(d, "stream_options", "'stream_options' must be an object");
     if (!r->stream) {

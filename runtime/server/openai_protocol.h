@@ -83,6 +83,10 @@ struct ParsedRequest {
   // lists); choice k * n + j of the answer is prompt k's choice j.
   std::vector<CompletionPrompt> prompts;
   int n = 1;                      // choices, 1..kMaxChoices: n generations of each prompt
+  // n..kMaxChoices generations of each prompt, of which the n with the highest mean token
+  // logprob are returned (OpenAI's legacy best_of; not streamed when above n).
+  int best_of = 1;
+  int generations() const { return best_of > n ? best_of : n; }
   std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; >= 1 (per choice);
                                   // 0 only with echo (score the prompt)
   bool stream = false;

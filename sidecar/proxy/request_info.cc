@@ -180,6 +180,10 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   if (auto it = info.body.find("n"); it != info.body.end() && it->is_number_integer()) {
     generations = std::max(1.0, it->get<double>());
   }
+  // best_of generations are made (and billed) when it is above n.
+  if (auto it = info.body.find("best_of"); it != info.body.end() && it->is_number_integer()) {
+    generations = std::max(generations, it->get<double>());
+  }
   if (auto it = info.body.find("prompt"); it != info.body.end() && it->is_array() && !it->empty() &&
                                           ((*it)[0].is_string() || (*it)[0].is_array())) {
     generations *= static_cast<double>(it->size());

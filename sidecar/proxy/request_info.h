@@ -18,8 +18,8 @@
 //  * Timeout: `x-kinfer-timeout` as a duration ("500ms", "2s", "1.5"); must be > 0. Without it,
 //    the class default. The deadline is arrival + timeout: the latest time the request may start.
 //  * Token estimate for the tokens/s limit: prompt bytes / 4 (rounded up) + max_tokens (or
-//    kDefaultMaxTokensEstimate when the client set none) for each generation: `n` of each prompt
-//    (completions' batch form lists several).
+//    kDefaultMaxTokensEstimate when the client set none) for each generation: `n` (or `best_of`
+//    when larger) of each prompt (completions' batch form lists several).
 //  * Cache key text: the caller's partition (rate key, then the x-kinfer-tenant header), the
 //    request path, and the body re-serialised with sorted keys (nlohmann's object order), so key
 //    order and whitespace do not split the cache, and one tenant or key never gets, or learns

@@ -411,3 +411,32 @@ def test_continue_final_message_prefills_the_answer(client, server):
     header = requests.post(server.url + "/tokenize", timeout=30,
                            json={"content": "<|im_start|>assistant\n"}).json()["tokens"]
     assert plain.usage.prompt_tokens - bare.usage.prompt_tokens == len(header)
+
+
+def test_best_of_returns_the_most_likely_generations(client, server):
+    # best_of generations (seeded: generation j draws with seed + j, as n does), the n with the
+    # highest mean token logprob returned, best first; usage counts them all.
+    prompt, seed = "Once upon a time", 7
+    singles = [client.completions.create(model=server.model, prompt=prompt, max_tokens=12,
+                                         temperature=1.0, seed=seed + j, logprobs=0)
+               for j in range(4)]
+
+    def mean(c):
+        lp = c.choices[0].logprobs.token_logprobs
+        return sum(lp) / len(lp)
+    ranked = sorted(range(4), key=lambda j: -mean(singles[j]))
+    one = client.completions.create(model=server.model, prompt=prompt, max_tokens=12,
+                                    temperature=1.0, seed=seed, best_of=4)
+    assert [c.text for c in one.choices] == [singles[ranked[0]].choices[0].text]
+    assert one.choices[0].logprobs is None  # not asked for: used for the ranking only
+    assert one.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    two = client.completions.create(model=server.model, prompt=prompt, max_tokens=12,
+                                    temperature=1.0, seed=seed, n=2, best_of=4, logprobs=1)
+    assert [c.text for c in two.choices] == [singles[j].choices[0].text for j in ranked[:2]]
+    assert [c.index for c in two.choices] == [0, 1]
+    assert two.choices[0].logprobs.token_logprobs == singles[ranked[0]].choices[0].logprobs.token_logprobs
+    for body, param in (({"n": 3, "best_of": 2}, "best_of"), ({"best_of": 129}, "best_of"),
+                        ({"best_of": 2, "stream": True}, "best_of")):
+        r = requests.post(server.url + "/v1/completions", timeout=30,
+                          json={"prompt": prompt, "max_tokens": 2, **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)

@@ -346,6 +346,22 @@ TEST(ParseChatTest, ContinueFinalMessageAndAddGenerationPrompt) {
             "continue_final_message");
 }
 
+TEST(ParseCompletionTest, BestOfIsAtLeastNAndNotStreamedAboveIt) {
+  ErrorDetail d;
+  auto r = ParseCompletionRequest(R"({"prompt":"x","n":2,"best_of":5})", &d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->best_of, 5);
+  EXPECT_EQ(r->generations(), 5);
+  auto dflt = ParseCompletionRequest(R"({"prompt":"x","n":3})", &d);
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->generations(), 3);
+  auto streamed = ParseCompletionRequest(R"({"prompt":"x","n":2,"best_of":2,"stream":true})", &d);
+  EXPECT_TRUE(streamed.ok()) << "best_of equal to n streams";
+  EXPECT_EQ(CompletionError(R"({"prompt":"x","n":3,"best_of":2})").param, "best_of");
+  EXPECT_EQ(CompletionError(R"({"prompt":"x","best_of":129})").param, "best_of");
+  EXPECT_EQ(CompletionError(R"({"prompt":"x","best_of":3,"stream":true})").param, "best_of");
+}
+
 TEST(PromptLogprobsTest, ParsedBoundedAndWrittenAsVllmDoes) {
   ErrorDetail d;
   auto r = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":2})", &d);
