@@ -292,9 +292,9 @@ TEST_F(RequestInfoTest, TokenEstimateCountsEveryChoiceOfEveryPrompt) {
   body = R"({"max_tokens":10,"prompt":[1,2,3,4,5]})";  // token ids: one prompt; 38 -> 10
   ASSERT_EQ(body.size(), 38u);
   EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 10 + 10);
-  body = R"({"max_tokens":10,"n":2,"best_of":5})";  // 38 -> 10; best_of generations are made
-  ASSERT_EQ(body.size(), 38u);
-  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 10 + 5 * 10);
+  body = R"({"max_tokens":10,"n":2,"best_of":5})";  // 35 -> 9; best_of generations are made
+  ASSERT_EQ(body.size(), 35u);
+  EXPECT_DOUBLE_EQ(MustParse(body).token_estimate, 9 + 5 * 10);
 }
 
 TEST_F(RequestInfoTest, CacheControlIsKeptRaw) {
