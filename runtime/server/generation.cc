@@ -387,9 +387,21 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
   const bool iu = r.include_usage;
   bool client_gone = false;
   Outcome outcome;
+  int generated = 0;  // tokens so far, every choice's (continuous usage)
   auto send = [&](const json& j) {
     if (client_gone || outcome.failed()) return;
-    if (!sink.Write(SseEvent(DumpJson(j)))) {
+    std::string text;
+    if (r.continuous_usage && j.contains("choices") && !j["choices"].empty()) {
+      json with = j;
+      const int done = score_only ? 0 : generated;
+      with["usage"] = {{"prompt_tokens", timer.prompt_tokens()},
+                       {"completion_tokens", done},
+                       {"total_tokens", timer.prompt_tokens() + done}};
+      text = DumpJson(with);
+    } else {
+      text = DumpJson(j);
+    }
+    if (!sink.Write(SseEvent(text))) {
       client_gone = true;
       cs.CancelAll();
     }
@@ -419,6 +431,7 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
       continue;
     }
     timer.OnEvent(ev, i);
+    generated += static_cast<int>(ev.tokens.size());
     size_t& offset = offsets[static_cast<size_t>(i)];
     if (!echoed[static_cast<size_t>(i)] && ev.finish != FinishReason::kError &&
         ev.finish != FinishReason::kCancelled) {

@@ -276,6 +276,11 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
     }
     KINFER_RETURN_IF_ERROR(GetBool(*so, "include_usage", &r->include_usage, d));
     if (d->param == "include_usage") d->param = "stream_options.include_usage";
+    // vLLM's: every chunk's usage is the count so far (with include_usage, as vLLM).
+    bool continuous = false;
+    KINFER_RETURN_IF_ERROR(GetBool(*so, "continuous_usage_stats", &continuous, d));
+    if (d->param == "continuous_usage_stats") d->param = "stream_options.continuous_usage_stats";
+    r->continuous_usage = continuous && r->include_usage;
   }
 
   SamplingParams& s = r->sampling;

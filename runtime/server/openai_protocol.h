@@ -91,6 +91,7 @@ struct ParsedRequest {
                                   // 0 only with echo (score the prompt)
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // and vLLM's continuous_usage_stats: usage on every chunk
   SamplingParams sampling;        // validated (ValidateSamplingParams); logprobs set below
   std::vector<std::string> stop;  // <= 4, each non-empty
   bool ignore_eos = false;

@@ -440,3 +440,23 @@ def test_best_of_returns_the_most_likely_generations(client, server):
         r = requests.post(server.url + "/v1/completions", timeout=30,
                           json={"prompt": prompt, "max_tokens": 2, **body})
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+
+
+def test_continuous_usage_stats_count_as_they_go(client, server):
+    # vLLM's stream_options.continuous_usage_stats: every chunk carries the usage so far.
+    chunks = list(client.chat.completions.create(
+        model=server.model, messages=PROMPT, temperature=0, max_tokens=12, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    with_choices = [c for c in chunks if c.choices]
+    counts = [c.usage.completion_tokens for c in with_choices]
+    assert counts[0] == 0 and counts == sorted(counts)  # the role chunk, then growing
+    final = chunks[-1]
+    assert not final.choices and counts[-1] == final.usage.completion_tokens
+    assert all(c.usage.prompt_tokens == final.usage.prompt_tokens for c in with_choices)
+    assert all(c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens
+               for c in with_choices)
+    # Without include_usage it is off, as vLLM's.
+    plain = list(client.chat.completions.create(
+        model=server.model, messages=PROMPT, temperature=0, max_tokens=4, stream=True,
+        stream_options={"include_usage": False, "continuous_usage_stats": True}))
+    assert all(c.usage is None for c in plain)
