@@ -33,7 +33,7 @@ KINFER_BIN_DIR="$BUILD/bin" .venv/bin/python -m pytest -q \
   tests/python/test_openai_client.py tests/python/test_disconnect.py \
   tests/python/test_runtime_shutdown.py tests/python/test_http_errors.py \
   tests/python/test_sidecar_runtime.py tests/python/test_sidecar_proxy.py \
-  tests/python/test_tools.py || rc=1
+  tests/python/test_tools.py tests/python/test_responses_api.py || rc=1
 if compgen -G "$LOGS/report*" >/dev/null; then
   echo "sanitize-check ($MODE): reports in $LOGS:" >&2
   grep -h -E "^(WARNING|ERROR|SUMMARY)|runtime error" "$LOGS"/report* | sort | uniq -c >&2
