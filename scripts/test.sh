@@ -21,7 +21,7 @@ echo "== pytest (end to end: kinfer-runtime + openai client, curl-level HTTP, pr
 KINFER_BIN_DIR="$ROOT/build/bin" KINFER_HELM="$ROOT/.tools/helm/helm" .venv/bin/python -m pytest tests/python -q \
   --junitxml="$ROOT/build/test-results/pytest.xml" || rc=1
 
-echo "== fuzz (GGUF reader ${KINFER_FUZZ_SECONDS:-60} s, JSON Schema grammar ${KINFER_SCHEMA_FUZZ_SECONDS:-30} s) =="
+echo "== fuzz (GGUF reader ${KINFER_FUZZ_SECONDS:-60} s, JSON Schema grammar ${KINFER_SCHEMA_FUZZ_SECONDS:-30} s, OpenAI protocol ${KINFER_OPENAI_FUZZ_SECONDS:-30} s) =="
 if [ -x scripts/run-fuzz.sh ] || [ -f scripts/run-fuzz.sh ]; then
   bash scripts/run-fuzz.sh "${KINFER_FUZZ_SECONDS:-60}" || rc=1
 fi
