@@ -215,8 +215,6 @@ void ReadTools(ChoiceOutput* c) {
   c->text = std::move(a->content);
 }
 
-// best_of: each prompt's n generations with the highest `scores` (MeanLogprob of their own
-// tokens; ties: the earlier), in that order.
 // The mean logprob of a generation's tokens (-inf for none): best_of's ranking.
 double MeanLogprob(const std::vector<TokenLogprob>& lps) {
   if (lps.empty()) return -std::numeric_limits<double>::infinity();
@@ -225,6 +223,8 @@ double MeanLogprob(const std::vector<TokenLogprob>& lps) {
   return sum / static_cast<double>(lps.size());
 }
 
+// best_of: each prompt's n generations with the highest `scores` (MeanLogprob of their own
+// tokens; ties: the earlier), in that order.
 std::vector<ChoiceOutput> BestOf(const ParsedRequest& r, std::vector<ChoiceOutput> all,
                                  const std::vector<double>& scores) {
   const size_t per = static_cast<size_t>(r.generations());
@@ -283,11 +283,15 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
   if (r.best_of > r.n) {
     for (const std::vector<TokenLogprob>& l : lps) scores.push_back(MeanLogprob(l));
   }
-  std::vector<json> prompt_json(r.prompt_logprobs >= 0 ? choices.size() : 0);
+  // prompt_logprobs: one per prompt (its generations score the same prompt), from its first.
+  const size_t per_prompt = static_cast<size_t>(r.generations());
+  std::vector<json> prompt_json(r.prompt_logprobs >= 0 ? echoes.size() : 0);
   for (size_t i = 0; i < choices.size(); ++i) {
-    const Echo& echo = echoes[i / static_cast<size_t>(r.generations())];
+    const Echo& echo = echoes[i / per_prompt];
     if (r.prompt_logprobs >= 0) {
-      prompt_json[i] = PromptLogprobsJson(prompt_lps[i], r.prompt_logprobs);
+      if (i % per_prompt == 0) {
+        prompt_json[i / per_prompt] = PromptLogprobsJson(prompt_lps[i], r.prompt_logprobs);
+      }
       // The scoring had the larger of the two numbers of alternatives: the echo keeps its own.
       for (TokenLogprob& t : prompt_lps[i]) {
         t.top.resize(std::min(t.top.size(), static_cast<size_t>(std::max(r.top_logprobs, 0))));
@@ -323,10 +327,8 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
     if (r.kind == ApiKind::kChat) {
       body["prompt_logprobs"] = std::move(prompt_json[0]);
     } else {
-      // (Every generation of a prompt has its prompt's logprobs: the first's serve its choices.)
       for (size_t i = 0; i < choices.size(); ++i) {
-        const size_t k = i / static_cast<size_t>(r.n);
-        body["choices"][i]["prompt_logprobs"] = prompt_json[k * static_cast<size_t>(r.generations())];
+        body["choices"][i]["prompt_logprobs"] = prompt_json[i / static_cast<size_t>(r.n)];
       }
     }
   }

@@ -151,9 +151,7 @@ json ResponseObject(const ResponsesRequest& req, const std::string& id, int64_t 
             {"error", nullptr},
             {"incomplete_details", nullptr}};
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  for (auto it = req.echo.begin(); it != req.echo.end(); ++it) {
-    r[it.key()] = json::parse(it.value().dump());
-  }
+  r.update(req.echo);
   r["usage"] = usage.is_null() ? json(nullptr) : UsageJson(usage);
   return r;
 }
@@ -299,9 +297,8 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
     chat["stream_options"] = {{"include_usage", true}};
   }
 
-  // What the Response echoes.
-  ojson& e = req->echo;
-  e = ojson::object();
+  // What the Response echoes (as `json` once here: a Response's keys are sorted anyway).
+  ojson e = ojson::object();
   e["instructions"] = instructions != nullptr ? *instructions : ojson(nullptr);
   e["tools"] = Field(in, "tools") != nullptr ? in["tools"] : ojson::array();
   e["tool_choice"] = Field(in, "tool_choice") != nullptr ? in["tool_choice"] : ojson("auto");
@@ -319,6 +316,7 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
   e["previous_response_id"] = nullptr;
   e["reasoning"] = nullptr;
   if (const ojson* u = Field(in, "user")) e["user"] = *u;
+  req->echo = json::parse(e.dump());
   return chat.dump();
 }
 

@@ -43,9 +43,9 @@ TEST(ResponsesToChatTest, InputInstructionsAndSamplingBecomeTheChatRequest) {
   EXPECT_FALSE(rr.stream);
   // Echoed by the Response: as given, or the defaults.
   EXPECT_EQ(rr.echo["instructions"], "Be brief.");
-  EXPECT_EQ(rr.echo["metadata"], ojson::parse(R"({"k":"v"})"));
+  EXPECT_EQ(rr.echo["metadata"], json::parse(R"({"k":"v"})"));
   EXPECT_EQ(rr.echo["tool_choice"], "auto");
-  EXPECT_EQ(rr.echo["tools"], ojson::array());
+  EXPECT_EQ(rr.echo["tools"], json::array());
   EXPECT_EQ(rr.echo["store"], false);
   EXPECT_EQ(rr.echo["max_output_tokens"], 50);
 }
