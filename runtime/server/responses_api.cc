@@ -151,7 +151,7 @@ json ResponseObject(const ResponsesRequest& req, const std::string& id, int64_t 
             {"error", nullptr},
             {"incomplete_details", nullptr}};
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  r.update(req.echo);
+  if (req.echo.is_object()) r.update(req.echo);
   r["usage"] = usage.is_null() ? json(nullptr) : UsageJson(usage);
   return r;
 }

@@ -29,7 +29,7 @@ namespace kinfer {
 // What a Response echoes of its request (the fields as the client gave them, or their defaults).
 struct ResponsesRequest {
   bool stream = false;
-  nlohmann::json echo;  // instructions, tools, tool_choice, ... (ResponseFromChat)
+  nlohmann::json echo = nlohmann::json::object();  // instructions, tools, ... (ResponseFromChat)
 };
 
 // The chat completions body (JSON text, the client's key order kept) that serves `body`.
