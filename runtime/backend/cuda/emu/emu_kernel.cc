@@ -1,0 +1,303 @@
+// CUDA emulation: running a kernel. Each block's threads are fibers on one OS thread; a thread
+// runs until it reaches a barrier (__syncthreads), a warp-level sync (shuffle, __syncwarp, WMMA)
+// or its end. A barrier releases when every live thread of its scope waits on it; released
+// threads resume forward after even releases and in reverse after odd ones.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "runtime/backend/cuda/emu/emu_fiber.h"
+#include "runtime/backend/cuda/emu/emu_internal.h"
+
+namespace kinfer_cudaemu {
+
+enum class ThreadRun { kRunnable, kWaitBlock, kWaitWarp, kDone };
+
+struct ThreadState {
+  uint3 idx{0, 0, 0};
+  int linear = 0;
+  int lane = 0;
+  int warp = 0;
+  ThreadRun run = ThreadRun::kRunnable;
+  uint32_t shuffles = 0;  // shuffles this thread has published
+  FiberContext ctx;
+};
+
+namespace {
+
+constexpr size_t kStackBytes = 64 * 1024;
+constexpr int kMaxThreads = 1024;
+
+struct WarpState {
+  int first = 0;  // linear index of lane 0
+  int lanes = 0;  // threads in this warp (32 but for a partial last warp)
+  int live = 0;
+  int waiting = 0;
+  uint64_t slot[2][32] = {};
+};
+
+struct BlockRun {
+  std::vector<ThreadState> threads;
+  std::vector<WarpState> warps;
+  int live = 0;
+  int waiting = 0;
+  unsigned releases = 0;
+  std::vector<int> runq;
+  size_t head = 0;
+  FiberContext scheduler;
+  const KernelBody* body = nullptr;
+  unsigned char* dynamic_shared = nullptr;
+  bool faulted = false;
+  std::string fault;
+};
+
+thread_local BlockRun* tl_run = nullptr;
+
+// Fiber stacks for up to kMaxThreads threads, each over a guard page; mapped once per OS thread.
+struct StackPool {
+  unsigned char* base = nullptr;
+  size_t page = 4096;
+  StackPool() {
+    page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = kStackBytes * kMaxThreads;
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      std::fprintf(stderr, "cuda-emu: cannot map %zu bytes of fiber stacks\n", bytes);
+      std::abort();
+    }
+    base = static_cast<unsigned char*>(m);
+    for (int i = 0; i < kMaxThreads; ++i) mprotect(base + i * kStackBytes, page, PROT_NONE);
+  }
+  ~StackPool() { munmap(base, kStackBytes * kMaxThreads); }
+  void* Stack(int i) const { return base + i * kStackBytes + page; }
+  size_t Size() const { return kStackBytes - page; }
+};
+
+StackPool& Stacks() {
+  thread_local StackPool pool;
+  return pool;
+}
+
+void Push(BlockRun& r, const std::vector<int>& ids) {
+  if (r.head == r.runq.size()) {
+    r.runq.clear();
+    r.head = 0;
+  }
+  const bool reverse = (r.releases++ & 1u) != 0;
+  if (reverse) {
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) r.runq.push_back(*it);
+  } else {
+    for (int id : ids) r.runq.push_back(id);
+  }
+}
+
+void ReleaseBlockIfAllWait(BlockRun& r) {
+  if (r.waiting == 0 || r.waiting != r.live) return;
+  std::vector<int> ids;
+  for (ThreadState& t : r.threads) {
+    if (t.run == ThreadRun::kWaitBlock) {
+      t.run = ThreadRun::kRunnable;
+      ids.push_back(t.linear);
+    }
+  }
+  r.waiting = 0;
+  Push(r, ids);
+}
+
+void ReleaseWarpIfAllWait(BlockRun& r, WarpState& w) {
+  if (w.waiting == 0 || w.waiting != w.live) return;
+  std::vector<int> ids;
+  for (int i = w.first; i < w.first + w.lanes; ++i) {
+    ThreadState& t = r.threads[i];
+    if (t.run == ThreadRun::kWaitWarp) {
+      t.run = ThreadRun::kRunnable;
+      ids.push_back(i);
+    }
+  }
+  w.waiting = 0;
+  Push(r, ids);
+}
+
+ThreadState& Self(const char* what) {
+  if (!tl_thread || !tl_run) {
+    std::fprintf(stderr, "cuda-emu: %s called outside a kernel\n", what);
+    std::abort();
+  }
+  return *tl_thread;
+}
+
+void Park(ThreadState& t) { SwitchFiber(&t.ctx, &tl_run->scheduler); }
+
+void ThreadMain(void* p) {
+  ThreadState& t = *static_cast<ThreadState*>(p);
+  BlockRun& r = *tl_run;
+  (*r.body)();
+  t.run = ThreadRun::kDone;
+  --r.live;
+  WarpState& w = r.warps[t.warp];
+  --w.live;
+  ReleaseWarpIfAllWait(r, w);
+  ReleaseBlockIfAllWait(r);
+  Park(t);
+  std::abort();  // a finished thread is never resumed
+}
+
+std::string Where(const ThreadState& t) {
+  return "block (" + std::to_string(tl_block_idx.x) + "," + std::to_string(tl_block_idx.y) + "," +
+         std::to_string(tl_block_idx.z) + ") thread (" + std::to_string(t.idx.x) + "," +
+         std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ")";
+}
+
+// Why no thread can run although some have not finished.
+std::string Deadlock(const BlockRun& r) {
+  int at_block = 0, at_warp = 0;
+  for (const ThreadState& t : r.threads) {
+    at_block += t.run == ThreadRun::kWaitBlock;
+    at_warp += t.run == ThreadRun::kWaitWarp;
+  }
+  return "divergent barriers: " + std::to_string(at_block) + " thread(s) wait at __syncthreads and " +
+         std::to_string(at_warp) + " at a warp-level sync (shuffle, __syncwarp, WMMA) that their warp "
+         "never completes";
+}
+
+}  // namespace
+
+thread_local ThreadState* tl_thread = nullptr;
+thread_local uint3 tl_block_idx{0, 0, 0};
+thread_local dim3 tl_block_dim;
+thread_local dim3 tl_grid_dim;
+
+const uint3& ThreadIdx() { return Self("threadIdx").idx; }
+int LaneId() { return Self("lane id").lane; }
+void* DynamicShared() {
+  Self("extern __shared__");
+  return tl_run->dynamic_shared;
+}
+
+void KernelFault(const std::string& what) {
+  ThreadState& t = Self("a fault");
+  BlockRun& r = *tl_run;
+  if (!r.faulted) {
+    r.faulted = true;
+    r.fault = Where(t) + ": " + what;
+  }
+  Park(t);
+  std::abort();  // the scheduler abandons a faulted block
+}
+
+void SyncThreads() {
+  ThreadState& t = Self("__syncthreads");
+  BlockRun& r = *tl_run;
+  t.run = ThreadRun::kWaitBlock;
+  ++r.waiting;
+  ReleaseBlockIfAllWait(r);
+  Park(t);
+}
+
+void WarpSync(unsigned mask) {
+  ThreadState& t = Self("__syncwarp");
+  BlockRun& r = *tl_run;
+  WarpState& w = r.warps[t.warp];
+  const unsigned all = w.lanes == 32 ? 0xffffffffu : ((1u << w.lanes) - 1u);
+  if (mask != 0xffffffffu && mask != all) {
+    KernelFault("a warp-level sync with a partial mask (" + std::to_string(mask) + "), which the emulator does not model");
+  }
+  t.run = ThreadRun::kWaitWarp;
+  ++w.waiting;
+  ReleaseWarpIfAllWait(r, w);
+  Park(t);
+}
+
+uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width) {
+  ThreadState& t = Self("a shuffle");
+  BlockRun& r = *tl_run;
+  WarpState& w = r.warps[t.warp];
+  if (width <= 0 || width > 32 || (width & (width - 1)) != 0) KernelFault("shuffle width " + std::to_string(width));
+  const uint32_t k = t.shuffles++;
+  w.slot[k & 1u][t.lane] = bits;
+  WarpSync(mask);
+  const int seg = t.lane & ~(width - 1), in = t.lane - seg;
+  int src = t.lane;
+  switch (kind) {
+    case kShflIdx: src = seg + (arg & (width - 1)); break;
+    case kShflXor: src = (t.lane ^ arg) < seg + width ? (t.lane ^ arg) : t.lane; break;
+    case kShflDown: src = in + arg < width ? t.lane + arg : t.lane; break;
+    case kShflUp: src = in - arg >= 0 ? t.lane - arg : t.lane; break;
+    default: KernelFault("unknown shuffle kind");
+  }
+  if (src == t.lane) return bits;
+  if (src >= w.lanes) KernelFault("a shuffle reads lane " + std::to_string(src) + " of a warp of " + std::to_string(w.lanes));
+  const ThreadState& s = r.threads[w.first + src];
+  if (s.shuffles <= k) {
+    KernelFault("a shuffle reads lane " + std::to_string(src) +
+                (s.run == ThreadRun::kDone ? ", which has exited" : ", which did not take part"));
+  }
+  return w.slot[k & 1u][src];
+}
+
+bool RunKernel(const LaunchConfig& cfg, const KernelBody& body, std::string* fault) {
+  const int n = static_cast<int>(cfg.block.x * cfg.block.y * cfg.block.z);
+  StackPool& stacks = Stacks();
+  std::unique_ptr<unsigned char, void (*)(void*)> smem(
+      static_cast<unsigned char*>(std::aligned_alloc(256, ((cfg.smem + 255) / 256 + 1) * 256)), &std::free);
+  tl_block_dim = cfg.block;
+  tl_grid_dim = cfg.grid;
+  for (unsigned bz = 0; bz < cfg.grid.z; ++bz) {
+    for (unsigned by = 0; by < cfg.grid.y; ++by) {
+      for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
+        tl_block_idx = {bx, by, bz};
+        BlockRun r;
+        r.body = &body;
+        r.dynamic_shared = smem.get();
+        std::memset(smem.get(), 0xff, cfg.smem);  // uninitialized shared memory reads as NaN
+        r.threads.resize(n);
+        const int n_warps = (n + 31) / 32;
+        r.warps.resize(n_warps);
+        for (int wi = 0; wi < n_warps; ++wi) {
+          WarpState& w = r.warps[wi];
+          w.first = wi * 32;
+          w.lanes = std::min(32, n - w.first);
+          w.live = w.lanes;
+        }
+        for (int i = 0; i < n; ++i) {
+          ThreadState& t = r.threads[i];
+          t.linear = i;
+          t.idx = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
+          t.lane = i % 32;
+          t.warp = i / 32;
+          MakeFiber(&t.ctx, stacks.Stack(i), stacks.Size(), &ThreadMain, &t);
+          r.runq.push_back(i);
+        }
+        r.live = n;
+        BlockRun* outer = tl_run;
+        tl_run = &r;
+        while (!r.faulted) {
+          if (r.head == r.runq.size()) {
+            if (r.live > 0) {
+              r.faulted = true;
+              r.fault = "block (" + std::to_string(bx) + "," + std::to_string(by) + "," + std::to_string(bz) +
+                        "): " + Deadlock(r);
+            }
+            break;
+          }
+          ThreadState& t = r.threads[r.runq[r.head++]];
+          tl_thread = &t;
+          SwitchFiber(&r.scheduler, &t.ctx);
+        }
+        tl_thread = nullptr;
+        tl_run = outer;
+        if (r.faulted) {
+          *fault = r.fault;
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace kinfer_cudaemu

@@ -1,0 +1,466 @@
+// CUDA emulation: the runtime API (cuda_emu.h). One device; every call takes the device lock;
+// work runs at enqueue time in stream order unless the stream is capturing a graph.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/backend/cuda/emu/emu_internal.h"
+
+struct CUstream_st {
+  bool capturing = false;
+  bool capture_invalid = false;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id capture_thread;
+  std::vector<std::function<void()>> ops;
+};
+struct CUgraph_st {
+  std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> ops;
+};
+
+namespace kinfer_cudaemu {
+namespace {
+
+constexpr size_t kRedZone = 64;
+constexpr unsigned char kRedByte = 0xcd;
+constexpr int kDefaultDynamicShared = 48 * 1024;
+
+struct Allocation {
+  size_t bytes = 0;
+  bool pinned = false;
+  unsigned char* raw = nullptr;  // bytes + two red zones
+};
+
+struct Device {
+  std::recursive_mutex mu;
+  std::map<uintptr_t, Allocation> allocations;  // by user address
+  size_t used = 0;
+  size_t total = 0;
+  int devices = 1;
+  cudaError_t sticky = cudaSuccess;
+  std::unordered_map<const void*, int> max_dynamic_shared;
+  std::vector<CUstream_st*> capturing;
+  CUstream_st default_stream;
+  Device() {
+    const char* mib = std::getenv("KINFER_CUDA_EMU_MEMORY_MIB");
+    total = static_cast<size_t>(mib ? std::atoll(mib) : 8192) << 20;
+    const char* n = std::getenv("KINFER_CUDA_EMU_DEVICES");
+    devices = n ? std::atoi(n) : 1;
+  }
+};
+
+Device& Dev() {
+  static Device* d = new Device();  // never destroyed: static destructors may still free memory
+  return *d;
+}
+
+thread_local cudaError_t tl_last_error = cudaSuccess;
+
+cudaError_t Note(cudaError_t e) {
+  if (e != cudaSuccess) tl_last_error = e;
+  return e;
+}
+
+// The allocation holding [p, p + n), or null.
+const Allocation* Find(const void* p, size_t n, uintptr_t* base_out = nullptr) {
+  Device& d = Dev();
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = d.allocations.upper_bound(a);
+  if (it == d.allocations.begin()) return nullptr;
+  --it;
+  if (a + n > it->first + it->second.bytes || a < it->first) return nullptr;
+  if (base_out) *base_out = it->first;
+  return &it->second;
+}
+
+bool InCapture(std::thread::id self) {
+  for (const CUstream_st* s : Dev().capturing) {
+    if (s->mode == cudaStreamCaptureModeRelaxed) continue;
+    if (s->mode == cudaStreamCaptureModeGlobal || s->capture_thread == self) return true;
+  }
+  return false;
+}
+
+// A call that is not allowed while a stream captures (cudaMalloc, synchronous copies, ...):
+// invalidates the capture, as the driver does.
+cudaError_t RefuseDuringCapture() {
+  if (!InCapture(std::this_thread::get_id())) return cudaSuccess;
+  for (CUstream_st* s : Dev().capturing) s->capture_invalid = true;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
+void CheckRedZones(const char* after) {
+  Device& d = Dev();
+  for (const auto& [base, a] : d.allocations) {
+    const unsigned char* lo = a.raw;
+    const unsigned char* hi = a.raw + kRedZone + a.bytes;
+    for (size_t i = 0; i < kRedZone; ++i) {
+      if (lo[i] != kRedByte || hi[i] != kRedByte) {
+        const bool below = lo[i] != kRedByte;
+        char line[200];
+        std::snprintf(line, sizeof line, "wrote %s a %zu-byte %s allocation at %p", below ? "before" : "past the end of",
+                      a.bytes, a.pinned ? "pinned" : "device", reinterpret_cast<void*>(base));
+        Fault(after, line);
+        std::memset(a.raw, kRedByte, kRedZone);  // report each overrun once
+        std::memset(a.raw + kRedZone + a.bytes, kRedByte, kRedZone);
+        return;
+      }
+    }
+  }
+}
+
+cudaError_t Allocate(void** p, size_t bytes, bool pinned) {
+  if (!p) return Note(cudaErrorInvalidValue);
+  Device& d = Dev();
+  std::lock_guard<std::recursive_mutex> lock(d.mu);
+  if (d.sticky != cudaSuccess) return Note(d.sticky);
+  if (const cudaError_t e = RefuseDuringCapture(); e != cudaSuccess) return Note(e);
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (!pinned && d.used + rounded > d.total) return Note(cudaErrorMemoryAllocation);
+  auto* raw = static_cast<unsigned char*>(std::aligned_alloc(256, rounded + 2 * 256));
+  if (!raw) return Note(cudaErrorMemoryAllocation);
+  // User memory starts 256 bytes in (cudaMalloc's alignment); the red zones are the 64 bytes on
+  // each side of it.
+  unsigned char* user = raw + 256;
+  Allocation a;
+  a.bytes = bytes;
+  a.pinned = pinned;
+  a.raw = user - kRedZone;
+  std::memset(a.raw, kRedByte, kRedZone);
+  std::memset(user, 0xff, bytes);  // never-written device memory reads as NaN / -1
+  std::memset(user + bytes, kRedByte, kRedZone);
+  d.allocations[reinterpret_cast<uintptr_t>(user)] = a;
+  if (!pinned) d.used += rounded;
+  *p = user;
+  return cudaSuccess;
+}
+
+cudaError_t Release(void* p, bool pinned) {
+  if (!p) return cudaSuccess;
+  Device& d = Dev();
+  std::lock_guard<std::recursive_mutex> lock(d.mu);
+  if (const cudaError_t e = RefuseDuringCapture(); e != cudaSuccess) return Note(e);
+  auto it = d.allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it == d.allocations.end() || it->second.pinned != pinned) return Note(cudaErrorInvalidValue);
+  CheckRedZones(pinned ? "cudaFreeHost" : "cudaFree");
+  if (!pinned) d.used -= (std::max<size_t>(it->second.bytes, 1) + 255) / 256 * 256;
+  std::free(it->second.raw + kRedZone - 256);
+  d.allocations.erase(it);
+  return d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess;
+}
+
+CUstream_st* Stream(cudaStream_t s) { return s ? s : &Dev().default_stream; }
+
+cudaError_t CopyCheck(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  const bool dst_dev = Find(dst, n) && !Find(dst, n)->pinned;
+  const bool src_dev = Find(src, n) && !Find(src, n)->pinned;
+  // A pointer into device memory whose range runs past its allocation is an error too.
+  const bool dst_in_dev = Find(dst, 0) && !Find(dst, 0)->pinned;
+  const bool src_in_dev = Find(src, 0) && !Find(src, 0)->pinned;
+  if (n == 0) return cudaSuccess;
+  if ((dst_in_dev && !dst_dev) || (src_in_dev && !src_dev)) return cudaErrorInvalidValue;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: return dst_dev && !src_dev ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyDeviceToHost: return src_dev && !dst_dev ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyDeviceToDevice: return src_dev && dst_dev ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyHostToHost: return !src_dev && !dst_dev ? cudaSuccess : cudaErrorInvalidValue;
+    case cudaMemcpyDefault: return cudaSuccess;
+  }
+  return cudaErrorInvalidMemcpyDirection;
+}
+
+}  // namespace
+
+void Fault(const std::string& kernel, const std::string& what) {
+  Device& d = Dev();
+  std::fprintf(stderr, "cuda-emu: %s: %s\n", kernel.c_str(), what.c_str());
+  if (std::getenv("KINFER_CUDA_EMU_ABORT")) std::abort();
+  if (d.sticky == cudaSuccess) d.sticky = cudaErrorLaunchFailure;
+}
+
+std::recursive_mutex& DeviceMutex() { return Dev().mu; }
+cudaError_t StickyError() { return Dev().sticky; }
+
+bool IsDeviceRange(const void* p, size_t n) {
+  const Allocation* a = Find(p, n);
+  return a && !a->pinned;
+}
+
+cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op) {
+  CUstream_st* s = Stream(stream);
+  if (s->capturing) {
+    s->ops.push_back(std::move(op));
+    return cudaSuccess;
+  }
+  op();
+  return Dev().sticky;
+}
+
+void SetFuncMaxDynamicShared(const void* kernel, int bytes) {
+  Device& d = Dev();
+  std::lock_guard<std::recursive_mutex> lock(d.mu);
+  d.max_dynamic_shared[kernel] = bytes;
+}
+
+void Enqueue(const char* name, const void* kernel, const LaunchConfig& cfg, const std::vector<const void*>& pointers,
+             KernelBody body) {
+  Device& d = Dev();
+  std::lock_guard<std::recursive_mutex> lock(d.mu);
+  if (d.sticky != cudaSuccess) {
+    Note(d.sticky);
+    return;
+  }
+  const uint64_t threads = static_cast<uint64_t>(cfg.block.x) * cfg.block.y * cfg.block.z;
+  if (threads == 0 || threads > 1024 || cfg.block.z > 64 || cfg.grid.x == 0 || cfg.grid.y == 0 ||
+      cfg.grid.z == 0 || cfg.grid.x > 2147483647u || cfg.grid.y > 65535 || cfg.grid.z > 65535) {
+    Note(cudaErrorInvalidConfiguration);
+    return;
+  }
+  auto lim = d.max_dynamic_shared.find(kernel);
+  const int limit = lim == d.max_dynamic_shared.end() ? kDefaultDynamicShared : lim->second;
+  if (cfg.smem > static_cast<size_t>(limit)) {
+    std::fprintf(stderr, "cuda-emu: %s: %zu bytes of dynamic shared memory over its limit of %d\n", name,
+                 cfg.smem, limit);
+    Note(cudaErrorInvalidValue);
+    return;
+  }
+  for (size_t i = 0; i < pointers.size(); ++i) {
+    if (pointers[i] && !Find(pointers[i], 0)) {
+      char line[160];
+      std::snprintf(line, sizeof line, "pointer argument %zu (%p) is neither device nor pinned memory", i,
+                    pointers[i]);
+      Fault(name, line);
+      Note(d.sticky);
+      return;
+    }
+  }
+  std::string kernel_name = name;
+  const cudaError_t e = StreamDo(cfg.stream, [cfg, body = std::move(body), kernel_name] {
+    Device& dev = Dev();
+    if (dev.sticky != cudaSuccess) return;
+    std::string fault;
+    if (!RunKernel(cfg, body, &fault)) Fault(kernel_name, fault);
+    CheckRedZones(kernel_name.c_str());
+  });
+  Note(e);
+}
+
+}  // namespace kinfer_cudaemu
+
+using kinfer_cudaemu::Dev;
+using kinfer_cudaemu::Note;
+
+#define EMU_LOCK()                                                       \
+  ::kinfer_cudaemu::Device& d = Dev();                                   \
+  std::lock_guard<std::recursive_mutex> lock(d.mu);                      \
+  if (d.sticky != cudaSuccess) return Note(d.sticky)
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return Note(cudaErrorInvalidValue);
+  *count = 0;
+  if (Dev().devices <= 0) return Note(cudaErrorNoDevice);
+  *count = Dev().devices;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  return device >= 0 && device < Dev().devices ? cudaSuccess : Note(cudaErrorInvalidDevice);
+}
+cudaError_t cudaGetDevice(int* device) {
+  if (!device) return Note(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (!prop) return Note(cudaErrorInvalidValue);
+  if (device < 0 || device >= Dev().devices) return Note(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  // An H200's limits (sm_90), so that code sized from them plans as it would there.
+  std::snprintf(prop->name, sizeof prop->name, "kinfer CUDA emulator (sm_90 limits)");
+  prop->totalGlobalMem = Dev().total;
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->l2CacheSize = 60 * 1024 * 1024;
+  prop->sharedMemPerBlockOptin = 232448;
+  prop->sharedMemPerMultiprocessor = 233472;
+  prop->memoryBusWidth = 6144;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value) return Note(cudaErrorInvalidValue);
+  if (device < 0 || device >= Dev().devices) return Note(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+    case cudaDevAttrMemoryClockRate: *value = 3201000; return cudaSuccess;  // kHz
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 6144; return cudaSuccess;
+    case cudaDevAttrL2CacheSize: *value = 60 * 1024 * 1024; return cudaSuccess;
+  }
+  return Note(cudaErrorInvalidValue);
+}
+cudaError_t cudaDeviceSynchronize() {
+  EMU_LOCK();
+  if (const cudaError_t e = kinfer_cudaemu::RefuseDuringCapture(); e != cudaSuccess) return Note(e);
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = Dev().sticky != cudaSuccess ? Dev().sticky : kinfer_cudaemu::tl_last_error;
+  kinfer_cudaemu::tl_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() {
+  return Dev().sticky != cudaSuccess ? Dev().sticky : kinfer_cudaemu::tl_last_error;
+}
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (emulator: KINFER_CUDA_EMU_DEVICES=0)";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorLaunchFailure: return "unspecified launch failure (the emulator printed which rule broke)";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidValue: return "invalid argument";
+    default: return cudaGetErrorName(e);
+  }
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  EMU_LOCK();
+  if (!free_bytes || !total_bytes) return Note(cudaErrorInvalidValue);
+  *total_bytes = d.total;
+  *free_bytes = d.total - d.used;
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void** p, size_t bytes) { return kinfer_cudaemu::Allocate(p, bytes, false); }
+cudaError_t cudaFree(void* p) { return kinfer_cudaemu::Release(p, false); }
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return kinfer_cudaemu::Allocate(p, bytes, true); }
+cudaError_t cudaFreeHost(void* p) { return kinfer_cudaemu::Release(p, true); }
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
+  EMU_LOCK();
+  if (const cudaError_t e = kinfer_cudaemu::CopyCheck(dst, src, n, kind); e != cudaSuccess) return Note(e);
+  return Note(kinfer_cudaemu::StreamDo(stream, [dst, src, n] { std::memmove(dst, src, n); }));
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  EMU_LOCK();
+  if (const cudaError_t e = kinfer_cudaemu::RefuseDuringCapture(); e != cudaSuccess) return Note(e);
+  return cudaMemcpyAsync(dst, src, n, kind, nullptr);
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
+  EMU_LOCK();
+  if (n && !kinfer_cudaemu::IsDeviceRange(p, n)) return Note(cudaErrorInvalidValue);
+  return Note(kinfer_cudaemu::StreamDo(stream, [p, value, n] { std::memset(p, value, n); }));
+}
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+  EMU_LOCK();
+  if (const cudaError_t e = kinfer_cudaemu::RefuseDuringCapture(); e != cudaSuccess) return Note(e);
+  return cudaMemsetAsync(p, value, n, nullptr);
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned /*flags*/) {
+  if (!s) return Note(cudaErrorInvalidValue);
+  *s = new CUstream_st();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  EMU_LOCK();
+  if (!s || s->capturing) return Note(cudaErrorInvalidResourceHandle);
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  EMU_LOCK();
+  if (kinfer_cudaemu::Stream(s)->capturing) {
+    kinfer_cudaemu::Stream(s)->capture_invalid = true;
+    return Note(cudaErrorStreamCaptureUnsupported);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  EMU_LOCK();
+  if (!s) return Note(cudaErrorStreamCaptureUnsupported);  // not the legacy stream
+  if (s->capturing) return Note(cudaErrorInvalidValue);
+  s->capturing = true;
+  s->capture_invalid = false;
+  s->mode = mode;
+  s->capture_thread = std::this_thread::get_id();
+  s->ops.clear();
+  d.capturing.push_back(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  EMU_LOCK();
+  if (!s || !s->capturing || !graph) return Note(cudaErrorInvalidValue);
+  if (s->capture_thread != std::this_thread::get_id() && s->mode != cudaStreamCaptureModeRelaxed) {
+    return Note(cudaErrorStreamCaptureWrongThread);
+  }
+  s->capturing = false;
+  d.capturing.erase(std::find(d.capturing.begin(), d.capturing.end(), s));
+  *graph = nullptr;
+  if (s->capture_invalid) {
+    s->ops.clear();
+    return Note(cudaErrorStreamCaptureInvalidated);
+  }
+  *graph = new CUgraph_st{std::move(s->ops)};
+  s->ops.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
+  EMU_LOCK();
+  if (!exec || !graph) return Note(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->ops};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  EMU_LOCK();
+  if (!exec) return Note(cudaErrorInvalidValue);
+  CUgraphExec_st* g = exec;
+  return Note(kinfer_cudaemu::StreamDo(s, [g] {
+    for (const auto& op : g->ops) {
+      if (Dev().sticky != cudaSuccess) return;
+      op();
+    }
+  }));
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}

@@ -1,0 +1,3 @@
+// CUDA emulation stand-in for <cuda_fp16.h> (runtime/backend/cuda/emu/cuda_emu_fp16.h).
+#pragma once
+#include "runtime/backend/cuda/emu/cuda_emu_fp16.h"

@@ -1,0 +1,339 @@
+// The CUDA emulator's own rules (runtime/backend/cuda/emu): thread indices, barriers, warp
+// shuffles, WMMA, launch checks, faults, memory red zones, streams and graph capture, cuBLAS.
+// Kernels here are launched with ::kinfer_cudaemu::Launch directly (what cuda_emu_rewrite.py
+// makes of <<<...>>>).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <mma.h>
+
+#include <numeric>
+#include <vector>
+
+namespace {
+
+using ::kinfer_cudaemu::Launch;
+
+template <typename T>
+T* DeviceCopy(const std::vector<T>& h) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, h.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+template <typename T>
+std::vector<T> HostCopy(const T* d, size_t n) {
+  std::vector<T> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+__global__ void IndexKernel(int* out) {
+  const int t = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x * blockDim.y +
+                threadIdx.y * blockDim.x + threadIdx.x;
+  out[t] = t;
+}
+
+__global__ void WarpSumKernel(const float* x, float* out) {
+  float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+}
+
+// Block sum through shared memory: correct only with both barriers.
+__global__ void BlockSumKernel(const int* x, int* out, bool second_barrier) {
+  __shared__ int s[256];
+  s[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    int v = 0;
+    if (threadIdx.x < stride) v = s[threadIdx.x] + s[threadIdx.x + stride];
+    if (second_barrier) __syncthreads();
+    if (threadIdx.x < stride) s[threadIdx.x] = v;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+
+// Reads shared memory written by another thread without a barrier: the emulator's reverse
+// resumption order makes the missing barrier visible.
+__global__ void MissingBarrierKernel(int* out) {
+  __shared__ int s[64];
+  s[threadIdx.x] = static_cast<int>(threadIdx.x) + 1;
+  __syncthreads();
+  s[threadIdx.x] = s[(threadIdx.x + 1) % 64] * 10;  // race: the neighbour may have written already
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+__global__ void DivergentBarrierKernel(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+  }
+}
+
+__global__ void ShuffleExitedLaneKernel(int* out) {
+  if (threadIdx.x == 3) return;
+  out[threadIdx.x] = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x), 3);
+}
+
+__global__ void OverrunKernel(int* out, int n) {
+  out[threadIdx.x] = 1;  // launched with more threads than n
+  (void)n;
+}
+
+__global__ void DynamicSharedKernel(float* out) {
+  // `extern __shared__ float s[];`, as cuda_emu_rewrite.py writes it:
+  float* s = reinterpret_cast<float*>(::kinfer_cudaemu::DynamicShared());
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];
+}
+
+__global__ void WmmaKernel(const half* a, const half* b, float* c) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+__global__ void AddOneKernel(int* x) { x[threadIdx.x] += 1; }
+
+class CudaEmuTest : public ::testing::Test {
+ protected:
+  void TearDown() override { cudaGetLastError(); }
+};
+
+TEST(CudaEmuRulesTest, IndicesCoverTheGridExactlyOnce) {
+  const int n = 3 * 2 * 64;
+  int* d = DeviceCopy(std::vector<int>(n, -1));
+  Launch("IndexKernel", IndexKernel, dim3(3, 2), dim3(32, 2))(d);
+  std::vector<int> want(n);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(HostCopy(d, n), want);
+  cudaFree(d);
+}
+
+TEST(CudaEmuRulesTest, WarpShufflesReduceEachWarp) {
+  std::vector<float> x(256);
+  std::iota(x.begin(), x.end(), 0.0f);
+  float* dx = DeviceCopy(x);
+  float* dout = DeviceCopy(std::vector<float>(8, 0.0f));
+  Launch("WarpSumKernel", WarpSumKernel, dim3(2), dim3(128))(dx, dout);
+  const std::vector<float> got = HostCopy(dout, 8);
+  for (int w = 0; w < 8; ++w) {
+    float want = 0;
+    for (int i = 0; i < 32; ++i) want += x[w * 32 + i];
+    EXPECT_EQ(got[w], want) << "warp " << w;
+  }
+  cudaFree(dx);
+  cudaFree(dout);
+}
+
+TEST(CudaEmuRulesTest, BarriersOrderSharedMemoryAndAMissingOneShows) {
+  std::vector<int> x(512);
+  std::iota(x.begin(), x.end(), 1);
+  int* dx = DeviceCopy(x);
+  int* dout = DeviceCopy(std::vector<int>(2, 0));
+  Launch("BlockSumKernel", BlockSumKernel, dim3(2), dim3(256))(dx, dout, true);
+  EXPECT_EQ(HostCopy(dout, 2), (std::vector<int>{256 * 257 / 2, (512 * 513 - 256 * 257) / 2}));
+
+  int* race = DeviceCopy(std::vector<int>(64, 0));
+  Launch("MissingBarrierKernel", MissingBarrierKernel, dim3(1), dim3(64))(race);
+  const std::vector<int> got = HostCopy(race, 64);
+  std::vector<int> as_if_ordered(64);
+  for (int t = 0; t < 64; ++t) as_if_ordered[t] = ((t + 1) % 64 + 1) * 10;
+  EXPECT_NE(got, as_if_ordered) << "the emulator's resumption order should expose the race";
+  cudaFree(dx);
+  cudaFree(dout);
+  cudaFree(race);
+}
+
+TEST(CudaEmuRulesTest, WmmaMultipliesTiles) {
+  std::vector<half> a(256), b(256);
+  std::vector<float> af(256), bf(256);
+  for (int i = 0; i < 256; ++i) {
+    af[i] = static_cast<float>((i * 7) % 11 - 5) / 4;
+    bf[i] = static_cast<float>((i * 5) % 13 - 6) / 8;
+    a[i] = __float2half_rn(af[i]);
+    b[i] = __float2half_rn(bf[i]);
+  }
+  half* da = DeviceCopy(a);
+  half* db = DeviceCopy(b);
+  float* dc = DeviceCopy(std::vector<float>(256, 0.0f));
+  Launch("WmmaKernel", WmmaKernel, dim3(1), dim3(32))(da, db, dc);
+  const std::vector<float> c = HostCopy(dc, 256);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      float want = 0;
+      for (int k = 0; k < 16; ++k) want += af[i * 16 + k] * bf[j * 16 + k];  // b col-major
+      EXPECT_EQ(c[i * 16 + j], want) << i << "," << j;
+    }
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
+TEST(CudaEmuRulesTest, DynamicSharedMemoryIsPerBlockAndLimited) {
+  float* d = DeviceCopy(std::vector<float>(128, 0.0f));
+  Launch("DynamicSharedKernel", DynamicSharedKernel, dim3(1), dim3(128), 128 * sizeof(float))(d);
+  const std::vector<float> got = HostCopy(d, 128);
+  for (int t = 0; t < 128; ++t) EXPECT_EQ(got[t], 127 - t);
+  // Over 48 KiB needs cudaFuncSetAttribute first, as on the device.
+  Launch("DynamicSharedKernel", DynamicSharedKernel, dim3(1), dim3(128), 64 * 1024)(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFuncSetAttribute(DynamicSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024),
+            cudaSuccess);
+  Launch("DynamicSharedKernel", DynamicSharedKernel, dim3(1), dim3(128), 64 * 1024)(d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaFree(d);
+}
+
+TEST(CudaEmuRulesTest, BadConfigurationsAreLaunchErrors) {
+  int* d = DeviceCopy(std::vector<int>(4, 0));
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(2048))(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  Launch("AddOneKernel", AddOneKernel, dim3(0), dim3(4))(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // not sticky
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4))(d);
+  EXPECT_EQ(HostCopy(d, 4), (std::vector<int>{1, 1, 1, 1}));
+  cudaFree(d);
+}
+
+TEST(CudaEmuRulesTest, StreamCaptureRecordsAndAGraphReplays) {
+  int* d = DeviceCopy(std::vector<int>(4, 0));
+  int* host = nullptr;
+  ASSERT_EQ(cudaMallocHost(&host, 4 * sizeof(int)), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, s)(d);
+  ASSERT_EQ(cudaMemcpyAsync(host, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(host[0], -1) << "capture runs nothing (pinned memory starts poisoned)";
+  cudaGraph_t g;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  cudaGraphDestroy(g);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(host, host + 4), (std::vector<int>{3, 3, 3, 3}));
+  // Allocating or synchronizing while capturing breaks the capture, as the driver's rules say.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 16), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(s);
+  cudaFreeHost(host);
+  cudaFree(d);
+}
+
+TEST(CudaEmuRulesTest, MemoryIsPoisonedCountedAndCopiesAreChecked) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 1 << 20), cudaSuccess);
+  size_t free1 = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+  EXPECT_EQ(free0 - free1, static_cast<size_t>(1 << 20));
+  const std::vector<float> fresh = HostCopy(d, 4);
+  EXPECT_TRUE(std::isnan(fresh[0])) << "never-written device memory reads as NaN";
+  std::vector<float> h(8);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, h.size() * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue)
+      << "a device source with the host-to-device direction";
+  EXPECT_EQ(cudaMemcpy(d + (1 << 18) - 2, h.data(), 8 * sizeof(float), cudaMemcpyHostToDevice),
+            cudaErrorInvalidValue)
+      << "a copy running past the allocation";
+  void* huge = nullptr;
+  EXPECT_EQ(cudaMalloc(&huge, total), cudaErrorMemoryAllocation);
+  cudaGetLastError();
+  cudaFree(d);
+}
+
+TEST(CudaEmuRulesTest, CublasGemmExMatchesAPlainProduct) {
+  // C (m x n, column-major) = A^T B with A stored k x m (the backend's W^T X^T form).
+  const int m = 5, n = 3, k = 40;
+  std::vector<uint16_t> a(k * m), b(k * n);
+  std::vector<float> af(a.size()), bf(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    af[i] = static_cast<float>(static_cast<int>(i % 9) - 4) / 8;
+    a[i] = __half_as_ushort(__float2half_rn(af[i]));
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    bf[i] = static_cast<float>(static_cast<int>(i % 7) - 3) / 4;
+    b[i] = __half_as_ushort(__float2half_rn(bf[i]));
+  }
+  uint16_t* da = DeviceCopy(a);
+  uint16_t* db = DeviceCopy(b);
+  float* dc = DeviceCopy(std::vector<float>(m * n, 1.0f));
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  const float alpha = 1.0f, beta = 1.0f;
+  ASSERT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_16F, k, db, CUDA_R_16F, k,
+                         &beta, dc, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> c = HostCopy(dc, m * n);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      float want = 1.0f;
+      for (int p = 0; p < k; ++p) want += af[i * k + p] * bf[j * k + p];
+      EXPECT_FLOAT_EQ(c[j * m + i], want) << i << "," << j;
+    }
+  }
+  cublasDestroy(h);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
+// Faults are sticky for the process, as a faulting kernel's are for its context: these run last,
+// each in its own process (death tests), so the other tests keep a healthy device.
+TEST(CudaEmuFaultDeathTest, BrokenRulesAreNamedAndSticky) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        int* d = DeviceCopy(std::vector<int>(32, 0));
+        Launch("DivergentBarrierKernel", DivergentBarrierKernel, dim3(1), dim3(32))(d);
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure &&
+                          cudaMemcpy(d, d, 4, cudaMemcpyDeviceToDevice) == cudaErrorLaunchFailure
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0), "DivergentBarrierKernel: block \\(0,0,0\\): divergent barriers");
+  EXPECT_EXIT(
+      {
+        int* d = DeviceCopy(std::vector<int>(32, 0));
+        Launch("ShuffleExitedLaneKernel", ShuffleExitedLaneKernel, dim3(1), dim3(32))(d);
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "reads lane 3, which has exited");
+  EXPECT_EXIT(
+      {
+        int* d = DeviceCopy(std::vector<int>(8, 0));
+        Launch("OverrunKernel", OverrunKernel, dim3(1), dim3(9))(d, 8);
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "OverrunKernel: wrote past the end of a 32-byte device allocation");
+  EXPECT_EXIT(
+      {
+        std::vector<int> host(8);
+        Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(8))(host.data());
+        std::exit(cudaGetLastError() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "pointer argument 0 .* is neither device nor pinned memory");
+}
+
+}  // namespace
