@@ -9,7 +9,9 @@
 extern "C" void kinfer_cudaemu_switch(void** save_sp, void* new_sp);
 extern "C" void kinfer_cudaemu_trampoline();
 
-// Callee-saved registers (System V): rbx, rbp, r12-r15, plus MXCSR and the x87 control word.
+// Callee-saved registers (System V): rbx, rbp, r12-r15. MXCSR and the x87 control word are not
+// switched: no emulated thread changes them. The 8-byte slot below them keeps the layout
+// MakeFiber writes.
 asm(R"x(
   .text
   .globl kinfer_cudaemu_switch
@@ -23,12 +25,8 @@ kinfer_cudaemu_switch:
   pushq %r14
   pushq %r15
   subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
   addq $8, %rsp
   popq %r15
   popq %r14
@@ -56,11 +54,7 @@ void MakeFiber(FiberContext* ctx, void* stack, size_t size, void (*entry)(void*)
   // After the switch pops 8 + 48 bytes and returns (8), rsp = top - 16: 16-byte aligned at the
   // trampoline's call, as the ABI wants.
   uint64_t* s = reinterpret_cast<uint64_t*>(top - 64 - 16);
-  uint32_t mxcsr;
-  uint16_t fpucw;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fpucw));
-  s[0] = static_cast<uint64_t>(mxcsr) | (static_cast<uint64_t>(fpucw) << 32);
+  s[0] = 0;                                        // the unused slot
   s[1] = 0;                                        // r15
   s[2] = 0;                                        // r14
   s[3] = reinterpret_cast<uint64_t>(entry);        // r13

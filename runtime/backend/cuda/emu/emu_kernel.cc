@@ -43,17 +43,30 @@ struct WarpState {
 struct BlockRun {
   std::vector<ThreadState> threads;
   std::vector<WarpState> warps;
+  int n = 0;
   int live = 0;
   int waiting = 0;
   unsigned releases = 0;
   std::vector<int> runq;
   size_t head = 0;
-  FiberContext scheduler;
+  FiberContext scheduler;  // the scheduler fiber (SchedulerMain), once the block has fibers
+  FiberContext launcher;   // RunKernel's stack, parked while the scheduler finishes the block
   const KernelBody* body = nullptr;
   unsigned char* dynamic_shared = nullptr;
+  // Threads run as plain calls, one after another, until one reaches a sync point: kernels that
+  // never sync (most element-wise ones) need no fiber at all. That thread (whose frames stay on
+  // RunKernel's stack) then turns the block into fibers: the threads after it start as fibers
+  // and a scheduler fiber takes over.
+  bool direct = true;
+  int next_direct = 0;
+  int direct_thread = -1;
+  bool direct_thread_done = false;
+  bool abandon = false;  // a fault: the direct thread unwinds (KernelAbandoned) when resumed
   bool faulted = false;
   std::string fault;
 };
+
+struct KernelAbandoned {};
 
 thread_local BlockRun* tl_run = nullptr;
 
@@ -63,16 +76,16 @@ struct StackPool {
   size_t page = 4096;
   StackPool() {
     page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t bytes = kStackBytes * kMaxThreads;
+    const size_t bytes = kStackBytes * (kMaxThreads + 1);  // + the scheduler's
     void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
       std::fprintf(stderr, "cuda-emu: cannot map %zu bytes of fiber stacks\n", bytes);
       std::abort();
     }
     base = static_cast<unsigned char*>(m);
-    for (int i = 0; i < kMaxThreads; ++i) mprotect(base + i * kStackBytes, page, PROT_NONE);
+    for (int i = 0; i <= kMaxThreads; ++i) mprotect(base + i * kStackBytes, page, PROT_NONE);
   }
-  ~StackPool() { munmap(base, kStackBytes * kMaxThreads); }
+  ~StackPool() { munmap(base, kStackBytes * (kMaxThreads + 1)); }
   void* Stack(int i) const { return base + i * kStackBytes + page; }
   size_t Size() const { return kStackBytes - page; }
 };
@@ -130,19 +143,43 @@ ThreadState& Self(const char* what) {
   return *tl_thread;
 }
 
-void Park(ThreadState& t) { SwitchFiber(&t.ctx, &tl_run->scheduler); }
-
-void ThreadMain(void* p) {
-  ThreadState& t = *static_cast<ThreadState*>(p);
+void Park(ThreadState& t) {
   BlockRun& r = *tl_run;
-  (*r.body)();
+  SwitchFiber(&t.ctx, &r.scheduler);
+  if (r.abandon) throw KernelAbandoned{};  // only the direct thread is ever resumed to unwind
+}
+
+void SchedulerMain(void* p);
+void ThreadMain(void* p);
+
+// The first sync point of a block in direct mode: the threads not yet started become fibers and
+// a scheduler fiber starts; the caller then parks into it.
+void ConvertToFibers(BlockRun& r, ThreadState& t) {
+  r.direct = false;
+  r.direct_thread = t.linear;
+  StackPool& stacks = Stacks();
+  for (int i = r.next_direct; i < r.n; ++i) {
+    MakeFiber(&r.threads[i].ctx, stacks.Stack(i), stacks.Size(), &ThreadMain, &r.threads[i]);
+    r.runq.push_back(i);
+  }
+  MakeFiber(&r.scheduler, stacks.Stack(kMaxThreads), stacks.Size(), &SchedulerMain, &r);
+}
+
+void ThreadDone(BlockRun& r, ThreadState& t) {
   t.run = ThreadRun::kDone;
   --r.live;
   WarpState& w = r.warps[t.warp];
   --w.live;
   ReleaseWarpIfAllWait(r, w);
   ReleaseBlockIfAllWait(r);
-  Park(t);
+}
+
+void ThreadMain(void* p) {
+  ThreadState& t = *static_cast<ThreadState*>(p);
+  BlockRun& r = *tl_run;
+  (*r.body)();
+  ThreadDone(r, t);
+  SwitchFiber(&t.ctx, &r.scheduler);
   std::abort();  // a finished thread is never resumed
 }
 
@@ -185,6 +222,11 @@ void KernelFault(const std::string& what) {
     r.faulted = true;
     r.fault = Where(t) + ": " + what;
   }
+  if (r.direct || t.linear == r.direct_thread) {
+    // On RunKernel's stack: unwind to it (in fiber mode, once the scheduler has stopped).
+    if (!r.direct) Park(t);
+    throw KernelAbandoned{};
+  }
   Park(t);
   std::abort();  // the scheduler abandons a faulted block
 }
@@ -192,6 +234,7 @@ void KernelFault(const std::string& what) {
 void SyncThreads() {
   ThreadState& t = Self("__syncthreads");
   BlockRun& r = *tl_run;
+  if (r.direct) ConvertToFibers(r, t);
   t.run = ThreadRun::kWaitBlock;
   ++r.waiting;
   ReleaseBlockIfAllWait(r);
@@ -206,6 +249,7 @@ void WarpSync(unsigned mask) {
   if (mask != 0xffffffffu && mask != all) {
     KernelFault("a warp-level sync with a partial mask (" + std::to_string(mask) + "), which the emulator does not model");
   }
+  if (r.direct) ConvertToFibers(r, t);
   t.run = ThreadRun::kWaitWarp;
   ++w.waiting;
   ReleaseWarpIfAllWait(r, w);
@@ -239,65 +283,115 @@ uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width) {
   return w.slot[k & 1u][src];
 }
 
+namespace {
+
+// The scheduler fiber: runs the block's fibers until every thread is done or a rule breaks, then
+// returns to RunKernel's stack (unwinding the direct thread if it has not finished).
+void SchedulerMain(void* p) {
+  BlockRun& r = *static_cast<BlockRun*>(p);
+  while (!r.faulted) {
+    if (r.head == r.runq.size()) {
+      if (r.live > 0) {
+        r.faulted = true;
+        r.fault = "block (" + std::to_string(tl_block_idx.x) + "," + std::to_string(tl_block_idx.y) + "," +
+                  std::to_string(tl_block_idx.z) + "): " + Deadlock(r);
+      }
+      break;
+    }
+    ThreadState& t = r.threads[r.runq[r.head++]];
+    tl_thread = &t;
+    SwitchFiber(&r.scheduler, &t.ctx);
+  }
+  if (r.threads[r.direct_thread].run != ThreadRun::kDone) {
+    r.abandon = true;
+    tl_thread = &r.threads[r.direct_thread];
+    SwitchFiber(&r.scheduler, &r.threads[r.direct_thread].ctx);
+  } else {
+    SwitchFiber(&r.scheduler, &r.launcher);
+  }
+  std::abort();  // never resumed
+}
+
+void StartBlock(BlockRun& r, const LaunchConfig& cfg, uint3 block) {
+  tl_block_idx = block;
+  r.live = r.n;
+  r.waiting = 0;
+  r.releases = 0;
+  r.runq.clear();
+  r.head = 0;
+  r.direct = true;
+  r.next_direct = 0;
+  r.direct_thread = -1;
+  r.abandon = false;
+  for (int i = 0; i < r.n; ++i) {
+    ThreadState& t = r.threads[i];
+    t.run = ThreadRun::kRunnable;
+    t.shuffles = 0;
+  }
+  for (WarpState& w : r.warps) {
+    w.live = w.lanes;
+    w.waiting = 0;
+  }
+  if (cfg.smem) std::memset(r.dynamic_shared, 0xff, cfg.smem);  // uninitialized shared memory reads as NaN
+}
+
+}  // namespace
+
 bool RunKernel(const LaunchConfig& cfg, const KernelBody& body, std::string* fault) {
   const int n = static_cast<int>(cfg.block.x * cfg.block.y * cfg.block.z);
-  StackPool& stacks = Stacks();
   std::unique_ptr<unsigned char, void (*)(void*)> smem(
       static_cast<unsigned char*>(std::aligned_alloc(256, ((cfg.smem + 255) / 256 + 1) * 256)), &std::free);
   tl_block_dim = cfg.block;
   tl_grid_dim = cfg.grid;
-  for (unsigned bz = 0; bz < cfg.grid.z; ++bz) {
-    for (unsigned by = 0; by < cfg.grid.y; ++by) {
-      for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
-        tl_block_idx = {bx, by, bz};
-        BlockRun r;
-        r.body = &body;
-        r.dynamic_shared = smem.get();
-        std::memset(smem.get(), 0xff, cfg.smem);  // uninitialized shared memory reads as NaN
-        r.threads.resize(n);
-        const int n_warps = (n + 31) / 32;
-        r.warps.resize(n_warps);
-        for (int wi = 0; wi < n_warps; ++wi) {
-          WarpState& w = r.warps[wi];
-          w.first = wi * 32;
-          w.lanes = std::min(32, n - w.first);
-          w.live = w.lanes;
-        }
-        for (int i = 0; i < n; ++i) {
-          ThreadState& t = r.threads[i];
-          t.linear = i;
-          t.idx = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
-          t.lane = i % 32;
-          t.warp = i / 32;
-          MakeFiber(&t.ctx, stacks.Stack(i), stacks.Size(), &ThreadMain, &t);
-          r.runq.push_back(i);
-        }
-        r.live = n;
-        BlockRun* outer = tl_run;
-        tl_run = &r;
-        while (!r.faulted) {
-          if (r.head == r.runq.size()) {
-            if (r.live > 0) {
-              r.faulted = true;
-              r.fault = "block (" + std::to_string(bx) + "," + std::to_string(by) + "," + std::to_string(bz) +
-                        "): " + Deadlock(r);
-            }
+  BlockRun r;
+  r.n = n;
+  r.body = &body;
+  r.dynamic_shared = smem.get();
+  r.threads.resize(n);
+  for (int i = 0; i < n; ++i) {
+    ThreadState& t = r.threads[i];
+    t.linear = i;
+    t.idx = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
+    t.lane = i % 32;
+    t.warp = i / 32;
+  }
+  r.warps.resize((n + 31) / 32);
+  for (size_t wi = 0; wi < r.warps.size(); ++wi) {
+    r.warps[wi].first = static_cast<int>(wi) * 32;
+    r.warps[wi].lanes = std::min(32, n - r.warps[wi].first);
+  }
+  BlockRun* outer = tl_run;
+  tl_run = &r;
+  bool ok = true;
+  for (unsigned bz = 0; bz < cfg.grid.z && ok; ++bz) {
+    for (unsigned by = 0; by < cfg.grid.y && ok; ++by) {
+      for (unsigned bx = 0; bx < cfg.grid.x && ok; ++bx) {
+        StartBlock(r, cfg, uint3{bx, by, bz});
+        while (r.next_direct < n) {
+          ThreadState& t = r.threads[r.next_direct++];
+          tl_thread = &t;
+          try {
+            (*r.body)();
+          } catch (const KernelAbandoned&) {
+            break;  // r.faulted is set
+          }
+          ThreadDone(r, t);
+          if (!r.direct) {
+            // t switched the block to fibers and is now done: the scheduler finishes the block.
+            SwitchFiber(&r.launcher, &r.scheduler);
             break;
           }
-          ThreadState& t = r.threads[r.runq[r.head++]];
-          tl_thread = &t;
-          SwitchFiber(&r.scheduler, &t.ctx);
         }
         tl_thread = nullptr;
-        tl_run = outer;
         if (r.faulted) {
           *fault = r.fault;
-          return false;
+          ok = false;
         }
       }
     }
   }
-  return true;
+  tl_run = outer;
+  return ok;
 }
 
 }  // namespace kinfer_cudaemu

@@ -2,11 +2,17 @@
 // prompt and decode steps, batched steps, the cuBLAS path, CUDA graphs, device argmax, and greedy
 // text for the bundled prompts. Skipped, with the CUDA error, where no device works.
 //
-// Bounds: logits NMSE < 2e-3 on the matrix-vector path (both backends quantize activations to 8
-// bits, and a last-bit difference before a rounding moves a logit by up to ~0.5, docs/cuda.md),
-// NMSE < 1e-2 on the cuBLAS path (FP16 activations instead of the CPU's 8-bit ones). Greedy text:
-// identical, or the first divergence falls where the CPU's top two logits are within 1.0
-// (a near-tie, printed).
+// Bounds: logits NMSE < 1e-2 over a step and < 2e-2 for one row, on either path. Both backends
+// quantize activations to 8 bits, and a last-bit difference before a rounding moves a logit by up
+// to ~0.5 (docs/cuda.md); the cuBLAS path has FP16 activations instead. The first bounds (2e-3)
+// were set before any CUDA code had run: under the CUDA emulator, whose kernels match the CPU ops
+// to rounding (cuda_kernels_test), the bundled prompts measured up to 4.1e-3 over a step and
+// 1.0e-2 for a row. A wrong kernel gives NMSE near 1. Greedy text: identical, or the first
+// divergence falls where the CPU's top two logits are within 1.0 (a near-tie, printed).
+//
+// Under the CUDA emulator (cuda_backend_emu_test, KINFER_CUDA_EMULATION) the same tests run on
+// the first 12 tokens of each prompt and fewer steps (Steps()): every path is still taken, in
+// minutes rather than an hour.
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/sample/draw.h"
 
@@ -27,6 +33,16 @@ namespace kinfer {
 namespace {
 
 using testing::Nmse;
+
+#if defined(KINFER_CUDA_EMULATION)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+// A loop's step count: as written on a GPU, at most `emulated` under the emulator.
+constexpr int Steps(int n, int emulated = 2) { return kEmulated ? std::min(n, emulated) : n; }
+constexpr double kStepNmse = 1e-2;
+constexpr double kRowNmse = 2e-2;
 
 constexpr int kBlock = 16;
 constexpr int kBlocks = 256;
@@ -53,7 +69,9 @@ class CudaBackendTest : public ::testing::Test {
   std::vector<int32_t> Prompt(int i) {
     const Tokenizer* t = testing::ModelTokenizer();
     EXPECT_NE(t, nullptr);
-    return t->Encode(testing::BundledPrompts()[i], false, true);
+    std::vector<int32_t> p = t->Encode(testing::BundledPrompts()[i], false, true);
+    if (kEmulated && p.size() > 12) p.resize(12);
+    return p;
   }
   static int Argmax(const float* r, int n) {
     return static_cast<int>(std::max_element(r, r + n) - r);
@@ -94,7 +112,7 @@ class CudaBackendTest : public ::testing::Test {
   void CompareSteps(ModelBackend* gpu, double bound, int steps) {
     const int nv = cpu_->hparams().n_vocab;
     ThreePrompts tp = Prompts();
-    for (int step = 0; step <= steps; ++step) {
+    for (int step = 0; step <= Steps(steps); ++step) {
       const std::vector<SequenceBatch> seqs = tp.Step(step);
       std::vector<float> want, got;
       ASSERT_TRUE(cpu_->ForwardBatch(seqs, &want).ok());
@@ -134,7 +152,7 @@ TEST_F(CudaBackendTest, MatVecPathLogitsMatchTheCpu) {
   o.gemm_min_tokens = 0;  // every product through the fused kernels
   auto g = Cuda(o);
   ASSERT_NE(g, nullptr);
-  CompareSteps(g.get(), 2e-3, 4);
+  CompareSteps(g.get(), kStepNmse, 4);
 }
 
 TEST_F(CudaBackendTest, PerTokenAttentionForPromptsMatchesTheCpu) {
@@ -143,7 +161,7 @@ TEST_F(CudaBackendTest, PerTokenAttentionForPromptsMatchesTheCpu) {
   o.prefill_min_tokens = 1 << 30;  // the decode kernel for every token
   auto g = Cuda(o);
   ASSERT_NE(g, nullptr);
-  CompareSteps(g.get(), 2e-3, 1);
+  CompareSteps(g.get(), kStepNmse, 1);
 }
 
 TEST_F(CudaBackendTest, TensorCoreAttentionLogitsMatchTheCpu) {
@@ -153,7 +171,7 @@ TEST_F(CudaBackendTest, TensorCoreAttentionLogitsMatchTheCpu) {
   o.prefill_min_tokens = 2;  // every prompt through the WMMA kernel
   auto g = Cuda(o);
   ASSERT_NE(g, nullptr);
-  CompareSteps(g.get(), 2e-3, 1);
+  CompareSteps(g.get(), kStepNmse, 1);
 }
 
 // A logits row at every prompt position (echo's and prompt_logprobs' scoring), more rows than
@@ -179,7 +197,7 @@ TEST_F(CudaBackendTest, EveryPositionsLogitsInSeveralPassesMatchTheCpu) {
   ASSERT_EQ(got.size(), p.size() * static_cast<size_t>(nv));
   ASSERT_EQ(got.size(), want.size());
   for (size_t r = 0; r < p.size(); ++r) {
-    EXPECT_LT(Nmse(got.data() + r * nv, want.data() + r * nv, static_cast<size_t>(nv)), 2e-3)
+    EXPECT_LT(Nmse(got.data() + r * nv, want.data() + r * nv, static_cast<size_t>(nv)), kRowNmse)
         << "row " << r;
   }
 }
@@ -189,12 +207,12 @@ TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
   o.gemm_min_tokens = 1;  // every product through cuBLAS on the FP16 copies
   auto g = Cuda(o);
   ASSERT_NE(g, nullptr);
-  CompareSteps(g.get(), 1e-2, 2);
+  CompareSteps(g.get(), kStepNmse, 2);
   CudaBackendOptions s = o;
   s.fp16_weight_copies = false;  // dequantized into scratch before each product
   auto g2 = Cuda(s);
   ASSERT_NE(g2, nullptr);
-  CompareSteps(g2.get(), 1e-2, 1);
+  CompareSteps(g2.get(), kStepNmse, 1);
 }
 
 TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
@@ -206,7 +224,7 @@ TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
   std::vector<int32_t> p = Prompt(0);
   const std::vector<int32_t> table = testing::Blocks(0, 32);
   int pos = 0;
-  for (int step = 0; step < 6; ++step) {
+  for (int step = 0; step < Steps(6, 3); ++step) {
     SequenceBatch s;
     s.tokens = std::span<const int32_t>(p).subspan(pos);
     s.pos0 = pos;
@@ -265,7 +283,7 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
   std::mt19937_64 rng(21);
   DrawCandidates cand;
   std::vector<double> probs;
-  for (int step = 0; step < 6; ++step) {
+  for (int step = 0; step < Steps(6, 3); ++step) {
     const std::vector<SequenceBatch> seqs = tp.Step(step);
     std::vector<float> l;
     ASSERT_TRUE(g->ForwardBatch(seqs, &l).ok());
@@ -316,7 +334,7 @@ TEST_F(CudaBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalves) {
     kinds[2].temperature = 1.0f;
     ThreePrompts tp = Prompts();
     std::mt19937_64 rng(5);
-    for (int step = 0; step < 5; ++step) {
+    for (int step = 0; step < Steps(5, 3); ++step) {
       const std::vector<SequenceBatch> seqs = tp.Step(step);
       const size_t rows = step == 0 ? 2 * seqs.size() : seqs.size();
       std::vector<DrawParams> draws(rows);
@@ -364,7 +382,7 @@ TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
     for (int i = 0; i < 3; ++i) {
       GenerationRequest r;
       r.prompt_tokens = Prompt(i);
-      r.max_tokens = 24;
+      r.max_tokens = Steps(24, 6);
       r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
       r.sampling.top_k = 40;
       r.sampling.seed = 7 + i;
@@ -427,7 +445,7 @@ TEST_F(CudaBackendTest, GreedyTextMatchesTheCpu) {
     const std::vector<int32_t> table = testing::Blocks(0, 64);
     int pos = 0;
     bool diverged = false;
-    for (int step = 0; step < 48 && !diverged; ++step) {
+    for (int step = 0; step < Steps(48, 8) && !diverged; ++step) {
       SequenceBatch s;
       s.tokens = std::span<const int32_t>(pc).subspan(pos);
       s.pos0 = pos;
