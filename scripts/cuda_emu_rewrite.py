@@ -22,13 +22,14 @@ OPEN = {")": "(", "]": "[", ">": "<"}
 
 
 def kernel_start(src, end):
-    """Index where the kernel expression that ends just before `end` begins."""
+    """Index where the kernel expression that ends just before `end` begins: a name with `::`
+    qualifiers, each part optionally followed by <template args> or [an index]."""
     i = end - 1
     while i >= 0 and src[i].isspace():
         i -= 1
     while i >= 0:
         c = src[i]
-        if c in OPEN:
+        if c in OPEN:  # skip back over a balanced <...>, [...] or (...)
             depth, want = 0, OPEN[c]
             while i >= 0:
                 if src[i] == c:
@@ -39,14 +40,10 @@ def kernel_start(src, end):
                         break
                 i -= 1
             i -= 1
-            while i >= 0 and src[i].isspace() and (i > 0 and (src[i - 1].isalnum() or src[i - 1] in "_>]")):
-                # a space between a name and its <...> or [...] ("K <T>") is rare; stop at it
-                break
-            continue
-        if c.isalnum() or c in "_:":
+        elif c.isalnum() or c in "_:":
             i -= 1
-            continue
-        break
+        else:
+            break
     return i + 1
 
 
