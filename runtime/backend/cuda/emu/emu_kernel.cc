@@ -43,7 +43,7 @@ struct WarpState {
 struct BlockRun {
   std::vector<ThreadState> threads;
   std::vector<WarpState> warps;
-  int n = 0;
+  int n = 0;  // threads in a block
   int live = 0;
   int waiting = 0;
   unsigned releases = 0;
@@ -95,44 +95,34 @@ StackPool& Stacks() {
   return pool;
 }
 
-void Push(BlockRun& r, const std::vector<int>& ids) {
+// Makes the threads [first, last) that wait in state `from` runnable, forward after even
+// releases and in reverse after odd ones; no allocation (the run queue keeps its capacity).
+void Release(BlockRun& r, int first, int last, ThreadRun from) {
   if (r.head == r.runq.size()) {
     r.runq.clear();
     r.head = 0;
   }
   const bool reverse = (r.releases++ & 1u) != 0;
-  if (reverse) {
-    for (auto it = ids.rbegin(); it != ids.rend(); ++it) r.runq.push_back(*it);
-  } else {
-    for (int id : ids) r.runq.push_back(id);
+  for (int k = 0; k < last - first; ++k) {
+    const int i = reverse ? last - 1 - k : first + k;
+    ThreadState& t = r.threads[i];
+    if (t.run == from) {
+      t.run = ThreadRun::kRunnable;
+      r.runq.push_back(i);
+    }
   }
 }
 
 void ReleaseBlockIfAllWait(BlockRun& r) {
   if (r.waiting == 0 || r.waiting != r.live) return;
-  std::vector<int> ids;
-  for (ThreadState& t : r.threads) {
-    if (t.run == ThreadRun::kWaitBlock) {
-      t.run = ThreadRun::kRunnable;
-      ids.push_back(t.linear);
-    }
-  }
   r.waiting = 0;
-  Push(r, ids);
+  Release(r, 0, r.n, ThreadRun::kWaitBlock);
 }
 
 void ReleaseWarpIfAllWait(BlockRun& r, WarpState& w) {
   if (w.waiting == 0 || w.waiting != w.live) return;
-  std::vector<int> ids;
-  for (int i = w.first; i < w.first + w.lanes; ++i) {
-    ThreadState& t = r.threads[i];
-    if (t.run == ThreadRun::kWaitWarp) {
-      t.run = ThreadRun::kRunnable;
-      ids.push_back(i);
-    }
-  }
   w.waiting = 0;
-  Push(r, ids);
+  Release(r, w.first, w.first + w.lanes, ThreadRun::kWaitWarp);
 }
 
 ThreadState& Self(const char* what) {
