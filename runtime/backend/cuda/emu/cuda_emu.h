@@ -286,41 +286,27 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
 }
 
 // One device, run by one OS thread at a time: atomics are plain read-modify-writes.
-template <typename T>
-T atomicAdd(T* p, T v) {
+namespace kinfer_cudaemu {
+template <typename T, typename F>
+T AtomicRmw(T* p, F next) {
   const T old = *p;
-  *p = old + v;
+  *p = next(old);
   return old;
 }
+}  // namespace kinfer_cudaemu
 template <typename T>
-T atomicSub(T* p, T v) {
-  const T old = *p;
-  *p = old - v;
-  return old;
-}
+T atomicAdd(T* p, T v) { return ::kinfer_cudaemu::AtomicRmw(p, [v](T o) { return o + v; }); }
 template <typename T>
-T atomicMin(T* p, T v) {
-  const T old = *p;
-  if (v < old) *p = v;
-  return old;
-}
+T atomicSub(T* p, T v) { return ::kinfer_cudaemu::AtomicRmw(p, [v](T o) { return o - v; }); }
 template <typename T>
-T atomicMax(T* p, T v) {
-  const T old = *p;
-  if (v > old) *p = v;
-  return old;
-}
+T atomicMin(T* p, T v) { return ::kinfer_cudaemu::AtomicRmw(p, [v](T o) { return v < o ? v : o; }); }
 template <typename T>
-T atomicExch(T* p, T v) {
-  const T old = *p;
-  *p = v;
-  return old;
-}
+T atomicMax(T* p, T v) { return ::kinfer_cudaemu::AtomicRmw(p, [v](T o) { return v > o ? v : o; }); }
+template <typename T>
+T atomicExch(T* p, T v) { return ::kinfer_cudaemu::AtomicRmw(p, [v](T) { return v; }); }
 template <typename T>
 T atomicCAS(T* p, T compare, T v) {
-  const T old = *p;
-  if (old == compare) *p = v;
-  return old;
+  return ::kinfer_cudaemu::AtomicRmw(p, [compare, v](T o) { return o == compare ? v : o; });
 }
 template <typename T>
 T __ldcg(const T* p) { return *p; }
