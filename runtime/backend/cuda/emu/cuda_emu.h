@@ -184,12 +184,11 @@ extern thread_local uint3 tl_block_idx;
 extern thread_local dim3 tl_block_dim;
 extern thread_local dim3 tl_grid_dim;
 const uint3& ThreadIdx();
-int LaneId();
 
 void SyncThreads();
 void WarpSync(unsigned mask);
 // Publishes this lane's 8 bytes for the warp's next shuffle and returns lane `src`'s.
-uint64_t Shuffle(unsigned mask, uint64_t bits, int src_lane_fn_kind, int arg, int width);
+uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width);  // kind: ShuffleKind
 void* DynamicShared();
 // A broken rule inside a kernel: reported once and made the context's sticky error.
 [[noreturn]] void KernelFault(const std::string& what);

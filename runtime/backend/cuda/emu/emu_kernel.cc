@@ -199,7 +199,6 @@ thread_local dim3 tl_block_dim;
 thread_local dim3 tl_grid_dim;
 
 const uint3& ThreadIdx() { return Self("threadIdx").idx; }
-int LaneId() { return Self("lane id").lane; }
 void* DynamicShared() {
   Self("extern __shared__");
   return tl_run->dynamic_shared;

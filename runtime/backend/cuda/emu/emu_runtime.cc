@@ -160,14 +160,20 @@ cudaError_t Release(void* p, bool pinned) {
 
 CUstream_st* Stream(cudaStream_t s) { return s ? s : &Dev().default_stream; }
 
+// Where [p, p + n) lies: device memory (wholly inside one allocation), host memory (pinned or
+// not), or a device range running past its allocation (an error whatever the direction).
+enum class Side { kDevice, kHost, kPastDevice };
+Side SideOf(const void* p, size_t n) {
+  const Allocation* a = Find(p, 0);
+  if (!a || a->pinned) return Side::kHost;
+  return Find(p, n) == a ? Side::kDevice : Side::kPastDevice;
+}
+
 cudaError_t CopyCheck(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-  const bool dst_dev = Find(dst, n) && !Find(dst, n)->pinned;
-  const bool src_dev = Find(src, n) && !Find(src, n)->pinned;
-  // A pointer into device memory whose range runs past its allocation is an error too.
-  const bool dst_in_dev = Find(dst, 0) && !Find(dst, 0)->pinned;
-  const bool src_in_dev = Find(src, 0) && !Find(src, 0)->pinned;
   if (n == 0) return cudaSuccess;
-  if ((dst_in_dev && !dst_dev) || (src_in_dev && !src_dev)) return cudaErrorInvalidValue;
+  const Side d = SideOf(dst, n), s = SideOf(src, n);
+  if (d == Side::kPastDevice || s == Side::kPastDevice) return cudaErrorInvalidValue;
+  const bool dst_dev = d == Side::kDevice, src_dev = s == Side::kDevice;
   switch (kind) {
     case cudaMemcpyHostToDevice: return dst_dev && !src_dev ? cudaSuccess : cudaErrorInvalidValue;
     case cudaMemcpyDeviceToHost: return src_dev && !dst_dev ? cudaSuccess : cudaErrorInvalidValue;
