@@ -301,6 +301,18 @@ int Main(int argc, char** argv) {
       ok &= run(b4.Decode("single_stream_ctx2000_per_head_attn", 1, 2000, quick ? 16 : 128, &r), r);
       ok &= run(b4.Decode("decode_batch_per_head_attn", 256, 128, quick ? 8 : 64, &r), r);
     }
+  // Single stream with the quantizer launches back (MatVecFrom off): what computing the
+  // activations inside the products gains where kernels, not bytes, set the pace.
+  {
+    CudaBackendOptions o5 = opt;
+    o5.fused_activations = false;
+    auto uf = CudaBackend::Create(file, o5);
+    if (uf.ok() && (*uf)->InitKvCache(kBlock, blocks).ok()) {
+      Bench b5(uf->get(), quick);
+      Result r;
+      ok &= run(b5.Decode("single_stream_unfused", 1, 128, quick ? 32 : 256, &r), r);
+    }
+  }
   }
   if (!json.empty()) {
     FILE* out = std::fopen(json.c_str(), "w");

@@ -196,6 +196,12 @@ struct CudaBackend::Impl {
   bool launched = false;
   size_t launched_rows = 0;
   // SampleRows' reach (cuda_kernels.h).
+  // Whether a matrix-vector product of w at n tokens computes its own activations (MatVecFrom).
+  bool FuseActivations(const DevMatrix& w, int n) const {
+    return opt.fused_activations && cuda::MatVecFromApplies(w, n);
+  }
+  int from_blocks = 0;   // MatVecFrom's grid cap: 8 x the multiprocessor count
+  int last_graph_kernels = 0;
   bool CanSample(const DrawParams& p) const {
     if (!(p.temperature > 0.0f)) return true;
     if (p.top_k <= 0 || p.top_k >= hp.n_vocab) return p.top_p >= 1.0f;
@@ -231,6 +237,7 @@ StatusOr<HostTensor> FindMatrix(const GgufFile& f, const std::string& name, int6
 
 }  // namespace
 
+  opt.fused_activations = opt.fused_activations && EnvInt("KINFER_CUDA_FUSED_ACTIVATIONS", 1) != 0;
 Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBackendOptions& o) {
   file = std::move(f);
   opt = o;
@@ -250,6 +257,7 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   if (hp.rope_dim % 2 != 0) return Unimplemented("odd rope dimension");
   KINFER_CUDA_RETURN(cudaSetDevice(opt.device), "cudaSetDevice");
   cudaDeviceProp prop{};
+  from_blocks = 8 * info.sm_count;
   KINFER_CUDA_RETURN(cudaGetDeviceProperties(&prop, opt.device), "cudaGetDeviceProperties");
   info.name = prop.name;
   info.ordinal = opt.device;
@@ -560,7 +568,6 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     // Attention block. The matrix-vector path: RmsNorm fused into the quantizer, one Q|K|V
     // product, RoPE fused with the cache write, the residual add fused into the output product.
     if (!gemm && L.wqkv.data) {
-      cuda::RmsNormQuantize(cuda::ActFormatFor(L.wqkv.type), x, L.attn_norm, n, d, hp.rms_eps, act, stream);
       cuda::MatOut o;
       o.y[0] = q;
       o.y[1] = k;
@@ -568,7 +575,12 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
       o.begin[1] = dq;
       o.begin[2] = dq + dkv;
       o.parts = 3;
-      cuda::MatVec(L.wqkv, act, n, o, stream);
+      if (FuseActivations(L.wqkv, n)) {
+        cuda::MatVecFrom(L.wqkv, cuda::RmsNormSource(x, L.attn_norm, hp.rms_eps), n, o, from_blocks, stream);
+      } else {
+        cuda::RmsNormQuantize(cuda::ActFormatFor(L.wqkv.type), x, L.attn_norm, n, d, hp.rms_eps, act, stream);
+        cuda::MatVec(L.wqkv, act, n, o, stream);
+      }
     } else {
       cuda::RmsNorm(x, L.attn_norm, n, d, hp.rms_eps, xn, stream);
       Products(xn, n, {{&L.wq, PlainOut(q)}, {&L.wk, PlainOut(k)}, {&L.wv, PlainOut(v)}});
@@ -600,18 +612,24 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     }
     // Feed-forward block.
     if (!gemm && L.w_gate_up.data) {
-      cuda::RmsNormQuantize(cuda::ActFormatFor(L.w_gate_up.type), x, L.ffn_norm, n, d, hp.rms_eps, act, stream);
       cuda::MatOut o;
       o.y[0] = gate;
       o.y[1] = up;
       o.begin[1] = hp.n_ff;
       o.parts = 2;
-      cuda::MatVec(L.w_gate_up, act, n, o, stream);
+      if (FuseActivations(L.w_gate_up, n)) {
+        cuda::MatVecFrom(L.w_gate_up, cuda::RmsNormSource(x, L.ffn_norm, hp.rms_eps), n, o, from_blocks, stream);
+      } else {
+        cuda::RmsNormQuantize(cuda::ActFormatFor(L.w_gate_up.type), x, L.ffn_norm, n, d, hp.rms_eps, act, stream);
+        cuda::MatVec(L.w_gate_up, act, n, o, stream);
+      }
     } else {
       cuda::RmsNorm(x, L.ffn_norm, n, d, hp.rms_eps, xn, stream);
       Products(xn, n, {{&L.w_gate, PlainOut(gate)}, {&L.w_up, PlainOut(up)}});
     }
-    if (!gemm) {
+    if (!gemm && FuseActivations(L.w_down, n)) {
+      cuda::MatVecFrom(L.w_down, cuda::SwiGluSource(gate, up), n, PlainOut(x, true), from_blocks, stream);
+    } else if (!gemm) {
       cuda::SwiGluQuantize(cuda::ActFormatFor(L.w_down.type), gate, up, n, hp.n_ff, act, stream);
       cuda::MatVec(L.w_down, act, n, PlainOut(x, true), stream);
     } else {
@@ -626,9 +644,15 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
 // buffer (or their argmax, or their draws).
 void CudaBackend::Impl::Output(int row0, int rows, Out out) {
   const int d = hp.n_embd;
-  cuda::GatherRows(x, meta_dev + 4 * T + row0, rows, d, xo, stream);
-  cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
-  Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
+  if (!UseGemm(rows) && FuseActivations(output, rows)) {
+    // The gather, the final norm and the quantizer inside the output product.
+    cuda::MatVecFrom(output, cuda::RmsNormSource(x, output_norm, hp.rms_eps, meta_dev + 4 * T + row0),
+                     rows, cuda::PlainOut(logits), from_blocks, stream);
+  } else {
+    cuda::GatherRows(x, meta_dev + 4 * T + row0, rows, d, xo, stream);
+    cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
+    Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
+  }
   if (out != Out::kLogits) {
     if (out == Out::kArgmax) {
       cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev, stream);
@@ -637,6 +661,20 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
     }
     cudaMemcpyAsync(argmax_host + row0, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
                     stream);
+// Kernel nodes of a captured graph (cuBLAS's included).
+static int CountKernelNodes(cudaGraph_t graph) {
+  size_t n = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) return 0;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n == 0 || cudaGraphGetNodes(graph, nodes.data(), &n) != cudaSuccess) return 0;
+  int kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) ++kernels;
+  }
+  return kernels;
+}
+
   } else {
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
                     cudaMemcpyDeviceToHost, stream);
@@ -759,6 +797,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this
+      if (e == cudaSuccess) last_graph_kernels = CountKernelNodes(graph);
       // backend and the step runs as plain launches: graphs are a speed-up, never a requirement.
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
@@ -920,6 +959,7 @@ Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
   if (!impl_->launched) return FailedPrecondition("no step is launched (LaunchSample first)");
   impl_->launched = false;
   return impl_->Collect(impl_->launched_rows, tokens);
+int CudaBackend::last_graph_kernels() const { return impl_->last_graph_kernels; }
 }
 
 #undef KINFER_CUDA_NOT_LAUNCHED

@@ -49,6 +49,11 @@ struct CudaBackendOptions {
   // Decode attention with shared K/V reads and split positions (cuda_kernels.h AttentionDecode);
   // false, or env KINFER_CUDA_DECODE_ATTENTION=per_head: one block per (token, head), unsplit.
   bool shared_kv_decode = true;
+  // Products on the matrix-vector path compute their own activations (cuda_kernels.h
+  // MatVecFrom: RmsNorm or SwiGLU and the quantizer inside the product), 5 kernels a layer in
+  // a decode step instead of 8; the same bits either way. Env KINFER_CUDA_FUSED_ACTIVATIONS=0
+  // turns it off.
+  bool fused_activations = true;
 };
 
 struct CudaDeviceInfo {
@@ -108,6 +113,9 @@ class CudaBackend final : public ModelBackend {
   int64_t fp16_copy_bytes() const;
   int64_t scratch_device_bytes() const;
   int64_t kv_device_bytes() const;
+  // Kernel nodes of the graph captured last (0 before the first): the launches of one decode
+  // step, which bound its time at small batch.
+  int last_graph_kernels() const;
   // Graphs captured so far (one per decode batch size).
   int graphs_captured() const;
 

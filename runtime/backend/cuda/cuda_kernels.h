@@ -85,6 +85,56 @@ void RmsNormQuantize(ActFormat fmt, const float* x, const float* weight, int n, 
 void SwiGluQuantize(ActFormat fmt, const float* gate, const float* up, int n, int ff,
                     const ActBuffers& act, cudaStream_t stream);
 
+// Products that compute their own activations: one launch instead of a quantizer launch and a
+// product. With CUDA graphs a decode step at small batch is bound by its number of kernels, not
+// by its bytes (SmolLM2-135M reads 96 MB a token: 20 us at 4.8 TB/s, against about 2 us a
+// kernel), so every block of the product first computes the step's activations itself into
+// shared memory (a few rows of n_embd or n_ff: cheap to compute many times over) and then takes
+// its weight rows. The activations are computed by the quantizer kernels' own device code, so
+// the result is bit for bit RmsNormQuantize (or SwiGluQuantize) followed by MatVec.
+//
+//   kRmsNorm: token t's activations are fmt(RmsNorm(row rows[t] of x, weight)) (rows null: row
+//             t), rows of w.cols floats, with eps.
+//   kSwiGlu:  fmt(silu(row t of x) * row t of up), rows of w.cols floats (x is the gate).
+struct ActSource {
+  enum class Kind { kRmsNorm, kSwiGlu };
+  Kind kind = Kind::kRmsNorm;
+  const float* x = nullptr;
+  const float* weight = nullptr;  // kRmsNorm
+  const float* up = nullptr;      // kSwiGlu
+  const int32_t* rows = nullptr;  // kRmsNorm, optional
+  float eps = 0.0f;               // kRmsNorm
+};
+inline ActSource RmsNormSource(const float* x, const float* weight, float eps,
+                               const int32_t* rows = nullptr) {
+  ActSource s;
+  s.x = x;
+  s.weight = weight;
+  s.eps = eps;
+  s.rows = rows;
+  return s;
+}
+inline ActSource SwiGluSource(const float* gate, const float* up) {
+  ActSource s;
+  s.kind = ActSource::Kind::kSwiGlu;
+  s.x = gate;
+  s.up = up;
+  return s;
+}
+// Shared memory a block may use for its activations (below the 48 KB every device gives
+// without opting in): 8 tokens of up to 4,096 columns (the largest launch holds 8 tokens).
+constexpr size_t kMaxFromActBytes = 40 * 1024;
+// Whether MatVecFrom takes w at ntok tokens: a weight type with 8-bit activations (Q4_0, Q4_1,
+// Q8_0, Q4_K, Q6_K) and activations that fit kMaxFromActBytes.
+bool MatVecFromApplies(const DevMatrix& w, int64_t ntok);
+// MatVec(w, activations of src, ntok, out) in one launch; the activations never reach global
+// memory. max_blocks caps the grid (its blocks then loop over the weight rows; 0: one block per
+// 8 rows); about 8 x the multiprocessor count keeps every multiprocessor full while bounding
+// the times the activations are computed. REQUIRES MatVecFromApplies(w, ntok); out does not
+// overlap src's rows.
+void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
+                int max_blocks, cudaStream_t stream);
+
 // out[r][c] = dequantized W (FP16, round to nearest), for the cuBLAS path.
 void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream);
 

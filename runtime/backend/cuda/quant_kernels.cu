@@ -93,12 +93,13 @@ __global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total
   QuantBlock256(vals, lane, sb, act);
 }
 
-// RmsNorm of one row per block (the CPU's floats: double sum of squares, (x * scale) * w), its
-// result quantized (or rounded) straight into act.
-__global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x,
-                                      const float* __restrict__ w, int d, float eps, ActBuffers act) {
-  const int row = blockIdx.x;
-  const float* xr = x + static_cast<size_t>(row) * d;
+// RmsNorm of the row xr of d floats (the CPU's floats: double sum of squares, (x * scale) * w),
+// quantized (or rounded) straight into row `row` of act. Every thread of the block calls it; the
+// sum's grouping depends only on blockDim.x, and every caller launches 256 threads, so the
+// quantizer kernel and the products that compute their own activations give the same bits.
+__device__ void RmsNormQuantizeRow(ActFormat fmt, const float* __restrict__ xr,
+                                   const float* __restrict__ w, int d, float eps, int64_t row,
+                                   const ActBuffers& act) {
   double s = 0.0;
   for (int i = threadIdx.x; i < d; i += blockDim.x) s += static_cast<double>(xr[i]) * xr[i];
 #pragma unroll
@@ -119,7 +120,7 @@ __global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x
   if (fmt == ActFormat::kQ8_0 || fmt == ActFormat::kQ8_1) {
     for (int b = warp; b < d / 32; b += nwarps) {
       const int i = b * 32 + lane;
-      QuantBlock32(__fmul_rn(__fmul_rn(xr[i], scale), w[i]), lane, static_cast<int64_t>(row) * (d / 32) + b, act);
+      QuantBlock32(__fmul_rn(__fmul_rn(xr[i], scale), w[i]), lane, row * (d / 32) + b, act);
     }
   } else if (fmt == ActFormat::kQ8K) {
     for (int b = warp; b < d / 256; b += nwarps) {
@@ -129,13 +130,19 @@ __global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x
         const int i = b * 256 + lane * 8 + k;
         vals[k] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
       }
-      QuantBlock256(vals, lane, static_cast<int64_t>(row) * (d / 256) + b, act);
+      QuantBlock256(vals, lane, row * (d / 256) + b, act);
     }
   } else {
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
-      act.xr[static_cast<size_t>(row) * d + i] = RoundAct(fmt, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
+      act.xr[row * d + i] = RoundAct(fmt, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
     }
   }
+}
+
+// One row per block.
+__global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x,
+                                      const float* __restrict__ w, int d, float eps, ActBuffers act) {
+  RmsNormQuantizeRow(fmt, x + static_cast<size_t>(blockIdx.x) * d, w, d, eps, blockIdx.x, act);
 }
 
 __device__ __forceinline__ float SwiGluValue(float g, float u) {
@@ -317,15 +324,12 @@ __device__ __forceinline__ void StoreOut(const MatOut& out, int rows, int row, i
   *dst = out.accumulate ? __fadd_rn(*dst, s) : s;
 }
 
-// One warp per weight row, lanes over the row's 32-units; NT tokens share each weight unit.
+// Row `row` of a product for tokens t0 .. t0 + ntok - 1 (act holds those tokens' activations
+// from its row 0): one warp, lanes over the row's 32-units; NT tokens share each weight unit.
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__ w, size_t row_bytes,
-                                                     int rows, int cols, ActBuffers act, int ntok,
-                                                     MatOut out) {
-  const int row = blockIdx.x * 4 + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
+__device__ __forceinline__ void MatVecQRow(const uint8_t* __restrict__ wrow, int rows, int row,
+                                           int cols, const ActBuffers& act, int t0, int ntok,
+                                           const MatOut& out, int lane) {
   const int nunits = cols / 32;
   float acc[NT];
 #pragma unroll
@@ -347,8 +351,82 @@ __global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__
   for (int t = 0; t < NT; ++t) {
     if (t < ntok) {
       const float s = WarpSum(acc[t]);
-      if (lane == 0) StoreOut(out, rows, row, t, s);
+      if (lane == 0) StoreOut(out, rows, row, t0 + t, s);
     }
+  }
+}
+
+// One warp per weight row (4 a block).
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                     int rows, int cols, ActBuffers act, int ntok,
+                                                     MatOut out) {
+  const int row = blockIdx.x * 4 + threadIdx.x / 32;
+  if (row >= rows) return;
+  MatVecQRow<T, NT>(w + static_cast<size_t>(row) * row_bytes, rows, row, cols, act, 0, ntok, out,
+                    threadIdx.x & 31);
+}
+
+// A product that computes its own activations (MatVecFrom): block (x, y) takes tokens
+// 8y .. 8y + 7; all its threads first compute their activations from src into shared memory
+// (RmsNormQuantizeRow, or SwiGLU and QuantBlock32 / QuantBlock256: the quantizer kernels' own
+// code, so the same bits), then each warp takes weight rows warp, warp + 8 x gridDim.x, ...
+// REQUIRES: blockDim.x == kFromThreads; out does not alias src.
+constexpr int kFromThreads = 256;
+
+__device__ __forceinline__ ActBuffers SharedAct(uint8_t* smem, int ntok, int cols) {
+  ActBuffers a;
+  a.qs = reinterpret_cast<int8_t*>(smem);
+  a.d = reinterpret_cast<float*>(smem + static_cast<size_t>(ntok) * cols);
+  a.s = a.d + static_cast<size_t>(ntok) * (cols / 32);
+  return a;
+}
+
+__device__ void ActivationsFrom(ActFormat fmt, const ActSource& src, int t0, int ntok, int cols,
+                                const ActBuffers& a) {
+  if (src.kind == ActSource::Kind::kRmsNorm) {
+    for (int t = 0; t < ntok; ++t) {
+      const int64_t r = src.rows ? src.rows[t0 + t] : t0 + t;
+      RmsNormQuantizeRow(fmt, src.x + r * cols, src.weight, cols, src.eps, t, a);
+    }
+    return;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  const float* g = src.x + static_cast<size_t>(t0) * cols;
+  const float* u = src.up + static_cast<size_t>(t0) * cols;
+  if (fmt == ActFormat::kQ8K) {
+    for (int sb = warp; sb < ntok * (cols / 256); sb += nwarps) {
+      float vals[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int64_t i = static_cast<int64_t>(sb) * 256 + lane * 8 + k;
+        vals[k] = SwiGluValue(g[i], u[i]);
+      }
+      QuantBlock256(vals, lane, sb, a);
+    }
+  } else {
+    for (int b = warp; b < ntok * (cols / 32); b += nwarps) {
+      const int64_t i = static_cast<int64_t>(b) * 32 + lane;
+      QuantBlock32(SwiGluValue(g[i], u[i]), lane, b, a);
+    }
+  }
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kFromThreads) MatVecFromKernel(const uint8_t* __restrict__ w,
+                                                                 size_t row_bytes, int rows, int cols,
+                                                                 ActFormat fmt, ActSource src,
+                                                                 int ntok_total, MatOut out) {
+  extern __shared__ __align__(16) uint8_t from_smem[];
+  const int t0 = blockIdx.y * 8;
+  const int ntok = ntok_total - t0 < NT ? ntok_total - t0 : NT;
+  const ActBuffers a = SharedAct(from_smem, NT, cols);
+  ActivationsFrom(fmt, src, t0, ntok, cols, a);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  for (int row = blockIdx.x * (kFromThreads / 32) + warp; row < rows;
+       row += gridDim.x * (kFromThreads / 32)) {
+    MatVecQRow<T, NT>(w + static_cast<size_t>(row) * row_bytes, rows, row, cols, a, t0, ntok, out, lane);
   }
 }
 
@@ -425,6 +503,32 @@ void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, c
       else MatVecQKernel<T, 8><<<grid, block, 0, stream>>>(wd, w.row_bytes, rows, cols, a, n, o);
     }
   }
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+// NT for a launch of ntok tokens (chunks of 8 share one launch), and the shared memory it needs.
+int FromTokens(int64_t ntok) { return ntok <= 1 ? 1 : ntok <= 2 ? 2 : ntok <= 4 ? 4 : 8; }
+size_t FromSmemBytes(int nt, int64_t cols) {
+  return static_cast<size_t>(nt) * cols + 2 * sizeof(float) * static_cast<size_t>(nt) * (cols / 32);
+}
+
+template <GgmlType T>
+void LaunchMatVecFromType(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
+                          int max_blocks, cudaStream_t stream) {
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  constexpr int kRowsPerBlock = kFromThreads / 32;
+  int bx = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (max_blocks > 0 && bx > max_blocks) bx = max_blocks;
+  const dim3 grid(bx, static_cast<unsigned>((ntok + 7) / 8)), block(kFromThreads);
+  const int nt = FromTokens(ntok);
+  const size_t smem = FromSmemBytes(nt, cols);
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  const ActFormat fmt = ActFormatFor(T);
+  const int n = static_cast<int>(ntok);
+  if (nt == 1) MatVecFromKernel<T, 1><<<grid, block, smem, stream>>>(wd, w.row_bytes, rows, cols, fmt, src, n, out);
+  else if (nt == 2) MatVecFromKernel<T, 2><<<grid, block, smem, stream>>>(wd, w.row_bytes, rows, cols, fmt, src, n, out);
+  else if (nt == 4) MatVecFromKernel<T, 4><<<grid, block, smem, stream>>>(wd, w.row_bytes, rows, cols, fmt, src, n, out);
+  else MatVecFromKernel<T, 8><<<grid, block, smem, stream>>>(wd, w.row_bytes, rows, cols, fmt, src, n, out);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 
@@ -603,6 +707,31 @@ void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOu
     case GgmlType::kQ4_K: return LaunchMatVecType<GgmlType::kQ4_K>(w, act, ntok, y, stream);
     case GgmlType::kQ6_K: return LaunchMatVecType<GgmlType::kQ6_K>(w, act, ntok, y, stream);
     default: assert(false && "MatVec: unsupported type");
+  }
+}
+
+bool MatVecFromApplies(const DevMatrix& w, int64_t ntok) {
+  switch (w.type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: break;
+    default: return false;
+  }
+  return ntok >= 1 && FromSmemBytes(FromTokens(ntok), w.cols) <= kMaxFromActBytes;
+}
+
+void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
+                int max_blocks, cudaStream_t stream) {
+  assert(MatVecFromApplies(w, ntok));
+  switch (w.type) {
+    case GgmlType::kQ4_0: return LaunchMatVecFromType<GgmlType::kQ4_0>(w, src, ntok, out, max_blocks, stream);
+    case GgmlType::kQ4_1: return LaunchMatVecFromType<GgmlType::kQ4_1>(w, src, ntok, out, max_blocks, stream);
+    case GgmlType::kQ8_0: return LaunchMatVecFromType<GgmlType::kQ8_0>(w, src, ntok, out, max_blocks, stream);
+    case GgmlType::kQ4_K: return LaunchMatVecFromType<GgmlType::kQ4_K>(w, src, ntok, out, max_blocks, stream);
+    case GgmlType::kQ6_K: return LaunchMatVecFromType<GgmlType::kQ6_K>(w, src, ntok, out, max_blocks, stream);
+    default: return;
   }
 }
 

@@ -92,6 +92,13 @@ struct CUgraph_st;
 typedef CUgraph_st* cudaGraph_t;
 struct CUgraphExec_st;
 typedef CUgraphExec_st* cudaGraphExec_t;
+struct CUgraphNode_st;
+typedef CUgraphNode_st* cudaGraphNode_t;
+enum cudaGraphNodeType {
+  cudaGraphNodeTypeKernel = 0x00,
+  cudaGraphNodeTypeMemcpy = 0x01,
+  cudaGraphNodeTypeMemset = 0x02,
+};
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -164,6 +171,9 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+// The nodes in capture order (the emulator's graphs are chains); nodes null: *count = their number.
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
 template <typename T>

@@ -16,7 +16,9 @@ bool RunKernel(const LaunchConfig& cfg, const KernelBody& body, std::string* fau
 
 // The runtime's side (emu_runtime.cc): enqueue `op` on `stream` (run now, or record while the
 // stream captures), and turn a kernel's broken rule into the sticky error.
-cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op);
+// kind: what a captured graph lists the work as (cudaGraphNodeGetType).
+cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op,
+                     cudaGraphNodeType kind = cudaGraphNodeTypeMemcpy);
 void Fault(const std::string& kernel, const std::string& what);
 // True when [p, p + n) lies inside one device allocation.
 bool IsDeviceRange(const void* p, size_t n);

@@ -13,15 +13,20 @@
 
 #include "runtime/backend/cuda/emu/emu_internal.h"
 
+struct CUgraphNode_st {
+  cudaGraphNodeType type = cudaGraphNodeTypeKernel;
+};
 struct CUstream_st {
   bool capturing = false;
   bool capture_invalid = false;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   std::thread::id capture_thread;
   std::vector<std::function<void()>> ops;
+  std::vector<CUgraphNode_st> kinds;  // one per op
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
+  std::vector<CUgraphNode_st> nodes;  // one per op
 };
 struct CUgraphExec_st {
   std::vector<std::function<void()>> ops;
@@ -201,10 +206,11 @@ bool IsDeviceRange(const void* p, size_t n) {
   return a && !a->pinned;
 }
 
-cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op) {
+cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op, cudaGraphNodeType kind) {
   CUstream_st* s = Stream(stream);
   if (s->capturing) {
     s->ops.push_back(std::move(op));
+    s->kinds.push_back(CUgraphNode_st{kind});
     return cudaSuccess;
   }
   op();
@@ -256,7 +262,7 @@ void Enqueue(const char* name, const void* kernel, const LaunchConfig& cfg, cons
     std::string fault;
     if (!RunKernel(cfg, body, &fault)) Fault(kernel_name, fault);
     CheckRedZones(kernel_name.c_str());
-  });
+  }, cudaGraphNodeTypeKernel);
   Note(e);
 }
 
@@ -389,7 +395,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
   EMU_LOCK();
   if (n && !kinfer_cudaemu::IsDeviceRange(p, n)) return Note(cudaErrorInvalidValue);
-  return Note(kinfer_cudaemu::StreamDo(stream, [p, value, n] { std::memset(p, value, n); }));
+  return Note(kinfer_cudaemu::StreamDo(stream, [p, value, n] { std::memset(p, value, n); },
+                                       cudaGraphNodeTypeMemset));
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) {
   EMU_LOCK();
@@ -425,6 +432,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
   s->mode = mode;
   s->capture_thread = std::this_thread::get_id();
   s->ops.clear();
+  s->kinds.clear();
   d.capturing.push_back(s);
   return cudaSuccess;
 }
@@ -439,10 +447,12 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   *graph = nullptr;
   if (s->capture_invalid) {
     s->ops.clear();
+    s->kinds.clear();
     return Note(cudaErrorStreamCaptureInvalidated);
   }
-  *graph = new CUgraph_st{std::move(s->ops)};
+  *graph = new CUgraph_st{std::move(s->ops), std::move(s->kinds)};
   s->ops.clear();
+  s->kinds.clear();
   return cudaSuccess;
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
@@ -464,6 +474,21 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (!graph || !count) return Note(cudaErrorInvalidValue);
+  if (nodes) {
+    const size_t n = std::min(*count, graph->nodes.size());
+    for (size_t i = 0; i < n; ++i) nodes[i] = &graph->nodes[i];
+    for (size_t i = n; i < *count; ++i) nodes[i] = nullptr;
+  }
+  *count = graph->nodes.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  if (!node || !type) return Note(cudaErrorInvalidValue);
+  *type = node->type;
   return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {

@@ -252,6 +252,35 @@ TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
   EXPECT_EQ(b->graphs_captured(), 0);
 }
 
+// Products that compute their own activations (MatVecFrom) give the bits of the quantizer
+// launch followed by the product, in fewer kernels: a decode step's graph loses three a layer
+// (the two RmsNorm quantizers and the SwiGLU one) and three at the output (the row gather, the
+// final norm and its quantizer).
+TEST_F(CudaBackendTest, FusedActivationsGiveTheSameLogitsInFewerKernels) {
+  CudaBackendOptions fused, unfused;
+  unfused.fused_activations = false;
+  auto a = Cuda(fused), b = Cuda(unfused);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ThreePrompts tp = Prompts();
+  const int nv = a->hparams().n_vocab;
+  for (int step = 0; step < Steps(4, 2); ++step) {
+    const std::vector<SequenceBatch> seqs = tp.Step(step);
+    std::vector<float> la, lb;
+    ASSERT_TRUE(a->ForwardBatch(seqs, &la).ok());
+    ASSERT_TRUE(b->ForwardBatch(seqs, &lb).ok());
+    ASSERT_EQ(la, lb) << "step " << step;
+    for (size_t i = 0; i < tp.toks.size(); ++i) {
+      tp.Append(i, Argmax(la.data() + (step == 0 ? 2 * i + 1 : i) * nv, nv));
+    }
+  }
+  ASSERT_GE(a->graphs_captured(), 1);
+  ASSERT_GE(b->graphs_captured(), 1);
+  std::printf("decode step of 3: %d kernels fused, %d unfused\n", a->last_graph_kernels(),
+              b->last_graph_kernels());
+  EXPECT_EQ(b->last_graph_kernels() - a->last_graph_kernels(), 3 * a->hparams().n_layer + 3);
+}
+
 TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
   auto g = Cuda();
   ASSERT_NE(g, nullptr);

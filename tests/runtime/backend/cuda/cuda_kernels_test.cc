@@ -13,7 +13,8 @@
 //   attention (decode and tiled prefill) vs a double reference   NMSE < 1e-6 (1e-5 on the
 //                                                                 tensor cores: FP16 products)
 //   fused kernels (RmsNorm+quantize, SwiGLU+quantize, RoPE+KV      exact against the unfused
-//   write, split / accumulating products)                         kernels' results
+//   write, split / accumulating products, products computing      kernels' results
+//   their own activations)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -702,6 +703,82 @@ TEST_F(CudaKernelsTest, FusedKernelsEqualTheUnfusedOnes) {
       EXPECT_EQ(fused2.xr.ToHost(), plain2.xr.ToHost()) << "SwiGluQuantize " << static_cast<int>(fmt);
     }
   }
+}
+
+// MatVecFrom against the two launches it replaces, bit for bit: RmsNorm (of gathered rows) or
+// SwiGLU quantized by the quantizer kernels, then MatVec. Every weight type it takes; 1-11
+// tokens (one and two chunks of 8, part-filled); the grid capped (blocks looping over rows) or
+// not; 1 and 3 output parts; accumulating outputs.
+TEST_F(CudaKernelsTest, ProductsThatComputeTheirOwnActivationsEqualQuantizerThenProduct) {
+  const int64_t cols = 512, rows = 100;  // rows not a multiple of a block's 8
+  const float eps = 1e-5f;
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                        GgmlType::kQ6_K}) {
+    const std::vector<uint8_t> w = RandomMatrix(type, rows, cols, 51 + static_cast<int>(type));
+    DeviceBuffer<uint8_t> wd(w.data(), w.size());
+    const cuda::DevMatrix m{type, wd.get(), rows, cols, RowBytes(type, cols), nullptr};
+    const cuda::ActFormat fmt = cuda::ActFormatFor(type);
+    for (int ntok : {1, 2, 3, 8, 11}) {
+      ASSERT_TRUE(cuda::MatVecFromApplies(m, ntok)) << GgmlTypeName(type) << " " << ntok;
+      const int nx = ntok + 3;  // rows of x; the norm reads ntok of them, out of order
+      const std::vector<float> x = RandomFloats(nx * cols, 61 + ntok, -3.0f, 3.0f);
+      const std::vector<float> nw = RandomFloats(cols, 62, 0.5f, 1.5f);
+      const std::vector<float> g = RandomFloats(ntok * cols, 63 + ntok, -4.0f, 4.0f);
+      const std::vector<float> u = RandomFloats(ntok * cols, 64 + ntok, -2.0f, 2.0f);
+      const std::vector<float> base = RandomFloats(ntok * rows, 65 + ntok);
+      std::vector<int32_t> pick(ntok);
+      for (int t = 0; t < ntok; ++t) pick[t] = (t * 5 + 2) % nx;
+      DeviceBuffer<float> xd(x), nwd(nw), gd(g), ud(u), gathered(ntok * cols);
+      DeviceBuffer<int32_t> pickd(pick);
+      DevAct act(ntok, cols);
+      const std::string what = std::string(GgmlTypeName(type)) + " ntok " + std::to_string(ntok);
+
+      // RmsNorm of gathered rows, accumulating into base.
+      DeviceBuffer<float> want(base), got0(base), got3(base);
+      cuda::GatherRows(xd.get(), pickd.get(), ntok, static_cast<int>(cols), gathered.get(), nullptr);
+      cuda::RmsNormQuantize(fmt, gathered.get(), nwd.get(), ntok, static_cast<int>(cols), eps, act.a, nullptr);
+      cuda::MatVec(m, act.a, ntok, cuda::PlainOut(want.get(), true), nullptr);
+      const cuda::ActSource norm = cuda::RmsNormSource(xd.get(), nwd.get(), eps, pickd.get());
+      cuda::MatVecFrom(m, norm, ntok, cuda::PlainOut(got0.get(), true), 0, nullptr);
+      cuda::MatVecFrom(m, norm, ntok, cuda::PlainOut(got3.get(), true), 3, nullptr);
+      const std::vector<float> wv = want.ToHost();
+      EXPECT_EQ(got0.ToHost(), wv) << what << " rms norm";
+      EXPECT_EQ(got3.ToHost(), wv) << what << " rms norm, 3 blocks";
+
+      // RmsNorm of rows 0..ntok-1 into three parts.
+      DeviceBuffer<float> plain(ntok * rows), a(ntok * 60), b(ntok * 24), c(ntok * 16);
+      cuda::RmsNormQuantize(fmt, xd.get(), nwd.get(), ntok, static_cast<int>(cols), eps, act.a, nullptr);
+      cuda::MatVec(m, act.a, ntok, cuda::PlainOut(plain.get()), nullptr);
+      cuda::MatOut o;
+      o.y[0] = a.get();
+      o.y[1] = b.get();
+      o.y[2] = c.get();
+      o.begin[1] = 60;
+      o.begin[2] = 84;
+      o.parts = 3;
+      cuda::MatVecFrom(m, cuda::RmsNormSource(xd.get(), nwd.get(), eps), ntok, o, 2, nullptr);
+      const std::vector<float> pv = plain.ToHost(), av = a.ToHost(), bv = b.ToHost(), cv = c.ToHost();
+      for (int t = 0; t < ntok; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float part = r < 60 ? av[t * 60 + r] : r < 84 ? bv[t * 24 + r - 60] : cv[t * 16 + r - 84];
+          ASSERT_EQ(part, pv[t * rows + r]) << what << " three parts, token " << t << " row " << r;
+        }
+      }
+
+      // SwiGLU.
+      DeviceBuffer<float> want2(ntok * rows), got2(ntok * rows);
+      cuda::SwiGluQuantize(fmt, gd.get(), ud.get(), ntok, static_cast<int>(cols), act.a, nullptr);
+      cuda::MatVec(m, act.a, ntok, cuda::PlainOut(want2.get()), nullptr);
+      cuda::MatVecFrom(m, cuda::SwiGluSource(gd.get(), ud.get()), ntok, cuda::PlainOut(got2.get()), 5, nullptr);
+      EXPECT_EQ(got2.ToHost(), want2.ToHost()) << what << " swiglu";
+    }
+  }
+  // What it does not take: float weights, and activations over its shared memory.
+  const cuda::DevMatrix f16{GgmlType::kF16, nullptr, 8, 512, 1024, nullptr};
+  EXPECT_FALSE(cuda::MatVecFromApplies(f16, 1));
+  const cuda::DevMatrix wide{GgmlType::kQ4_0, nullptr, 8, 8192, RowBytes(GgmlType::kQ4_0, 8192), nullptr};
+  EXPECT_TRUE(cuda::MatVecFromApplies(wide, 4));
+  EXPECT_FALSE(cuda::MatVecFromApplies(wide, 5));
 }
 
 TEST_F(CudaKernelsTest, RopeWithTheCacheWriteEqualsRopeThenWrite) {
