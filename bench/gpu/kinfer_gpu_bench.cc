@@ -71,8 +71,10 @@ class Bench {
     return t;
   }
 
-  // How a decode step's tokens are chosen.
-  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw };
+  // How a decode step's tokens are chosen: greedy on the device, or drawn on the device or on the
+  // host with llama.cpp's defaults (top-k 40) or with top-p alone over the whole vocabulary
+  // (OpenAI's and vLLM's knob: top_p 0.9, temperature 0.7).
+  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
   Status Decode(const std::string& name, int B, int ctx, int steps, Result* r,
@@ -114,15 +116,16 @@ class Bench {
       if (pick == Pick::kDeviceArgmax) {
         KINFER_RETURN_IF_ERROR(b_->ForwardBatchArgmax(seqs, &ids));
       } else {
+        const bool nucleus = pick == Pick::kDeviceNucleus || pick == Pick::kHostNucleus;
         std::vector<DrawParams> draws(B);
         for (DrawParams& d : draws) {
-          d.temperature = 0.8f;
-          d.top_k = 40;
-          d.top_p = 0.95f;
-          d.min_p = 0.05f;
+          d.temperature = nucleus ? 0.7f : 0.8f;
+          d.top_k = nucleus ? 0 : 40;
+          d.top_p = nucleus ? 0.9f : 0.95f;
+          d.min_p = nucleus ? 0.0f : 0.05f;
           d.uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
         }
-        if (pick == Pick::kDeviceDraw) {
+        if (pick == Pick::kDeviceDraw || pick == Pick::kDeviceNucleus) {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatchSample(seqs, draws, &ids));
         } else {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatch(seqs, &logits));
@@ -264,6 +267,16 @@ int Main(int argc, char** argv) {
     Result r;
     ok &= run(bench.Decode("decode_sampled_host", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kHostDraw), r);
   }
+  // Top-p over the whole vocabulary: the device bisects the row; the host sorts a growing prefix
+  // after an exp of every logit.
+  for (int B : {64, 256}) {
+    Result r;
+    ok &= run(bench.Decode("decode_top_p_dev", B, 128, quick ? 8 : 32, &r, Bench::Pick::kDeviceNucleus), r);
+  }
+  {
+    Result r;
+    ok &= run(bench.Decode("decode_top_p_host", 64, 128, quick ? 4 : 8, &r, Bench::Pick::kHostNucleus), r);
+  }
   // The choices still to be settled by measurement: the products' path at mid batch sizes
   // (fused matrix-vector kernels vs cuBLAS) and the prefill attention (FMA vs tensor cores).
   {
@@ -288,6 +301,18 @@ int Main(int argc, char** argv) {
       ok &= run(b3.Prefill(2048, quick ? 2 : 10, &r, "_tc_attention"), r);
     }
   }
+  // Single stream with the quantizer launches back (MatVecFrom off): what computing the
+  // activations inside the products gains where kernels, not bytes, set the pace.
+  {
+    CudaBackendOptions o5 = opt;
+    o5.fused_activations = false;
+    auto uf = CudaBackend::Create(file, o5);
+    if (uf.ok() && (*uf)->InitKvCache(kBlock, blocks).ok()) {
+      Bench b5(uf->get(), quick);
+      Result r;
+      ok &= run(b5.Decode("single_stream_unfused", 1, 128, quick ? 32 : 256, &r), r);
+    }
+  }
   // The decode attention before shared K/V reads and splits (one block per token and head):
   // what they gain.
   {
@@ -301,18 +326,6 @@ int Main(int argc, char** argv) {
       ok &= run(b4.Decode("single_stream_ctx2000_per_head_attn", 1, 2000, quick ? 16 : 128, &r), r);
       ok &= run(b4.Decode("decode_batch_per_head_attn", 256, 128, quick ? 8 : 64, &r), r);
     }
-  // Single stream with the quantizer launches back (MatVecFrom off): what computing the
-  // activations inside the products gains where kernels, not bytes, set the pace.
-  {
-    CudaBackendOptions o5 = opt;
-    o5.fused_activations = false;
-    auto uf = CudaBackend::Create(file, o5);
-    if (uf.ok() && (*uf)->InitKvCache(kBlock, blocks).ok()) {
-      Bench b5(uf->get(), quick);
-      Result r;
-      ok &= run(b5.Decode("single_stream_unfused", 1, 128, quick ? 32 : 256, &r), r);
-    }
-  }
   }
   if (!json.empty()) {
     FILE* out = std::fopen(json.c_str(), "w");

@@ -72,7 +72,8 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     return Status::Ok();
   }
   // Whether ForwardBatchSample draws rows with these settings (the uniform aside). The default,
-  // on the host, draws any; the CUDA backend states its kernel's reach (docs/cuda.md).
+  // on the host, draws any, and so does the CUDA backend's kernel (docs/cuda.md); a backend
+  // whose device sampler covers less says so here, and the engine samples those on the host.
   virtual bool CanSample(const DrawParams& p) const { return true; }
   // The same step, every logits row's token drawn by DrawToken's rule (runtime/sample/draw.h)
   // with rows[r], r in ForwardBatch's row order: the engine's path for steps whose every sampled

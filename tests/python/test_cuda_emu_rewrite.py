@@ -61,7 +61,7 @@ def test_a_launch_it_cannot_parse_is_an_error_naming_the_line(tmp_path, src, why
 
 
 def test_the_backends_kernels_rewrite_without_a_launch_left(tmp_path):
-    for name in ("quant_kernels", "ops_kernels", "attention_kernels"):
+    for name in ("quant_kernels", "ops_kernels", "sample_kernels", "attention_kernels"):
         src = (ROOT / "runtime" / "backend" / "cuda" / f"{name}.cu").read_text()
         out = rw.rewrite(src, f"{name}.cu")
         assert "<<<" not in out and "extern __shared__" not in out

@@ -195,19 +195,13 @@ struct CudaBackend::Impl {
   // The step LaunchSample enqueued (rows), if any.
   bool launched = false;
   size_t launched_rows = 0;
-  // SampleRows' reach (cuda_kernels.h).
+  bool UseGemm(int n) const { return opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens; }
   // Whether a matrix-vector product of w at n tokens computes its own activations (MatVecFrom).
   bool FuseActivations(const DevMatrix& w, int n) const {
     return opt.fused_activations && cuda::MatVecFromApplies(w, n);
   }
   int from_blocks = 0;   // MatVecFrom's grid cap: 8 x the multiprocessor count
   int last_graph_kernels = 0;
-  bool CanSample(const DrawParams& p) const {
-    if (!(p.temperature > 0.0f)) return true;
-    if (p.top_k <= 0 || p.top_k >= hp.n_vocab) return p.top_p >= 1.0f;
-    return p.top_k <= cuda::kMaxTopK;
-  }
-  bool UseGemm(int n) const { return opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens; }
   void Products(const float* x_in, int n,
                 std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws);
   void Layers(int n, int n_dec, int n_tiles, bool one_token_each);
@@ -237,13 +231,13 @@ StatusOr<HostTensor> FindMatrix(const GgufFile& f, const std::string& name, int6
 
 }  // namespace
 
-  opt.fused_activations = opt.fused_activations && EnvInt("KINFER_CUDA_FUSED_ACTIVATIONS", 1) != 0;
 Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBackendOptions& o) {
   file = std::move(f);
   opt = o;
   opt.gemm_min_tokens = EnvInt("KINFER_CUDA_GEMM_MIN_TOKENS", opt.gemm_min_tokens);
   opt.cuda_graphs = opt.cuda_graphs && EnvInt("KINFER_CUDA_GRAPHS", 1) != 0;
   opt.tensor_core_attention = EnvInt("KINFER_CUDA_TC_ATTENTION", opt.tensor_core_attention ? 1 : 0) != 0;
+  opt.fused_activations = opt.fused_activations && EnvInt("KINFER_CUDA_FUSED_ACTIVATIONS", 1) != 0;
   if (const char* e = std::getenv("KINFER_CUDA_DECODE_ATTENTION");
       e && std::string(e) == "per_head") {
     opt.shared_kv_decode = false;
@@ -257,13 +251,13 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   if (hp.rope_dim % 2 != 0) return Unimplemented("odd rope dimension");
   KINFER_CUDA_RETURN(cudaSetDevice(opt.device), "cudaSetDevice");
   cudaDeviceProp prop{};
-  from_blocks = 8 * info.sm_count;
   KINFER_CUDA_RETURN(cudaGetDeviceProperties(&prop, opt.device), "cudaGetDeviceProperties");
   info.name = prop.name;
   info.ordinal = opt.device;
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
   info.sm_count = prop.multiProcessorCount;
+  from_blocks = 8 * info.sm_count;
   info.l2_bytes = prop.l2CacheSize;
   info.smem_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
   info.total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
@@ -661,6 +655,12 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
     }
     cudaMemcpyAsync(argmax_host + row0, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
                     stream);
+  } else {
+    cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
+                    cudaMemcpyDeviceToHost, stream);
+  }
+}
+
 // Kernel nodes of a captured graph (cuBLAS's included).
 static int CountKernelNodes(cudaGraph_t graph) {
   size_t n = 0;
@@ -673,12 +673,6 @@ static int CountKernelNodes(cudaGraph_t graph) {
     if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) ++kernels;
   }
   return kernels;
-}
-
-  } else {
-    cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
-                    cudaMemcpyDeviceToHost, stream);
-  }
 }
 
 // Launch-configuration errors (not sticky) and cuBLAS failures of the work just enqueued.
@@ -722,11 +716,6 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     for (size_t r = 0; r < rows; ++r) {
       const DrawParams& p = draws[r];
       greedy = greedy && !(p.temperature > 0.0f);
-      if (!CanSample(p)) {
-        return InvalidArgument("row " + std::to_string(r) + ": top_k " + std::to_string(p.top_k) +
-                               " with top_p " + std::to_string(p.top_p) +
-                               " cannot be drawn on the device (CanSample)");
-      }
       cuda::DeviceDraw& d = draws_host[r];
       d = cuda::DeviceDraw{};
       d.uniform = p.uniform;
@@ -797,7 +786,6 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this
-      if (e == cudaSuccess) last_graph_kernels = CountKernelNodes(graph);
       // backend and the step runs as plain launches: graphs are a speed-up, never a requirement.
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
@@ -809,6 +797,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
         const Status enq = EnqueueErrors(&gemm_status);
         if (e == cudaSuccess && !enq.ok()) e = cudaErrorStreamCaptureInvalidated;
       }
+      if (e == cudaSuccess) last_graph_kernels = CountKernelNodes(graph);
       if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
       if (graph) cudaGraphDestroy(graph);
       if (e != cudaSuccess) {
@@ -934,7 +923,6 @@ Status CudaBackend::ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
   return impl_->Collect(rows, tokens);
 }
 
-bool CudaBackend::CanSample(const DrawParams& p) const { return impl_->CanSample(p); }
 
 Status CudaBackend::ForwardBatchSample(std::span<const SequenceBatch> seqs,
                                        std::span<const DrawParams> rows,
@@ -959,7 +947,6 @@ Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
   if (!impl_->launched) return FailedPrecondition("no step is launched (LaunchSample first)");
   impl_->launched = false;
   return impl_->Collect(impl_->launched_rows, tokens);
-int CudaBackend::last_graph_kernels() const { return impl_->last_graph_kernels; }
 }
 
 #undef KINFER_CUDA_NOT_LAUNCHED
@@ -972,5 +959,6 @@ int64_t CudaBackend::fp16_copy_bytes() const { return impl_->fp16_bytes; }
 int64_t CudaBackend::scratch_device_bytes() const { return static_cast<int64_t>(impl_->scratch.size()); }
 int64_t CudaBackend::kv_device_bytes() const { return impl_->kv_bytes; }
 int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
+int CudaBackend::last_graph_kernels() const { return impl_->last_graph_kernels; }
 
 }  // namespace kinfer

@@ -89,10 +89,8 @@ class CudaBackend final : public ModelBackend {
   // first maximum), and only the ids cross PCIe. The engine's path for all-greedy steps.
   Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) override;
 
-  // Draws on the device (SampleRows) for greedy rows, top_k 1..64 with any top-p and min-p, and
-  // whole-vocabulary draws (top_k off, top_p 1) with any min-p; the engine samples anything else
-  // on the host from the logits.
-  bool CanSample(const DrawParams& p) const override;
+  // Draws every row on the device (SampleRows: greedy, top-k, top-p, min-p and temperature in
+  // any combination), so CanSample keeps the default (true).
   Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
                             std::vector<int32_t>* tokens) override;
   // The same step in two halves: LaunchSample packs and uploads the step's metadata, enqueues
@@ -113,11 +111,11 @@ class CudaBackend final : public ModelBackend {
   int64_t fp16_copy_bytes() const;
   int64_t scratch_device_bytes() const;
   int64_t kv_device_bytes() const;
+  // Graphs captured so far (one per decode batch size).
+  int graphs_captured() const;
   // Kernel nodes of the graph captured last (0 before the first): the launches of one decode
   // step, which bound its time at small batch.
   int last_graph_kernels() const;
-  // Graphs captured so far (one per decode batch size).
-  int graphs_captured() const;
 
   struct Impl;
 

@@ -172,23 +172,25 @@ void GatherRows(const float* x, const int32_t* rows, int n, int d, float* out,
 // out[r] = the index of the largest of logits[r][0..n_vocab) (the first on ties).
 void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaStream_t stream);
 
-// One row's draw on the device: DrawToken's rule (runtime/sample/draw.h), for the settings
-// CudaBackend::CanSample takes: greedy (temperature <= 0); top_k in [1, kMaxTopK] with any top-p
-// and min-p; or the whole vocabulary (top_k 0, no top-p) with any min-p. Filled by the host.
+// One row's draw on the device: DrawToken's rule (runtime/sample/draw.h) for any settings (the
+// penalties and logit biases are applied to the logits before, or the step samples on the host).
+// Filled by the host. top_k up to kMaxTopK takes k rounds of a block argmax; larger top_k, and
+// top-p over the whole vocabulary, bisect the row's logits (SampleRows' kernel says how).
 constexpr int kMaxTopK = 64;
 struct DeviceDraw {
   double uniform = 0.0;  // in [0, 1)
   float temperature = 0.0f;
-  float top_p = 1.0f;      // used with top_k >= 1
+  float top_p = 1.0f;      // >= 1: off
   float min_p = 0.0f;      // > 0: on
   float log_min_p = 0.0f;  // std::log(min_p) in float, as DrawToken computes it
-  int top_k = 0;           // 1..kMaxTopK, or 0: the whole vocabulary
+  int top_k = 0;           // 1..n_vocab - 1, or 0: the whole vocabulary
   int unused = 0;
 };
 
 // out[r] = the token draws[r] picks from logits row r (one block per row). With the same logits,
-// the host's DrawToken gives the same token, unless the uniform falls within rounding of a
-// boundary between two tokens (probabilities are summed in a different grouping).
+// the host's DrawToken gives the same token, unless the uniform (or top_p x the total) falls
+// within rounding of a boundary between two tokens (probabilities are summed in a different
+// grouping). The same row and settings always give the same token.
 void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
                 cudaStream_t stream);
 

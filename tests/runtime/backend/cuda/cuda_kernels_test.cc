@@ -839,7 +839,9 @@ TEST_F(CudaKernelsTest, SplitAndAccumulatingProductsEqualPlainOnes) {
 
 // The device sampler against the host's rule (DrawToken, which the Sampler runs), on the same
 // logits and uniforms: greedy rows, top-k with top-p and min-p, whole-vocabulary draws with and
-// without min-p, ties, several settings in one launch.
+// without min-p, top-p over the whole vocabulary and top-k above kMaxTopK (the bisecting path),
+// ties, signed zeros, -inf, probabilities that underflow, the rounding fallback, several settings
+// in one launch.
 TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   const int rows = 24, nv = 49152;
   std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 51, -5.0f, 5.0f);
@@ -847,6 +849,12 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   l[3 * nv + 7] = 9.0f;                                          // a tie at the top
   l[3 * nv + 4000] = 9.0f;
   l[5 * nv + 11] = l[5 * nv + 12] = l[5 * nv + 13] = 6.5f;  // ties inside the top k
+  for (int i = 0; i < nv; ++i) {
+    l[7 * nv + i] = i % 3 == 0 ? -0.0f : 0.0f;  // one logit everywhere, half of it -0
+    l[9 * nv + i] = -0.05f * static_cast<float>((i * 7919) % nv);  // down to -2457: e^x underflows
+    l[11 * nv + i] = std::floor(l[11 * nv + i]);                   // 11 values, thousands of ties each
+  }
+  for (int i = 0; i < nv; i += 5) l[13 * nv + i] = -std::numeric_limits<float>::infinity();
   const std::vector<float> u = RandomFloats(rows * 8, 52, 0.0f, 0.999999f);
   DeviceBuffer<float> ld(l);
   DeviceBuffer<int32_t> out(rows);
@@ -858,7 +866,11 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   const Case cases[] = {{0.0f, 0, 1.0f, 0.0f},  {1.0f, 1, 1.0f, 0.0f},  {0.8f, 40, 0.95f, 0.05f},
                         {1.5f, 64, 0.5f, 0.0f}, {0.3f, 8, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f},
                         {2.0f, 0, 1.0f, 0.0f},  {0.7f, 0, 1.0f, 0.05f}, {1.0f, 20, 0.0f, 0.0f},
-                        {1.2f, 64, 1.0f, 0.3f}};
+                        {1.2f, 64, 1.0f, 0.3f},
+                        // the bisecting path: top-p over the whole vocabulary, top-k above 64
+                        {1.0f, 0, 0.9f, 0.0f},  {0.7f, 0, 0.95f, 0.05f}, {0.5f, 0, 0.0f, 0.0f},
+                        {1.3f, 100, 0.8f, 0.0f}, {0.8f, 1000, 1.0f, 0.1f}, {2.0f, 30000, 0.99f, 0.0f},
+                        {0.05f, 0, 0.999f, 0.0f}};
   DrawCandidates cand;
   std::vector<double> probs;
   int round = 0;
@@ -874,6 +886,7 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
         p.top_p = c.top_p;
         p.min_p = c.min_p;
         p.uniform = u[(round * rows + r) % u.size()];
+        if (r == 7 || r == 11 || r == 15) p.uniform = 1.0;  // uniform x total at the end: the fallback
         cuda::DeviceDraw& d = ds[r];  // as CudaBackend fills it
         d.uniform = p.uniform;
         d.temperature = p.temperature;

@@ -1,0 +1,443 @@
+// The device sampler: DrawToken's rule (runtime/sample/draw.h) on a block per logits row, for
+// every plain draw (greedy, top-k, top-p, min-p, temperature; cuda_kernels.h SampleRows).
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+
+#include "runtime/backend/cuda/cuda_common.cuh"
+#include "runtime/backend/cuda/cuda_kernels.h"
+
+namespace kinfer::cuda {
+namespace {
+
+// (v, i) ranks before (v2, i2) when v > v2, or v == v2 and i < i2.
+__device__ __forceinline__ bool Before(float v, int i, float v2, int i2) {
+  return v > v2 || (v == v2 && i < i2);
+}
+
+// Block-wide maximum of an int (every thread gets it). blockDim.x a multiple of 32, <= 1024.
+__device__ int BlockMaxInt(int v, int* shared32) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  if (lane == 0) shared32[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w) v = max(v, shared32[w]);
+    shared32[0] = v;
+  }
+  __syncthreads();
+  return shared32[0];
+}
+
+constexpr int kSampleThreads = 256;
+
+// ---- cuts: the rows the k rounds cannot take ------------------------------------------------
+//
+// Top-p over more than kMaxTopK tokens (top_k 0 with top_p < 1) and top-k above kMaxTopK. Each
+// truncation DrawToken applies keeps a prefix of the best-first order (larger logit, then lower
+// id), so the survivors are always one Cut: the tokens whose logit ranks above the cut's, and
+// those at its logit whose id is at most the cut's id. Each step finds its cut by bisecting
+// over the logits' order keys (at most 32 passes over the row, each a block-wide sum), then
+// places the cut among the tokens tied at that logit in id order:
+//   top-k: the largest key with at least k tokens at or above it;
+//   top-p: the largest key whose mass at or above it (exp(l - max), in double) reaches top_p x
+//          the survivors' total; the tied tokens are added one by one until it does, as
+//          DrawToken's walk adds them;
+//   min-p: a threshold on the logit, so the cut moves up to it;
+//   draw:  the largest key whose temperature mass at or above it exceeds uniform x the total,
+//          then the tied token that the walk stops at.
+// Every sum is a fixed per-thread order and a fixed tree, so a row always gives the same token;
+// it differs from DrawToken's order only in rounding (the caveat SampleRows states).
+
+// A float's place in the order of floats as an unsigned key (larger float, larger key); -0 is
+// +0, as the host's comparisons see them. No NaN (DrawToken's REQUIRES).
+__device__ __forceinline__ uint32_t OrderKey(float v) {
+  if (v == 0.0f) v = 0.0f;
+  const uint32_t b = __float_as_uint(v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float KeyValue(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+struct Cut {
+  uint32_t key = 0;  // every token: key 0 and id INT_MAX
+  int id = INT_MAX;
+};
+__device__ __forceinline__ bool InCut(const Cut& c, uint32_t key, int id) {
+  return key > c.key || (key == c.key && id <= c.id);
+}
+
+// Block-wide reduction (every thread gets the result): a fixed butterfly in each warp, then the
+// warps in order, so equal inputs give equal bits. part holds 33 values; consecutive calls on
+// the same part are safe (the result slot is written only after every thread has passed the
+// next call's first barrier).
+template <typename T, typename Op>
+__device__ T BlockReduce(T v, Op op, T* part) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, o));
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    T t = part[0];
+    for (int w = 1; w < nwarps; ++w) t = op(t, part[w]);
+    part[32] = t;
+  }
+  __syncthreads();
+  return part[32];
+}
+struct SumOp {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct MinOp {
+  __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return a < b ? a : b; }
+};
+struct MaxOp {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+struct CutShared {
+  double sum[33];
+  uint32_t key[33];
+  int id[33];
+  int count[kSampleThreads];
+  int found;
+};
+
+// Sum over the row of f(key, id, value), each thread over ids threadIdx.x + j * blockDim.x.
+template <typename F>
+__device__ double RowSum(const float* __restrict__ row, int n, F f, CutShared& sh) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i];
+    s += f(OrderKey(v), i, v);
+  }
+  return BlockReduce(s, SumOp(), sh.sum);
+}
+
+// The largest key in [lo, hi] where pred holds, given that it holds at lo and on every key
+// below one that it holds at. pred must give every thread the same answer.
+template <typename P>
+__device__ uint32_t LargestKey(uint32_t lo, uint32_t hi, P pred) {
+  while (lo < hi) {
+    const uint32_t mid = lo + static_cast<uint32_t>((static_cast<uint64_t>(hi) - lo + 1) / 2);
+    if (pred(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// The r-th lowest id (r >= 1) among the tokens of cut c whose key is `key`: each thread counts
+// its contiguous run of ids, thread 0 turns the counts into offsets, and the thread whose run
+// holds the r-th walks it. -1 when there are fewer than r.
+__device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, const Cut& c, int r,
+                          CutShared& sh) {
+  const int chunk = (n + blockDim.x - 1) / blockDim.x;
+  const int b = min(n, static_cast<int>(threadIdx.x) * chunk), e = min(n, b + chunk);
+  int cnt = 0;
+  for (int i = b; i < e; ++i) cnt += OrderKey(row[i]) == key && InCut(c, key, i);
+  sh.count[threadIdx.x] = cnt;
+  if (threadIdx.x == 0) sh.found = -1;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int t = 0; t < blockDim.x; ++t) {
+      const int v = sh.count[t];
+      sh.count[t] = acc;
+      acc += v;
+    }
+  }
+  __syncthreads();
+  const int before = sh.count[threadIdx.x];
+  if (r > before && r <= before + cnt) {
+    int seen = before;
+    for (int i = b; i < e; ++i) {
+      if (OrderKey(row[i]) == key && InCut(c, key, i) && ++seen == r) {
+        sh.found = i;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const int found = sh.found;
+  __syncthreads();
+  return found;
+}
+
+// The tokens of cut c at or above key k (strict: above), counted or weighed by w(value).
+template <typename W>
+__device__ double CutMass(const float* __restrict__ row, int n, const Cut& c, uint32_t k,
+                          bool strict, W w, CutShared& sh) {
+  return RowSum(row, n, [&](uint32_t key, int i, float v) {
+    return (strict ? key > k : key >= k) && InCut(c, key, i) ? w(v) : 0.0;
+  }, sh);
+}
+
+// The token a row's draw picks when top-p must look past kMaxTopK tokens or top_k exceeds it.
+// mx: the row's largest logit. Every thread calls it and gets the token.
+__device__ __noinline__ int SampleByCuts(const float* __restrict__ row, int n, const DeviceDraw& dr, float mx,
+                            CutShared& sh) {
+  const uint32_t kmx = OrderKey(mx);
+  const auto one = [](float) { return 1.0; };
+  Cut cut;
+  int size = n;  // the survivors so far
+  if (dr.top_k > 0 && dr.top_k < n) {
+    const double k = dr.top_k;
+    const uint32_t w = LargestKey(0u, kmx, [&](uint32_t key) {
+      return CutMass(row, n, cut, key, false, one, sh) >= k;
+    });
+    const int above = static_cast<int>(CutMass(row, n, cut, w, true, one, sh));
+    cut = Cut{w, NthIdAtKey(row, n, w, cut, dr.top_k - above, sh)};
+    size = dr.top_k;
+  }
+  if (dr.top_p < 1.0f && size > 1) {  // over the temperature-1 probabilities
+    const auto p = [mx](float v) { return exp(static_cast<double>(v - mx)); };
+    const double target = static_cast<double>(dr.top_p) * CutMass(row, n, cut, cut.key, false, p, sh);
+    const auto reaches = [&](uint32_t key) { return CutMass(row, n, cut, key, false, p, sh) >= target; };
+    // Below max - 40 a token weighs under e^-40: the nucleus nearly always ends above that.
+    uint32_t lo = cut.key;
+    const uint32_t hint = OrderKey(mx - 40.0f);
+    if (hint > lo && reaches(hint)) lo = hint;
+    const uint32_t w = LargestKey(lo, kmx, reaches);
+    const int n_above = static_cast<int>(CutMass(row, n, cut, w, true, one, sh));
+    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh)) - n_above;
+    const double e = p(KeyValue(w));
+    double cum = CutMass(row, n, cut, w, true, p, sh);  // DrawToken's walk through the ties
+    int m = 0;
+    do {
+      cum += e;
+      ++m;
+    } while (cum < target && m < ties);
+    cut = Cut{w, NthIdAtKey(row, n, w, cut, m, sh)};
+    size = n_above + m;
+  }
+  if (dr.min_p > 0.0f && size > 1) {  // logit >= max + log(min_p); the maximum always stays
+    const uint32_t kt = OrderKey(mx + dr.log_min_p);
+    if (kt > cut.key && kt <= kmx) cut = Cut{kt, INT_MAX};
+  }
+  // The draw: the first survivor, best first, whose cumulative probability passes uniform.
+  const double inv_t = 1.0 / static_cast<double>(dr.temperature);
+  const auto q = [mx, inv_t](float v) { return exp(static_cast<double>(v - mx) * inv_t); };
+  const double u = dr.uniform * CutMass(row, n, cut, cut.key, false, q, sh);
+  const auto passes = [&](uint32_t key) { return CutMass(row, n, cut, key, false, q, sh) > u; };
+  if (passes(cut.key)) {
+    uint32_t lo = cut.key;
+    const uint32_t hint = OrderKey(mx - 40.0f * dr.temperature);
+    if (hint > lo && passes(hint)) lo = hint;
+    const uint32_t w = LargestKey(lo, kmx, passes);
+    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh)) -
+                     static_cast<int>(CutMass(row, n, cut, w, true, one, sh));
+    const double qw = q(KeyValue(w));
+    double cum = CutMass(row, n, cut, w, true, q, sh);
+    int r = 0;
+    do {
+      cum += qw;
+      ++r;
+    } while (!(u < cum) && r < ties);
+    return NthIdAtKey(row, n, w, cut, r, sh);
+  }
+  // Rounding left uniform x total at or past the end: the last survivor whose probability is not
+  // zero (the lowest key with q > 0, its highest id in the cut).
+  uint32_t kz = UINT32_MAX;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i];
+    const uint32_t key = OrderKey(v);
+    if (InCut(cut, key, i) && q(v) > 0.0 && key < kz) kz = key;
+  }
+  kz = BlockReduce(kz, MinOp(), sh.key);
+  int last = -1;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (OrderKey(row[i]) == kz && InCut(cut, kz, i) && i > last) last = i;
+  }
+  return BlockReduce(last, MaxOp(), sh.id);
+}
+
+// One block of kSampleThreads per row, DrawToken's rule (runtime/sample/draw.h):
+//   1. k rounds of a block-wide argmax, each over the elements ranked after the previous round's
+//      winner (no membership tests): the top k in DrawToken's best-first order (one round for
+//      greedy rows and for whole-vocabulary draws: the maximum).
+//   2. top k: thread 0 applies top-p, min-p and the draw over the k, in double, in that order.
+//   3. the whole vocabulary (in id order, as DrawToken keeps it when nothing sorts): each thread
+//      sums the probabilities of a contiguous chunk of ids; thread 0 turns the sums into chunk
+//      offsets; the thread whose chunk holds uniform x total walks it to the token.
+//   4. top-p over the whole vocabulary, or top-k above kMaxTopK: one round (the maximum), then
+//      SampleByCuts.
+
+__global__ void __launch_bounds__(kSampleThreads)
+    SampleRowsKernel(const float* __restrict__ logits, int n_vocab,
+                     const DeviceDraw* __restrict__ draws, int32_t* __restrict__ out) {
+  const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+  const DeviceDraw dr = draws[blockIdx.x];
+  __shared__ float cv[kMaxTopK];
+  __shared__ int ci[kMaxTopK];
+  __shared__ float wv[32];
+  __shared__ int wi[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  const bool greedy = !(dr.temperature > 0.0f);
+  const bool cuts = !greedy && (dr.top_k > kMaxTopK || (dr.top_k == 0 && dr.top_p < 1.0f));
+  const int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
+  const int rounds = k > 0 ? k : 1;
+  float last_v = FLT_MAX;
+  int last_i = -1;
+  for (int j = 0; j < rounds; ++j) {
+    float best = -FLT_MAX;
+    int bi = n_vocab;
+    for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+      const float v = row[i];
+      const bool after = j == 0 || Before(last_v, last_i, v, i);
+      if (after && (bi == n_vocab || Before(v, i, best, bi))) {
+        best = v;
+        bi = i;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(kFullMask, best, o);
+      const int oi = __shfl_xor_sync(kFullMask, bi, o);
+      if (oi != n_vocab && (bi == n_vocab || Before(ov, oi, best, bi))) {
+        best = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      wv[warp] = best;
+      wi[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < nwarps; ++w) {
+        if (wi[w] != n_vocab && (bi == n_vocab || Before(wv[w], wi[w], best, bi))) {
+          best = wv[w];
+          bi = wi[w];
+        }
+      }
+      cv[j] = best;
+      ci[j] = bi;
+    }
+    __syncthreads();
+    last_v = cv[j];
+    last_i = ci[j];
+    __syncthreads();
+  }
+  const float mx = cv[0];
+  if (greedy) {
+    if (threadIdx.x == 0) out[blockIdx.x] = ci[0];
+    return;
+  }
+  if (cuts) {
+    __shared__ CutShared sh;
+    const int id = SampleByCuts(row, n_vocab, dr, mx, sh);
+    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    return;
+  }
+  const double inv_t = 1.0 / static_cast<double>(dr.temperature);
+  if (k > 0) {
+    if (threadIdx.x != 0) return;
+    int keep = k;
+    if (dr.top_p < 1.0f && keep > 1) {  // top-p over the temperature-1 probabilities
+      double total = 0.0;
+      for (int j = 0; j < keep; ++j) total += exp(static_cast<double>(cv[j] - mx));
+      const double target = static_cast<double>(dr.top_p) * total;
+      double cum = 0.0;
+      int n = 0;
+      while (true) {
+        cum += exp(static_cast<double>(cv[n] - mx));
+        ++n;
+        if (cum >= target || n == keep) break;
+      }
+      keep = n;
+    }
+    if (dr.min_p > 0.0f && keep > 1) {  // the survivors are best first: min-p keeps a prefix
+      const float threshold = mx + dr.log_min_p;
+      int n = 0;
+      while (n < keep && !(cv[n] < threshold)) ++n;
+      keep = n;
+    }
+    if (keep <= 1) {
+      out[blockIdx.x] = ci[0];
+      return;
+    }
+    double p[kMaxTopK];
+    double total = 0.0;
+    for (int j = 0; j < keep; ++j) total += (p[j] = exp(static_cast<double>(cv[j] - mx) * inv_t));
+    const double u = dr.uniform * total;
+    double cum = 0.0;
+    int pick = -1;
+    for (int j = 0; j < keep && pick < 0; ++j) {
+      cum += p[j];
+      if (u < cum) pick = j;
+    }
+    for (int j = keep; pick < 0 && j-- > 0;) {
+      if (p[j] > 0.0) pick = j;
+    }
+    out[blockIdx.x] = ci[pick < 0 ? 0 : pick];
+    return;
+  }
+
+  // The whole vocabulary, min-p as a threshold on the logit.
+  __shared__ double offset[kSampleThreads];
+  __shared__ double total_sh;
+  __shared__ int pick_sh;
+  const bool min_p = dr.min_p > 0.0f && n_vocab > 1;
+  const float threshold = mx + dr.log_min_p;
+  const int chunk = (n_vocab + blockDim.x - 1) / blockDim.x;
+  const int b = min(n_vocab, static_cast<int>(threadIdx.x) * chunk), e = min(n_vocab, b + chunk);
+  double sum = 0.0;
+  int last_nonzero = -1;
+  for (int i = b; i < e; ++i) {
+    const float v = row[i];
+    if (min_p && v < threshold) continue;
+    const double pr = exp(static_cast<double>(v - mx) * inv_t);
+    sum += pr;
+    if (pr > 0.0) last_nonzero = i;
+  }
+  offset[threadIdx.x] = sum;
+  if (threadIdx.x == 0) pick_sh = INT_MAX;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double acc = 0.0;
+    for (int t = 0; t < blockDim.x; ++t) {
+      const double v = offset[t];
+      offset[t] = acc;
+      acc += v;
+    }
+    total_sh = acc;
+  }
+  __syncthreads();
+  const double u = dr.uniform * total_sh;
+  const double lo = offset[threadIdx.x];
+  const double hi = threadIdx.x + 1 < blockDim.x ? offset[threadIdx.x + 1] : total_sh;
+  if (u >= lo && u < hi) {
+    double cum = lo;
+    int pick = -1;
+    for (int i = b; i < e && pick < 0; ++i) {
+      const float v = row[i];
+      if (min_p && v < threshold) continue;
+      cum += exp(static_cast<double>(v - mx) * inv_t);
+      if (u < cum) pick = i;
+    }
+    if (pick < 0) pick = last_nonzero;  // rounding within the chunk
+    if (pick >= 0) atomicMin(&pick_sh, pick);
+  }
+  __syncthreads();
+  const int picked = pick_sh;
+  // Rounding that leaves u at or past the end: the last token whose probability is not zero.
+  const int fallback = BlockMaxInt(last_nonzero, wi);
+  if (threadIdx.x == 0) out[blockIdx.x] = picked != INT_MAX ? picked : max(fallback, 0);
+}
+
+}  // namespace
+
+void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
+                cudaStream_t stream) {
+  if (rows <= 0) return;
+  SampleRowsKernel<<<rows, kSampleThreads, 0, stream>>>(logits, n_vocab, draws, out);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace kinfer::cuda
