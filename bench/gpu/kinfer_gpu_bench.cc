@@ -313,6 +313,20 @@ int Main(int argc, char** argv) {
       ok &= run(b5.Decode("single_stream_unfused", 1, 128, quick ? 32 : 256, &r), r);
     }
   }
+  // Programmatic dependent launch inside the decode graphs (off by default until timed here).
+  {
+    CudaBackendOptions o6 = opt;
+    o6.programmatic_launch = true;
+    auto pd = CudaBackend::Create(file, o6);
+    if (pd.ok() && (*pd)->InitKvCache(kBlock, blocks).ok()) {
+      Bench b6(pd->get(), quick);
+      Result r;
+      ok &= run(b6.Decode("single_stream_pdl", 1, 128, quick ? 32 : 256, &r), r);
+      std::printf("single_stream_pdl: %d of %d kernels wait programmatically\n",
+                  (*pd)->last_graph_programmatic_edges(), (*pd)->last_graph_kernels());
+      ok &= run(b6.Decode("decode_batch_pdl", 64, 128, quick ? 8 : 64, &r), r);
+    }
+  }
   // The decode attention before shared K/V reads and splits (one block per token and head):
   // what they gain.
   {

@@ -29,6 +29,7 @@ __device__ __forceinline__ size_t CacheRow(const AttnParams& p, int seq, int pos
 // ---- decode: one block of 4 warps per (token, head); warp w takes positions w, w+4, ... -------
 template <int E>  // head dims per lane: head_dim = 32 * E
 __global__ void __launch_bounds__(128) AttnDecodeKernel(AttnParams p) {
+  AwaitPrecedingKernels();
   constexpr int D = 32 * E;
   const int g = p.tok_index ? p.tok_index[blockIdx.x] : static_cast<int>(blockIdx.x);
   const int h = blockIdx.y;
@@ -125,6 +126,7 @@ __device__ __forceinline__ void RopePairs(float (&x)[8], const float (&c)[4], co
 
 template <int D, int G>
 __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
+  AwaitPrecedingKernels();
   constexpr int TG = D / 8;
   constexpr int P = 32 / TG;
   constexpr int SLOTS = 4 * P;
@@ -297,6 +299,7 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
 template <int D>
 __global__ void __launch_bounds__(128) AttnPrefillKernel(AttnParams p, const int32_t* __restrict__ tiles,
                                                          const int32_t* __restrict__ tile_len) {
+  AwaitPrecedingKernels();
   constexpr int T = kPrefillTile;
   constexpr int DP = D + 1;  // padded rows: no bank conflicts across query / key rows
   constexpr int DQ = D / 4;
@@ -422,6 +425,7 @@ void LaunchPrefill(const AttnParams& p, const int32_t* tiles, const int32_t* til
 template <int D>
 __global__ void __launch_bounds__(128) AttnPrefillTcKernel(AttnParams p, const int32_t* __restrict__ tiles,
                                                            const int32_t* __restrict__ tile_len) {
+  AwaitPrecedingKernels();
   using namespace nvcuda;
   constexpr int BQ = kPrefillTileTc, BK = 64;
   extern __shared__ __align__(128) unsigned char smem_raw[];

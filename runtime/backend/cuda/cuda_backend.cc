@@ -202,6 +202,7 @@ struct CudaBackend::Impl {
   }
   int from_blocks = 0;   // MatVecFrom's grid cap: 8 x the multiprocessor count
   int last_graph_kernels = 0;
+  int last_graph_programmatic_edges = 0;
   void Products(const float* x_in, int n,
                 std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws);
   void Layers(int n, int n_dec, int n_tiles, bool one_token_each);
@@ -238,6 +239,7 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   opt.cuda_graphs = opt.cuda_graphs && EnvInt("KINFER_CUDA_GRAPHS", 1) != 0;
   opt.tensor_core_attention = EnvInt("KINFER_CUDA_TC_ATTENTION", opt.tensor_core_attention ? 1 : 0) != 0;
   opt.fused_activations = opt.fused_activations && EnvInt("KINFER_CUDA_FUSED_ACTIVATIONS", 1) != 0;
+  opt.programmatic_launch = EnvInt("KINFER_CUDA_PDL", opt.programmatic_launch ? 1 : 0) != 0;
   if (const char* e = std::getenv("KINFER_CUDA_DECODE_ATTENTION");
       e && std::string(e) == "per_head") {
     opt.shared_kv_decode = false;
@@ -675,6 +677,51 @@ static int CountKernelNodes(cudaGraph_t graph) {
   return kernels;
 }
 
+// Whether a kernel node runs one of the backend's own kernels, which all begin with
+// AwaitPrecedingKernels (cuda_common.cuh) and so may start before the node they depend on ends.
+// They live in namespace kinfer::cuda, so their (mangled) names hold "kinfer"; cuBLAS's never do.
+// (The CUDA emulation names each kernel it runs "kinfer_cudaemu::<kernel>".)
+static bool AwaitsPrecedingKernels(cudaGraphNode_t node) {
+  cudaGraphNodeType type;
+  if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) return false;
+  cudaKernelNodeParams params{};
+  const char* name = nullptr;
+  if (cudaGraphKernelNodeGetParams(node, &params) != cudaSuccess ||
+      cudaFuncGetName(&name, params.func) != cudaSuccess || name == nullptr) {
+    cudaGetLastError();  // a library's kernel may have no name here: not an error of the step's
+    return false;
+  }
+  return std::strstr(name, "kinfer") != nullptr;
+}
+
+// Makes every edge from a kernel node into one of the backend's own kernels programmatic (the
+// downstream kernel may launch once every block of the upstream one has started it, and waits
+// on the device for the upstream one's completion). *count: the edges changed.
+static cudaError_t MakeKernelEdgesProgrammatic(cudaGraph_t graph, int* count) {
+  *count = 0;
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n);
+  if (e != cudaSuccess || n == 0) return e;
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  e = cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n);
+  for (size_t i = 0; e == cudaSuccess && i < n; ++i) {
+    cudaGraphNodeType from_type;
+    if (data[i].type != cudaGraphDependencyTypeDefault ||
+        cudaGraphNodeGetType(from[i], &from_type) != cudaSuccess ||
+        from_type != cudaGraphNodeTypeKernel || !AwaitsPrecedingKernels(to[i])) {
+      continue;
+    }
+    cudaGraphEdgeData pdl{};
+    pdl.from_port = cudaGraphKernelNodePortProgrammatic;
+    pdl.type = cudaGraphDependencyTypeProgrammatic;
+    e = cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1);
+    if (e == cudaSuccess) e = cudaGraphAddDependencies(graph, &from[i], &to[i], &pdl, 1);
+    if (e == cudaSuccess) ++*count;
+  }
+  return e;
+}
+
 // Launch-configuration errors (not sticky) and cuBLAS failures of the work just enqueued.
 static Status EnqueueErrors(cublasStatus_t* gemm_status) {
   const cudaError_t e = cudaGetLastError();
@@ -798,6 +845,10 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
         if (e == cudaSuccess && !enq.ok()) e = cudaErrorStreamCaptureInvalidated;
       }
       if (e == cudaSuccess) last_graph_kernels = CountKernelNodes(graph);
+      last_graph_programmatic_edges = 0;
+      if (e == cudaSuccess && opt.programmatic_launch) {
+        e = MakeKernelEdgesProgrammatic(graph, &last_graph_programmatic_edges);
+      }
       if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
       if (graph) cudaGraphDestroy(graph);
       if (e != cudaSuccess) {
@@ -960,5 +1011,6 @@ int64_t CudaBackend::scratch_device_bytes() const { return static_cast<int64_t>(
 int64_t CudaBackend::kv_device_bytes() const { return impl_->kv_bytes; }
 int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
 int CudaBackend::last_graph_kernels() const { return impl_->last_graph_kernels; }
+int CudaBackend::last_graph_programmatic_edges() const { return impl_->last_graph_programmatic_edges; }
 
 }  // namespace kinfer

@@ -54,6 +54,13 @@ struct CudaBackendOptions {
   // a decode step instead of 8; the same bits either way. Env KINFER_CUDA_FUSED_ACTIVATIONS=0
   // turns it off.
   bool fused_activations = true;
+  // Programmatic dependent launch inside the decode graphs (Hopper): every edge from a kernel
+  // into one of the backend's own kernels becomes programmatic, so a kernel is launched while
+  // the one before it runs and waits on the device for its results (cuda_common.cuh
+  // AwaitPrecedingKernels) instead of the next launch waiting for its completion. Edges into
+  // cuBLAS's kernels stay ordinary. The same bits either way. Off until a GPU run has timed it
+  // (kinfer-gpu-bench's single_stream_pdl); env KINFER_CUDA_PDL=1 turns it on.
+  bool programmatic_launch = false;
 };
 
 struct CudaDeviceInfo {
@@ -116,6 +123,8 @@ class CudaBackend final : public ModelBackend {
   // Kernel nodes of the graph captured last (0 before the first): the launches of one decode
   // step, which bound its time at small batch.
   int last_graph_kernels() const;
+  // Programmatic edges of the graph captured last (0 unless programmatic_launch).
+  int last_graph_programmatic_edges() const;
 
   struct Impl;
 

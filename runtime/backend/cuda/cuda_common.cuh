@@ -31,6 +31,21 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// Programmatic dependent launch (Hopper): the first statement of every kernel of the backend.
+// When a CUDA graph's edge into a kernel is programmatic (CudaBackendOptions::
+// programmatic_launch), the kernel may start while the kernel before it is still running: it waits
+// here until that kernel has finished and its writes are visible, and then lets the next kernel
+// start launching in turn, so that launches overlap the work instead of following it. A kernel
+// launched the ordinary way passes straight through. Nothing before it may read or write memory
+// another kernel touches. (A no-op where the instructions do not exist: older targets, the CPU
+// emulation.)
+__device__ __forceinline__ void AwaitPrecedingKernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float HalfBitsToFloat(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }

@@ -14,6 +14,7 @@ inline unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + p
 // y may be x (the output pass normalises in place), so neither is __restrict__.
 __global__ void RmsNormKernel(const float* x, const float* __restrict__ w, int d, float eps,
                               float* y) {
+  AwaitPrecedingKernels();
   const float* xr = x + static_cast<size_t>(blockIdx.x) * d;
   float* yr = y + static_cast<size_t>(blockIdx.x) * d;
   double s = 0.0;
@@ -40,6 +41,7 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ w, int d
 // in float; cos and sin are taken in double and rounded (what a correctly rounded libm gives).
 __global__ void RopeKernel(float* __restrict__ x, const int32_t* __restrict__ pos, int n, int n_heads,
                            int head_dim, int rope_dim, float theta_scale, float freq_scale) {
+  AwaitPrecedingKernels();
   const int half = rope_dim / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n) * n_heads * half) return;
@@ -64,6 +66,7 @@ __global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, 
                                   int n, int n_head, int n_head_kv, int head_dim, int rope_dim,
                                   float theta_scale, float freq_scale, uint16_t* __restrict__ kc,
                                   uint16_t* __restrict__ vc) {
+  AwaitPrecedingKernels();
   const int pairs = head_dim / 2;
   const int heads = n_head + n_head_kv;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -100,6 +103,7 @@ __global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, 
 }
 
 __global__ void SwiGluKernel(float* __restrict__ g, const float* __restrict__ u, int64_t n) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = g[i];
@@ -108,6 +112,7 @@ __global__ void SwiGluKernel(float* __restrict__ g, const float* __restrict__ u,
 }
 
 __global__ void AddKernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __fadd_rn(y[i], x[i]);
 }
@@ -115,6 +120,7 @@ __global__ void AddKernel(float* __restrict__ y, const float* __restrict__ x, in
 __global__ void WriteKvKernel(const float* __restrict__ k, const float* __restrict__ v,
                               const int32_t* __restrict__ slot_rows, int n, int dkv,
                               uint16_t* __restrict__ kc, uint16_t* __restrict__ vc) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * dkv) return;
   const int t = static_cast<int>(i / dkv), c = static_cast<int>(i % dkv);
@@ -125,6 +131,7 @@ __global__ void WriteKvKernel(const float* __restrict__ k, const float* __restri
 
 __global__ void GatherRowsKernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
                                  int n, int d, float* __restrict__ out) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * d) return;
   const int r = static_cast<int>(i / d), c = static_cast<int>(i % d);
@@ -140,6 +147,7 @@ __device__ __forceinline__ bool ArgmaxBeats(float v, int i, float best, int bi, 
 }
 
 __global__ void ArgmaxKernel(const float* __restrict__ logits, int n_vocab, int32_t* __restrict__ out) {
+  AwaitPrecedingKernels();
   const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
   float best = -FLT_MAX;
   int bi = n_vocab;

@@ -76,6 +76,7 @@ __device__ __forceinline__ float RoundAct(ActFormat fmt, float v) {
 
 // A warp per 32-block of the flattened rows.
 __global__ void QuantizeQ8Kernel(const float* __restrict__ x, int64_t nblocks_total, ActBuffers act) {
+  AwaitPrecedingKernels();
   const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (b >= nblocks_total) return;
@@ -84,6 +85,7 @@ __global__ void QuantizeQ8Kernel(const float* __restrict__ x, int64_t nblocks_to
 
 // A warp per 256-block of the flattened rows.
 __global__ void QuantizeQ8KKernel(const float* __restrict__ x, int64_t nsb_total, ActBuffers act) {
+  AwaitPrecedingKernels();
   const int64_t sb = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (sb >= nsb_total) return;
@@ -142,6 +144,7 @@ __device__ void RmsNormQuantizeRow(ActFormat fmt, const float* __restrict__ xr,
 // One row per block.
 __global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x,
                                       const float* __restrict__ w, int d, float eps, ActBuffers act) {
+  AwaitPrecedingKernels();
   RmsNormQuantizeRow(fmt, x + static_cast<size_t>(blockIdx.x) * d, w, d, eps, blockIdx.x, act);
 }
 
@@ -154,6 +157,7 @@ __device__ __forceinline__ float SwiGluValue(float g, float u) {
 // per element for the float formats.
 __global__ void SwiGluQuantizeKernel(ActFormat fmt, const float* __restrict__ g,
                                      const float* __restrict__ u, int64_t n, ActBuffers act) {
+  AwaitPrecedingKernels();
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = threadIdx.x & 31;
   if (fmt == ActFormat::kQ8_0 || fmt == ActFormat::kQ8_1) {
@@ -179,6 +183,7 @@ __global__ void SwiGluQuantizeKernel(ActFormat fmt, const float* __restrict__ g,
 
 template <int kKind>  // 0 = f32 copy, 1 = fp16 round trip, 2 = bf16 round trip
 __global__ void RoundActKernel(const float* __restrict__ x, int64_t n, float* __restrict__ xr) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
@@ -361,6 +366,7 @@ template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128) MatVecQKernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                      int rows, int cols, ActBuffers act, int ntok,
                                                      MatOut out) {
+  AwaitPrecedingKernels();
   const int row = blockIdx.x * 4 + threadIdx.x / 32;
   if (row >= rows) return;
   MatVecQRow<T, NT>(w + static_cast<size_t>(row) * row_bytes, rows, row, cols, act, 0, ntok, out,
@@ -417,6 +423,7 @@ __global__ void __launch_bounds__(kFromThreads) MatVecFromKernel(const uint8_t* 
                                                                  size_t row_bytes, int rows, int cols,
                                                                  ActFormat fmt, ActSource src,
                                                                  int ntok_total, MatOut out) {
+  AwaitPrecedingKernels();
   extern __shared__ __align__(16) uint8_t from_smem[];
   const int t0 = blockIdx.y * 8;
   const int ntok = ntok_total - t0 < NT ? ntok_total - t0 : NT;
@@ -443,6 +450,7 @@ template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128) MatVecPlainKernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                          int rows, int cols, const float* __restrict__ xr,
                                                          int ntok, MatOut out) {
+  AwaitPrecedingKernels();
   const int row = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -601,6 +609,7 @@ __device__ float DequantElem(GgmlType type, const uint8_t* row, int c) {
 
 __global__ void DequantizeToF16Kernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
                                       int64_t rows, int cols, uint16_t* __restrict__ out) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols;
@@ -611,6 +620,7 @@ __global__ void DequantizeToF16Kernel(GgmlType type, const uint8_t* __restrict__
 __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
                                      int cols, const int32_t* __restrict__ ids, int n,
                                      float* __restrict__ out) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * cols) return;
   const int r = static_cast<int>(i / cols);
@@ -621,6 +631,7 @@ __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ 
 // Activations for cuBLAS: saturated to FP16's range (+-65504), so that an outlier activation of
 // a larger model costs precision in one element instead of turning into inf and then NaN logits.
 __global__ void F32ToF16Kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
+  AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = FloatToHalfBits(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
 }

@@ -271,6 +271,7 @@ __device__ __noinline__ int SampleByCuts(const float* __restrict__ row, int n, c
 __global__ void __launch_bounds__(kSampleThreads)
     SampleRowsKernel(const float* __restrict__ logits, int n_vocab,
                      const DeviceDraw* __restrict__ draws, int32_t* __restrict__ out) {
+  AwaitPrecedingKernels();
   const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
   const DeviceDraw dr = draws[blockIdx.x];
   __shared__ float cv[kMaxTopK];

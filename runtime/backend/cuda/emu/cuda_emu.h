@@ -73,6 +73,7 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInvalidDeviceFunction = 98,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
@@ -98,6 +99,21 @@ enum cudaGraphNodeType {
   cudaGraphNodeTypeKernel = 0x00,
   cudaGraphNodeTypeMemcpy = 0x01,
   cudaGraphNodeTypeMemset = 0x02,
+};
+// Edge annotations (programmatic dependent launch). The emulator keeps them and checks the
+// driver's rules for them; its graphs still run node after node.
+enum cudaGraphDependencyType {
+  cudaGraphDependencyTypeDefault = 0,
+  cudaGraphDependencyTypeProgrammatic = 1,
+};
+#define cudaGraphKernelNodePortDefault 0
+#define cudaGraphKernelNodePortProgrammatic 1
+#define cudaGraphKernelNodePortLaunchCompletion 2
+struct cudaGraphEdgeData {
+  unsigned char from_port;
+  unsigned char to_port;
+  unsigned char type;
+  unsigned char reserved[5];
 };
 
 enum cudaMemcpyKind {
@@ -174,6 +190,28 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 // The nodes in capture order (the emulator's graphs are chains); nodes null: *count = their number.
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
 cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
+// The edges of a captured graph (a chain: node i - 1 to node i); from and to null: *count = their
+// number. Remove and add take the edges one pair at a time, as the driver does.
+cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
+                              cudaGraphEdgeData* data, size_t* count);
+cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
+                                        const cudaGraphNode_t* to, const cudaGraphEdgeData* data,
+                                        size_t n);
+cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
+                                     const cudaGraphNode_t* to, const cudaGraphEdgeData* data, size_t n);
+struct cudaKernelNodeParams {
+  void* func;
+  dim3 gridDim;
+  dim3 blockDim;
+  unsigned int sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+};
+// func: the kernel a kernel node runs (null for cuBLAS's emulated products).
+cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, cudaKernelNodeParams* params);
+// The name of a kernel the emulator has run or recorded: "kinfer_cudaemu::" and its launch
+// expression (K<T, 4>, say).
+cudaError_t cudaFuncGetName(const char** name, const void* func);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
 template <typename T>

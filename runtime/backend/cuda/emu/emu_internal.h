@@ -17,8 +17,9 @@ bool RunKernel(const LaunchConfig& cfg, const KernelBody& body, std::string* fau
 // The runtime's side (emu_runtime.cc): enqueue `op` on `stream` (run now, or record while the
 // stream captures), and turn a kernel's broken rule into the sticky error.
 // kind: what a captured graph lists the work as (cudaGraphNodeGetType).
+// func: a kernel node's kernel (cudaGraphKernelNodeGetParams).
 cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op,
-                     cudaGraphNodeType kind = cudaGraphNodeTypeMemcpy);
+                     cudaGraphNodeType kind = cudaGraphNodeTypeMemcpy, const void* func = nullptr);
 void Fault(const std::string& kernel, const std::string& what);
 // True when [p, p + n) lies inside one device allocation.
 bool IsDeviceRange(const void* p, size_t n);

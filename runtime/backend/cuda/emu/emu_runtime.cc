@@ -15,6 +15,7 @@
 
 struct CUgraphNode_st {
   cudaGraphNodeType type = cudaGraphNodeTypeKernel;
+  const void* func = nullptr;  // a kernel node's kernel (null: cuBLAS's, or not a kernel)
 };
 struct CUstream_st {
   bool capturing = false;
@@ -27,6 +28,10 @@ struct CUstream_st {
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
   std::vector<CUgraphNode_st> nodes;  // one per op
+  // The edge into node i (i >= 1) from node i - 1, and whether it is there (a removed edge must
+  // be added back before the graph is instantiated).
+  std::vector<cudaGraphEdgeData> edge_into;
+  std::vector<bool> has_edge_into;
 };
 struct CUgraphExec_st {
   std::vector<std::function<void()>> ops;
@@ -53,6 +58,7 @@ struct Device {
   int devices = 1;
   cudaError_t sticky = cudaSuccess;
   std::unordered_map<const void*, int> max_dynamic_shared;
+  std::unordered_map<const void*, std::string> func_names;  // cudaFuncGetName
   std::vector<CUstream_st*> capturing;
   CUstream_st default_stream;
   Device() {
@@ -206,11 +212,12 @@ bool IsDeviceRange(const void* p, size_t n) {
   return a && !a->pinned;
 }
 
-cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op, cudaGraphNodeType kind) {
+cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op, cudaGraphNodeType kind,
+                     const void* func) {
   CUstream_st* s = Stream(stream);
   if (s->capturing) {
     s->ops.push_back(std::move(op));
-    s->kinds.push_back(CUgraphNode_st{kind});
+    s->kinds.push_back(CUgraphNode_st{kind, func});
     return cudaSuccess;
   }
   op();
@@ -256,13 +263,14 @@ void Enqueue(const char* name, const void* kernel, const LaunchConfig& cfg, cons
     }
   }
   std::string kernel_name = name;
+  d.func_names.emplace(kernel, std::string("kinfer_cudaemu::") + name);
   const cudaError_t e = StreamDo(cfg.stream, [cfg, body = std::move(body), kernel_name] {
     Device& dev = Dev();
     if (dev.sticky != cudaSuccess) return;
     std::string fault;
     if (!RunKernel(cfg, body, &fault)) Fault(kernel_name, fault);
     CheckRedZones(kernel_name.c_str());
-  }, cudaGraphNodeTypeKernel);
+  }, cudaGraphNodeTypeKernel, kernel);
   Note(e);
 }
 
@@ -346,6 +354,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
@@ -450,7 +459,10 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
     s->kinds.clear();
     return Note(cudaErrorStreamCaptureInvalidated);
   }
-  *graph = new CUgraph_st{std::move(s->ops), std::move(s->kinds)};
+  const size_t n = s->ops.size();
+  *graph = new CUgraph_st{std::move(s->ops), std::move(s->kinds), std::vector<cudaGraphEdgeData>(n),
+                          std::vector<bool>(n, true)};
+  if (n > 0) (*graph)->has_edge_into[0] = false;  // the first node has none
   s->ops.clear();
   s->kinds.clear();
   return cudaSuccess;
@@ -458,6 +470,12 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
   EMU_LOCK();
   if (!exec || !graph) return Note(cudaErrorInvalidValue);
+  for (size_t i = 1; i < graph->nodes.size(); ++i) {
+    if (!graph->has_edge_into[i]) {  // the emulator runs its graphs in capture order only
+      std::fprintf(stderr, "cuda-emu: cudaGraphInstantiate: node %zu lost its dependency on node %zu\n", i, i - 1);
+      return Note(cudaErrorInvalidValue);
+    }
+  }
   *exec = new CUgraphExec_st{graph->ops};
   return cudaSuccess;
 }
@@ -489,6 +507,83 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
 cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
   if (!node || !type) return Note(cudaErrorInvalidValue);
   *type = node->type;
+  return cudaSuccess;
+}
+// The index of the edge from -> to in a chain graph: to's index, when from is the node before it.
+static size_t ChainEdge(cudaGraph_t graph, cudaGraphNode_t from, cudaGraphNode_t to) {
+  const size_t n = graph->nodes.size();
+  if (n == 0 || to < &graph->nodes[0] || to > &graph->nodes[n - 1]) return 0;
+  const size_t i = static_cast<size_t>(to - &graph->nodes[0]);
+  return i >= 1 && from == &graph->nodes[i - 1] ? i : 0;
+}
+static bool SameEdgeData(const cudaGraphEdgeData& a, const cudaGraphEdgeData& b) {
+  return a.from_port == b.from_port && a.to_port == b.to_port && a.type == b.type;
+}
+cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
+                              cudaGraphEdgeData* data, size_t* count) {
+  if (!graph || !count || (from == nullptr) != (to == nullptr)) return Note(cudaErrorInvalidValue);
+  std::vector<size_t> edges;
+  for (size_t i = 1; i < graph->nodes.size(); ++i) {
+    if (graph->has_edge_into[i]) edges.push_back(i);
+  }
+  if (from) {
+    for (size_t k = 0; k < *count; ++k) {
+      const bool real = k < edges.size();
+      from[k] = real ? &graph->nodes[edges[k] - 1] : nullptr;
+      to[k] = real ? &graph->nodes[edges[k]] : nullptr;
+      if (data) data[k] = real ? graph->edge_into[edges[k]] : cudaGraphEdgeData{};
+    }
+  }
+  *count = edges.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
+                                        const cudaGraphNode_t* to, const cudaGraphEdgeData* data,
+                                        size_t n) {
+  if (!graph || !from || !to) return Note(cudaErrorInvalidValue);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = ChainEdge(graph, from[k], to[k]);
+    const cudaGraphEdgeData want = data ? data[k] : cudaGraphEdgeData{};
+    if (i == 0 || !graph->has_edge_into[i] || !SameEdgeData(graph->edge_into[i], want)) {
+      return Note(cudaErrorInvalidValue);  // no such edge (with that data)
+    }
+    graph->has_edge_into[i] = false;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
+                                     const cudaGraphNode_t* to, const cudaGraphEdgeData* data, size_t n) {
+  if (!graph || !from || !to) return Note(cudaErrorInvalidValue);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = ChainEdge(graph, from[k], to[k]);
+    const cudaGraphEdgeData e = data ? data[k] : cudaGraphEdgeData{};
+    if (i == 0 || graph->has_edge_into[i]) return Note(cudaErrorInvalidValue);  // outside the chain, or there
+    if (e.to_port != 0) return Note(cudaErrorInvalidValue);
+    if (e.type == cudaGraphDependencyTypeProgrammatic &&
+        (graph->nodes[i - 1].type != cudaGraphNodeTypeKernel || graph->nodes[i].type != cudaGraphNodeTypeKernel ||
+         (e.from_port != cudaGraphKernelNodePortProgrammatic && e.from_port != cudaGraphKernelNodePortLaunchCompletion))) {
+      return Note(cudaErrorInvalidValue);  // programmatic edges join kernels, from a programmatic port
+    }
+    if (e.type == cudaGraphDependencyTypeDefault && e.from_port != cudaGraphKernelNodePortDefault) {
+      return Note(cudaErrorInvalidValue);
+    }
+    graph->edge_into[i] = e;
+    graph->has_edge_into[i] = true;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, cudaKernelNodeParams* params) {
+  if (!node || !params || node->type != cudaGraphNodeTypeKernel) return Note(cudaErrorInvalidValue);
+  *params = cudaKernelNodeParams{};
+  params->func = const_cast<void*>(node->func);
+  return cudaSuccess;
+}
+cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  EMU_LOCK();
+  if (!name) return Note(cudaErrorInvalidValue);
+  auto it = d.func_names.find(func);
+  if (!func || it == d.func_names.end()) return Note(cudaErrorInvalidDeviceFunction);
+  *name = it->second.c_str();
   return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {

@@ -228,11 +228,13 @@ TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
 }
 
 TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
-  CudaBackendOptions with, without;
+  CudaBackendOptions with, without, pdl;
   without.cuda_graphs = false;
-  auto a = Cuda(with), b = Cuda(without);
+  pdl.programmatic_launch = true;  // programmatic edges between the graph's kernels
+  auto a = Cuda(with), b = Cuda(without), c = Cuda(pdl);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
   std::vector<int32_t> p = Prompt(0);
   const std::vector<int32_t> table = testing::Blocks(0, 32);
   int pos = 0;
@@ -241,15 +243,23 @@ TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
     s.tokens = std::span<const int32_t>(p).subspan(pos);
     s.pos0 = pos;
     s.blocks = table;
-    std::vector<float> la, lb;
+    std::vector<float> la, lb, lc;
     ASSERT_TRUE(a->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &la).ok());
     ASSERT_TRUE(b->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &lb).ok());
+    ASSERT_TRUE(c->ForwardBatch(std::span<const SequenceBatch>(&s, 1), &lc).ok());
     EXPECT_EQ(la, lb) << "step " << step;
+    EXPECT_EQ(lc, la) << "step " << step << ", programmatic launch";
     pos = static_cast<int>(p.size());
     p.push_back(Argmax(la.data(), static_cast<int>(la.size())));
   }
   EXPECT_GE(a->graphs_captured(), 1);
   EXPECT_EQ(b->graphs_captured(), 0);
+  EXPECT_EQ(a->last_graph_programmatic_edges(), 0);
+  // Single stream takes no cuBLAS product: every kernel but the first waits on the one before
+  // it programmatically (the logits' copy back keeps an ordinary edge).
+  ASSERT_GE(c->graphs_captured(), 1);
+  EXPECT_EQ(c->last_graph_programmatic_edges(), c->last_graph_kernels() - 1);
+  EXPECT_GT(c->last_graph_kernels(), 100);
 }
 
 // Products that compute their own activations (MatVecFrom) give the bits of the quantizer

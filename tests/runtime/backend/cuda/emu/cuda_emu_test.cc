@@ -241,6 +241,67 @@ TEST(CudaEmuRulesTest, StreamCaptureRecordsAndAGraphReplays) {
   cudaFree(d);
 }
 
+// A captured graph's edges, as the backend rewrites them for programmatic dependent launch: a
+// chain the driver's edge calls can read, remove and add back, with its rules (programmatic
+// edges join two kernels from a programmatic port; a node left without its dependency cannot be
+// instantiated); kernels carry their names.
+TEST(CudaEmuRulesTest, GraphEdgesCanBeMadeProgrammaticUnderTheDriversRules) {
+  int* d = DeviceCopy(std::vector<int>(4, 0));
+  int* host = nullptr;
+  ASSERT_EQ(cudaMallocHost(&host, 4 * sizeof(int)), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, s)(d);
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, s)(d);
+  ASSERT_EQ(cudaMemcpyAsync(host, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  cudaGraph_t g;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+
+  size_t n = 0;
+  ASSERT_EQ(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n), cudaSuccess);
+  ASSERT_EQ(n, 2u);
+  cudaGraphNode_t from[2], to[2];
+  cudaGraphEdgeData data[2];
+  ASSERT_EQ(cudaGraphGetEdges(g, from, to, data, &n), cudaSuccess);
+  EXPECT_EQ(data[0].type, cudaGraphDependencyTypeDefault);
+  cudaKernelNodeParams params{};
+  ASSERT_EQ(cudaGraphKernelNodeGetParams(to[0], &params), cudaSuccess);
+  const char* name = nullptr;
+  ASSERT_EQ(cudaFuncGetName(&name, params.func), cudaSuccess);
+  EXPECT_STREQ(name, "kinfer_cudaemu::AddOneKernel");
+  EXPECT_EQ(cudaGraphKernelNodeGetParams(to[1], &params), cudaErrorInvalidValue);  // a copy
+
+  cudaGraphEdgeData pdl{};
+  pdl.from_port = cudaGraphKernelNodePortProgrammatic;
+  pdl.type = cudaGraphDependencyTypeProgrammatic;
+  cudaGraphEdgeData no_port = pdl;
+  no_port.from_port = cudaGraphKernelNodePortDefault;
+  ASSERT_EQ(cudaGraphRemoveDependencies(g, &from[0], &to[0], &data[0], 1), cudaSuccess);
+  EXPECT_EQ(cudaGraphRemoveDependencies(g, &from[0], &to[0], &data[0], 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGraphAddDependencies(g, &from[0], &to[0], &no_port, 1), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaGraphAddDependencies(g, &from[0], &to[0], &pdl, 1), cudaSuccess);
+  ASSERT_EQ(cudaGraphRemoveDependencies(g, &from[1], &to[1], &data[1], 1), cudaSuccess);
+  EXPECT_EQ(cudaGraphAddDependencies(g, &from[1], &to[1], &pdl, 1), cudaErrorInvalidValue);  // into a copy
+  cudaGraphExec_t exec;
+  EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaErrorInvalidValue);  // the copy lost its edge
+  ASSERT_EQ(cudaGraphAddDependencies(g, &from[1], &to[1], &data[1], 1), cudaSuccess);
+  ASSERT_EQ(cudaGraphGetEdges(g, from, to, data, &n), cudaSuccess);
+  EXPECT_EQ(data[0].type, cudaGraphDependencyTypeProgrammatic);
+  EXPECT_EQ(data[1].type, cudaGraphDependencyTypeDefault);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  cudaGraphDestroy(g);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(host, host + 4), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(cudaFuncGetName(&name, nullptr), cudaErrorInvalidDeviceFunction);
+  cudaGetLastError();
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(s);
+  cudaFreeHost(host);
+  cudaFree(d);
+}
+
 TEST(CudaEmuRulesTest, MemoryIsPoisonedCountedAndCopiesAreChecked) {
   size_t free0 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
