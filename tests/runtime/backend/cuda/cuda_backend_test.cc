@@ -12,7 +12,8 @@
 //
 // Under the CUDA emulator (cuda_backend_emu_test, KINFER_CUDA_EMULATION) the same tests run on
 // the first 12 tokens of each prompt and fewer steps (Steps()), and five of them only with
-// KINFER_CUDA_EMU_FULL=1 (KINFER_GPU_OR_FULL_EMULATION): about 2 minutes instead of an hour.
+// KINFER_CUDA_EMU_FULL=1 (KINFER_GPU_OR_FULL_EMULATION): about 2 minutes instead of an hour;
+// and with fused activations off but in the test that compares the two (Cuda()).
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/sample/draw.h"
 
@@ -69,7 +70,13 @@ class CudaBackendTest : public ::testing::Test {
     cpu_ = std::move(c).value();
     ASSERT_TRUE(cpu_->InitKvCache(kBlock, kBlocks).ok());
   }
-  std::unique_ptr<CudaBackend> Cuda(CudaBackendOptions o = {}) {
+  // Under the emulator the products take their activations from the quantizer kernels (fused
+  // activations off) unless a test asks for them: every block of a fused product computes the
+  // step's activations again, which costs the emulator minutes a prompt and a GPU nothing;
+  // FusedActivationsGiveTheSameLogitsInFewerKernels shows the two give the same logits bit for
+  // bit, and on a GPU every test runs the default (fused).
+  std::unique_ptr<CudaBackend> Cuda(CudaBackendOptions o = {}, bool fused_under_emulation = false) {
+    if (kEmulated && !fused_under_emulation) o.fused_activations = false;
     auto g = CudaBackend::Create(file_, o);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return nullptr;
@@ -269,7 +276,7 @@ TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
 TEST_F(CudaBackendTest, FusedActivationsGiveTheSameLogitsInFewerKernels) {
   CudaBackendOptions fused, unfused;
   unfused.fused_activations = false;
-  auto a = Cuda(fused), b = Cuda(unfused);
+  auto a = Cuda(fused, true), b = Cuda(unfused);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ThreePrompts tp = Prompts();
