@@ -62,6 +62,9 @@ Options:
   --plan-ahead MODE      auto, on or off: plan each step while the device computes the one
                          before (auto: on CUDA; on = on the CPU too, where each step's text
                          then streams a step later) (default auto)
+  --chain-steps MODE     auto, on or off: launch each step planned ahead behind the one in
+                         flight, before its tokens are back; the device takes them itself
+                         (auto: on CUDA; on = on the CPU too, for tests) (default auto)
   --spec-tokens N        speculative decoding: draft tokens verified per step at most, for
                          requests that ask ("speculative": true) (default 3; 0 = never)
   --spec-default[=BOOL]  speculate for requests that do not say (default false)
@@ -161,6 +164,17 @@ Flags ParseFlags(int argc, char** argv) {
         f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kOff;
       } else {
         BadFlag("--plan-ahead must be auto, on or off, not '" + v + "'");
+      }
+    } else if (flags.Is("--chain-steps")) {
+      const std::string v = flags.Value();
+      if (v == "auto") {
+        f.engine.chain_steps = kinfer::EngineOptions::ChainSteps::kAuto;
+      } else if (v == "on") {
+        f.engine.chain_steps = kinfer::EngineOptions::ChainSteps::kAlways;
+      } else if (v == "off") {
+        f.engine.chain_steps = kinfer::EngineOptions::ChainSteps::kOff;
+      } else {
+        BadFlag("--chain-steps must be auto, on or off, not '" + v + "'");
       }
     } else if (flags.Is("--spec-tokens")) {
       f.engine.spec.max_tokens = static_cast<int>(flags.Int(0, 64));

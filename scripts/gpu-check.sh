@@ -134,9 +134,10 @@ SKIPPED_STEPS=""
 # summary.json is written on any exit from here on (a step that fails or runs out of time too):
 # the exit codes, the steps skipped for time, and the engine and goals JSON found so far.
 write_summary() {
-  local engine_null engine_cuda engine_noahead engine_serial goals
+  local engine_null engine_cuda engine_nochain engine_noahead engine_serial goals
   engine_null=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
   engine_cuda=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
+  engine_nochain=$(cat "$STASH/engine_cuda_nochain.json" 2>/dev/null || echo null)
   engine_noahead=$(cat "$STASH/engine_cuda_noahead.json" 2>/dev/null || echo null)
   engine_serial=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
   goals=$(cat "$STASH/goals.json" 2>/dev/null || echo null)
@@ -144,6 +145,7 @@ write_summary() {
 {"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "budget": $BUDGET, "skipped_for_time": "${SKIPPED_STEPS# }", "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "engine_null": ${engine_null},
  "engine_cuda": ${engine_cuda},
+ "engine_cuda_nochain": ${engine_nochain},
  "engine_cuda_noahead": ${engine_noahead},
  "engine_cuda_serial": ${engine_serial},
  "goals": ${goals}}
@@ -181,11 +183,14 @@ if [ -s "$OUT/bench.json" ]; then
 fi
 # The engine over this machine's host alone (null) and over the GPU (cuda): its tables go to
 # bench.log and its JSON into summary.json (8 files at most come back).
-# cuda is the default engine: each step planned while the one before is computed, its events
-# pushed by the pump. cuda_noahead plans each step after the one before (EngineOptions::
-# plan_ahead off): planning ahead's gain. cuda_serial pushes the events on the engine thread
-# too (overlap_streaming off): the pump's gain.
-for run in "null" "cuda" "cuda_noahead --plan-ahead off --modes device_greedy,device_sampled" \
+# cuda is the default engine: each step planned while the one before is computed and launched
+# behind it (chained), its events pushed by the pump. cuda_nochain launches each step once the
+# tokens of the one before are back (EngineOptions::chain_steps off): chaining's gain.
+# cuda_noahead plans each step after the one before (EngineOptions::plan_ahead off): planning
+# ahead's gain. cuda_serial pushes the events on the engine thread too (overlap_streaming off):
+# the pump's gain.
+for run in "null" "cuda" "cuda_nochain --chain off --modes device_greedy,device_sampled" \
+  "cuda_noahead --plan-ahead off --modes device_greedy,device_sampled" \
   "cuda_serial --plan-ahead off --overlap off --modes device_greedy,device_sampled"; do
   read -r name extra <<< "$run"
   b=${name%%_*}

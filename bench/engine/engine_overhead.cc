@@ -4,7 +4,7 @@
 //   kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] [--batch 1,64,256]
 //                          [--tokens 128] [--modes device_greedy,device_sampled,host_sampled]
 //                          [--device-us 0] [--overlap on|off] [--plan-ahead auto|on|off]
-//                          [--json OUT]
+//                          [--chain auto|on|off] [--json OUT]
 //
 // --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
 // over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
@@ -12,7 +12,9 @@
 // N us a sampling step, to measure how much of the engine's time the EventPump takes off the
 // step's path (EngineOptions::overlap_streaming; --overlap off: the engine thread pushes), and
 // how much planning each step while the one before is computed takes off it
-// (EngineOptions::plan_ahead; auto: on over an asynchronous backend, CUDA or --device-us > 0).
+// (EngineOptions::plan_ahead; auto: on over an asynchronous backend, CUDA or --device-us > 0),
+// and launching it behind the one in flight before that one's tokens are back
+// (EngineOptions::chain_steps; the simulated device then starts it when the one before ends).
 //
 // For each batch size B, B requests (one chat prompt, ignore_eos, `tokens` tokens each) are
 // submitted at once and read by B threads, as the HTTP handlers read them. Three ways a step's
@@ -92,10 +94,20 @@ class TimedBackend final : public ModelBackend {
     calls_.push_back(Call{std::chrono::steady_clock::now(), {}, draws.size()});
     return b_->LaunchSample(seqs, draws);
   }
+  Status LaunchSampleChained(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws,
+                             std::span<const int32_t> chain) override {
+    Status st = b_->LaunchSampleChained(seqs, draws, chain);
+    if (st.ok()) calls_.push_back(Call{std::chrono::steady_clock::now(), {}, draws.size()});
+    return st;
+  }
   bool LaunchIsAsync() const override { return b_->LaunchIsAsync(); }
   Status FinishSample(std::vector<int32_t>* tokens) override {
     Status st = b_->FinishSample(tokens);
-    if (!calls_.empty()) calls_.back().done = std::chrono::steady_clock::now();
+    // The earliest launched step not yet finished (a chained one may have been launched since).
+    while (unfinished_ < calls_.size() && calls_[unfinished_].done.time_since_epoch().count() != 0) {
+      ++unfinished_;
+    }
+    if (unfinished_ < calls_.size()) calls_[unfinished_++].done = std::chrono::steady_clock::now();
     return st;
   }
   int64_t steps() const { return static_cast<int64_t>(calls_.size()); }
@@ -105,8 +117,11 @@ class TimedBackend final : public ModelBackend {
   double MedianIntervalSeconds(size_t rows) const {
     return Median(rows, [](const Call& a, const Call& b) { return b.t - a.t; });
   }
+  // (A chained step is launched before the results of the one before: no gap.)
   double MedianGapSeconds(size_t rows) const {
-    return Median(rows, [](const Call& a, const Call& b) { return b.t - a.done; });
+    return Median(rows, [](const Call& a, const Call& b) {
+      return std::max(b.t - a.done, std::chrono::steady_clock::duration::zero());
+    });
   }
   size_t full_steps(size_t rows) const {
     size_t n = 0;
@@ -134,6 +149,7 @@ class TimedBackend final : public ModelBackend {
   std::unique_ptr<ModelBackend> b_;
   std::atomic<bool> open_{false};
   std::vector<Call> calls_;  // the engine thread's; read after the engine is gone
+  size_t unfinished_ = 0;    // calls_ before it have their results
 };
 
 // With device_us > 0 a sampling step also takes that long on a simulated device:
@@ -175,14 +191,22 @@ class NullBackend final : public ModelBackend {
   }
   Status LaunchSample(std::span<const SequenceBatch> seqs,
                       std::span<const DrawParams> draws) override {
-    done_at_ = std::chrono::steady_clock::now() + device_;
+    done_at_[0] = std::chrono::steady_clock::now() + device_;
     return ModelBackend::LaunchSample(seqs, draws);
+  }
+  // The device starts a chained step when the step before it ends (or now, if that is later).
+  Status LaunchSampleChained(std::span<const SequenceBatch> seqs, std::span<const DrawParams> draws,
+                             std::span<const int32_t> chain) override {
+    KINFER_RETURN_IF_ERROR(ModelBackend::LaunchSampleChained(seqs, draws, chain));
+    done_at_[1] = std::max(std::chrono::steady_clock::now(), done_at_[0]) + device_;
+    return Status::Ok();
   }
   bool LaunchIsAsync() const override { return device_.count() > 0; }
   Status FinishSample(std::vector<int32_t>* tokens) override {
     // As a stream synchronisation waits: polling, yielding the core to runnable threads (CUDA's
     // cudaDeviceScheduleYield; on a machine with spare cores it spins).
-    while (std::chrono::steady_clock::now() < done_at_) std::this_thread::yield();
+    while (std::chrono::steady_clock::now() < done_at_[0]) std::this_thread::yield();
+    done_at_[0] = done_at_[1];
     return ModelBackend::FinishSample(tokens);
   }
 
@@ -196,7 +220,7 @@ class NullBackend final : public ModelBackend {
   std::vector<float> row_;
   int block_size_ = 16, num_blocks_ = 0;
   std::chrono::microseconds device_;
-  std::chrono::steady_clock::time_point done_at_;
+  std::chrono::steady_clock::time_point done_at_[2];  // the launched steps', earliest first
 };
 
 struct Run {
@@ -209,13 +233,15 @@ struct Run {
   double step_seconds = 0;    // their median interval
   double gap_seconds = 0;     // their median host gap (results back to the next start)
   int64_t steps_ahead = 0;    // steps planned while the one before was computed
+  int64_t steps_chained = 0;  // of those, launched before the one before had returned
 };
 
 // A fresh backend per run: "null", or CreateBackend's device.
 using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>()>;
 
 StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch, int tokens,
-                      const std::string& mode, bool overlap, EngineOptions::PlanAhead ahead) {
+                      const std::string& mode, bool overlap, EngineOptions::PlanAhead ahead,
+                      EngineOptions::ChainSteps chain) {
   auto made = make();
   if (!made.ok()) return made.status();
   TimedBackend backend(std::move(made).value());
@@ -228,6 +254,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   o.backend_sampling = mode != "host_sampled";
   o.overlap_streaming = overlap;
   o.plan_ahead = ahead;
+  o.chain_steps = chain;
   GenerationRequest r;
   r.prompt_tokens = tok.Encode(
       "<|im_start|>user\nWrite a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n",
@@ -275,6 +302,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     for (std::thread& t : readers) t.join();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.steps_ahead = engine.Stats().steps_planned_ahead;
+    out.steps_chained = engine.Stats().steps_chained;
   }
   out.steps = backend.steps();
   out.tokens = received.load();
@@ -295,6 +323,7 @@ int Main(int argc, char** argv) {
   int device_us = 0;
   bool overlap = true;
   EngineOptions::PlanAhead ahead = EngineOptions::PlanAhead::kAuto;
+  EngineOptions::ChainSteps chain = EngineOptions::ChainSteps::kAuto;
   std::vector<std::string> modes = {"device_greedy", "device_sampled", "host_sampled"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -320,6 +349,15 @@ int Main(int argc, char** argv) {
       ahead = v == "on"    ? EngineOptions::PlanAhead::kAlways
               : v == "off" ? EngineOptions::PlanAhead::kOff
                            : EngineOptions::PlanAhead::kAuto;
+    } else if (a == "--chain" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "auto" && v != "on" && v != "off") {
+        std::fprintf(stderr, "kinfer-engine-overhead: --chain auto|on|off, not '%s'\n", v.c_str());
+        return 2;
+      }
+      chain = v == "on"    ? EngineOptions::ChainSteps::kAlways
+              : v == "off" ? EngineOptions::ChainSteps::kOff
+                           : EngineOptions::ChainSteps::kAuto;
     } else if (a == "--modes" && i + 1 < argc) {
       modes.clear();
       std::stringstream ss(argv[++i]);
@@ -339,7 +377,8 @@ int Main(int argc, char** argv) {
           stderr,
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
           "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
-          "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--json OUT]\n");
+          "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--chain auto|on|off] "
+          "[--json OUT]\n");
       return 2;
     }
   }
@@ -370,30 +409,31 @@ int Main(int argc, char** argv) {
     make = [&]() { return CreateBackend(backend, file, 2); };
   }
   std::string results;  // JSON objects, comma-separated
-  std::printf("%-15s %6s %7s %9s %12s %11s %14s %12s\n", "mode", "batch", "steps", "seconds",
-              "tokens/s", "full steps", "ms/full step", "ms host gap");
+  std::printf("%-15s %6s %7s %9s %12s %11s %14s %12s %8s\n", "mode", "batch", "steps", "seconds",
+              "tokens/s", "full steps", "ms/full step", "ms host gap", "chained");
   for (int b : batches) {
     for (const std::string& mode : modes) {
-      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap, ahead);
+      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap, ahead, chain);
       if (!run.ok()) {
         std::fprintf(stderr, "%s\n", run.status().ToString().c_str());
         return 1;
       }
       const Run& r = *run;
       const double ms = 1e3 * r.step_seconds;
-      std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f %12.4f\n", r.mode.c_str(), r.batch,
+      std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f %12.4f %8lld\n", r.mode.c_str(), r.batch,
                   static_cast<long long>(r.steps), r.seconds, r.tokens / r.seconds, r.full_steps,
-                  ms, 1e3 * r.gap_seconds);
+                  ms, 1e3 * r.gap_seconds, static_cast<long long>(r.steps_chained));
       std::fflush(stdout);
       char line[512];
       std::snprintf(line, sizeof line,
                     "%s    {\"mode\": \"%s\", \"batch\": %d, \"steps\": %lld, \"tokens\": %lld, "
                     "\"seconds\": %.6f, \"full_steps\": %zu, \"ms_per_full_step\": %.6f, "
-                    "\"ms_host_gap\": %.6f, \"tokens_per_s\": %.1f, \"steps_planned_ahead\": %lld}",
+                    "\"ms_host_gap\": %.6f, \"tokens_per_s\": %.1f, \"steps_planned_ahead\": %lld, "
+                    "\"steps_chained\": %lld}",
                     results.empty() ? "" : ",\n", r.mode.c_str(), r.batch,
                     static_cast<long long>(r.steps), static_cast<long long>(r.tokens), r.seconds,
                     r.full_steps, ms, 1e3 * r.gap_seconds, r.tokens / r.seconds,
-                    static_cast<long long>(r.steps_ahead));
+                    static_cast<long long>(r.steps_ahead), static_cast<long long>(r.steps_chained));
       results += line;
     }
   }
@@ -405,11 +445,15 @@ int Main(int argc, char** argv) {
     }
     std::fprintf(out,
                  "{\n  \"model\": \"%s\", \"backend\": \"%s\", \"tokens_per_request\": %d, "
-                 "\"device_us\": %d, \"overlap_streaming\": %s, \"plan_ahead\": \"%s\",\n",
+                 "\"device_us\": %d, \"overlap_streaming\": %s, \"plan_ahead\": \"%s\", "
+                 "\"chain\": \"%s\",\n",
                  model.c_str(), backend.c_str(), tokens, device_us, overlap ? "true" : "false",
                  ahead == EngineOptions::PlanAhead::kAlways ? "on"
                  : ahead == EngineOptions::PlanAhead::kOff  ? "off"
-                                                            : "auto");
+                                                            : "auto",
+                 chain == EngineOptions::ChainSteps::kAlways ? "on"
+                 : chain == EngineOptions::ChainSteps::kOff  ? "off"
+                                                             : "auto");
     std::fprintf(out, "  \"results\": [\n%s\n  ]\n}\n", results.c_str());
     std::fclose(out);
   }

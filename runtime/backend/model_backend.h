@@ -112,25 +112,88 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // enqueued, and the engine plans the next step meanwhile (EngineOptions::plan_ahead).
   virtual Status LaunchSample(std::span<const SequenceBatch> seqs,
                               std::span<const DrawParams> rows) {
-    if (launched_) return FailedPrecondition("a step is already launched (FinishSample first)");
-    Status st = ForwardBatchSample(seqs, rows, &launched_tokens_);
-    launched_ = st.ok();
+    if (launched_ > 0) return FailedPrecondition("a step is already launched (FinishSample first)");
+    Status st = ForwardBatchSample(seqs, rows, &launched_tokens_[0]);
+    launched_ = st.ok() ? 1 : 0;
     return st;
   }
+  // Two steps at once (EngineOptions::chain_steps): with exactly one step launched, launches the
+  // next before the launched one's tokens reach the host. chain[s] >= 0 says that the last token
+  // of seqs[s] is the token the launched step draws for its logits row chain[s] (the value in
+  // seqs[s].tokens there is not read); -1: the tokens as given. FinishSample then gives the
+  // launched step's tokens, and the next FinishSample this step's. Errors: LaunchSample's;
+  // FAILED_PRECONDITION unless exactly one step is launched; INVALID_ARGUMENT when chain.size()
+  // is not seqs.size() or names a row the launched step does not have. After an error the
+  // launched step is still launched, and nothing of this one is.
+  // The default computes the step at once (the launched step's tokens, computed in its
+  // LaunchSample, put in); the CUDA backend enqueues it behind the launched one and takes the
+  // tokens from the device, so that the device never waits for the host between the two.
+  virtual Status LaunchSampleChained(std::span<const SequenceBatch> seqs,
+                                     std::span<const DrawParams> rows,
+                                     std::span<const int32_t> chain) {
+    if (launched_ != 1) {
+      return FailedPrecondition(launched_ == 0 ? "no step is launched to chain to (LaunchSample first)"
+                                               : "two steps are already launched (FinishSample first)");
+    }
+    const std::vector<int32_t>& prev = launched_tokens_[0];
+    KINFER_RETURN_IF_ERROR(CheckChain(seqs, chain, prev.size()));
+    // Copies of the chained sequences' tokens with the drawn token put in (reserved up front:
+    // the batch's spans point into it).
+    size_t chained_tokens = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) chained_tokens += chain[s] >= 0 ? seqs[s].tokens.size() : 0;
+    chained_copy_.clear();
+    chained_copy_.reserve(chained_tokens);
+    chained_seqs_.assign(seqs.begin(), seqs.end());
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (chain[s] < 0) continue;
+      const size_t at = chained_copy_.size();
+      chained_copy_.insert(chained_copy_.end(), seqs[s].tokens.begin(), seqs[s].tokens.end());
+      chained_copy_.back() = prev[static_cast<size_t>(chain[s])];
+      chained_seqs_[s].tokens = std::span<const int32_t>(chained_copy_.data() + at, seqs[s].tokens.size());
+    }
+    KINFER_RETURN_IF_ERROR(ForwardBatchSample(chained_seqs_, rows, &launched_tokens_[1]));
+    launched_ = 2;
+    return Status::Ok();
+  }
   // True when LaunchSample returns before the step is computed (the engine then plans the next
-  // step in between by default).
+  // step in between by default, and launches it chained).
   virtual bool LaunchIsAsync() const { return false; }
+  // The tokens of the earliest launched step. An error (a device fault) ends every launched step.
   virtual Status FinishSample(std::vector<int32_t>* tokens) {
-    if (!launched_) return FailedPrecondition("no step is launched (LaunchSample first)");
-    launched_ = false;
-    tokens->swap(launched_tokens_);  // the buffers trade places: no copy, no allocation
+    if (launched_ == 0) return FailedPrecondition("no step is launched (LaunchSample first)");
+    tokens->swap(launched_tokens_[0]);  // the buffers trade places: no copy, no allocation
+    launched_tokens_[0].swap(launched_tokens_[1]);
+    --launched_;
+    return Status::Ok();
+  }
+
+ protected:
+  // LaunchSampleChained's argument checks (a backend's own version calls it too).
+  static Status CheckChain(std::span<const SequenceBatch> seqs, std::span<const int32_t> chain,
+                           size_t launched_rows) {
+    if (chain.size() != seqs.size()) {
+      return InvalidArgument("chain has " + std::to_string(chain.size()) + " entries for " +
+                             std::to_string(seqs.size()) + " sequences");
+    }
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (chain[s] < 0) continue;
+      if (static_cast<size_t>(chain[s]) >= launched_rows || seqs[s].tokens.empty()) {
+        return InvalidArgument("sequence " + std::to_string(s) + " chains to row " +
+                               std::to_string(chain[s]) + " of a step with " +
+                               std::to_string(launched_rows) + " rows" +
+                               (seqs[s].tokens.empty() ? ", and has no token to take it" : ""));
+      }
+    }
     return Status::Ok();
   }
 
  private:
-  // The default LaunchSample's step.
-  bool launched_ = false;
-  std::vector<int32_t> launched_tokens_;
+  // The default LaunchSample's steps: how many are launched, and their tokens, earliest first.
+  int launched_ = 0;
+  std::vector<int32_t> launched_tokens_[2];
+  // The default LaunchSampleChained's batch with the drawn tokens put in.
+  std::vector<SequenceBatch> chained_seqs_;
+  std::vector<int32_t> chained_copy_;
 };
 
 struct BackendOptions {

@@ -186,6 +186,7 @@ EngineStats Engine::Stats() const {
   s.spec_accepted_tokens = spec_accepted_.load();
   s.steps = steps_.load();
   s.steps_planned_ahead = steps_ahead_.load();
+  s.steps_chained = steps_chained_.load();
   return s;
 }
 
@@ -293,8 +294,11 @@ void Engine::Loop() {
       } else {
         defer_ahead_ = false;
       }
+      // Two steps on the backend: the next one goes in before this one's tokens are back.
+      const bool chained = ahead && LaunchChained(*cur, *next);
       Status st = Collect(*cur);
-      bool launched_next = false;
+      const bool collected = st.ok();  // (a failed collect ends every launched step)
+      bool launched_next = chained;
       if (st.ok() && ahead) {
         // The tokens just drawn are the plan ahead's inputs.
         pending_result_.sampled.clear();
@@ -305,7 +309,7 @@ void Engine::Loop() {
               SampledToken{cur->sampled[i].item->id, cur->chosen[i], false, 0});
         }
         st = scheduler_->SetPendingTokens(pending_result_);
-        if (st.ok() && next->backend) {
+        if (st.ok() && next->backend && !chained) {
           const Status launch = Launch(*next);
           if (!launch.ok()) {
             Emit(*cur);  // this step's tokens are good; the step ahead's sequences fail
@@ -319,6 +323,11 @@ void Engine::Loop() {
         }
       }
       if (!st.ok()) {
+        if (chained && collected) {
+          // SetPendingTokens refused (a bug): the chained step is still on the backend.
+          std::vector<int32_t> dropped;
+          (void)backend_->FinishSample(&dropped);
+        }
         FailStep(st);
         in_flight = false;
       } else {
@@ -633,6 +642,7 @@ bool Engine::CanPlanAhead(const StepWork& w) const {
 void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   const StepPlan& plan = w.plan;
   w.batch.clear();
+  w.batch_ids.clear();
   w.sampled.clear();
   w.scored.clear();
   w.drafted.clear();
@@ -680,6 +690,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
       }
       if (b.want_logits) rows += static_cast<size_t>(b.num_logits);
       w.batch.push_back(b);
+      w.batch_ids.push_back(item.id);
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
@@ -711,6 +722,33 @@ Status Engine::Launch(StepWork& w) {
     if (w.ahead) steps_ahead_.fetch_add(1, std::memory_order_relaxed);
   }
   return st;
+}
+
+bool Engine::LaunchChained(StepWork& cur, StepWork& next) {
+  if (!next.backend || !cur.backend) return false;
+  if (options_.chain_steps == EngineOptions::ChainSteps::kOff) return false;
+  if (options_.chain_steps == EngineOptions::ChainSteps::kAuto && !backend_->LaunchIsAsync()) {
+    return false;
+  }
+  // A backend step has one logits row per sampled item, in order (Prepare).
+  drawn_rows_.clear();
+  for (size_t i = 0; i < cur.sampled.size(); ++i) {
+    drawn_rows_.emplace(cur.sampled[i].item->id, static_cast<int32_t>(i));
+  }
+  next.chain.assign(next.batch.size(), -1);
+  for (size_t s = 0; s < next.batch.size(); ++s) {
+    const std::span<const int32_t> t = next.batch[s].tokens;
+    // The pending token is a sequence's newest, so it can only be the last of its entry.
+    if (t.empty() || t.back() != kPendingToken) continue;
+    auto it = drawn_rows_.find(next.batch_ids[s]);
+    if (it == drawn_rows_.end()) return false;  // pending, yet not cur's: cannot happen
+    next.chain[s] = it->second;
+  }
+  if (!backend_->LaunchSampleChained(next.batch, next.draws, next.chain).ok()) return false;
+  steps_.fetch_add(1, std::memory_order_relaxed);
+  steps_ahead_.fetch_add(1, std::memory_order_relaxed);
+  steps_chained_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 Status Engine::Collect(StepWork& w) {

@@ -56,6 +56,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -150,6 +151,18 @@ struct EngineOptions {
   //   kOff: each step is planned once the previous one's tokens are applied.
   enum class PlanAhead { kOff, kAuto, kAlways };
   PlanAhead plan_ahead = PlanAhead::kAuto;
+  // Two steps on the device at once (docs/batching.md, "Chained steps"): a step planned ahead
+  // is launched before the step in flight has returned its tokens
+  // (ModelBackend::LaunchSampleChained: the backend takes each decode's input token from the
+  // earlier step's draws itself), so the device goes from step N to step N+1 without waiting
+  // for the host. Only for steps that plan ahead and that the backend draws; the same tokens
+  // either way.
+  //   kAuto: when the backend's LaunchSample returns before the step is computed (CUDA);
+  //   kAlways: on any backend that plans ahead (the CPU computes the chained step at once; for
+  //     tests);
+  //   kOff: each step is launched once the tokens of the step before it are on the host.
+  enum class ChainSteps { kOff, kAuto, kAlways };
+  ChainSteps chain_steps = ChainSteps::kAuto;
 };
 
 struct EngineStats {
@@ -166,6 +179,7 @@ struct EngineStats {
   int64_t spec_accepted_tokens = 0;  // of those, accepted
   int64_t steps = 0;                 // steps computed (or being computed)
   int64_t steps_planned_ahead = 0;   // of those, planned while the one before was computed
+  int64_t steps_chained = 0;         // of those, launched before the one before had returned
 };
 
 class Engine {
@@ -219,6 +233,8 @@ class Engine {
   struct StepWork {
     StepPlan plan;
     std::vector<SequenceBatch> batch;
+    std::vector<uint64_t> batch_ids;  // the sequence of each batch entry
+    std::vector<int32_t> chain;       // a chained launch: ModelBackend::LaunchSampleChained's
     std::vector<SampledItem> sampled;
     std::vector<ScoredItem> scored;
     // Decode items with a draft feed their last token and the draft: tokens not yet in the
@@ -249,6 +265,11 @@ class Engine {
   void FailStep(const Status& error);
   // Whether the step after `w` may be planned while `w` is computed.
   bool CanPlanAhead(const StepWork& w) const;
+  // Launches `next` (planned ahead, prepared) behind `cur` (launched, not collected), each of its
+  // decodes reading its token from cur's draws on the backend. False, with nothing launched, when
+  // it cannot be (a token pending that cur does not draw, or the backend refuses): `next` is then
+  // launched the ordinary way once cur's tokens are back.
+  bool LaunchChained(StepWork& cur, StepWork& next);
   // Offers a draft to the scheduler for every decoding sequence that wants speculation.
   void ProposeDrafts();
   // Appends `tok` to sequence `a`, applies its stop rules and streams the text; returns true when
@@ -296,6 +317,7 @@ class Engine {
   std::atomic<int64_t> spec_accepted_{0};
   std::atomic<int64_t> steps_{0};
   std::atomic<int64_t> steps_ahead_{0};
+  std::atomic<int64_t> steps_chained_{0};
   // Engine-thread state.
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;
@@ -310,6 +332,7 @@ class Engine {
   std::vector<float> step_logits_;
   StepResult step_result_;
   StepResult pending_result_;  // lookahead: the computed step's tokens for the plan ahead
+  std::unordered_map<uint64_t, int32_t> drawn_rows_;  // LaunchChained: sequence -> cur's row
   std::thread thread_;
 };
 

@@ -93,6 +93,11 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
           r->AddCounter("kinfer_runtime_engine_steps_planned_ahead_total",
                         "Engine steps planned while the step before them was computed.")
               .Get()),
+      engine_steps_chained(
+          r->AddCounter("kinfer_runtime_engine_steps_chained_total",
+                        "Engine steps launched before the step before them had returned its "
+                        "tokens (two on the device).")
+              .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
                                "Generation requests (chat and completions) by outcome.",
                                {"status"})),
@@ -125,6 +130,7 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   add(spec_accepted_tokens, s.spec_accepted_tokens, &seen_.spec_accepted_tokens);
   add(engine_steps, s.steps, &seen_.steps);
   add(engine_steps_ahead, s.steps_planned_ahead, &seen_.steps_planned_ahead);
+  add(engine_steps_chained, s.steps_chained, &seen_.steps_chained);
 }
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {

@@ -59,6 +59,7 @@ class RuntimeMetrics {
   // (EngineOptions::plan_ahead).
   metrics::Counter& engine_steps;
   metrics::Counter& engine_steps_ahead;
+  metrics::Counter& engine_steps_chained;
 
  private:
   std::mutex mu_;

@@ -133,18 +133,36 @@ struct CudaBackend::Impl {
         *gate = nullptr, *up = nullptr, *tmp = nullptr, *xo = nullptr, *logits = nullptr;
   uint16_t* x16 = nullptr;
   ActBuffers act;
-  int32_t* argmax_dev = nullptr;
+  int32_t* argmax_dev = nullptr;  // T: every row's id of the step computed last
   cuda::DeviceDraw* draws_dev = nullptr;   // T rows: a sampling step's settings
-  cuda::DeviceDraw* draws_host = nullptr;  // pinned, T rows
+
+  // Host buffers a step is enqueued from or returns into come in pairs (slot = launch count mod
+  // 2), so that a chained step (two on the stream: LaunchSampleChained) never rewrites a buffer
+  // the step before it still reads from or writes into; step_done[slot] is recorded after a
+  // step's ids are copied back. The pointers without _buf are the current slot's.
+  int slot = 0;
+  cuda::DeviceDraw* draws_host_buf[2] = {nullptr, nullptr};  // pinned, T rows
+  int32_t* meta_host_buf[2] = {nullptr, nullptr};            // pinned, meta_cap
+  int32_t* argmax_host_buf[2] = {nullptr, nullptr};          // pinned, T
+  cudaEvent_t step_done[2] = {nullptr, nullptr};
+  cuda::DeviceDraw* draws_host = nullptr;
+  int32_t* argmax_host = nullptr;
+  int32_t* meta_host = nullptr;
+  void UseSlot(int s) {
+    slot = s;
+    draws_host = draws_host_buf[s];
+    meta_host = meta_host_buf[s];
+    argmax_host = argmax_host_buf[s];
+  }
 
   // Step metadata: fixed offsets (in int32) into one device buffer and its pinned mirror.
   //   [0,T) tokens  [T,2T) pos  [2T,3T) tok_seq  [3T,4T) slot_rows  [4T,5T) logit_rows
   //   [5T,6T) seq_table_off  [6T,7T) tiles  [7T,8T) tile_len  [8T,9T) decode tokens  [9T,..) tables
+  // A chained step's token (LaunchSampleChained) is -1 - its row in the step before, whose
+  // draws argmax_dev still holds when the embedding kernel reads them.
   int32_t* meta_dev = nullptr;
-  int32_t* meta_host = nullptr;  // pinned
   size_t meta_cap = 0;           // int32 elements
   float* logits_host = nullptr;  // pinned, R * n_vocab
-  int32_t* argmax_host = nullptr;  // pinned, T: every row's id of a step (passes write theirs)
 
   // KV cache.
   uint16_t* kc = nullptr;
@@ -163,10 +181,13 @@ struct CudaBackend::Impl {
     if (kc) cudaFree(kc);
     if (vc) cudaFree(vc);
     if (meta_dev) cudaFree(meta_dev);
-    if (meta_host) cudaFreeHost(meta_host);
     if (logits_host) cudaFreeHost(logits_host);
-    if (argmax_host) cudaFreeHost(argmax_host);
-    if (draws_host) cudaFreeHost(draws_host);
+    for (int b = 0; b < 2; ++b) {
+      if (meta_host_buf[b]) cudaFreeHost(meta_host_buf[b]);
+      if (argmax_host_buf[b]) cudaFreeHost(argmax_host_buf[b]);
+      if (draws_host_buf[b]) cudaFreeHost(draws_host_buf[b]);
+      if (step_done[b]) cudaEventDestroy(step_done[b]);
+    }
     if (cublas) cublasDestroy(cublas);
     if (cublas_ws) cudaFree(cublas_ws);
     if (stream) cudaStreamDestroy(stream);
@@ -185,16 +206,27 @@ struct CudaBackend::Impl {
   enum class Out { kLogits, kArgmax, kSample };
   // Enqueues a step. kLogits: also waits for it and copies every logits row into *logits (the
   // passes share one pinned buffer). kArgmax / kSample: returns once it is enqueued, its ids
-  // on their way into argmax_host; *rows gets their number, for Collect.
+  // in argmax_dev and on their way into argmax_host; *rows gets their number, for Collect.
+  // chain: LaunchSampleChained's (empty: none), already checked. *slot_out: the step's slot.
   Status Enqueue(std::span<const SequenceBatch> seqs, Out out, std::span<const DrawParams> draws,
-                 std::vector<float>* logits, size_t* rows);
+                 std::span<const int32_t> chain, std::vector<float>* logits, size_t* rows,
+                 int* slot_out);
   Status EnqueueStep(std::span<const SequenceBatch> seqs, Out out,
-                     std::span<const DrawParams> draws, std::vector<float>* logits, size_t* rows);
-  // Waits for the enqueued step and reads its rows' ids.
-  Status Collect(size_t rows, std::vector<int32_t>* ids);
-  // The step LaunchSample enqueued (rows), if any.
-  bool launched = false;
-  size_t launched_rows = 0;
+                     std::span<const DrawParams> draws, std::span<const int32_t> chain,
+                     std::vector<float>* logits, size_t* rows);
+  // Waits for the step enqueued in `slot` and reads its rows' ids.
+  Status Collect(int slot, size_t rows, std::vector<int32_t>* ids);
+  // The steps LaunchSample / LaunchSampleChained enqueued and FinishSample has not collected,
+  // earliest first: their slots and rows.
+  struct LaunchedStep {
+    int slot = 0;
+    size_t rows = 0;
+  };
+  LaunchedStep launched[2];
+  int num_launched = 0;
+  // EnqueueStep's copy of a chained batch for validation (kept: no allocation a step).
+  std::vector<SequenceBatch> chain_check_seqs;
+  std::vector<int32_t> chain_check_tokens;
   bool UseGemm(int n) const { return opt.gemm_min_tokens > 0 && n >= opt.gemm_min_tokens; }
   // Whether a matrix-vector product of w at n tokens computes its own activations (MatVecFrom).
   bool FuseActivations(const DevMatrix& w, int n) const {
@@ -433,7 +465,7 @@ Status CudaBackend::Impl::PlanScratch() {
       cuda::DecodeSplitScratchFloats(info.sm_count, hp.n_head, hp.n_head_kv, hp.head_dim);
   const size_t split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
-                       t * maxc * 2 /* x16 */ + R * 4 + Align256(t * sizeof(cuda::DeviceDraw)) +
+                       t * maxc * 2 /* x16 */ + Align256(t * 4) + Align256(t * sizeof(cuda::DeviceDraw)) +
                        Align256(split_floats * 4) + Align256(split_blocks * 4) + 3 * 256;
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
@@ -452,7 +484,7 @@ Status CudaBackend::Impl::PlanScratch() {
   act.s = scratch.Take<float>(t * maxc / 32);
   act.qs = scratch.Take<int8_t>(t * maxc);
   x16 = scratch.Take<uint16_t>(t * maxc);
-  argmax_dev = scratch.Take<int32_t>(R);
+  argmax_dev = scratch.Take<int32_t>(t);
   draws_dev = scratch.Take<cuda::DeviceDraw>(t);
   split_partial = scratch.Take<float>(split_floats);
   split_counters = scratch.Take<int32_t>(split_blocks);
@@ -462,23 +494,35 @@ Status CudaBackend::Impl::PlanScratch() {
   KINFER_CUDA_RETURN(cudaMemsetAsync(split_counters, 0, split_blocks * sizeof(int32_t), stream),
                      "split counters");
   KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "split counters");
-  KINFER_CUDA_RETURN(cudaMallocHost(&draws_host, t * sizeof(cuda::DeviceDraw)), "pinned draws");
+  for (int b = 0; b < 2; ++b) {
+    KINFER_CUDA_RETURN(cudaMallocHost(&draws_host_buf[b], t * sizeof(cuda::DeviceDraw)), "pinned draws");
+    KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host_buf[b], T * sizeof(int32_t)), "pinned ids");
+    KINFER_CUDA_RETURN(cudaEventCreateWithFlags(&step_done[b], cudaEventDisableTiming), "step events");
+  }
   KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
-  KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host, T * sizeof(int32_t)), "pinned ids");
   return EnsureMeta(static_cast<size_t>(10) * T);
 }
 
 Status CudaBackend::Impl::EnsureMeta(size_t elems) {
   if (elems <= meta_cap) return Status::Ok();
   elems = std::max(elems, meta_cap * 2);
+  // A step still on the stream (a chained step's predecessor) reads the old buffers.
+  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "step metadata");
   ClearGraphs();  // they hold the old buffer's address
   if (meta_dev) cudaFree(meta_dev);
-  if (meta_host) cudaFreeHost(meta_host);
   meta_dev = nullptr;
-  meta_host = nullptr;
+  for (int b = 0; b < 2; ++b) {
+    if (meta_host_buf[b]) cudaFreeHost(meta_host_buf[b]);
+    meta_host_buf[b] = nullptr;
+  }
+  meta_cap = 0;
+  UseSlot(slot);
   KINFER_CUDA_RETURN(cudaMalloc(&meta_dev, elems * sizeof(int32_t)), "step metadata");
-  KINFER_CUDA_RETURN(cudaMallocHost(&meta_host, elems * sizeof(int32_t)), "pinned step metadata");
+  for (int b = 0; b < 2; ++b) {
+    KINFER_CUDA_RETURN(cudaMallocHost(&meta_host_buf[b], elems * sizeof(int32_t)), "pinned step metadata");
+  }
   meta_cap = elems;
+  UseSlot(slot);
   return Status::Ok();
 }
 
@@ -527,7 +571,8 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   const int32_t* tokens = meta_dev;
   const int32_t* pos = meta_dev + T;
   const int32_t* slots = meta_dev + 3 * T;
-  cuda::DequantizeRows(tok_embd.type, tok_embd.data, tok_embd.row_bytes, d, tokens, n, x, stream);
+  cuda::DequantizeRows(tok_embd.type, tok_embd.data, tok_embd.row_bytes, d, tokens, n, x, stream,
+                       argmax_dev);
   cuda::AttnParams ap;
   ap.q = q;
   ap.out = attn;
@@ -650,13 +695,13 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
     Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
   }
   if (out != Out::kLogits) {
+    // Every pass's ids stay on the device (a chained step's embedding reads them); the step
+    // copies them back at its end, outside any graph (the pinned buffer alternates).
     if (out == Out::kArgmax) {
-      cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev, stream);
+      cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev + row0, stream);
     } else {
-      cuda::SampleRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev, stream);
+      cuda::SampleRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev + row0, stream);
     }
-    cudaMemcpyAsync(argmax_host + row0, argmax_dev, rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                    stream);
   } else {
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
                     cudaMemcpyDeviceToHost, stream);
@@ -735,11 +780,17 @@ static Status EnqueueErrors(cublasStatus_t* gemm_status) {
 }
 
 Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
-                                  std::span<const DrawParams> draws, std::vector<float>* out_logits,
-                                  size_t* rows_out) {
+                                  std::span<const DrawParams> draws, std::span<const int32_t> chain,
+                                  std::vector<float>* out_logits, size_t* rows_out, int* slot_out) {
   // The engine calls from its own thread, whose current device is 0 until it is set.
   KINFER_CUDA_RETURN(cudaSetDevice(opt.device), "cudaSetDevice");
-  Status st = EnqueueStep(seqs, out, draws, out_logits, rows_out);
+  // The other slot's buffers: the step before (if still on the stream) keeps its own.
+  UseSlot(slot ^ 1);
+  *slot_out = slot;
+  Status st = EnqueueStep(seqs, out, draws, chain, out_logits, rows_out);
+  if (st.ok() && out != Out::kLogits) {
+    KINFER_CUDA_RETURN(cudaEventRecord(step_done[slot], stream), "step event");
+  }
   // Work enqueued before an error must land before the next step rewrites the pinned buffers.
   if (!st.ok()) cudaStreamSynchronize(stream);
   return st;
@@ -747,13 +798,32 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
 
 Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out out,
                                       std::span<const DrawParams> draws,
+                                      std::span<const int32_t> chain,
                                       std::vector<float>* out_logits, size_t* rows_out) {
   if (!kc) return FailedPrecondition("ForwardBatch before InitKvCache");
   if (seqs.empty()) return InvalidArgument("empty step");
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
-  // Validation: LlamaModel::ForwardBatch's rules and messages.
+  // Validation: LlamaModel::ForwardBatch's rules and messages (a chained token, not known yet,
+  // checked as token 0: the step before drew it from the vocabulary).
   size_t rows = 0, table_entries = 0;
-  KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
+  if (chain.empty()) {
+    KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
+  } else {
+    chain_check_seqs.assign(seqs.begin(), seqs.end());
+    chain_check_tokens.clear();
+    size_t n = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) n += chain[i] >= 0 ? seqs[i].tokens.size() : 0;
+    chain_check_tokens.reserve(n);  // the spans below point into it
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (chain[i] < 0) continue;
+      const size_t at = chain_check_tokens.size();
+      chain_check_tokens.insert(chain_check_tokens.end(), seqs[i].tokens.begin(), seqs[i].tokens.end());
+      chain_check_tokens.back() = 0;
+      chain_check_seqs[i].tokens = std::span<const int32_t>(chain_check_tokens.data() + at, seqs[i].tokens.size());
+    }
+    KINFER_RETURN_IF_ERROR(
+        ValidateSequenceBatches(chain_check_seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
+  }
   if (out == Out::kSample) {
     if (draws.size() != rows) {
       return InvalidArgument("the step has " + std::to_string(rows) + " logits rows but " +
@@ -803,6 +873,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     for (int t = 0; t < n; ++t) {
       const int p = s.pos0 + t;
       m[g + t] = s.tokens[t];
+      if (t == n - 1 && !chain.empty() && chain[i] >= 0) m[g + t] = -1 - chain[i];
       m[T + g + t] = p;
       m[2 * T + g + t] = static_cast<int32_t>(i);
       m[3 * T + g + t] = s.blocks[p / block_size] * block_size + p % block_size;
@@ -862,6 +933,11 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     }
     if (it != graphs.end()) {
       KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
+      if (out != Out::kLogits) {
+        KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
+                                           cudaMemcpyDeviceToHost, stream),
+                           "ids copy");
+      }
       if (out_logits) {
         KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
         std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
@@ -882,14 +958,20 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
                   static_cast<size_t>(nr) * hp.n_vocab * sizeof(float));
     }
   }
+  if (out != Out::kLogits) {
+    KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
+                                       cudaMemcpyDeviceToHost, stream),
+                       "ids copy");
+  }
   if (out_logits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
   return Status::Ok();
 }
 
-Status CudaBackend::Impl::Collect(size_t rows, std::vector<int32_t>* ids) {
-  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+Status CudaBackend::Impl::Collect(int s, size_t rows, std::vector<int32_t>* ids) {
+  // The step's own event: a chained step behind it goes on computing meanwhile.
+  KINFER_CUDA_RETURN(cudaEventSynchronize(step_done[s]), "forward step");
   ids->resize(rows);
-  if (rows > 0) std::memcpy(ids->data(), argmax_host, rows * sizeof(int32_t));
+  if (rows > 0) std::memcpy(ids->data(), argmax_host_buf[s], rows * sizeof(int32_t));
   return Status::Ok();
 }
 
@@ -955,7 +1037,7 @@ Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
 // FinishSample refuses while one is (the engine never interleaves them).
 #define KINFER_CUDA_NOT_LAUNCHED()                                                  \
   do {                                                                              \
-    if (impl_->launched) {                                                          \
+    if (impl_->num_launched > 0) {                                                  \
       return FailedPrecondition("a step is already launched (FinishSample first)"); \
     }                                                                               \
   } while (0)
@@ -963,15 +1045,17 @@ Status CudaBackend::InitKvCache(int block_size, int num_blocks) {
 Status CudaBackend::ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) {
   KINFER_CUDA_NOT_LAUNCHED();
   size_t rows = 0;
-  return impl_->Enqueue(seqs, Impl::Out::kLogits, {}, logits, &rows);
+  int slot = 0;
+  return impl_->Enqueue(seqs, Impl::Out::kLogits, {}, {}, logits, &rows, &slot);
 }
 
 Status CudaBackend::ForwardBatchArgmax(std::span<const SequenceBatch> seqs,
                                        std::vector<int32_t>* tokens) {
   KINFER_CUDA_NOT_LAUNCHED();
   size_t rows = 0;
-  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kArgmax, {}, nullptr, &rows));
-  return impl_->Collect(rows, tokens);
+  int slot = 0;
+  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kArgmax, {}, {}, nullptr, &rows, &slot));
+  return impl_->Collect(slot, rows, tokens);
 }
 
 
@@ -980,24 +1064,50 @@ Status CudaBackend::ForwardBatchSample(std::span<const SequenceBatch> seqs,
                                        std::vector<int32_t>* tokens) {
   KINFER_CUDA_NOT_LAUNCHED();
   size_t n = 0;
-  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, nullptr, &n));
-  return impl_->Collect(n, tokens);
+  int slot = 0;
+  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, {}, nullptr, &n, &slot));
+  return impl_->Collect(slot, n, tokens);
 }
 
 Status CudaBackend::LaunchSample(std::span<const SequenceBatch> seqs,
                                  std::span<const DrawParams> rows) {
   KINFER_CUDA_NOT_LAUNCHED();
-  size_t n = 0;
-  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, nullptr, &n));
-  impl_->launched = true;
-  impl_->launched_rows = n;
+  Impl::LaunchedStep& l = impl_->launched[0];
+  KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, {}, nullptr, &l.rows, &l.slot));
+  impl_->num_launched = 1;
+  return Status::Ok();
+}
+
+Status CudaBackend::LaunchSampleChained(std::span<const SequenceBatch> seqs,
+                                        std::span<const DrawParams> rows,
+                                        std::span<const int32_t> chain) {
+  Impl& I = *impl_;
+  if (I.num_launched != 1) {
+    return FailedPrecondition(I.num_launched == 0 ? "no step is launched to chain to (LaunchSample first)"
+                                                  : "two steps are already launched (FinishSample first)");
+  }
+  KINFER_RETURN_IF_ERROR(CheckChain(seqs, chain, I.launched[0].rows));
+  Impl::LaunchedStep l;
+  // Enqueue uses the other slot than the launched step's, and syncs on an error: the launched
+  // step stays launched either way.
+  KINFER_RETURN_IF_ERROR(I.Enqueue(seqs, Impl::Out::kSample, rows, chain, nullptr, &l.rows, &l.slot));
+  I.launched[1] = l;
+  I.num_launched = 2;
   return Status::Ok();
 }
 
 Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
-  if (!impl_->launched) return FailedPrecondition("no step is launched (LaunchSample first)");
-  impl_->launched = false;
-  return impl_->Collect(impl_->launched_rows, tokens);
+  Impl& I = *impl_;
+  if (I.num_launched == 0) return FailedPrecondition("no step is launched (LaunchSample first)");
+  const Impl::LaunchedStep l = I.launched[0];
+  I.launched[0] = I.launched[1];
+  --I.num_launched;
+  const Status st = I.Collect(l.slot, l.rows, tokens);
+  if (!st.ok()) {  // a device fault: nothing launched is coming back
+    cudaStreamSynchronize(I.stream);
+    I.num_launched = 0;
+  }
+  return st;
 }
 
 #undef KINFER_CUDA_NOT_LAUNCHED

@@ -102,10 +102,15 @@ class CudaBackend final : public ModelBackend {
                             std::vector<int32_t>* tokens) override;
   // The same step in two halves: LaunchSample packs and uploads the step's metadata, enqueues
   // the layers (or replays the batch size's graph), the draw and the ids' copy back, and
-  // returns; FinishSample waits on the stream and reads the ids. Every other step call is
-  // FAILED_PRECONDITION while a step is launched.
+  // returns; FinishSample waits for that step's event and reads the ids. Every other step call
+  // is FAILED_PRECONDITION while a step is launched.
   Status LaunchSample(std::span<const SequenceBatch> seqs,
                       std::span<const DrawParams> rows) override;
+  // The next step enqueued behind the launched one: a chained token is written into the
+  // metadata as -1 - its row, and the embedding kernel reads the row's id from the device
+  // buffer the step before drew into. Host buffers alternate between the two steps.
+  Status LaunchSampleChained(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
+                             std::span<const int32_t> chain) override;
   Status FinishSample(std::vector<int32_t>* tokens) override;
   bool LaunchIsAsync() const override { return true; }
 

@@ -139,8 +139,11 @@ void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const Ma
 void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream);
 
 // out[i][c] = dequantized row row_ids[i] of a matrix (embedding lookup). Mirrors DequantizeRow.
+// With chained_from: a negative row_ids[i] names the row chained_from[-1 - row_ids[i]] (a chained
+// step's token, drawn by the step before it; ModelBackend::LaunchSampleChained).
 void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
-                    const int32_t* row_ids, int n, float* out, cudaStream_t stream);
+                    const int32_t* row_ids, int n, float* out, cudaStream_t stream,
+                    const int32_t* chained_from = nullptr);
 
 void F32ToF16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
 

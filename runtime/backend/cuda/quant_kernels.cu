@@ -619,13 +619,15 @@ __global__ void DequantizeToF16Kernel(GgmlType type, const uint8_t* __restrict__
 
 __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
                                      int cols, const int32_t* __restrict__ ids, int n,
-                                     float* __restrict__ out) {
+                                     float* __restrict__ out, const int32_t* __restrict__ chained_from) {
   AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * cols) return;
   const int r = static_cast<int>(i / cols);
   const int c = static_cast<int>(i % cols);
-  out[i] = DequantElem(type, w + static_cast<size_t>(ids[r]) * row_bytes, c);
+  int32_t id = ids[r];
+  if (id < 0 && chained_from != nullptr) id = chained_from[-1 - id];
+  out[i] = DequantElem(type, w + static_cast<size_t>(id) * row_bytes, c);
 }
 
 // Activations for cuBLAS: saturated to FP16's range (+-65504), so that an outlier activation of
@@ -754,9 +756,11 @@ void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream) {
 }
 
 void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
-                    const int32_t* row_ids, int n, float* out, cudaStream_t stream) {
+                    const int32_t* row_ids, int n, float* out, cudaStream_t stream,
+                    const int32_t* chained_from) {
   DequantizeRowsKernel<<<Blocks(n * cols, 256), 256, 0, stream>>>(
-      type, static_cast<const uint8_t*>(data), row_bytes, static_cast<int>(cols), row_ids, n, out);
+      type, static_cast<const uint8_t*>(data), row_bytes, static_cast<int>(cols), row_ids, n, out,
+      chained_from);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 

@@ -106,6 +106,68 @@ TEST_F(CpuBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalvesOneAtATime) {
   EXPECT_EQ(backend_->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
 }
 
+// A chained step (LaunchSampleChained) is the step with the launched step's draws put in as the
+// chained sequences' last tokens; the tokens come back in launch order; misuse is refused with
+// the launched step left launched.
+TEST_F(CpuBackendTest, AChainedStepTakesItsTokensFromTheLaunchedStepsDraws) {
+  ASSERT_TRUE(backend_->InitKvCache(16, 8).ok());
+  auto reference = CpuBackend::Create(file_, 2);
+  ASSERT_TRUE(reference.ok());
+  ASSERT_TRUE((*reference)->InitKvCache(16, 8).ok());
+  const std::vector<int32_t> a = {1, 9690, 198, 2683, 359, 253};
+  const std::vector<int32_t> b = {1, 4093, 198, 1, 9690};
+  const std::vector<int32_t> ta = {0}, tb = {1};
+  DrawParams hot;
+  hot.temperature = 0.9f;
+  hot.uniform = 0.61f;
+  DrawParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<DrawParams> draws = {hot, greedy};
+  std::vector<SequenceBatch> first(2);
+  first[0].tokens = a;
+  first[0].blocks = ta;
+  first[1].tokens = b;
+  first[1].blocks = tb;
+  // The reference: step by step, the drawn tokens written in by hand.
+  std::vector<int32_t> want1, want2;
+  ASSERT_TRUE((*reference)->ForwardBatchSample(first, draws, &want1).ok());
+  ASSERT_EQ(want1.size(), 2u);
+  std::vector<SequenceBatch> second(2);  // the sequences swapped: chain rows 1 and 0
+  const std::vector<int32_t> in_b = {want1[1]}, in_a = {want1[0]};
+  second[0].tokens = in_b;
+  second[0].pos0 = static_cast<int>(b.size());
+  second[0].blocks = tb;
+  second[1].tokens = in_a;
+  second[1].pos0 = static_cast<int>(a.size());
+  second[1].blocks = ta;
+  ASSERT_TRUE((*reference)->ForwardBatchSample(second, draws, &want2).ok());
+
+  const std::vector<int32_t> chain = {1, 0};
+  const std::vector<int32_t> pending = {-1};
+  std::vector<SequenceBatch> chained = second;
+  chained[0].tokens = pending;
+  chained[1].tokens = pending;
+  EXPECT_EQ(backend_->LaunchSampleChained(chained, draws, chain).code(),
+            StatusCode::kFailedPrecondition);  // nothing launched to chain to
+  ASSERT_TRUE(backend_->LaunchSample(first, draws).ok());
+  const std::vector<int32_t> short_chain = {1};
+  const std::vector<int32_t> bad_row = {2, 0};
+  EXPECT_EQ(backend_->LaunchSampleChained(chained, draws, short_chain).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->LaunchSampleChained(chained, draws, bad_row).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(backend_->LaunchSampleChained(chained, draws, chain).ok());
+  EXPECT_EQ(backend_->LaunchSampleChained(chained, draws, chain).code(),
+            StatusCode::kFailedPrecondition);  // two at most
+  EXPECT_EQ(backend_->LaunchSample(first, draws).code(), StatusCode::kFailedPrecondition);
+  std::vector<int32_t> got1, got2, none;
+  ASSERT_TRUE(backend_->FinishSample(&got1).ok());
+  ASSERT_TRUE(backend_->FinishSample(&got2).ok());
+  EXPECT_EQ(backend_->FinishSample(&none).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(got1, want1);
+  EXPECT_EQ(got2, want2);
+}
+
 TEST_F(CpuBackendTest, KvSizingIsSane) {
   const LlamaHParams& hp = backend_->hparams();
   EXPECT_EQ(backend_->name(), "cpu");

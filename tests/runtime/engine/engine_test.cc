@@ -274,14 +274,15 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
 }
 
 TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
-  for (int mode = 0; mode < 3; ++mode) {
+  for (int mode = 0; mode < 4; ++mode) {
     const bool backend_sampling = mode != 1;
     CountingBackend backend(model_);
     backend.fail_from = 3;  // the prompt's step and two decodes, then the device is gone
     EngineOptions o;
     o.context_length = 256;
     o.backend_sampling = backend_sampling;
-    o.plan_ahead = mode == 2 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
+    o.plan_ahead = mode >= 2 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
+    o.chain_steps = mode == 3 ? EngineOptions::ChainSteps::kAlways : EngineOptions::ChainSteps::kOff;
     Engine engine(&backend, tokenizer_, o);
     GenerationRequest r = Greedy("What is the capital of France?", 12);
     r.ignore_eos = true;
@@ -331,11 +332,12 @@ TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
   EXPECT_EQ(runs[1][2].tokens.size(), 24u);
 }
 
-// Planning each step while the one before is computed (EngineOptions::plan_ahead) gives every
-// request the events it gets step by step: a stop string that ends a request a step late (its
-// row ahead is thrown away), max_tokens, a seeded draw, requests that arrive while others
-// decode, a request sampled on the host (logprobs: those steps are not planned ahead) and a
-// cancellation.
+// Planning each step while the one before is computed (EngineOptions::plan_ahead), and launching
+// it before the one before has returned its tokens (chain_steps: the backend puts each decode's
+// token in from the earlier step's draws), give every request the events it gets step by step:
+// a stop string that ends a request a step late (its row ahead is thrown away), max_tokens, a
+// seeded draw, requests that arrive while others decode, a request sampled on the host
+// (logprobs: those steps are not planned ahead) and a cancellation.
 TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
   const auto [greedy, stopped, sampled] = Three();
   GenerationRequest shortest = Greedy("Name a colour.", 2);
@@ -346,12 +348,13 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
   cancelled.ignore_eos = true;
   const std::vector<const GenerationRequest*> first = {&greedy, &stopped, &sampled};
   const std::vector<const GenerationRequest*> later = {&shortest, &eos};
-  std::vector<Collected> runs[2];
-  EngineStats stats[2];
-  for (int ahead = 0; ahead < 2; ++ahead) {
+  std::vector<Collected> runs[3];
+  EngineStats stats[3];
+  for (int ahead = 0; ahead < 3; ++ahead) {  // step by step, planned ahead, chained
     EngineOptions o;
     o.context_length = 256;
-    o.plan_ahead = ahead == 1 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
+    o.plan_ahead = ahead >= 1 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
+    o.chain_steps = ahead == 2 ? EngineOptions::ChainSteps::kAlways : EngineOptions::ChainSteps::kOff;
     Engine engine(model_, tokenizer_, o);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const GenerationRequest* r : first) {
@@ -395,15 +398,22 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
     stats[ahead] = engine.Stats();
   }
   ASSERT_EQ(runs[0].size(), 7u);
-  ExpectSameEvents(runs[0], runs[1]);
-  EXPECT_EQ(runs[1][1].finish, FinishReason::kStop) << runs[1][1].text;  // a step late
-  EXPECT_EQ(runs[1][1].text.find('5'), std::string::npos) << runs[1][1].text;
-  EXPECT_EQ(runs[1][2].tokens.size(), 24u);
-  EXPECT_EQ(runs[1][3].finish, FinishReason::kLength);
-  EXPECT_EQ(runs[1][4].finish, FinishReason::kStop) << runs[1][4].text;
+  for (int m = 1; m < 3; ++m) {
+    SCOPED_TRACE(m == 1 ? "planned ahead" : "chained");
+    ExpectSameEvents(runs[0], runs[m]);
+    EXPECT_EQ(runs[m][1].finish, FinishReason::kStop) << runs[m][1].text;  // a step late
+    EXPECT_EQ(runs[m][1].text.find('5'), std::string::npos) << runs[m][1].text;
+    EXPECT_EQ(runs[m][2].tokens.size(), 24u);
+    EXPECT_EQ(runs[m][3].finish, FinishReason::kLength);
+    EXPECT_EQ(runs[m][4].finish, FinishReason::kStop) << runs[m][4].text;
+    EXPECT_GT(stats[m].steps_planned_ahead, stats[m].steps / 2)
+        << stats[m].steps_planned_ahead << " of " << stats[m].steps;
+  }
   EXPECT_EQ(stats[0].steps_planned_ahead, 0);
-  EXPECT_GT(stats[1].steps_planned_ahead, stats[1].steps / 2)
-      << stats[1].steps_planned_ahead << " of " << stats[1].steps;
+  EXPECT_EQ(stats[1].steps_chained, 0);
+  // Chained: every step planned ahead that the backend draws (all but the logprobs request's).
+  EXPECT_GT(stats[2].steps_chained, stats[2].steps / 2)
+      << stats[2].steps_chained << " of " << stats[2].steps;
   // Thrown-away rows aside, the steps are the same ones.
   EXPECT_GT(stats[0].steps, 0);
 }

@@ -95,6 +95,8 @@ struct CUgraphExec_st;
 typedef CUgraphExec_st* cudaGraphExec_t;
 struct CUgraphNode_st;
 typedef CUgraphNode_st* cudaGraphNode_t;
+struct CUevent_st;
+typedef CUevent_st* cudaEvent_t;
 enum cudaGraphNodeType {
   cudaGraphNodeTypeKernel = 0x00,
   cudaGraphNodeTypeMemcpy = 0x01,
@@ -140,6 +142,8 @@ enum cudaFuncAttribute {
 };
 constexpr unsigned cudaStreamDefault = 0x00;
 constexpr unsigned cudaStreamNonBlocking = 0x01;
+constexpr unsigned cudaEventDefault = 0x00;
+constexpr unsigned cudaEventDisableTiming = 0x02;
 
 struct cudaDeviceProp {
   char name[256];
@@ -182,6 +186,13 @@ cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+// Events. A stream's work runs when it is enqueued, so a recorded event has always completed;
+// recording one into a capturing stream invalidates the capture (the emulator's graphs have no
+// event nodes).
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);

@@ -25,6 +25,9 @@ struct CUstream_st {
   std::vector<std::function<void()>> ops;
   std::vector<CUgraphNode_st> kinds;  // one per op
 };
+struct CUevent_st {
+  bool recorded = false;  // (work runs when enqueued: a recorded event has completed)
+};
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
   std::vector<CUgraphNode_st> nodes;  // one per op
@@ -431,6 +434,31 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return Note(cudaErrorStreamCaptureUnsupported);
   }
   return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned /*flags*/) {
+  if (!e) return Note(cudaErrorInvalidValue);
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return Note(cudaErrorInvalidResourceHandle);
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  EMU_LOCK();
+  if (!e) return Note(cudaErrorInvalidResourceHandle);
+  if (kinfer_cudaemu::Stream(s)->capturing) {
+    kinfer_cudaemu::Stream(s)->capture_invalid = true;
+    return Note(cudaErrorStreamCaptureUnsupported);
+  }
+  e->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  EMU_LOCK();
+  if (!e) return Note(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;  // (EMU_LOCK returned a sticky error already)
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
   EMU_LOCK();

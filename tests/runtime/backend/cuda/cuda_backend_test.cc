@@ -419,23 +419,119 @@ TEST_F(CudaBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalves) {
   }
 }
 
+// Chained steps (LaunchSampleChained): each step is enqueued before the one before it has
+// returned its tokens, and its decodes take their tokens from that step's draws on the device.
+// Four steps against the same steps run one at a time with the tokens written in: the tokens
+// are identical on the plain path in two output passes (three rows, max_logits_rows 2: each
+// pass's ids stay at their place on the device), with a prompt in the step and the sequences in
+// another order than the step before, and on the graph path (captured and launched), with a
+// sequence of the step before left out.
+TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice) {
+  CudaBackendOptions o;
+  o.max_logits_rows = 2;
+  auto ref = Cuda(o);
+  auto g = Cuda(o);
+  ASSERT_NE(ref, nullptr);
+  ASSERT_NE(g, nullptr);
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(0), Prompt(1), Prompt(2)};
+  std::vector<std::vector<int32_t>> tables;
+  for (int i = 0; i < 3; ++i) tables.push_back(testing::Blocks(i * 32, 32));
+  // Per step, the sequences in batch order (0, 1, 2); sequence 2's prompt comes in step 1.
+  const std::vector<std::vector<int>> order = {{0, 1}, {1, 0, 2}, {2, 0, 1}, {1, 0}};
+  const size_t steps = order.size();
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<DrawParams>> draws(steps);
+  std::vector<std::vector<int>> row_of(steps, std::vector<int>(3, -1));
+  for (size_t k = 0; k < steps; ++k) {
+    for (size_t r = 0; r < order[k].size(); ++r) {
+      DrawParams d;
+      d.temperature = (r + k) % 3 == 0 ? 0.0f : 0.8f;
+      d.top_k = 40;
+      d.uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      draws[k].push_back(d);
+      row_of[k][order[k][r]] = static_cast<int>(r);
+    }
+  }
+  // Builds step k's batch; chain null: the drawn tokens written in from toks.
+  std::vector<std::vector<int32_t>> toks = prompts;  // grows by the reference's draws
+  std::vector<int> pos(3, 0);
+  const std::vector<int32_t> unknown = {-1};  // a chained token's place: not read
+  auto batch = [&](size_t k, std::vector<int32_t>* chain) {
+    std::vector<SequenceBatch> seqs;
+    for (int i : order[k]) {
+      SequenceBatch b;
+      b.pos0 = pos[i];
+      b.blocks = tables[i];
+      const int prev = k > 0 ? row_of[k - 1][i] : -1;
+      if (pos[i] == 0) {
+        b.tokens = prompts[i];
+      } else if (chain != nullptr) {
+        EXPECT_GE(prev, 0) << "every decode here follows a step of its sequence";
+        b.tokens = unknown;
+      } else {
+        b.tokens = std::span<const int32_t>(toks[i]).subspan(pos[i], 1);
+      }
+      if (chain != nullptr) chain->push_back(pos[i] == 0 ? -1 : prev);
+      pos[i] += static_cast<int>(b.tokens.size());
+      seqs.push_back(b);
+    }
+    return seqs;
+  };
+  // The reference draws on the host from the step's logits (DrawToken, the rule SampleRows
+  // follows), so that it shares nothing with the device ids' path.
+  std::vector<std::vector<int32_t>> want(steps), got(steps);
+  const size_t nv = static_cast<size_t>(ref->hparams().n_vocab);
+  DrawCandidates candidates;
+  std::vector<double> probs;
+  for (size_t k = 0; k < steps; ++k) {
+    std::vector<float> logits;
+    const Status st = ref->ForwardBatch(batch(k, nullptr), &logits);
+    ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.ToString();
+    ASSERT_EQ(logits.size(), order[k].size() * nv);
+    for (size_t r = 0; r < order[k].size(); ++r) {
+      want[k].push_back(DrawToken(std::span<const float>(logits.data() + r * nv, nv), draws[k][r],
+                                  &candidates, &probs));
+    }
+    for (size_t r = 0; r < order[k].size(); ++r) toks[order[k][r]].push_back(want[k][r]);
+  }
+  pos.assign(3, 0);
+  ASSERT_TRUE(g->LaunchSample(batch(0, nullptr), draws[0]).ok());
+  for (size_t k = 1; k < steps; ++k) {
+    std::vector<int32_t> chain;
+    const std::vector<SequenceBatch> seqs = batch(k, &chain);
+    const Status st = g->LaunchSampleChained(seqs, draws[k], chain);
+    ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.ToString();
+    std::vector<float> l;
+    EXPECT_EQ(g->ForwardBatch(seqs, &l).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(g->LaunchSampleChained(seqs, draws[k], chain).code(), StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(g->FinishSample(&got[k - 1]).ok());
+  }
+  ASSERT_TRUE(g->FinishSample(&got[steps - 1]).ok());
+  std::vector<int32_t> none;
+  EXPECT_EQ(g->FinishSample(&none).code(), StatusCode::kFailedPrecondition);
+  for (size_t k = 0; k < steps; ++k) EXPECT_EQ(got[k], want[k]) << "step " << k;
+  EXPECT_EQ(g->graphs_captured(), 1);  // step 3
+}
+
 // The engine over the CUDA backend streams the same tokens whether a step's tokens go out while
 // the next step computes (the default) or between the steps.
-// Runs: everything in turn on the engine thread; events pushed by the pump; and the default,
-// each step also planned while the one before is computed (a late stop included: the stop
-// string).
+// Runs: everything in turn on the engine thread; events pushed by the pump; the default, each
+// step also planned while the one before is computed and launched behind it (chained; a late
+// stop included: the stop string); and planned ahead but launched once the tokens are back.
 TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
   KINFER_GPU_OR_FULL_EMULATION();
   const Tokenizer* tok = testing::ModelTokenizer();
   ASSERT_NE(tok, nullptr);
-  std::vector<std::vector<int32_t>> runs[3];
-  for (int overlap = 0; overlap < 3; ++overlap) {
+  std::vector<std::vector<int32_t>> runs[4];
+  for (int overlap = 0; overlap < 4; ++overlap) {
     auto g = Cuda();
     ASSERT_NE(g, nullptr);
     EngineOptions eo;
     eo.context_length = 512;
     eo.overlap_streaming = overlap >= 1;
-    eo.plan_ahead = overlap == 2 ? EngineOptions::PlanAhead::kAuto : EngineOptions::PlanAhead::kOff;
+    eo.plan_ahead = overlap >= 2 ? EngineOptions::PlanAhead::kAuto : EngineOptions::PlanAhead::kOff;
+    // Run 2: the default, steps chained (two on the device); run 3 planned ahead, not chained.
+    eo.chain_steps = overlap == 3 ? EngineOptions::ChainSteps::kOff : EngineOptions::ChainSteps::kAuto;
     Engine engine(g.get(), tok, eo);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 3; ++i) {
@@ -463,12 +559,14 @@ TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
       EXPECT_FALSE(toks.empty());
       runs[overlap].push_back(toks);
     }
-    if (overlap == 2) {
+    if (overlap >= 2) {
       EXPECT_GT(engine.Stats().steps_planned_ahead, 0);
+      EXPECT_EQ(engine.Stats().steps_chained > 0, overlap == 2);
     }
   }
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
+  EXPECT_EQ(runs[0], runs[3]);
 }
 
 TEST_F(CudaBackendTest, RefusesMalformedStepsLikeTheCpu) {
