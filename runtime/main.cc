@@ -98,6 +98,15 @@ struct Flags {
   std::exit(2);
 }
 
+// A flag that is auto, on or off.
+template <typename Mode>
+Mode AutoOnOff(const char* flag, const std::string& v, Mode automatic, Mode on, Mode off) {
+  if (v == "auto") return automatic;
+  if (v == "on") return on;
+  if (v == "off") return off;
+  BadFlag(std::string(flag) + " must be auto, on or off, not '" + v + "'");
+}
+
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
   kinfer::FlagReader flags(argc, argv, "kinfer-runtime");
@@ -155,27 +164,11 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flags.Is("--batch-invariant")) {
       f.engine.batch_invariant = flags.Bool();
     } else if (flags.Is("--plan-ahead")) {
-      const std::string v = flags.Value();
-      if (v == "auto") {
-        f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kAuto;
-      } else if (v == "on") {
-        f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kAlways;
-      } else if (v == "off") {
-        f.engine.plan_ahead = kinfer::EngineOptions::PlanAhead::kOff;
-      } else {
-        BadFlag("--plan-ahead must be auto, on or off, not '" + v + "'");
-      }
+      using P = kinfer::EngineOptions::PlanAhead;
+      f.engine.plan_ahead = AutoOnOff("--plan-ahead", flags.Value(), P::kAuto, P::kAlways, P::kOff);
     } else if (flags.Is("--chain-steps")) {
-      const std::string v = flags.Value();
-      if (v == "auto") {
-        f.engine.chain_steps = kinfer::EngineOptions::ChainSteps::kAuto;
-      } else if (v == "on") {
-        f.engine.chain_steps = kinfer::EngineOptions::ChainSteps::kAlways;
-      } else if (v == "off") {
-        f.engine.chain_steps = kinfer::EngineOptions::ChainSteps::kOff;
-      } else {
-        BadFlag("--chain-steps must be auto, on or off, not '" + v + "'");
-      }
+      using C = kinfer::EngineOptions::ChainSteps;
+      f.engine.chain_steps = AutoOnOff("--chain-steps", flags.Value(), C::kAuto, C::kAlways, C::kOff);
     } else if (flags.Is("--spec-tokens")) {
       f.engine.spec.max_tokens = static_cast<int>(flags.Int(0, 64));
     } else if (flags.Is("--spec-default")) {

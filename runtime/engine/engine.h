@@ -28,7 +28,9 @@
 // returns early (CUDA), the engine thread plans and prepares step N+1 (Scheduler::StepAhead)
 // while step N is computed, launches it as soon as step N's tokens are back
 // (Scheduler::SetPendingTokens), and only then streams step N and applies its stop rules. A
-// sequence that step N ends has a row in step N+1 that is thrown away.
+// sequence that step N ends has a row in step N+1 that is thrown away. Chained
+// (EngineOptions::chain_steps), step N+1 is launched before step N's tokens are back: the
+// backend takes each decode's token from step N's draws itself (LaunchSampleChained).
 //
 // Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
 // thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before

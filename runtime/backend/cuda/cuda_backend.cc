@@ -155,13 +155,17 @@ struct CudaBackend::Impl {
     argmax_host = argmax_host_buf[s];
   }
 
-  // Step metadata: fixed offsets (in int32) into one device buffer and its pinned mirror.
-  //   [0,T) tokens  [T,2T) pos  [2T,3T) tok_seq  [3T,4T) slot_rows  [4T,5T) logit_rows
-  //   [5T,6T) seq_table_off  [6T,7T) tiles  [7T,8T) tile_len  [8T,9T) decode tokens  [9T,..) tables
+  // Step metadata: regions of S int32s (S = ms, the step's number of tokens) in one device
+  // buffer and its pinned mirror, so that a step uploads what it uses (a decode step of one
+  // sequence: 9 values and its block table):
+  //   [0,S) tokens  [S,2S) pos  [2S,3S) tok_seq  [3S,4S) slot_rows  [4S,5S) logit_rows
+  //   [5S,6S) seq_table_off  [6S,7S) tiles  [7S,8S) tile_len  [8S,9S) decode tokens  [9S,..) tables
+  // A graph (keyed by S) holds the addresses of its step size's regions.
   // A chained step's token (LaunchSampleChained) is -1 - its row in the step before, whose
   // draws argmax_dev still holds when the embedding kernel reads them.
   int32_t* meta_dev = nullptr;
   size_t meta_cap = 0;           // int32 elements
+  int ms = 0;                    // the stride S of the step being enqueued
   float* logits_host = nullptr;  // pinned, R * n_vocab
 
   // KV cache.
@@ -569,18 +573,18 @@ void CudaBackend::Impl::Products(const float* x_in, int n,
 void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_each) {
   const int d = hp.n_embd, dkv = hp.n_embd_kv(), dq = hp.n_head * hp.head_dim;
   const int32_t* tokens = meta_dev;
-  const int32_t* pos = meta_dev + T;
-  const int32_t* slots = meta_dev + 3 * T;
+  const int32_t* pos = meta_dev + ms;
+  const int32_t* slots = meta_dev + 3 * ms;
   cuda::DequantizeRows(tok_embd.type, tok_embd.data, tok_embd.row_bytes, d, tokens, n, x, stream,
                        argmax_dev);
   cuda::AttnParams ap;
   ap.q = q;
   ap.out = attn;
-  ap.tok_seq = meta_dev + 2 * T;
+  ap.tok_seq = meta_dev + 2 * ms;
   ap.tok_pos = pos;
-  ap.seq_table_off = meta_dev + 5 * T;
-  ap.tables = meta_dev + 9 * T;
-  ap.tok_index = meta_dev + 8 * T;
+  ap.seq_table_off = meta_dev + 5 * ms;
+  ap.tables = meta_dev + 9 * ms;
+  ap.tok_index = meta_dev + 8 * ms;
   ap.n_head = hp.n_head;
   ap.n_head_kv = hp.n_head_kv;
   ap.head_dim = hp.head_dim;
@@ -645,7 +649,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
                    shared_kv;
     ap.q8_out = act;
     cuda::AttentionDecode(ap, stream);
-    cuda::AttentionPrefill(ap, meta_dev + 6 * T, meta_dev + 7 * T, n_tiles, opt.tensor_core_attention, stream);
+    cuda::AttentionPrefill(ap, meta_dev + 6 * ms, meta_dev + 7 * ms, n_tiles, opt.tensor_core_attention, stream);
     if (ap.q8_out_on) {
       cuda::MatVec(L.wo, act, n, PlainOut(x, true), stream);
     } else {
@@ -687,10 +691,10 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
   const int d = hp.n_embd;
   if (!UseGemm(rows) && FuseActivations(output, rows)) {
     // The gather, the final norm and the quantizer inside the output product.
-    cuda::MatVecFrom(output, cuda::RmsNormSource(x, output_norm, hp.rms_eps, meta_dev + 4 * T + row0),
+    cuda::MatVecFrom(output, cuda::RmsNormSource(x, output_norm, hp.rms_eps, meta_dev + 4 * ms + row0),
                      rows, cuda::PlainOut(logits), from_blocks, stream);
   } else {
-    cuda::GatherRows(x, meta_dev + 4 * T + row0, rows, d, xo, stream);
+    cuda::GatherRows(x, meta_dev + 4 * ms + row0, rows, d, xo, stream);
     cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
     Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
   }
@@ -853,7 +857,11 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   for (const SequenceBatch& s : seqs) {
     table_entries += (s.pos0 + s.tokens.size() + block_size - 1) / block_size;
   }
-  KINFER_RETURN_IF_ERROR(EnsureMeta(static_cast<size_t>(9) * T + table_entries));
+  size_t step_tokens = 0;
+  for (const SequenceBatch& s : seqs) step_tokens += s.tokens.size();
+  ms = static_cast<int>(step_tokens);  // (at most T: validated)
+  const size_t S = step_tokens;
+  KINFER_RETURN_IF_ERROR(EnsureMeta(9 * S + table_entries));
 
   // Pack the metadata.
   int32_t* m = meta_host;
@@ -864,8 +872,8 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     const SequenceBatch& s = seqs[i];
     const int n = static_cast<int>(s.tokens.size());
     const int nb = (s.pos0 + n + block_size - 1) / block_size;
-    m[5 * T + i] = tab;
-    for (int b = 0; b < nb; ++b) m[9 * T + tab + b] = s.blocks[b];
+    m[5 * S + i] = tab;
+    for (int b = 0; b < nb; ++b) m[9 * S + tab + b] = s.blocks[b];
     tab += nb;
     const bool tiled = n >= opt.prefill_min_tokens && cuda::AttentionPrefillSupports(hp.head_dim);
     pure_decode = pure_decode && n == 1 && s.want_logits && s.num_logits == 1;
@@ -874,25 +882,25 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       const int p = s.pos0 + t;
       m[g + t] = s.tokens[t];
       if (t == n - 1 && !chain.empty() && chain[i] >= 0) m[g + t] = -1 - chain[i];
-      m[T + g + t] = p;
-      m[2 * T + g + t] = static_cast<int32_t>(i);
-      m[3 * T + g + t] = s.blocks[p / block_size] * block_size + p % block_size;
-      if (!tiled) m[8 * T + n_dec++] = g + t;
+      m[S + g + t] = p;
+      m[2 * S + g + t] = static_cast<int32_t>(i);
+      m[3 * S + g + t] = s.blocks[p / block_size] * block_size + p % block_size;
+      if (!tiled) m[8 * S + n_dec++] = g + t;
     }
     if (tiled) {
       const int tile = cuda::PrefillTileSize(opt.tensor_core_attention);
       for (int t0 = 0; t0 < n; t0 += tile) {
-        m[6 * T + n_tiles] = g + t0;
-        m[7 * T + n_tiles] = std::min(tile, n - t0);
+        m[6 * S + n_tiles] = g + t0;
+        m[7 * S + n_tiles] = std::min(tile, n - t0);
         ++n_tiles;
       }
     }
     if (s.want_logits) {
-      for (int t = n - s.num_logits; t < n; ++t) m[4 * T + nrows++] = g + t;
+      for (int t = n - s.num_logits; t < n; ++t) m[4 * S + nrows++] = g + t;
     }
     g += n;
   }
-  KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, (static_cast<size_t>(9) * T + tab) * sizeof(int32_t),
+  KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, (9 * S + tab) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream),
                      "step metadata upload");
 

@@ -5,7 +5,12 @@
 //
 // The model (docs/cuda.md, "CUDA emulation"):
 //   * One device, one OS thread runs all device work, in stream order, at enqueue time (a stream
-//     that is capturing records instead; a graph launch replays the records).
+//     that is capturing records instead; a graph launch replays the records), as late as the
+//     host can tell (deferred streams, the default): when something waits for it (a stream or
+//     event synchronization, a synchronous copy or memset, cudaFree, cudaDeviceSynchronize), in
+//     issue order across streams. A host buffer rewritten before the copy that reads it has
+//     run, or read before the copy that fills it, then shows as a wrong result, as it can on a
+//     GPU. KINFER_CUDA_EMU_DEFER=0 (or SetDeferredStreams(false)) runs work at enqueue time.
 //   * A kernel's blocks run one after another; a block's threads are fibers, switched only at
 //     __syncthreads, warp shuffles, __syncwarp and WMMA calls. After each barrier the waiting
 //     threads resume in alternating (forward, then reverse) order, so that a missing barrier
@@ -21,7 +26,8 @@
 // and `extern __shared__ T s[];` into a pointer to the block's dynamic shared memory.
 //
 // Environment: KINFER_CUDA_EMU_MEMORY_MIB (device memory, default 8192), KINFER_CUDA_EMU_DEVICES
-// (0 makes cudaGetDeviceCount fail as on a machine without a device; default 1).
+// (0 makes cudaGetDeviceCount fail as on a machine without a device; default 1),
+// KINFER_CUDA_EMU_DEFER (0: work runs at enqueue time; default 1, deferred streams).
 #pragma once
 
 #include <math.h>
@@ -251,6 +257,11 @@ uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width);  /
 void* DynamicShared();
 // A broken rule inside a kernel: reported once and made the context's sticky error.
 [[noreturn]] void KernelFault(const std::string& what);
+
+// Deferred streams (see the model above): on (the default), work waits until the host waits for
+// it; off, it runs at enqueue time. Turning them off runs what is pending first. Returns the
+// setting before.
+bool SetDeferredStreams(bool on);
 
 // ---- Launches -------------------------------------------------------------------------------
 using KernelBody = std::function<void()>;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -24,9 +25,10 @@ struct CUstream_st {
   std::thread::id capture_thread;
   std::vector<std::function<void()>> ops;
   std::vector<CUgraphNode_st> kinds;  // one per op
+  uint64_t last = 0;  // the issue number of the stream's newest work (deferred streams)
 };
 struct CUevent_st {
-  bool recorded = false;  // (work runs when enqueued: a recorded event has completed)
+  uint64_t seq = 0;  // the work issued before it was recorded (deferred streams)
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
@@ -64,7 +66,13 @@ struct Device {
   std::unordered_map<const void*, std::string> func_names;  // cudaFuncGetName
   std::vector<CUstream_st*> capturing;
   CUstream_st default_stream;
+  // Deferred streams: work issued (numbered from 1) and not yet run, in issue order.
+  bool deferred = false;
+  std::deque<std::function<void()>> pending;
+  uint64_t issued = 0, completed = 0;
   Device() {
+    const char* defer = std::getenv("KINFER_CUDA_EMU_DEFER");
+    deferred = defer == nullptr || std::atoi(defer) != 0;
     const char* mib = std::getenv("KINFER_CUDA_EMU_MEMORY_MIB");
     total = static_cast<size_t>(mib ? std::atoll(mib) : 8192) << 20;
     const char* n = std::getenv("KINFER_CUDA_EMU_DEVICES");
@@ -95,6 +103,18 @@ const Allocation* Find(const void* p, size_t n, uintptr_t* base_out = nullptr) {
   if (base_out) *base_out = it->first;
   return &it->second;
 }
+
+// Runs the pending work issued up to number `seq` (deferred streams).
+void RunUpTo(uint64_t seq) {
+  Device& d = Dev();
+  while (d.completed < seq && !d.pending.empty()) {
+    std::function<void()> op = std::move(d.pending.front());
+    d.pending.pop_front();
+    ++d.completed;
+    op();
+  }
+}
+void RunAll() { RunUpTo(Dev().issued); }
 
 bool InCapture(std::thread::id self) {
   for (const CUstream_st* s : Dev().capturing) {
@@ -163,6 +183,7 @@ cudaError_t Release(void* p, bool pinned) {
   Device& d = Dev();
   std::lock_guard<std::recursive_mutex> lock(d.mu);
   if (const cudaError_t e = RefuseDuringCapture(); e != cudaSuccess) return Note(e);
+  RunAll();  // cudaFree and cudaFreeHost wait for the device's work
   auto it = d.allocations.find(reinterpret_cast<uintptr_t>(p));
   if (it == d.allocations.end() || it->second.pinned != pinned) return Note(cudaErrorInvalidValue);
   CheckRedZones(pinned ? "cudaFreeHost" : "cudaFree");
@@ -223,8 +244,20 @@ cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op, cudaGraphNod
     s->kinds.push_back(CUgraphNode_st{kind, func});
     return cudaSuccess;
   }
-  op();
-  return Dev().sticky;
+  Device& d = Dev();
+  s->last = ++d.issued;
+  d.pending.push_back(std::move(op));
+  if (!d.deferred) RunAll();
+  return d.sticky;
+}
+
+bool SetDeferredStreams(bool on) {
+  Device& d = Dev();
+  std::lock_guard<std::recursive_mutex> lock(d.mu);
+  const bool before = d.deferred;
+  d.deferred = on;
+  if (!on) RunAll();
+  return before;
 }
 
 void SetFuncMaxDynamicShared(const void* kernel, int bytes) {
@@ -340,7 +373,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaDeviceSynchronize() {
   EMU_LOCK();
   if (const cudaError_t e = kinfer_cudaemu::RefuseDuringCapture(); e != cudaSuccess) return Note(e);
-  return cudaSuccess;
+  kinfer_cudaemu::RunAll();
+  return d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess;
 }
 cudaError_t cudaGetLastError() {
   const cudaError_t e = Dev().sticky != cudaSuccess ? Dev().sticky : kinfer_cudaemu::tl_last_error;
@@ -397,12 +431,21 @@ cudaError_t cudaFreeHost(void* p) { return kinfer_cudaemu::Release(p, true); }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
   EMU_LOCK();
   if (const cudaError_t e = kinfer_cudaemu::CopyCheck(dst, src, n, kind); e != cudaSuccess) return Note(e);
-  return Note(kinfer_cudaemu::StreamDo(stream, [dst, src, n] { std::memmove(dst, src, n); }));
+  const cudaError_t e = kinfer_cudaemu::StreamDo(stream, [dst, src, n] { std::memmove(dst, src, n); });
+  // A copy from or to pageable host memory returns only once the host side is done with (the
+  // driver stages it), so it is not left pending.
+  if (!kinfer_cudaemu::Stream(stream)->capturing && n > 0 &&
+      (!kinfer_cudaemu::Find(src, n) || !kinfer_cudaemu::Find(dst, n))) {
+    kinfer_cudaemu::RunUpTo(kinfer_cudaemu::Stream(stream)->last);
+  }
+  return Note(e != cudaSuccess ? e : d.sticky);
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   EMU_LOCK();
   if (const cudaError_t e = kinfer_cudaemu::RefuseDuringCapture(); e != cudaSuccess) return Note(e);
-  return cudaMemcpyAsync(dst, src, n, kind, nullptr);
+  const cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, nullptr);
+  kinfer_cudaemu::RunAll();  // synchronous
+  return e != cudaSuccess ? e : (d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess);
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
   EMU_LOCK();
@@ -413,7 +456,9 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
 cudaError_t cudaMemset(void* p, int value, size_t n) {
   EMU_LOCK();
   if (const cudaError_t e = kinfer_cudaemu::RefuseDuringCapture(); e != cudaSuccess) return Note(e);
-  return cudaMemsetAsync(p, value, n, nullptr);
+  const cudaError_t e = cudaMemsetAsync(p, value, n, nullptr);
+  kinfer_cudaemu::RunAll();  // synchronous
+  return e != cudaSuccess ? e : (d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess);
 }
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned /*flags*/) {
@@ -424,6 +469,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned /*flags*/) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   EMU_LOCK();
   if (!s || s->capturing) return Note(cudaErrorInvalidResourceHandle);
+  kinfer_cudaemu::RunUpTo(s->last);  // its work completes
   delete s;
   return cudaSuccess;
 }
@@ -433,7 +479,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     kinfer_cudaemu::Stream(s)->capture_invalid = true;
     return Note(cudaErrorStreamCaptureUnsupported);
   }
-  return cudaSuccess;
+  kinfer_cudaemu::RunUpTo(kinfer_cudaemu::Stream(s)->last);
+  return d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned /*flags*/) {
   if (!e) return Note(cudaErrorInvalidValue);
@@ -452,13 +499,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     kinfer_cudaemu::Stream(s)->capture_invalid = true;
     return Note(cudaErrorStreamCaptureUnsupported);
   }
-  e->recorded = true;
+  e->seq = d.issued;  // (the emulator's streams run in issue order: what came before it)
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   EMU_LOCK();
   if (!e) return Note(cudaErrorInvalidResourceHandle);
-  return cudaSuccess;  // (EMU_LOCK returned a sticky error already)
+  kinfer_cudaemu::RunUpTo(e->seq);
+  return d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
   EMU_LOCK();

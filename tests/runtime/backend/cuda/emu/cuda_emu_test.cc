@@ -241,6 +241,53 @@ TEST(CudaEmuRulesTest, StreamCaptureRecordsAndAGraphReplays) {
   cudaFree(d);
 }
 
+// Deferred streams: work runs when the host waits for it, in issue order. A pinned buffer
+// rewritten before the copy that reads it has run gives that copy the new contents (the hazard
+// a GPU has), an event runs the work issued before it and no more, and a stream or device
+// synchronization, a synchronous copy and cudaFree run the rest.
+TEST(CudaEmuRulesTest, DeferredStreamsRunWhenTheHostWaits) {
+  const bool before = kinfer_cudaemu::SetDeferredStreams(true);
+  int* d = DeviceCopy(std::vector<int>(4, 0));  // (a synchronous copy: already there)
+  int *in = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaMallocHost(&in, 4 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&out, 8 * sizeof(int)), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t first, second;
+  ASSERT_EQ(cudaEventCreateWithFlags(&first, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&second, cudaEventDisableTiming), cudaSuccess);
+  for (int i = 0; i < 4; ++i) in[i] = 10 + i;
+  ASSERT_EQ(cudaMemcpyAsync(d, in, 4 * sizeof(int), cudaMemcpyHostToDevice, s), cudaSuccess);
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, s)(d);
+  ASSERT_EQ(cudaMemcpyAsync(out, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(first, s), cudaSuccess);
+  for (int i = 0; i < 4; ++i) in[i] = 20 + i;  // before the first upload has run
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, s)(d);
+  ASSERT_EQ(cudaMemcpyAsync(out + 4, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(second, s), cudaSuccess);
+  EXPECT_EQ(out[0], -1) << "nothing has run yet (pinned memory starts poisoned)";
+  ASSERT_EQ(cudaEventSynchronize(first), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(out, out + 4), (std::vector<int>{21, 22, 23, 24}))
+      << "the upload read the buffer when it ran, after the host rewrote it";
+  EXPECT_EQ(out[4], -1) << "work issued after the event has not run";
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(out + 4, out + 8), (std::vector<int>{22, 23, 24, 25}));
+  // cudaFree waits for the work before it.
+  int* other = DeviceCopy(std::vector<int>(1, 0));
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, s)(d);
+  ASSERT_EQ(cudaMemcpyAsync(out, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(out[0], 21) << "not run yet: the first copy's value";
+  ASSERT_EQ(cudaFree(other), cudaSuccess);
+  EXPECT_EQ(out[0], 23);
+  kinfer_cudaemu::SetDeferredStreams(before);
+  cudaEventDestroy(first);
+  cudaEventDestroy(second);
+  cudaStreamDestroy(s);
+  cudaFreeHost(in);
+  cudaFreeHost(out);
+  cudaFree(d);
+}
+
 // A captured graph's edges, as the backend rewrites them for programmatic dependent launch: a
 // chain the driver's edge calls can read, remove and add back, with its rules (programmatic
 // edges join two kernels from a programmatic port; a node left without its dependency cannot be
