@@ -13,9 +13,13 @@ import json
 import sys
 
 # (key, bench result name, batch, goal in tokens/s), from issue 7 (H200, SmolLM2-135M-Instruct).
+# The decode goals twice: each step waiting for the one before on the host, and chained (the
+# engine's way on CUDA: each step launched behind the one before).
 GOALS = [
     ("single_stream_decode", "single_stream", 1, 1500.0),
+    ("single_stream_decode_chained", "single_stream_chained", 1, 1500.0),
     ("decode_batch_256", "decode_batch", 256, 200000.0),
+    ("decode_batch_256_chained", "decode_batch_chained", 256, 200000.0),
     ("prefill_2048", "prefill_2048", 1, 1000000.0),
 ]
 

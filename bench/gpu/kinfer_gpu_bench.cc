@@ -1,6 +1,6 @@
 // kinfer-gpu-bench: the CUDA backend's speed on one model, as a program (not a test).
 //
-//   kinfer-gpu-bench --model FILE [--json OUT.json] [--note TEXT] [--quick]
+//   kinfer-gpu-bench --model FILE [--json OUT.json] [--note TEXT] [--quick] [--only NAME,...]
 //
 // Measures, with greedy sampling on the device (ForwardBatchArgmax: only token ids cross PCIe):
 //   single-stream decode tokens/s (128-token prompt, then 256 steps);
@@ -13,15 +13,20 @@
 //   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64;
 //   single-stream decode at a 2,000-token context; and single stream (128 and 2,000 tokens of
 //   context) and batch 256 again with the per-head decode attention
-//   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain.
+//   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain;
+//   and single stream and batch 64 and 256 with chained steps (*_chained: each step launched
+//   behind the one before, its tokens read on the device; LaunchSampleChained, what the engine
+//   does), where every other figure waits for each step's ids on the host before the next.
 // Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
 // weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // H200's datasheet ceilings (990 TFLOP/s dense bf16, 4.8 TB/s). Prints a table, writes JSON.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,6 +55,12 @@ struct Result {
   double tok_s() const { return tokens / seconds; }
 };
 
+// --only: the result names to measure (empty: all).
+std::vector<std::string> g_only;
+bool Wanted(const std::string& name) {
+  return g_only.empty() || std::find(g_only.begin(), g_only.end(), name) != g_only.end();
+}
+
 class Bench {
  public:
   Bench(CudaBackend* b, bool quick) : b_(b), quick_(quick), hp_(b->hparams()) {
@@ -74,11 +85,13 @@ class Bench {
   // How a decode step's tokens are chosen: greedy on the device, or drawn on the device or on the
   // host with llama.cpp's defaults (top-k 40) or with top-p alone over the whole vocabulary
   // (OpenAI's and vLLM's knob: top_p 0.9, temperature 0.7).
-  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus };
+  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus, kChained };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
+  // A name --only leaves out is not measured (r->name stays empty).
   Status Decode(const std::string& name, int B, int ctx, int steps, Result* r,
                 Pick pick = Pick::kDeviceArgmax) {
+    if (!Wanted(name)) return Status::Ok();
     const int blocks_per_seq = (ctx + steps + kBlock) / kBlock + 1;
     std::vector<std::vector<int32_t>> tables(B), toks(B);
     for (int i = 0; i < B; ++i) {
@@ -105,6 +118,34 @@ class Bench {
     std::vector<double> probs;
     double t0 = 0;
     const int warm = 3;
+    if (pick == Pick::kChained) {
+      // Greedy on the device, each step launched behind the one before: its tokens are that
+      // step's rows (chain[i] = i), read on the device.
+      const std::vector<DrawParams> greedy(B);  // (temperature 0)
+      std::vector<int32_t> chain(B);
+      for (int i = 0; i < B; ++i) chain[i] = i;
+      const std::vector<int32_t> unknown = {0};  // a chained token's place: not read
+      std::vector<int> base(B);  // the position of each sequence's first decoded token
+      for (int i = 0; i < B; ++i) base[i] = static_cast<int>(toks[i].size()) - 1;
+      for (int step = 0; step < steps + warm; ++step) {
+        if (step == warm) t0 = Now();
+        for (int i = 0; i < B; ++i) {
+          const int pos = base[i] + step;
+          seqs[i].tokens = step == 0 ? std::span<const int32_t>(toks[i]).subspan(pos) : unknown;
+          seqs[i].pos0 = pos;
+          seqs[i].blocks = tables[i];
+          seqs[i].mode = ForwardMode::kDecode;
+        }
+        if (step == 0) {
+          KINFER_RETURN_IF_ERROR(b_->LaunchSample(seqs, greedy));
+        } else {
+          KINFER_RETURN_IF_ERROR(b_->LaunchSampleChained(seqs, greedy, chain));
+          KINFER_RETURN_IF_ERROR(b_->FinishSample(&ids));
+          for (int i = 0; i < B; ++i) toks[i].push_back(ids[i]);
+        }
+      }
+      KINFER_RETURN_IF_ERROR(b_->FinishSample(&ids));
+    } else {
     for (int step = 0; step < steps + warm; ++step) {
       if (step == warm) t0 = Now();
       for (int i = 0; i < B; ++i) {
@@ -139,6 +180,7 @@ class Bench {
       }
       for (int i = 0; i < B; ++i) toks[i].push_back(ids[i]);
     }
+    }
     r->name = name;
     r->batch = B;
     r->tokens = B * steps;
@@ -150,6 +192,7 @@ class Bench {
   }
 
   Status Prefill(int len, int reps, Result* r, const std::string& suffix = "") {
+    if (!Wanted("prefill_" + std::to_string(len) + suffix)) return Status::Ok();
     std::vector<int32_t> table;
     for (int k = 0; k < (len + kBlock - 1) / kBlock; ++k) table.push_back(k);
     const std::vector<int32_t> toks = RandomTokens(len, 99);
@@ -189,8 +232,12 @@ int Main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--note" && i + 1 < argc) note = argv[++i];
     else if (a == "--quick") quick = true;
-    else {
-      std::fprintf(stderr, "usage: kinfer-gpu-bench --model FILE [--json OUT] [--note TEXT] [--quick]\n");
+    else if (a == "--only" && i + 1 < argc) {
+      std::stringstream ss(argv[++i]);
+      for (std::string n; std::getline(ss, n, ',');) g_only.push_back(n);
+    } else {
+      std::fprintf(stderr, "usage: kinfer-gpu-bench --model FILE [--json OUT] [--note TEXT] [--quick] "
+                           "[--only NAME,...]\n");
       return 2;
     }
   }
@@ -232,6 +279,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "%s failed: %s\n", r.name.c_str(), s.ToString().c_str());
       return false;
     }
+    if (r.name.empty()) return true;  // left out by --only
     results.push_back(r);
     std::printf("%-18s batch %4d  %10.0f tok/s  %8.3f TFLOP/s (%.2f%% of 990)  %8.1f GB/s (%.1f%% of 4800)\n",
                 r.name.c_str(), r.batch, r.tok_s(), r.flops / r.seconds / 1e12,
@@ -252,6 +300,15 @@ int Main(int argc, char** argv) {
   {
     Result r;
     ok &= run(bench.Prefill(2048, quick ? 2 : 10, &r), r);
+  }
+  // Chained steps: the device goes from one step to the next without waiting for the host.
+  {
+    Result r;
+    ok &= run(bench.Decode("single_stream_chained", 1, 128, quick ? 32 : 256, &r, Bench::Pick::kChained), r);
+  }
+  for (int B : {64, 256}) {
+    Result r;
+    ok &= run(bench.Decode("decode_batch_chained", B, 128, quick ? 8 : 64, &r, Bench::Pick::kChained), r);
   }
   // A long context, where splitting a token's positions over blocks matters.
   {

@@ -27,9 +27,14 @@ def test_goals_are_read_by_name_and_batch(tmp_path):
         {"name": "decode_batch", "batch": 256, "tokens_per_s": 150000.0},
         {"name": "decode_batch_per_head_attn", "batch": 256, "tokens_per_s": 100000.0},
         {"name": "single_stream_per_head_attn", "batch": 1, "tokens_per_s": 800.0},
+        {"name": "single_stream_chained", "batch": 1, "tokens_per_s": 1400.0},
+        {"name": "decode_batch_chained", "batch": 64, "tokens_per_s": 250000.0},  # not batch 256
     ])
     g = ev["goals"]
     assert g["single_stream_decode"]["met"] is True
+    assert g["single_stream_decode_chained"]["measured_tokens_per_s"] == 1400.0
+    assert g["single_stream_decode_chained"]["met"] is False
+    assert g["decode_batch_256_chained"]["measured_tokens_per_s"] is None
     assert g["decode_batch_256"] == {**g["decode_batch_256"], "measured_tokens_per_s": 150000.0,
                                      "met": False}
     assert g["prefill_2048"]["measured_tokens_per_s"] is None and g["prefill_2048"]["met"] is False
