@@ -274,7 +274,7 @@ int Main(int argc, char** argv) {
               static_cast<long long>(be->kv_device_bytes() >> 20));
   Bench bench(be, quick);
   std::vector<Result> results;
-  auto run = [&](Status s, Result r) {
+  auto run = [&](Status s, const Result& r) {  // (r by reference: filled by the call beside it)
     if (!s.ok()) {
       std::fprintf(stderr, "%s failed: %s\n", r.name.c_str(), s.ToString().c_str());
       return false;
