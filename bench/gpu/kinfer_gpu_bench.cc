@@ -1,6 +1,9 @@
 // kinfer-gpu-bench: the CUDA backend's speed on one model, as a program (not a test).
 //
 //   kinfer-gpu-bench --model FILE [--json OUT.json] [--note TEXT] [--quick] [--only NAME,...]
+//                    [--tiny]
+// (--tiny: 16-token contexts, 4 steps, 64-token prompts: for checking the program's own logic,
+// as tests/python/test_gpu_bench_emu.py does over the CUDA emulation; not for figures.)
 //
 // Measures, with greedy sampling on the device (ForwardBatchArgmax: only token ids cross PCIe):
 //   single-stream decode tokens/s (128-token prompt, then 256 steps);
@@ -55,8 +58,9 @@ struct Result {
   double tok_s() const { return tokens / seconds; }
 };
 
-// --only: the result names to measure (empty: all).
+// --only: the result names to measure (empty: all). --tiny: everything small.
 std::vector<std::string> g_only;
+bool g_tiny = false;
 bool Wanted(const std::string& name) {
   return g_only.empty() || std::find(g_only.begin(), g_only.end(), name) != g_only.end();
 }
@@ -92,6 +96,10 @@ class Bench {
   Status Decode(const std::string& name, int B, int ctx, int steps, Result* r,
                 Pick pick = Pick::kDeviceArgmax) {
     if (!Wanted(name)) return Status::Ok();
+    if (g_tiny) {
+      ctx = std::min(ctx, 16);
+      steps = std::min(steps, 4);
+    }
     const int blocks_per_seq = (ctx + steps + kBlock) / kBlock + 1;
     std::vector<std::vector<int32_t>> tables(B), toks(B);
     for (int i = 0; i < B; ++i) {
@@ -193,6 +201,10 @@ class Bench {
 
   Status Prefill(int len, int reps, Result* r, const std::string& suffix = "") {
     if (!Wanted("prefill_" + std::to_string(len) + suffix)) return Status::Ok();
+    if (g_tiny) {
+      len = std::min(len, 64);
+      reps = std::min(reps, 1);
+    }
     std::vector<int32_t> table;
     for (int k = 0; k < (len + kBlock - 1) / kBlock; ++k) table.push_back(k);
     const std::vector<int32_t> toks = RandomTokens(len, 99);
@@ -232,12 +244,13 @@ int Main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--note" && i + 1 < argc) note = argv[++i];
     else if (a == "--quick") quick = true;
+    else if (a == "--tiny") g_tiny = quick = true;
     else if (a == "--only" && i + 1 < argc) {
       std::stringstream ss(argv[++i]);
       for (std::string n; std::getline(ss, n, ',');) g_only.push_back(n);
     } else {
       std::fprintf(stderr, "usage: kinfer-gpu-bench --model FILE [--json OUT] [--note TEXT] [--quick] "
-                           "[--only NAME,...]\n");
+                           "[--only NAME,...] [--tiny]\n");
       return 2;
     }
   }
