@@ -789,14 +789,20 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
   // The engine calls from its own thread, whose current device is 0 until it is set.
   KINFER_CUDA_RETURN(cudaSetDevice(opt.device), "cudaSetDevice");
   // The other slot's buffers: the step before (if still on the stream) keeps its own.
+  const int before = slot;
   UseSlot(slot ^ 1);
   *slot_out = slot;
   Status st = EnqueueStep(seqs, out, draws, chain, out_logits, rows_out);
   if (st.ok() && out != Out::kLogits) {
-    KINFER_CUDA_RETURN(cudaEventRecord(step_done[slot], stream), "step event");
+    const cudaError_t e = cudaEventRecord(step_done[slot], stream);
+    if (e != cudaSuccess) st = CudaError(e, "step event");
   }
-  // Work enqueued before an error must land before the next step rewrites the pinned buffers.
-  if (!st.ok()) cudaStreamSynchronize(stream);
+  if (!st.ok()) {
+    // Work enqueued before an error must land before the next step rewrites the pinned buffers;
+    // and the slot stays the launched step's other one (a refused chained step leaves it).
+    cudaStreamSynchronize(stream);
+    UseSlot(before);
+  }
   return st;
 }
 

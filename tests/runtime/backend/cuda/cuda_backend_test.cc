@@ -511,6 +511,12 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
   for (size_t k = 1; k < steps; ++k) {
     std::vector<int32_t> chain;
     const std::vector<SequenceBatch> seqs = batch(k, &chain);
+    if (k == 2) {  // refused once (a block outside the cache): the launched step is untouched
+      std::vector<SequenceBatch> bad = seqs;
+      const std::vector<int32_t> outside = {kBlocks};
+      bad[0].blocks = outside;
+      EXPECT_EQ(g->LaunchSampleChained(bad, draws[k], chain).code(), StatusCode::kInvalidArgument);
+    }
     const Status st = g->LaunchSampleChained(seqs, draws[k], chain);
     ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.ToString();
     std::vector<float> l;
