@@ -131,26 +131,10 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   virtual Status LaunchSampleChained(std::span<const SequenceBatch> seqs,
                                      std::span<const DrawParams> rows,
                                      std::span<const int32_t> chain) {
-    if (launched_ != 1) {
-      return FailedPrecondition(launched_ == 0 ? "no step is launched to chain to (LaunchSample first)"
-                                               : "two steps are already launched (FinishSample first)");
-    }
     const std::vector<int32_t>& prev = launched_tokens_[0];
-    KINFER_RETURN_IF_ERROR(CheckChain(seqs, chain, prev.size()));
-    // Copies of the chained sequences' tokens with the drawn token put in (reserved up front:
-    // the batch's spans point into it).
-    size_t chained_tokens = 0;
-    for (size_t s = 0; s < seqs.size(); ++s) chained_tokens += chain[s] >= 0 ? seqs[s].tokens.size() : 0;
-    chained_copy_.clear();
-    chained_copy_.reserve(chained_tokens);
-    chained_seqs_.assign(seqs.begin(), seqs.end());
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      if (chain[s] < 0) continue;
-      const size_t at = chained_copy_.size();
-      chained_copy_.insert(chained_copy_.end(), seqs[s].tokens.begin(), seqs[s].tokens.end());
-      chained_copy_.back() = prev[static_cast<size_t>(chain[s])];
-      chained_seqs_[s].tokens = std::span<const int32_t>(chained_copy_.data() + at, seqs[s].tokens.size());
-    }
+    KINFER_RETURN_IF_ERROR(CheckChain(launched_, seqs, chain, prev.size()));
+    WithChainedTokens(seqs, chain, [&](int32_t row) { return prev[static_cast<size_t>(row)]; },
+                      &chained_seqs_, &chained_copy_);
     KINFER_RETURN_IF_ERROR(ForwardBatchSample(chained_seqs_, rows, &launched_tokens_[1]));
     launched_ = 2;
     return Status::Ok();
@@ -168,9 +152,14 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   }
 
  protected:
-  // LaunchSampleChained's argument checks (a backend's own version calls it too).
-  static Status CheckChain(std::span<const SequenceBatch> seqs, std::span<const int32_t> chain,
-                           size_t launched_rows) {
+  // LaunchSampleChained's checks, with `launched` steps launched, the earliest of
+  // `launched_rows` rows (a backend's own version calls it too).
+  static Status CheckChain(int launched, std::span<const SequenceBatch> seqs,
+                           std::span<const int32_t> chain, size_t launched_rows) {
+    if (launched != 1) {
+      return FailedPrecondition(launched == 0 ? "no step is launched to chain to (LaunchSample first)"
+                                              : "two steps are already launched (FinishSample first)");
+    }
     if (chain.size() != seqs.size()) {
       return InvalidArgument("chain has " + std::to_string(chain.size()) + " entries for " +
                              std::to_string(seqs.size()) + " sequences");
@@ -185,6 +174,26 @@ class ModelBackend {  // one thread (the engine thread) calls everything
       }
     }
     return Status::Ok();
+  }
+  // *out = seqs, each chained sequence's last token replaced by token(chain[s]); the replaced
+  // sequences' tokens are copied into *storage (kept by the caller: no allocation a step once
+  // it has grown), which *out's spans point into.
+  template <typename TokenOf>
+  static void WithChainedTokens(std::span<const SequenceBatch> seqs, std::span<const int32_t> chain,
+                                TokenOf token, std::vector<SequenceBatch>* out,
+                                std::vector<int32_t>* storage) {
+    size_t n = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) n += chain[s] >= 0 ? seqs[s].tokens.size() : 0;
+    storage->clear();
+    storage->reserve(n);  // (no reallocation below: the spans stay valid)
+    out->assign(seqs.begin(), seqs.end());
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (chain[s] < 0) continue;
+      const size_t at = storage->size();
+      storage->insert(storage->end(), seqs[s].tokens.begin(), seqs[s].tokens.end());
+      storage->back() = token(chain[s]);
+      (*out)[s].tokens = std::span<const int32_t>(storage->data() + at, seqs[s].tokens.size());
+    }
   }
 
  private:

@@ -819,18 +819,8 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   if (chain.empty()) {
     KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
   } else {
-    chain_check_seqs.assign(seqs.begin(), seqs.end());
-    chain_check_tokens.clear();
-    size_t n = 0;
-    for (size_t i = 0; i < seqs.size(); ++i) n += chain[i] >= 0 ? seqs[i].tokens.size() : 0;
-    chain_check_tokens.reserve(n);  // the spans below point into it
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (chain[i] < 0) continue;
-      const size_t at = chain_check_tokens.size();
-      chain_check_tokens.insert(chain_check_tokens.end(), seqs[i].tokens.begin(), seqs[i].tokens.end());
-      chain_check_tokens.back() = 0;
-      chain_check_seqs[i].tokens = std::span<const int32_t>(chain_check_tokens.data() + at, seqs[i].tokens.size());
-    }
+    ModelBackend::WithChainedTokens(seqs, chain, [](int32_t) { return 0; }, &chain_check_seqs,
+                                    &chain_check_tokens);
     KINFER_RETURN_IF_ERROR(
         ValidateSequenceBatches(chain_check_seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
   }
@@ -860,11 +850,11 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
                          "draw settings upload");
     }
   }
+  size_t step_tokens = 0;
   for (const SequenceBatch& s : seqs) {
     table_entries += (s.pos0 + s.tokens.size() + block_size - 1) / block_size;
+    step_tokens += s.tokens.size();
   }
-  size_t step_tokens = 0;
-  for (const SequenceBatch& s : seqs) step_tokens += s.tokens.size();
   ms = static_cast<int>(step_tokens);  // (at most T: validated)
   const size_t S = step_tokens;
   KINFER_RETURN_IF_ERROR(EnsureMeta(9 * S + table_entries));
@@ -1096,11 +1086,7 @@ Status CudaBackend::LaunchSampleChained(std::span<const SequenceBatch> seqs,
                                         std::span<const DrawParams> rows,
                                         std::span<const int32_t> chain) {
   Impl& I = *impl_;
-  if (I.num_launched != 1) {
-    return FailedPrecondition(I.num_launched == 0 ? "no step is launched to chain to (LaunchSample first)"
-                                                  : "two steps are already launched (FinishSample first)");
-  }
-  KINFER_RETURN_IF_ERROR(CheckChain(seqs, chain, I.launched[0].rows));
+  KINFER_RETURN_IF_ERROR(CheckChain(I.num_launched, seqs, chain, I.launched[0].rows));
   Impl::LaunchedStep l;
   // Enqueue uses the other slot than the launched step's, and syncs on an error: the launched
   // step stays launched either way.
