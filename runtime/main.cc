@@ -65,6 +65,8 @@ Options:
   --chain-steps MODE     auto, on or off: launch each step planned ahead behind the one in
                          flight, before its tokens are back; the device takes them itself
                          (auto: on CUDA; on = on the CPU too, for tests) (default auto)
+  --stream-interval N    a stream's events carry at least N tokens (its first token and its
+                         end go at once): fewer chunks and wake-ups at large batches (default 1)
   --spec-tokens N        speculative decoding: draft tokens verified per step at most, for
                          requests that ask ("speculative": true) (default 3; 0 = never)
   --spec-default[=BOOL]  speculate for requests that do not say (default false)
@@ -169,6 +171,8 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flags.Is("--chain-steps")) {
       using C = kinfer::EngineOptions::ChainSteps;
       f.engine.chain_steps = AutoOnOff("--chain-steps", flags.Value(), C::kAuto, C::kAlways, C::kOff);
+    } else if (flags.Is("--stream-interval")) {
+      f.engine.stream_interval = static_cast<int>(flags.Int(1, 4096));
     } else if (flags.Is("--spec-tokens")) {
       f.engine.spec.max_tokens = static_cast<int>(flags.Int(0, 64));
     } else if (flags.Is("--spec-default")) {

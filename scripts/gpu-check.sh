@@ -188,8 +188,10 @@ fi
 # tokens of the one before are back (EngineOptions::chain_steps off): chaining's gain.
 # cuda_noahead plans each step after the one before (EngineOptions::plan_ahead off): planning
 # ahead's gain. cuda_serial pushes the events on the engine thread too (overlap_streaming off):
-# the pump's gain.
+# the pump's gain. cuda_interval4 hands each stream its tokens 4 at a time
+# (EngineOptions::stream_interval): fewer events and reader wake-ups a step.
 for run in "null" "cuda" "cuda_nochain --chain off --modes device_greedy,device_sampled" \
+  "cuda_interval4 --stream-interval 4 --modes device_greedy,device_sampled" \
   "cuda_noahead --plan-ahead off --modes device_greedy,device_sampled" \
   "cuda_serial --plan-ahead off --overlap off --modes device_greedy,device_sampled"; do
   read -r name extra <<< "$run"

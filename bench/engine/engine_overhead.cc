@@ -4,7 +4,7 @@
 //   kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] [--batch 1,64,256]
 //                          [--tokens 128] [--modes device_greedy,device_sampled,host_sampled]
 //                          [--device-us 0] [--overlap on|off] [--plan-ahead auto|on|off]
-//                          [--chain auto|on|off] [--json OUT]
+//                          [--chain auto|on|off] [--stream-interval 1] [--json OUT]
 //
 // --backend null (the default) measures the engine alone; cpu and cuda (CreateBackend) the engine
 // over a real backend, where the time per step is the whole step's (scripts/gpu-check.sh runs
@@ -15,6 +15,9 @@
 // (EngineOptions::plan_ahead; auto: on over an asynchronous backend, CUDA or --device-us > 0),
 // and launching it behind the one in flight before that one's tokens are back
 // (EngineOptions::chain_steps; the simulated device then starts it when the one before ends).
+// --stream-interval N has each stream event carry N tokens (EngineOptions::stream_interval):
+// fewer events to push and fewer reader wake-ups; the "events/req" column counts what a reader
+// received.
 //
 // For each batch size B, B requests (one chat prompt, ignore_eos, `tokens` tokens each) are
 // submitted at once and read by B threads, as the HTTP handlers read them. Three ways a step's
@@ -234,27 +237,26 @@ struct Run {
   double gap_seconds = 0;     // their median host gap (results back to the next start)
   int64_t steps_ahead = 0;    // steps planned while the one before was computed
   int64_t steps_chained = 0;  // of those, launched before the one before had returned
+  int64_t events = 0;         // stream events the readers received, all requests
 };
 
 // A fresh backend per run: "null", or CreateBackend's device.
 using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>()>;
 
+// `knobs`: the engine options the flags set (overlap_streaming, plan_ahead, chain_steps,
+// stream_interval); the rest are set here.
 StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch, int tokens,
-                      const std::string& mode, bool overlap, EngineOptions::PlanAhead ahead,
-                      EngineOptions::ChainSteps chain) {
+                      const std::string& mode, const EngineOptions& knobs) {
   auto made = make();
   if (!made.ok()) return made.status();
   TimedBackend backend(std::move(made).value());
-  EngineOptions o;
+  EngineOptions o = knobs;
   o.context_length = 512;
   o.max_running = batch;
   o.max_queued_requests = batch + 1;
   o.max_batch_tokens = 2048;
   o.kv_cache_tokens = int64_t{batch} * 512;
   o.backend_sampling = mode != "host_sampled";
-  o.overlap_streaming = overlap;
-  o.plan_ahead = ahead;
-  o.chain_steps = chain;
   GenerationRequest r;
   r.prompt_tokens = tok.Encode(
       "<|im_start|>user\nWrite a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n",
@@ -274,6 +276,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   out.mode = mode;
   out.batch = batch;
   std::atomic<int64_t> received{0};
+  std::atomic<int64_t> events{0};
   {
     Engine engine(&backend, &tok, o);
     const auto t0 = std::chrono::steady_clock::now();
@@ -291,10 +294,11 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     backend.Open();
     std::vector<std::thread> readers;
     for (const std::shared_ptr<RequestStream>& s : streams) {
-      readers.emplace_back([stream = s, &received] {
+      readers.emplace_back([stream = s, &received, &events] {
         StreamEvent ev;
         while (stream->Next(&ev, std::chrono::seconds(60))) {
           received.fetch_add(static_cast<int64_t>(ev.tokens.size()));
+          events.fetch_add(1);
           if (ev.finish != FinishReason::kNone) break;
         }
       });
@@ -306,6 +310,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   }
   out.steps = backend.steps();
   out.tokens = received.load();
+  out.events = events.load();
   if (out.tokens != int64_t{batch} * tokens) {
     return Internal("a run streamed " + std::to_string(out.tokens) + " tokens of " +
                     std::to_string(int64_t{batch} * tokens));
@@ -321,9 +326,10 @@ int Main(int argc, char** argv) {
   std::vector<int> batches = {1, 64, 256};
   int tokens = 128;
   int device_us = 0;
-  bool overlap = true;
-  EngineOptions::PlanAhead ahead = EngineOptions::PlanAhead::kAuto;
-  EngineOptions::ChainSteps chain = EngineOptions::ChainSteps::kAuto;
+  EngineOptions knobs;  // overlap_streaming, plan_ahead, chain_steps, stream_interval
+  bool& overlap = knobs.overlap_streaming;
+  EngineOptions::PlanAhead& ahead = knobs.plan_ahead;
+  EngineOptions::ChainSteps& chain = knobs.chain_steps;
   std::vector<std::string> modes = {"device_greedy", "device_sampled", "host_sampled"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -358,6 +364,8 @@ int Main(int argc, char** argv) {
       chain = v == "on"    ? EngineOptions::ChainSteps::kAlways
               : v == "off" ? EngineOptions::ChainSteps::kOff
                            : EngineOptions::ChainSteps::kAuto;
+    } else if (a == "--stream-interval" && i + 1 < argc) {
+      knobs.stream_interval = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--modes" && i + 1 < argc) {
       modes.clear();
       std::stringstream ss(argv[++i]);
@@ -378,7 +386,7 @@ int Main(int argc, char** argv) {
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
           "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
           "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--chain auto|on|off] "
-          "[--json OUT]\n");
+          "[--stream-interval N] [--json OUT]\n");
       return 2;
     }
   }
@@ -409,31 +417,35 @@ int Main(int argc, char** argv) {
     make = [&]() { return CreateBackend(backend, file, 2); };
   }
   std::string results;  // JSON objects, comma-separated
-  std::printf("%-15s %6s %7s %9s %12s %11s %14s %12s %8s\n", "mode", "batch", "steps", "seconds",
-              "tokens/s", "full steps", "ms/full step", "ms host gap", "chained");
+  std::printf("%-15s %6s %7s %9s %12s %11s %14s %12s %8s %11s\n", "mode", "batch", "steps",
+              "seconds", "tokens/s", "full steps", "ms/full step", "ms host gap", "chained",
+              "events/req");
   for (int b : batches) {
     for (const std::string& mode : modes) {
-      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, overlap, ahead, chain);
+      StatusOr<Run> run = Measure(make, **tok, b, tokens, mode, knobs);
       if (!run.ok()) {
         std::fprintf(stderr, "%s\n", run.status().ToString().c_str());
         return 1;
       }
       const Run& r = *run;
       const double ms = 1e3 * r.step_seconds;
-      std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f %12.4f %8lld\n", r.mode.c_str(), r.batch,
-                  static_cast<long long>(r.steps), r.seconds, r.tokens / r.seconds, r.full_steps,
-                  ms, 1e3 * r.gap_seconds, static_cast<long long>(r.steps_chained));
+      std::printf("%-15s %6d %7lld %9.3f %12.0f %11zu %14.4f %12.4f %8lld %11.1f\n",
+                  r.mode.c_str(), r.batch, static_cast<long long>(r.steps), r.seconds,
+                  r.tokens / r.seconds, r.full_steps, ms, 1e3 * r.gap_seconds,
+                  static_cast<long long>(r.steps_chained),
+                  static_cast<double>(r.events) / r.batch);
       std::fflush(stdout);
       char line[512];
       std::snprintf(line, sizeof line,
                     "%s    {\"mode\": \"%s\", \"batch\": %d, \"steps\": %lld, \"tokens\": %lld, "
                     "\"seconds\": %.6f, \"full_steps\": %zu, \"ms_per_full_step\": %.6f, "
                     "\"ms_host_gap\": %.6f, \"tokens_per_s\": %.1f, \"steps_planned_ahead\": %lld, "
-                    "\"steps_chained\": %lld}",
+                    "\"steps_chained\": %lld, \"events\": %lld}",
                     results.empty() ? "" : ",\n", r.mode.c_str(), r.batch,
                     static_cast<long long>(r.steps), static_cast<long long>(r.tokens), r.seconds,
                     r.full_steps, ms, 1e3 * r.gap_seconds, r.tokens / r.seconds,
-                    static_cast<long long>(r.steps_ahead), static_cast<long long>(r.steps_chained));
+                    static_cast<long long>(r.steps_ahead), static_cast<long long>(r.steps_chained),
+                    static_cast<long long>(r.events));
       results += line;
     }
   }
@@ -446,14 +458,15 @@ int Main(int argc, char** argv) {
     std::fprintf(out,
                  "{\n  \"model\": \"%s\", \"backend\": \"%s\", \"tokens_per_request\": %d, "
                  "\"device_us\": %d, \"overlap_streaming\": %s, \"plan_ahead\": \"%s\", "
-                 "\"chain\": \"%s\",\n",
+                 "\"chain\": \"%s\", \"stream_interval\": %d,\n",
                  model.c_str(), backend.c_str(), tokens, device_us, overlap ? "true" : "false",
                  ahead == EngineOptions::PlanAhead::kAlways ? "on"
                  : ahead == EngineOptions::PlanAhead::kOff  ? "off"
                                                             : "auto",
                  chain == EngineOptions::ChainSteps::kAlways ? "on"
                  : chain == EngineOptions::ChainSteps::kOff  ? "off"
-                                                             : "auto");
+                                                             : "auto",
+                 knobs.stream_interval);
     std::fprintf(out, "  \"results\": [\n%s\n  ]\n}\n", results.c_str());
     std::fclose(out);
   }

@@ -97,6 +97,11 @@ struct Engine::Active {
   size_t prompt_scored = 1;
   // The distributions the draft offered to the scheduler was drawn from (empty: deterministic).
   std::vector<TokenDistribution> draft_probs;
+  // EngineOptions::stream_interval: what is held back from the stream (`holding`), and whether
+  // an event with tokens has gone out.
+  StreamEvent held;
+  bool holding = false;
+  bool sent_tokens = false;
 };
 
 Engine::Engine(ModelBackend* backend, const Tokenizer* tokenizer, EngineOptions options)
@@ -422,6 +427,19 @@ void Engine::Admit(std::deque<Pending>* inbox) {
 }
 
 void Engine::Send(Active& a, StreamEvent ev) {
+  if (a.holding) {
+    AppendStreamEvent(&a.held, std::move(ev));
+    ev = std::move(a.held);
+    a.held = StreamEvent{};
+    a.holding = false;
+  }
+  if (ev.finish == FinishReason::kNone && a.sent_tokens &&
+      ev.tokens.size() < static_cast<size_t>(options_.stream_interval)) {
+    a.held = std::move(ev);
+    a.holding = true;
+    return;
+  }
+  if (!ev.tokens.empty()) a.sent_tokens = true;
   outbox_.push_back(EventPump::Event{a.stream, std::move(ev)});
 }
 

@@ -165,6 +165,13 @@ struct EngineOptions {
   //   kOff: each step is launched once the tokens of the step before it are on the host.
   enum class ChainSteps { kOff, kAuto, kAlways };
   ChainSteps chain_steps = ChainSteps::kAuto;
+  // Tokens a stream event carries at least (vLLM's --stream-interval; docs/batching.md,
+  // "Streaming interval"). A request's first token goes out at once and its final event
+  // carries whatever is held; between them the engine holds a request's events until they
+  // carry this many tokens, then hands them to the stream as one. Fewer events mean fewer
+  // reader wake-ups and SSE chunks per token, the host's main cost per token at large batches.
+  // The same text, tokens and logprobs either way; 1 (the default) = an event a step.
+  int stream_interval = 1;
 };
 
 struct EngineStats {

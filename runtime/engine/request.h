@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,5 +83,21 @@ struct StreamEvent {
   int prompt_tokens = 0;
   int completion_tokens = 0;
 };
+
+// Makes *into the one event a reader would see for *into followed by `next`: text, tokens and
+// logprobs in order; prompt_logprobs and queue_seconds from the first that has them; the finish,
+// error and counts from `next`. (EngineOptions::stream_interval sends events merged this way.)
+inline void AppendStreamEvent(StreamEvent* into, StreamEvent next) {
+  into->text += next.text;
+  into->tokens.insert(into->tokens.end(), next.tokens.begin(), next.tokens.end());
+  into->logprobs.insert(into->logprobs.end(), std::make_move_iterator(next.logprobs.begin()),
+                        std::make_move_iterator(next.logprobs.end()));
+  if (into->prompt_logprobs.empty()) into->prompt_logprobs = std::move(next.prompt_logprobs);
+  if (into->queue_seconds < 0) into->queue_seconds = next.queue_seconds;
+  into->finish = next.finish;
+  into->error = std::move(next.error);
+  into->prompt_tokens = next.prompt_tokens;
+  into->completion_tokens = next.completion_tokens;
+}
 
 }  // namespace kinfer

@@ -21,7 +21,17 @@ def test_engine_overhead_runs_every_mode_to_the_end(tmp_path):
         assert r["tokens"] == batch * 12, (mode, batch)  # ignore_eos: exactly max_tokens each
         assert r["steps"] >= 12
         assert r["full_steps"] >= 10 and r["ms_per_full_step"] > 0
+        assert r["events"] == batch * 12, (mode, batch)  # an event a token
     assert "ms/full step" in proc.stdout
+    # --stream-interval 4: each request's 12 tokens come as 1 + 4 + 4 + 3.
+    held = subprocess.run([str(exe), "--model", str(_model()), "--batch", "3", "--tokens", "12",
+                           "--modes", "device_greedy", "--stream-interval", "4", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert held.returncode == 0, held.stderr
+    doc = json.loads(out.read_text())
+    assert doc["stream_interval"] == 4
+    [r] = doc["results"]
+    assert r["tokens"] == 3 * 12 and r["events"] == 3 * 4, r
     # Over CUDA without a device: exit 1 naming why (on a GPU machine it runs).
     cuda = subprocess.run([str(exe), "--model", str(_model()), "--backend", "cuda", "--batch", "1",
                            "--tokens", "2"], capture_output=True, text=True, timeout=120)

@@ -418,6 +418,99 @@ TEST_F(EngineTest, PlanningAheadGivesTheSameEventsAsStepByStep) {
   EXPECT_GT(stats[0].steps, 0);
 }
 
+// EngineOptions::stream_interval: a request's first token goes out alone, then its events carry
+// at least N tokens each, the final one whatever was held; the text, tokens, logprobs and counts
+// are those of an event a step. A cancelled request loses none of the tokens it was holding.
+TEST_F(EngineTest, AStreamIntervalMergesEventsWithoutChangingTheOutput) {
+  const auto [greedy, stopped, sampled] = Three();
+  GenerationRequest with_lp = Greedy("Name three fruits.", 7);
+  with_lp.sampling.logprobs = 2;
+  with_lp.ignore_eos = true;
+  with_lp.prompt_logprobs = 1;
+  GenerationRequest cancelled = Greedy("Write a very long essay about the sea.", 200);
+  cancelled.ignore_eos = true;
+  struct Events {
+    Collected all;
+    std::vector<size_t> tokens;    // per event
+    std::vector<size_t> logprobs;  // per event
+    size_t prompt_logprobs = 0;
+    double queue_seconds = -1;
+  };
+  auto drain = [](RequestStream& s, int stop_after = 0) {
+    Events e;
+    StreamEvent ev;
+    while (s.Next(&ev, milliseconds(60000))) {
+      e.all.text += ev.text;
+      e.all.tokens.insert(e.all.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      e.tokens.push_back(ev.tokens.size());
+      e.logprobs.push_back(ev.logprobs.size());
+      e.prompt_logprobs += ev.prompt_logprobs.size();
+      if (e.tokens.size() == 1) e.queue_seconds = ev.queue_seconds;
+      if (static_cast<int>(e.tokens.size()) == stop_after) s.Cancel();
+      if (ev.finish != FinishReason::kNone) {
+        e.all.finish = ev.finish;
+        e.all.last = ev;
+        break;
+      }
+    }
+    return e;
+  };
+  std::vector<Events> runs[2];
+  for (int held = 0; held < 2; ++held) {
+    EngineOptions o;
+    o.context_length = 256;
+    o.stream_interval = held == 1 ? 4 : 1;
+    Engine engine(model_, tokenizer_, o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerationRequest* r :
+         std::vector<const GenerationRequest*>{&greedy, &stopped, &sampled, &with_lp}) {
+      auto s = engine.Submit(*r);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      streams.push_back(*s);
+    }
+    for (auto& s : streams) runs[held].push_back(drain(*s));
+    auto c = engine.Submit(cancelled);
+    ASSERT_TRUE(c.ok());
+    runs[held].push_back(drain(**c, /*stop_after=*/3));
+  }
+  std::vector<Collected> plain, merged;
+  for (int i = 0; i < 4; ++i) {
+    plain.push_back(runs[0][i].all);
+    merged.push_back(runs[1][i].all);
+  }
+  ExpectSameEvents(plain, merged);
+  for (int held = 0; held < 2; ++held) {
+    for (size_t i = 0; i < runs[held].size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "interval " << (held ? 4 : 1) << ", request " << i);
+      const Events& e = runs[held][i];
+      ASSERT_GE(e.tokens.size(), 2u);
+      EXPECT_EQ(e.tokens.front(), 1u);  // the first token at once
+      EXPECT_GE(e.queue_seconds, 0.0);
+      const size_t want = held ? 4 : 1;
+      for (size_t k = 1; k + 1 < e.tokens.size(); ++k) EXPECT_EQ(e.tokens[k], want) << k;
+      EXPECT_LE(e.tokens.back(), want);
+      EXPECT_EQ(e.all.tokens.size(), static_cast<size_t>(e.all.last.completion_tokens));
+    }
+  }
+  // 24 tokens: 1, then five events of 4, then the last 3 with the end.
+  EXPECT_EQ(runs[1][2].tokens.size(), 7u);
+  EXPECT_EQ(runs[0][2].tokens.size(), 24u);
+  // Logprobs ride with their tokens; the prompt's come once.
+  for (int held = 0; held < 2; ++held) {
+    const Events& lp = runs[held][3];
+    EXPECT_EQ(lp.logprobs, lp.tokens);
+    EXPECT_EQ(lp.prompt_logprobs, with_lp.prompt_tokens.size() - 1);
+    EXPECT_EQ(lp.all.tokens.size(), 7u);
+  }
+  // Cancelled after its third event: it ends cancelled, every token it made delivered.
+  for (int held = 0; held < 2; ++held) {
+    const Events& c = runs[held][4];
+    EXPECT_EQ(c.all.finish, FinishReason::kCancelled);
+    EXPECT_LT(c.all.last.completion_tokens, 200);
+    EXPECT_GE(c.all.tokens.size(), held ? 9u : 3u);
+  }
+}
+
 // Holds its `gate`-th LaunchSample until Open(): the test then knows which step is in flight
 // when it submits.
 class GatedBackend final : public WrappedCpu {
