@@ -134,10 +134,11 @@ SKIPPED_STEPS=""
 # summary.json is written on any exit from here on (a step that fails or runs out of time too):
 # the exit codes, the steps skipped for time, and the engine and goals JSON found so far.
 write_summary() {
-  local engine_null engine_cuda engine_nochain engine_noahead engine_serial goals
+  local engine_null engine_cuda engine_nochain engine_interval4 engine_noahead engine_serial goals
   engine_null=$(cat "$STASH/engine_null.json" 2>/dev/null || echo null)
   engine_cuda=$(cat "$STASH/engine_cuda.json" 2>/dev/null || echo null)
   engine_nochain=$(cat "$STASH/engine_cuda_nochain.json" 2>/dev/null || echo null)
+  engine_interval4=$(cat "$STASH/engine_cuda_interval4.json" 2>/dev/null || echo null)
   engine_noahead=$(cat "$STASH/engine_cuda_noahead.json" 2>/dev/null || echo null)
   engine_serial=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
   goals=$(cat "$STASH/goals.json" 2>/dev/null || echo null)
@@ -146,6 +147,7 @@ write_summary() {
  "engine_null": ${engine_null},
  "engine_cuda": ${engine_cuda},
  "engine_cuda_nochain": ${engine_nochain},
+ "engine_cuda_interval4": ${engine_interval4},
  "engine_cuda_noahead": ${engine_noahead},
  "engine_cuda_serial": ${engine_serial},
  "goals": ${goals}}
