@@ -177,8 +177,9 @@ void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaSt
 
 // One row's draw on the device: DrawToken's rule (runtime/sample/draw.h) for any settings (the
 // penalties and logit biases are applied to the logits before, or the step samples on the host).
-// Filled by the host. top_k up to kMaxTopK takes k rounds of a block argmax; larger top_k, and
-// top-p over the whole vocabulary, bisect the row's logits (SampleRows' kernel says how).
+// Filled by the host. top_k up to kMaxTopK gathers the k best in three passes over the row (or,
+// with many ties at the top, k rounds of a block argmax); larger top_k, and top-p over the whole
+// vocabulary, bisect the row's logits (SampleRows' kernel says how).
 constexpr int kMaxTopK = 64;
 struct DeviceDraw {
   double uniform = 0.0;  // in [0, 1)

@@ -257,10 +257,101 @@ __device__ __noinline__ int SampleByCuts(const float* __restrict__ row, int n, c
   return BlockReduce(last, MaxOp(), sh.id);
 }
 
+// ---- top k in three passes -----------------------------------------------------------------
+
+// Candidates TopKByThreshold keeps in shared memory at most (8 KB).
+constexpr int kTopKCandidates = 4 * kSampleThreads;
+
+// Exclusive prefix sum of v over the block (every thread gets its own; *total the sum).
+// sums holds 33 ints.
+__device__ int BlockExclusiveScan(int v, int* sums, int* total) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(kFullMask, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) sums[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int w = 0; w < nwarps; ++w) {
+      const int s = sums[w];
+      sums[w] = acc;
+      acc += s;
+    }
+    sums[32] = acc;
+  }
+  __syncthreads();
+  *total = sums[32];
+  return sums[warp] + x - v;
+}
+
+// The k best tokens of a row (2 <= k <= kMaxTopK, n >= kTopKCandidates) in DrawToken's
+// best-first order into cv[0..k) and ci[0..k), reading the row three times instead of the k
+// rounds' k times:
+//   1. each thread's largest logit; the threshold T is the k-th largest of those maxima, so at
+//      least k tokens (those k maxima) are at or above T, and with them every token of the top k;
+//   2. each thread counts its tokens at or above T; a block scan gives each its place;
+//   3. those tokens go into shared memory in id-stride order, and each is ranked by counting the
+//      candidates before it (larger logit, then lower id); the first k ranks are the top k.
+// The same k tokens, in the same order, as the rounds. Returns false, leaving cv and ci alone,
+// when more than kTopKCandidates tokens reach T (many ties, or large logits gathered in a few
+// threads' ids); the caller then takes the rounds. Every thread calls it and gets the same answer.
+__device__ __noinline__ bool TopKByThreshold(const float* __restrict__ row, int n, int k, float* cv,
+                                             int* ci) {
+  __shared__ float tmax[kSampleThreads];
+  __shared__ int sums[33];
+  __shared__ float cand_v[kTopKCandidates];
+  __shared__ int cand_i[kTopKCandidates];
+  __shared__ float threshold;
+  const int t = threadIdx.x, nt = blockDim.x;
+  float m = -INFINITY;  // n >= kTopKCandidates > blockDim.x: every thread has tokens
+  for (int i = t; i < n; i += nt) m = fmaxf(m, row[i]);
+  tmax[t] = m;
+  __syncthreads();
+  int rank = 0;  // among the threads' maxima: larger first, then lower thread
+  for (int s = 0; s < nt; ++s) {
+    const float o = tmax[s];
+    rank += o > m || (o == m && s < t);
+  }
+  if (rank == k - 1) threshold = m;  // exactly one thread
+  __syncthreads();
+  const float T = threshold;
+  int count = 0;
+  for (int i = t; i < n; i += nt) count += row[i] >= T;
+  int total = 0;
+  int at = BlockExclusiveScan(count, sums, &total);
+  if (total > kTopKCandidates) return false;  // the same for every thread
+  for (int i = t; i < n; i += nt) {
+    const float v = row[i];
+    if (v >= T) {
+      cand_v[at] = v;
+      cand_i[at] = i;
+      ++at;
+    }
+  }
+  __syncthreads();
+  for (int c = t; c < total; c += nt) {
+    const float v = cand_v[c];
+    const int id = cand_i[c];
+    int r = 0;
+    for (int d = 0; d < total && r < k; ++d) r += Before(cand_v[d], cand_i[d], v, id);
+    if (r < k) {
+      cv[r] = v;
+      ci[r] = id;
+    }
+  }
+  __syncthreads();
+  return true;
+}
+
 // One block of kSampleThreads per row, DrawToken's rule (runtime/sample/draw.h):
-//   1. k rounds of a block-wide argmax, each over the elements ranked after the previous round's
-//      winner (no membership tests): the top k in DrawToken's best-first order (one round for
-//      greedy rows and for whole-vocabulary draws: the maximum).
+//   1. the top k in DrawToken's best-first order: TopKByThreshold (three passes over the row),
+//      or where it declines, and for greedy rows and whole-vocabulary draws (k = 1: the
+//      maximum), k rounds of a block-wide argmax, each over the elements ranked after the
+//      previous round's winner (no membership tests).
 //   2. top k: thread 0 applies top-p, min-p and the draw over the k, in double, in that order.
 //   3. the whole vocabulary (in id order, as DrawToken keeps it when nothing sorts): each thread
 //      sums the probabilities of a contiguous chunk of ids; thread 0 turns the sums into chunk
@@ -282,7 +373,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   const bool greedy = !(dr.temperature > 0.0f);
   const bool cuts = !greedy && (dr.top_k > kMaxTopK || (dr.top_k == 0 && dr.top_p < 1.0f));
   const int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
-  const int rounds = k > 0 ? k : 1;
+  const bool three_passes =
+      k >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, k, cv, ci);
+  const int rounds = three_passes ? 0 : k > 0 ? k : 1;
   float last_v = FLT_MAX;
   int last_i = -1;
   for (int j = 0; j < rounds; ++j) {
