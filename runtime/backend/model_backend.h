@@ -101,6 +101,42 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     }
     return Status::Ok();
   }
+  // A step that mixes rows the backend draws with rows the host samples (the engine's path for a
+  // batch where some requests are plain draws and others need their logits: penalties, a logit
+  // bias, logprobs, a grammar). Rows listed in host_rows (ascending, each below the step's
+  // number of rows) are not drawn: their logits come back in *host_logits, n_vocab floats a
+  // row in host_rows order, and their entries of *tokens are -1 (their rows[] entries are read
+  // but their draws thrown away). Every other row is drawn as ForwardBatchSample draws it. So
+  // only the host rows' logits cross PCIe. Synchronous: FAILED_PRECONDITION while a step is
+  // launched. INVALID_ARGUMENT as ForwardBatchSample, or for host_rows not ascending within the
+  // step's rows. This default runs ForwardBatch and draws the other rows on the host.
+  virtual Status ForwardBatchSampleMixed(std::span<const SequenceBatch> seqs,
+                                         std::span<const DrawParams> rows,
+                                         std::span<const int32_t> host_rows,
+                                         std::vector<int32_t>* tokens,
+                                         std::vector<float>* host_logits) {
+    if (launched_ > 0) return FailedPrecondition("a step is launched (FinishSample first)");
+    thread_local std::vector<float> logits;
+    KINFER_RETURN_IF_ERROR(ForwardBatch(seqs, &logits));
+    const size_t nv = static_cast<size_t>(hparams().n_vocab);
+    const size_t n = nv == 0 ? 0 : logits.size() / nv;
+    KINFER_RETURN_IF_ERROR(CheckMixedRows(n, rows.size(), host_rows));
+    tokens->assign(n, -1);
+    host_logits->resize(host_rows.size() * nv);
+    thread_local DrawCandidates candidates;
+    thread_local std::vector<double> probs;
+    size_t h = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const std::span<const float> row(logits.data() + r * nv, nv);
+      if (h < host_rows.size() && static_cast<size_t>(host_rows[h]) == r) {
+        std::copy(row.begin(), row.end(), host_logits->begin() + static_cast<std::ptrdiff_t>(h * nv));
+        ++h;
+      } else {
+        (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
+      }
+    }
+    return Status::Ok();
+  }
   // ForwardBatchSample in two halves, so that the engine can work while the device computes:
   // LaunchSample checks and enqueues the step (ForwardBatchSample's contract and errors) and
   // may return before it is computed; FinishSample waits for it and gives its tokens. The
@@ -152,6 +188,23 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   }
 
  protected:
+  // ForwardBatchSampleMixed's checks on a step of `n` logits rows (a backend's own version calls
+  // it too).
+  static Status CheckMixedRows(size_t n, size_t draws, std::span<const int32_t> host_rows) {
+    if (draws != n) {
+      return InvalidArgument("the step has " + std::to_string(n) + " logits rows but " +
+                             std::to_string(draws) + " draw settings");
+    }
+    for (size_t h = 0; h < host_rows.size(); ++h) {
+      if (host_rows[h] < 0 || static_cast<size_t>(host_rows[h]) >= n ||
+          (h > 0 && host_rows[h] <= host_rows[h - 1])) {
+        return InvalidArgument("host row " + std::to_string(host_rows[h]) + " (entry " +
+                               std::to_string(h) + ") is not ascending within the step's " +
+                               std::to_string(n) + " rows");
+      }
+    }
+    return Status::Ok();
+  }
   // LaunchSampleChained's checks, with `launched` steps launched, the earliest of
   // `launched_rows` rows (a backend's own version calls it too).
   static Status CheckChain(int launched, std::span<const SequenceBatch> seqs,

@@ -192,6 +192,7 @@ EngineStats Engine::Stats() const {
   s.steps = steps_.load();
   s.steps_planned_ahead = steps_ahead_.load();
   s.steps_chained = steps_chained_.load();
+  s.steps_mixed = steps_mixed_.load();
   return s;
 }
 
@@ -712,32 +713,52 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
-  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back.
-  w.backend = options_.backend_sampling && !w.sampled.empty() && w.scored.empty();
-  for (const SampledItem& si : w.sampled) {
+  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. When only
+  // some are, and no item has several rows (a draft, a scored prompt), the step is mixed: the
+  // backend draws those, and only the others' logits come back, to be sampled here.
+  w.backend = false;
+  w.mixed = false;
+  w.host_rows.clear();
+  w.draws.clear();
+  if (!options_.backend_sampling || w.sampled.empty() || !w.scored.empty()) return;
+  for (size_t i = 0; i < w.sampled.size(); ++i) {
+    SampledItem& si = w.sampled[i];
+    si.host = -1;
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
     if (!si.item->draft.empty() || !smp.IsPlainDraw() ||
         si.active->generated < si.active->req.min_tokens ||  // (stale by a step: errs to the host)
         !backend_->CanSample(smp.draw_params())) {
-      w.backend = false;
-      break;
+      si.host = static_cast<int>(w.host_rows.size());
+      w.host_rows.push_back(static_cast<int32_t>(i));  // one row per item (checked below)
     }
   }
-  w.draws.clear();
-  if (w.backend) {
-    for (const SampledItem& si : w.sampled) {
-      w.draws.push_back(si.active != nullptr ? si.active->sampler.NextDraw() : DrawParams{});
-    }
+  if (w.host_rows.size() == w.sampled.size()) return;  // every row on the host
+  if (!w.host_rows.empty()) {
+    if (plan.num_draft_tokens > 0) return;  // rows are not one per item
+    w.mixed = true;
+  } else {
+    w.backend = true;
+  }
+  for (const SampledItem& si : w.sampled) {
+    w.draws.push_back(si.active != nullptr && si.host < 0 ? si.active->sampler.NextDraw()
+                                                          : DrawParams{});
   }
 }
 
 Status Engine::Launch(StepWork& w) {
   Status st = w.backend ? backend_->LaunchSample(w.batch, w.draws)
+              : w.mixed ? backend_->ForwardBatchSampleMixed(w.batch, w.draws, w.host_rows,
+                                                            &w.chosen, &step_logits_)
                         : backend_->ForwardBatch(w.batch, &step_logits_);
+  if (st.ok() && w.mixed && w.chosen.size() != w.sampled.size()) {
+    st = Internal("the backend's mixed step returned " + std::to_string(w.chosen.size()) +
+                  " tokens for " + std::to_string(w.sampled.size()) + " sequences");
+  }
   if (st.ok()) {
     steps_.fetch_add(1, std::memory_order_relaxed);
     if (w.ahead) steps_ahead_.fetch_add(1, std::memory_order_relaxed);
+    if (w.mixed) steps_mixed_.fetch_add(1, std::memory_order_relaxed);
   }
   return st;
 }
@@ -805,10 +826,11 @@ void Engine::Emit(StepWork& w) {
     // away.
     if (si.active != nullptr && !si.active->finished) {
       SampledToken t;
-      if (w.backend) {
+      if (w.backend || (w.mixed && si.host < 0)) {
         EmitChosen(*si.active, item, w.chosen[i], &t);
       } else {
-        SampleItem(*si.active, item, step_logits_.data() + si.row * nv, &t);
+        const size_t row = w.mixed ? static_cast<size_t>(si.host) : si.row;
+        SampleItem(*si.active, item, step_logits_.data() + row * nv, &t);
       }
       result.sampled.push_back(t);
     }

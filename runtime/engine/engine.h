@@ -189,6 +189,7 @@ struct EngineStats {
   int64_t steps = 0;                 // steps computed (or being computed)
   int64_t steps_planned_ahead = 0;   // of those, planned while the one before was computed
   int64_t steps_chained = 0;         // of those, launched before the one before had returned
+  int64_t steps_mixed = 0;  // steps some of whose rows the backend drew, the others the engine
 };
 
 class Engine {
@@ -230,6 +231,8 @@ class Engine {
     const ScheduledSeq* item;  // in its step's plan
     Active* active;            // null: not a request of this engine (cannot happen)
     size_t row = 0;            // its first logits row (the last of its entry's, unless drafted)
+    // A mixed step: its row's place among the rows sampled on the host (-1: drawn by the backend).
+    int host = -1;
   };
   // Prompt chunks whose every position has a logits row (GenerationRequest::prompt_logprobs).
   struct ScoredItem {
@@ -252,7 +255,11 @@ class Engine {
     std::vector<DrawParams> draws;
     bool ahead = false;           // planned while the step before it was computed
     bool backend = false;         // drawn by the backend: LaunchSample, then FinishSample
-    std::vector<int32_t> chosen;  // backend: the drawn tokens, one per sampled item
+    // Some rows drawn by the backend, the others' logits (host_rows) sampled here:
+    // ForwardBatchSampleMixed, computed in Launch; their logits in step_logits_.
+    bool mixed = false;
+    std::vector<int32_t> host_rows;
+    std::vector<int32_t> chosen;  // backend and mixed: the drawn tokens, one per sampled item
   };
 
   void Start();  // the constructors' common part: context length, then the engine thread
@@ -327,6 +334,7 @@ class Engine {
   std::atomic<int64_t> steps_{0};
   std::atomic<int64_t> steps_ahead_{0};
   std::atomic<int64_t> steps_chained_{0};
+  std::atomic<int64_t> steps_mixed_{0};
   // Engine-thread state.
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftProposer> proposer_;

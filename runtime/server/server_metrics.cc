@@ -98,6 +98,11 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
                         "Engine steps launched before the step before them had returned its "
                         "tokens (two on the device).")
               .Get()),
+      engine_steps_mixed(
+          r->AddCounter("kinfer_runtime_engine_steps_mixed_total",
+                        "Engine steps whose plain draws the backend drew while the other rows' "
+                        "logits came back to be sampled on the host.")
+              .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
                                "Generation requests (chat and completions) by outcome.",
                                {"status"})),
@@ -131,6 +136,7 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   add(engine_steps, s.steps, &seen_.steps);
   add(engine_steps_ahead, s.steps_planned_ahead, &seen_.steps_planned_ahead);
   add(engine_steps_chained, s.steps_chained, &seen_.steps_chained);
+  add(engine_steps_mixed, s.steps_mixed, &seen_.steps_mixed);
 }
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {

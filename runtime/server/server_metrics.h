@@ -60,6 +60,7 @@ class RuntimeMetrics {
   metrics::Counter& engine_steps;
   metrics::Counter& engine_steps_ahead;
   metrics::Counter& engine_steps_chained;
+  metrics::Counter& engine_steps_mixed;
 
  private:
   std::mutex mu_;

@@ -220,6 +220,13 @@ struct CudaBackend::Impl {
                      std::vector<float>* logits, size_t* rows);
   // Waits for the step enqueued in `slot` and reads its rows' ids.
   Status Collect(int slot, size_t rows, std::vector<int32_t>* ids);
+  // ForwardBatchSampleMixed's rows whose logits go back to the host (ascending), and where
+  // (null: a step without). Set around its Enqueue; EnqueueStep checks them.
+  std::span<const int32_t> host_rows;
+  std::vector<float>* host_logits = nullptr;
+  // The host rows among the logits rows [r0, r0 + nr) of the pass just enqueued, copied through
+  // the pinned buffer into *host_logits (waits for the stream).
+  Status CopyHostRows(int r0, int nr);
   // The steps LaunchSample / LaunchSampleChained enqueued and FinishSample has not collected,
   // earliest first: their slots and rows.
   struct LaunchedStep {
@@ -850,6 +857,10 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
                          "draw settings upload");
     }
   }
+  if (host_logits != nullptr) {
+    KINFER_RETURN_IF_ERROR(CudaBackend::CheckMixedRows(rows, draws.size(), host_rows));
+    host_logits->resize(host_rows.size() * static_cast<size_t>(hp.n_vocab));
+  }
   size_t step_tokens = 0;
   for (const SequenceBatch& s : seqs) {
     table_entries += (s.pos0 + s.tokens.size() + block_size - 1) / block_size;
@@ -937,6 +948,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     }
     if (it != graphs.end()) {
       KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
+      KINFER_RETURN_IF_ERROR(CopyHostRows(0, nrows));
       if (out != Out::kLogits) {
         KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
                                            cudaMemcpyDeviceToHost, stream),
@@ -956,6 +968,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     const int nr = std::min(R, nrows - r0);
     Output(r0, nr, out);
     KINFER_RETURN_IF_ERROR(EnqueueErrors(&gemm_status));
+    KINFER_RETURN_IF_ERROR(CopyHostRows(r0, nr));
     if (out_logits) {  // the next pass reuses the pinned logits
       KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
       std::memcpy(out_logits->data() + static_cast<size_t>(r0) * hp.n_vocab, logits_host,
@@ -968,6 +981,24 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
                        "ids copy");
   }
   if (out_logits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  return Status::Ok();
+}
+
+Status CudaBackend::Impl::CopyHostRows(int r0, int nr) {
+  if (host_logits == nullptr) return Status::Ok();
+  const size_t nv = static_cast<size_t>(hp.n_vocab);
+  const auto lo = std::lower_bound(host_rows.begin(), host_rows.end(), r0);
+  const auto hi = std::lower_bound(lo, host_rows.end(), r0 + nr);
+  if (lo == hi) return Status::Ok();
+  size_t k = 0;  // (at most nr <= R rows: the pinned buffer holds them)
+  for (auto it = lo; it != hi; ++it, ++k) {
+    KINFER_CUDA_RETURN(cudaMemcpyAsync(logits_host + k * nv, logits + static_cast<size_t>(*it - r0) * nv,
+                                       nv * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                       "host rows' logits copy");
+  }
+  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  std::memcpy(host_logits->data() + static_cast<size_t>(lo - host_rows.begin()) * nv, logits_host,
+              k * nv * sizeof(float));
   return Status::Ok();
 }
 
@@ -1071,6 +1102,26 @@ Status CudaBackend::ForwardBatchSample(std::span<const SequenceBatch> seqs,
   int slot = 0;
   KINFER_RETURN_IF_ERROR(impl_->Enqueue(seqs, Impl::Out::kSample, rows, {}, nullptr, &n, &slot));
   return impl_->Collect(slot, n, tokens);
+}
+
+Status CudaBackend::ForwardBatchSampleMixed(std::span<const SequenceBatch> seqs,
+                                            std::span<const DrawParams> rows,
+                                            std::span<const int32_t> host_rows,
+                                            std::vector<int32_t>* tokens,
+                                            std::vector<float>* host_logits) {
+  KINFER_CUDA_NOT_LAUNCHED();
+  Impl& I = *impl_;
+  size_t n = 0;
+  int slot = 0;
+  I.host_rows = host_rows;
+  I.host_logits = host_logits;
+  const Status st = I.Enqueue(seqs, Impl::Out::kSample, rows, {}, nullptr, &n, &slot);
+  I.host_rows = {};
+  I.host_logits = nullptr;
+  KINFER_RETURN_IF_ERROR(st);
+  KINFER_RETURN_IF_ERROR(I.Collect(slot, n, tokens));
+  for (int32_t r : host_rows) (*tokens)[static_cast<size_t>(r)] = -1;
+  return Status::Ok();
 }
 
 Status CudaBackend::LaunchSample(std::span<const SequenceBatch> seqs,

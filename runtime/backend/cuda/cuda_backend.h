@@ -100,6 +100,12 @@ class CudaBackend final : public ModelBackend {
   // any combination), so CanSample keeps the default (true).
   Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
                             std::vector<int32_t>* tokens) override;
+  // Draws the other rows on the device as ForwardBatchSample does, and copies back only the
+  // host rows' logits (from the device's logits buffer, pass by pass, outside any graph).
+  Status ForwardBatchSampleMixed(std::span<const SequenceBatch> seqs,
+                                 std::span<const DrawParams> rows, std::span<const int32_t> host_rows,
+                                 std::vector<int32_t>* tokens,
+                                 std::vector<float>* host_logits) override;
   // The same step in two halves: LaunchSample packs and uploads the step's metadata, enqueues
   // the layers (or replays the batch size's graph), the draw and the ids' copy back, and
   // returns; FinishSample waits for that step's event and reads the ids. Every other step call

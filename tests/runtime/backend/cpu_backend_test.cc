@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -166,6 +167,62 @@ TEST_F(CpuBackendTest, AChainedStepTakesItsTokensFromTheLaunchedStepsDraws) {
   EXPECT_EQ(backend_->FinishSample(&none).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(got1, want1);
   EXPECT_EQ(got2, want2);
+}
+
+// ForwardBatchSampleMixed (the default, which every backend but CUDA's runs): the rows not on
+// the host are ForwardBatchSample's draws, the host rows are -1 and their logits ForwardBatch's,
+// in host_rows order; misuse is refused.
+TEST_F(CpuBackendTest, AMixedStepDrawsSomeRowsAndHandsBackTheOthersLogits) {
+  ASSERT_TRUE(backend_->InitKvCache(16, 8).ok());
+  auto reference = CpuBackend::Create(file_, 2);
+  ASSERT_TRUE(reference.ok());
+  ASSERT_TRUE((*reference)->InitKvCache(16, 8).ok());
+  const std::vector<int32_t> a = {1, 9690, 198, 2683, 359, 253}, b = {1, 4093, 198, 1, 9690},
+                             c = {1, 2683, 359};
+  const std::vector<int32_t> ta = {0}, tb = {1}, tc = {2};
+  DrawParams hot;
+  hot.temperature = 0.9f;
+  hot.uniform = 0.61f;
+  const std::vector<DrawParams> draws = {hot, DrawParams{}, hot};
+  std::vector<SequenceBatch> step(3);
+  step[0].tokens = a;
+  step[0].blocks = ta;
+  step[1].tokens = b;
+  step[1].blocks = tb;
+  step[2].tokens = c;
+  step[2].blocks = tc;
+  std::vector<float> logits;
+  std::vector<int32_t> drawn;
+  ASSERT_TRUE((*reference)->ForwardBatch(step, &logits).ok());
+  ASSERT_TRUE(backend_->ForwardBatchSample(step, draws, &drawn).ok());  // (same positions again)
+  const size_t nv = static_cast<size_t>(backend_->hparams().n_vocab);
+  ASSERT_EQ(logits.size(), 3 * nv);
+
+  const std::vector<int32_t> host = {0, 2};
+  std::vector<int32_t> tokens;
+  std::vector<float> host_logits;
+  ASSERT_TRUE(backend_->ForwardBatchSampleMixed(step, draws, host, &tokens, &host_logits).ok());
+  EXPECT_EQ(tokens, (std::vector<int32_t>{-1, drawn[1], -1}));
+  ASSERT_EQ(host_logits.size(), 2 * nv);
+  EXPECT_TRUE(std::equal(logits.begin(), logits.begin() + nv, host_logits.begin()));
+  EXPECT_TRUE(std::equal(logits.begin() + 2 * nv, logits.end(), host_logits.begin() + nv));
+  // No host rows: ForwardBatchSample's tokens.
+  ASSERT_TRUE(backend_->ForwardBatchSampleMixed(step, draws, {}, &tokens, &host_logits).ok());
+  EXPECT_EQ(tokens, drawn);
+  EXPECT_TRUE(host_logits.empty());
+
+  const std::vector<int32_t> unordered = {2, 0}, outside = {3}, twice = {1, 1};
+  for (const std::vector<int32_t>* bad : {&unordered, &outside, &twice}) {
+    EXPECT_EQ(backend_->ForwardBatchSampleMixed(step, draws, *bad, &tokens, &host_logits).code(),
+              StatusCode::kInvalidArgument);
+  }
+  const std::vector<DrawParams> two(2);
+  EXPECT_EQ(backend_->ForwardBatchSampleMixed(step, two, host, &tokens, &host_logits).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(backend_->LaunchSample(step, draws).ok());
+  EXPECT_EQ(backend_->ForwardBatchSampleMixed(step, draws, host, &tokens, &host_logits).code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(backend_->FinishSample(&tokens).ok());
 }
 
 TEST_F(CpuBackendTest, KvSizingIsSane) {

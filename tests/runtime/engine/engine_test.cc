@@ -179,7 +179,16 @@ class CountingBackend final : public WrappedCpu {
     sample_rows += static_cast<int>(rows.size());
     return ModelBackend::ForwardBatchSample(seqs, rows, tokens);  // the default: a logits step too
   }
+  Status ForwardBatchSampleMixed(std::span<const SequenceBatch> seqs,
+                                 std::span<const DrawParams> rows, std::span<const int32_t> host_rows,
+                                 std::vector<int32_t>* tokens,
+                                 std::vector<float>* host_logits) override {
+    ++mixed_steps;
+    mixed_host_rows += static_cast<int>(host_rows.size());
+    return ModelBackend::ForwardBatchSampleMixed(seqs, rows, host_rows, tokens, host_logits);
+  }
   std::atomic<int> logits_steps{0}, sample_steps{0}, sample_rows{0};
+  std::atomic<int> mixed_steps{0}, mixed_host_rows{0};
   bool refuse_top_p = false;
   std::atomic<int> calls{0};                      // ForwardBatch calls, the default sampling's too
   std::atomic<int> fail_from{1 << 30};            // calls after this many fail
@@ -187,7 +196,7 @@ class CountingBackend final : public WrappedCpu {
 
 TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   struct Counts {
-    int sample_steps = 0, sample_rows = 0, logits_steps = 0;
+    int sample_steps = 0, sample_rows = 0, logits_steps = 0, mixed_steps = 0, mixed_host_rows = 0;
   };
   // Runs the requests at once on a fresh engine; returns each one's output.
   auto run = [&](bool backend_sampling, bool refuse_top_p, const std::vector<GenerationRequest>& rs,
@@ -208,7 +217,8 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       }
       for (auto& s : streams) out.push_back(Drain(*s));
     }
-    *counts = {backend.sample_steps, backend.sample_rows, backend.logits_steps};
+    *counts = {backend.sample_steps, backend.sample_rows, backend.logits_steps, backend.mixed_steps,
+               backend.mixed_host_rows};
     return out;
   };
   GenerationRequest greedy = Greedy("What is the capital of France?", 12);
@@ -252,16 +262,39 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     EXPECT_LT(on_n.sample_steps, 36);  // batched
   }
   // What needs the logits on the host never takes it: penalties, logprobs, settings the backend
-  // refuses (and then the whole step stays on the host).
+  // refuses.
   GenerationRequest penalized = hot;
   penalized.sampling.repetition_penalty = 1.3f;
   GenerationRequest with_logprobs = greedy;
   with_logprobs.sampling.logprobs = 2;
+  GenerationRequest biased = truncated;
+  biased.sampling.frequency_penalty = 0.5f;
+  biased.sampling.logit_bias = {{11, 2.0f}};
   for (const GenerationRequest* r : {&penalized, &with_logprobs}) {
     Counts n;
     run(true, false, {*r}, &n);
     EXPECT_EQ(n.sample_steps, 0);
+    EXPECT_EQ(n.mixed_steps, 0);  // alone: every row on the host
     EXPECT_EQ(n.logits_steps, 12);
+  }
+  // Beside plain draws they make a step mixed: the backend draws the plain rows, only theirs
+  // come back as logits, and every request gets the tokens it gets all on the host.
+  {
+    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, with_logprobs, biased};
+    Counts on_n, off_n;
+    const std::vector<Collected> on = run(true, false, rs, &on_n);
+    const std::vector<Collected> off = run(false, false, rs, &off_n);
+    ASSERT_EQ(on.size(), rs.size());
+    ASSERT_EQ(off.size(), rs.size());
+    for (size_t i = 0; i < rs.size(); ++i) {
+      EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
+      EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
+      EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
+    }
+    EXPECT_GE(on_n.mixed_steps, 6) << "of " << on_n.logits_steps;  // (arrivals may split a few)
+    EXPECT_GT(on_n.mixed_host_rows, on_n.mixed_steps);              // up to 3 a step
+    EXPECT_LE(on_n.mixed_host_rows, 3 * on_n.mixed_steps);
+    EXPECT_EQ(off_n.mixed_steps, 0);
   }
   Counts refused_n, off_n;
   const std::vector<Collected> refused = run(true, true, {greedy, truncated}, &refused_n);

@@ -531,6 +531,84 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
   EXPECT_EQ(g->graphs_captured(), 1);  // step 3
 }
 
+// ForwardBatchSampleMixed: the rows not on the host are drawn on the device as ForwardBatchSample
+// draws them, the host rows come back -1 with their logits, bit for bit ForwardBatch's, in
+// host_rows order: on the plain path in two output passes (a prompt step, then a decode step of
+// three rows), and on the graph path (a decode step of two, all greedy: the argmax kernel).
+// The reference computes every step with ForwardBatch and draws on the host (DrawToken).
+TEST_F(CudaBackendTest, AMixedStepDrawsOnTheDeviceAndHandsBackOnlyTheHostRowsLogits) {
+  CudaBackendOptions o;
+  o.max_logits_rows = 2;
+  auto ref = Cuda(o);
+  auto g = Cuda(o);
+  ASSERT_NE(ref, nullptr);
+  ASSERT_NE(g, nullptr);
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(0), Prompt(1), Prompt(2)};
+  std::vector<std::vector<int32_t>> tables;
+  for (int i = 0; i < 3; ++i) tables.push_back(testing::Blocks(i * 32, 32));
+  const std::vector<int> sizes = {3, 3, 2};                          // sequences 0.. of each step
+  const std::vector<std::vector<int32_t>> host = {{0, 2}, {1}, {1}};  // rows sampled on the host
+  DrawParams hot;
+  hot.temperature = 0.8f;
+  hot.top_k = 40;
+  hot.uniform = 0.37;
+  std::vector<std::vector<int32_t>> toks = prompts;
+  std::vector<int> pos(3, 0);
+  const size_t nv = static_cast<size_t>(ref->hparams().n_vocab);
+  DrawCandidates candidates;
+  std::vector<double> probs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    SCOPED_TRACE(::testing::Message() << "step " << k);
+    std::vector<SequenceBatch> seqs;
+    std::vector<DrawParams> draws;
+    for (int i = 0; i < sizes[k]; ++i) {
+      SequenceBatch b;
+      b.pos0 = pos[i];
+      b.blocks = tables[i];
+      b.tokens = pos[i] == 0 ? std::span<const int32_t>(prompts[i])
+                             : std::span<const int32_t>(toks[i]).subspan(pos[i], 1);
+      seqs.push_back(b);
+      draws.push_back(k == 2 || i == 1 ? DrawParams{} : hot);
+    }
+    std::vector<float> logits;
+    ASSERT_TRUE(ref->ForwardBatch(seqs, &logits).ok());
+    ASSERT_EQ(logits.size(), static_cast<size_t>(sizes[k]) * nv);
+    std::vector<int32_t> tokens;
+    std::vector<float> host_logits;
+    const Status st = g->ForwardBatchSampleMixed(seqs, draws, host[k], &tokens, &host_logits);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(sizes[k]));
+    ASSERT_EQ(host_logits.size(), host[k].size() * nv);
+    size_t h = 0;
+    for (int r = 0; r < sizes[k]; ++r) {
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * nv, nv);
+      const int32_t drawn = DrawToken(row, draws[static_cast<size_t>(r)], &candidates, &probs);
+      if (h < host[k].size() && host[k][h] == r) {
+        EXPECT_EQ(tokens[static_cast<size_t>(r)], -1) << "row " << r;
+        EXPECT_TRUE(std::equal(row.begin(), row.end(), host_logits.begin() + static_cast<std::ptrdiff_t>(h * nv)))
+            << "row " << r;
+        ++h;
+      } else {
+        EXPECT_EQ(tokens[static_cast<size_t>(r)], drawn) << "row " << r;
+      }
+      pos[r] += static_cast<int>(seqs[static_cast<size_t>(r)].tokens.size());
+      toks[r].push_back(drawn);  // the next step's token, whoever drew it
+    }
+  }
+  EXPECT_EQ(g->graphs_captured(), 1);  // step 2
+  // Misuse is refused before anything is computed.
+  std::vector<int32_t> tokens;
+  std::vector<float> host_logits;
+  std::vector<SequenceBatch> one(1);
+  one[0].pos0 = pos[0];
+  one[0].blocks = tables[0];
+  one[0].tokens = std::span<const int32_t>(toks[0]).subspan(pos[0], 1);
+  const std::vector<DrawParams> draw1(1);
+  const std::vector<int32_t> outside = {1};
+  EXPECT_EQ(g->ForwardBatchSampleMixed(one, draw1, outside, &tokens, &host_logits).code(),
+            StatusCode::kInvalidArgument);
+}
+
 // The engine over the CUDA backend streams the same tokens whether a step's tokens go out while
 // the next step computes (the default) or between the steps.
 // Runs: everything in turn on the engine thread; events pushed by the pump; the default, each

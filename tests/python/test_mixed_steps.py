@@ -1,0 +1,44 @@
+"""A batch that mixes plain draws with requests that need their logits on the host (penalties,
+logit_bias, logprobs), through the official openai client: each request gets the text it gets
+alone, and kinfer_runtime_engine_steps_mixed_total counts the steps in which the backend drew
+the plain rows while only the others' logits came back."""
+import threading
+
+import requests
+
+from conftest import metric_value
+
+PROMPT = [{"role": "system", "content": "You are a helpful assistant."},
+          {"role": "user", "content": "Write a short poem about the sea."}]
+KINDS = {
+    "plain": {},
+    "penalized": {"frequency_penalty": 0.8, "presence_penalty": 0.3},
+    "biased": {"logit_bias": {"11": 3}},
+    "logprobs": {"logprobs": True, "top_logprobs": 2},
+}
+
+
+def _ask(client, model, kind):
+    r = client.chat.completions.create(model=model, messages=PROMPT, temperature=0, max_tokens=40,
+                                       **KINDS[kind])
+    return r.choices[0].message.content
+
+
+def _mixed_steps(server):
+    return metric_value(requests.get(server.url + "/metrics", timeout=10).text,
+                        "kinfer_runtime_engine_steps_mixed_total")
+
+
+def test_mixed_batches_give_each_request_its_own_text(client, server):
+    alone = {kind: _ask(client, server.model, kind) for kind in KINDS}
+    before = _mixed_steps(server)
+    together = {}
+    threads = [threading.Thread(target=lambda k=k: together.__setitem__(k, _ask(client, server.model, k)))
+               for k in KINDS for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert together == alone
+    # Eight requests of 40 tokens at once: most of their steps hold plain and host rows both.
+    assert _mixed_steps(server) - before >= 10
