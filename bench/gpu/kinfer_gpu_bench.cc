@@ -13,7 +13,8 @@
 //   matrix-vector kernels, and prefill with the tensor-core attention;
 //   and decode at batch 64 and 256 drawing with llama.cpp's default settings (temperature 0.8,
 //   top-k 40, top-p 0.95, min-p 0.05) on the device (ForwardBatchSample), against the logits
-//   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64;
+//   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64, and a mixed step
+//   at 64 (decode_mixed: row 0 drawn on the host, ForwardBatchSampleMixed);
 //   single-stream decode at a 2,000-token context; and single stream (128 and 2,000 tokens of
 //   context) and batch 256 again with the per-head decode attention
 //   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain;
@@ -105,7 +106,10 @@ class Bench {
   // How a decode step's tokens are chosen: greedy on the device, or drawn on the device or on the
   // host with llama.cpp's defaults (top-k 40) or with top-p alone over the whole vocabulary
   // (OpenAI's and vLLM's knob: top_p 0.9, temperature 0.7).
-  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus, kChained };
+  // kMixed: llama.cpp's defaults on the device but row 0 (a request with a penalty, say) drawn
+  // on the host from its logits, the only row copied back (ForwardBatchSampleMixed).
+  enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus, kChained,
+                    kMixed };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
   // A name --only leaves out is not measured (r->name stays empty).
@@ -192,6 +196,10 @@ class Bench {
         }
         if (pick == Pick::kDeviceDraw || pick == Pick::kDeviceNucleus) {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatchSample(seqs, draws, &ids));
+        } else if (pick == Pick::kMixed) {
+          const std::vector<int32_t> host = {0};
+          KINFER_RETURN_IF_ERROR(b_->ForwardBatchSampleMixed(seqs, draws, host, &ids, &logits));
+          ids[0] = DrawToken(std::span<const float>(logits.data(), hp_.n_vocab), draws[0], &cand, &probs);
         } else {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatch(seqs, &logits));
           const size_t nv = hp_.n_vocab;
@@ -358,6 +366,12 @@ int Main(int argc, char** argv) {
   {
     Result r;
     ok &= run(bench.Decode("decode_sampled_host", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kHostDraw), r);
+  }
+  // One request of 64 needing its logits on the host (a penalty): the others still drawn on the
+  // device, one row copied back (a mixed step), against decode_sampled_dev and _host at 64.
+  {
+    Result r;
+    ok &= run(bench.Decode("decode_mixed", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kMixed), r);
   }
   // Top-p over the whole vocabulary: the device bisects the row; the host sorts a growing prefix
   // after an exp of every logit.
