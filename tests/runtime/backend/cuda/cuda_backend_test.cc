@@ -86,24 +86,22 @@ class CudaBackendTest : public ::testing::Test {
     EXPECT_TRUE((*g)->InitKvCache(kBlock, kBlocks).ok());
     return std::move(g).value();
   }
-  // A reference backend and the one under test, both of 2 logits rows a pass, and three
+  // ref_ (a reference) and g_ (the backend under test), both of 2 logits rows a pass, and three
   // sequences' prompts and block tables (32 blocks each, apart).
-  struct ThreeSequences {
-    std::unique_ptr<CudaBackend> ref, g;
-    std::vector<std::vector<int32_t>> prompts, tables;
-  };
-  ThreeSequences TwoBackendsThreeSequences() {
+  void TwoBackendsThreeSequences() {
     CudaBackendOptions o;
     o.max_logits_rows = 2;
-    ThreeSequences t;
-    t.ref = Cuda(o);
-    t.g = Cuda(o);
+    ref_ = Cuda(o);
+    g_ = Cuda(o);
+    ASSERT_NE(ref_, nullptr);
+    ASSERT_NE(g_, nullptr);
     for (int i = 0; i < 3; ++i) {
-      t.prompts.push_back(Prompt(i));
-      t.tables.push_back(testing::Blocks(i * 32, 32));
+      prompts_.push_back(Prompt(i));
+      tables_.push_back(testing::Blocks(i * 32, 32));
     }
-    return t;
   }
+  std::unique_ptr<CudaBackend> ref_, g_;
+  std::vector<std::vector<int32_t>> prompts_, tables_;
   std::vector<int32_t> Prompt(int i) {
     const Tokenizer* t = testing::ModelTokenizer();
     EXPECT_NE(t, nullptr);
@@ -457,13 +455,9 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
     ~Deferred() { kinfer_cudaemu::SetDeferredStreams(before); }
   } deferred;
 #endif
-  ThreeSequences t = TwoBackendsThreeSequences();
-  ASSERT_NE(t.ref, nullptr);
-  ASSERT_NE(t.g, nullptr);
-  CudaBackend* ref = t.ref.get();
-  CudaBackend* g = t.g.get();
-  const std::vector<std::vector<int32_t>>& prompts = t.prompts;
-  const std::vector<std::vector<int32_t>>& tables = t.tables;
+  ASSERT_NO_FATAL_FAILURE(TwoBackendsThreeSequences());
+  CudaBackend *ref = ref_.get(), *g = g_.get();
+  const std::vector<std::vector<int32_t>>&prompts = prompts_, &tables = tables_;
   // Per step, the sequences in batch order (0, 1, 2); sequence 2's prompt comes in step 1.
   const std::vector<std::vector<int>> order = {{0, 1}, {1, 0, 2}, {2, 0, 1}, {1, 0}};
   const size_t steps = order.size();
@@ -553,13 +547,9 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
 // three rows), and on the graph path (a decode step of two, all greedy: the argmax kernel).
 // The reference computes every step with ForwardBatch and draws on the host (DrawToken).
 TEST_F(CudaBackendTest, AMixedStepDrawsOnTheDeviceAndHandsBackOnlyTheHostRowsLogits) {
-  ThreeSequences t = TwoBackendsThreeSequences();
-  ASSERT_NE(t.ref, nullptr);
-  ASSERT_NE(t.g, nullptr);
-  CudaBackend* ref = t.ref.get();
-  CudaBackend* g = t.g.get();
-  const std::vector<std::vector<int32_t>>& prompts = t.prompts;
-  const std::vector<std::vector<int32_t>>& tables = t.tables;
+  ASSERT_NO_FATAL_FAILURE(TwoBackendsThreeSequences());
+  CudaBackend *ref = ref_.get(), *g = g_.get();
+  const std::vector<std::vector<int32_t>>&prompts = prompts_, &tables = tables_;
   const std::vector<int> sizes = {3, 3, 2};                          // sequences 0.. of each step
   const std::vector<std::vector<int32_t>> host = {{0, 2}, {1}, {1}};  // rows sampled on the host
   DrawParams hot;
