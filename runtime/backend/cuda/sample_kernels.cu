@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
   const bool greedy = !(dr.temperature > 0.0f);
   const bool cuts = !greedy && (dr.top_k > kMaxTopK || (dr.top_k == 0 && dr.top_p < 1.0f));
-  const int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
+  int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
   const bool three_passes =
       k >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, k, cv, ci);
   const int rounds = three_passes ? 0 : k > 0 ? k : 1;
@@ -423,7 +423,32 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (threadIdx.x == 0) out[blockIdx.x] = ci[0];
     return;
   }
-  if (cuts) {
+  // Top-p over the whole vocabulary whose nucleus is among the kMaxTopK best (a peaked row, as
+  // most of a chat model's are): the 64 best in three passes, the row's total mass in one more,
+  // and thread 0 walks them best first to the nucleus (DrawToken's walk); min-p and the draw
+  // then go as for top-k. Otherwise the bisections.
+  bool nucleus = false;
+  if (cuts && dr.top_k == 0 && n_vocab >= kTopKCandidates &&
+      TopKByThreshold(row, n_vocab, kMaxTopK, cv, ci)) {
+    __shared__ double part[33];
+    __shared__ int nucleus_size;
+    double own = 0.0;
+    for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) own += exp(static_cast<double>(row[i] - mx));
+    const double total = BlockReduce(own, SumOp(), part);
+    if (threadIdx.x == 0) {
+      const double target = static_cast<double>(dr.top_p) * total;
+      double cum = 0.0;
+      int n = 0;
+      while (n < kMaxTopK && !(cum >= target && n > 0)) cum += exp(static_cast<double>(cv[n++] - mx));
+      nucleus_size = cum >= target ? n : 0;
+    }
+    __syncthreads();
+    if (nucleus_size > 0) {
+      k = nucleus_size;
+      nucleus = true;
+    }
+  }
+  if (cuts && !nucleus) {
     __shared__ CutShared sh;
     const int id = SampleByCuts(row, n_vocab, dr, mx, sh);
     if (threadIdx.x == 0) out[blockIdx.x] = id;
@@ -433,7 +458,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (k > 0) {
     if (threadIdx.x != 0) return;
     int keep = k;
-    if (dr.top_p < 1.0f && keep > 1) {  // top-p over the temperature-1 probabilities
+    if (!nucleus && dr.top_p < 1.0f && keep > 1) {  // top-p over the temperature-1 probabilities
       double total = 0.0;
       for (int j = 0; j < keep; ++j) total += exp(static_cast<double>(cv[j] - mx));
       const double target = static_cast<double>(dr.top_p) * total;

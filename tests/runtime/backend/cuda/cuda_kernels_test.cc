@@ -840,8 +840,8 @@ TEST_F(CudaKernelsTest, SplitAndAccumulatingProductsEqualPlainOnes) {
 // The device sampler against the host's rule (DrawToken, which the Sampler runs), on the same
 // logits and uniforms: greedy rows, top-k with top-p and min-p, whole-vocabulary draws with and
 // without min-p, top-p over the whole vocabulary and top-k above kMaxTopK (the bisecting path),
-// ties, signed zeros, -inf, probabilities that underflow, the rounding fallback, several settings
-// in one launch.
+// ties, signed zeros, -inf, probabilities that underflow, the rounding fallback, peaked rows
+// whose nucleus is among the 64 best, several settings in one launch.
 TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   const int rows = 24, nv = 49152;
   std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 51, -5.0f, 5.0f);
@@ -855,6 +855,15 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
     l[11 * nv + i] = std::floor(l[11 * nv + i]);                   // 11 values, thousands of ties each
   }
   for (int i = 0; i < nv; i += 5) l[13 * nv + i] = -std::numeric_limits<float>::infinity();
+  // Peaked rows, as a chat model's: 24 leaders far above the rest (row 21's in tied pairs), so
+  // that top-p's nucleus over the whole vocabulary lies among the 64 best (the sampler's short
+  // way) except at top-p 0.999, which the leaders' 99.85% of the mass cannot reach.
+  for (int r : {17, 19, 21}) {
+    for (int j = 0; j < 24; ++j) {
+      l[r * nv + (j * 977 + r) % nv] = r == 21 ? 20.0f - 0.7f * static_cast<float>(j / 2)
+                                               : 20.0f - 0.35f * static_cast<float>(j);
+    }
+  }
   const std::vector<float> u = RandomFloats(rows * 8, 52, 0.0f, 0.999999f);
   DeviceBuffer<float> ld(l);
   DeviceBuffer<int32_t> out(rows);
