@@ -373,8 +373,10 @@ __global__ void __launch_bounds__(kSampleThreads)
   const bool greedy = !(dr.temperature > 0.0f);
   const bool cuts = !greedy && (dr.top_k > kMaxTopK || (dr.top_k == 0 && dr.top_p < 1.0f));
   int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
+  // Top-p over the whole vocabulary looks for its nucleus among the kMaxTopK best (below).
+  const int best = k >= 2 ? k : cuts && dr.top_k == 0 ? kMaxTopK : 0;
   const bool three_passes =
-      k >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, k, cv, ci);
+      best >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, best, cv, ci);
   const int rounds = three_passes ? 0 : k > 0 ? k : 1;
   float last_v = FLT_MAX;
   int last_i = -1;
@@ -424,12 +426,11 @@ __global__ void __launch_bounds__(kSampleThreads)
     return;
   }
   // Top-p over the whole vocabulary whose nucleus is among the kMaxTopK best (a peaked row, as
-  // most of a chat model's are): the 64 best in three passes, the row's total mass in one more,
-  // and thread 0 walks them best first to the nucleus (DrawToken's walk); min-p and the draw
-  // then go as for top-k. Otherwise the bisections.
+  // most of a chat model's are): the 64 best in three passes (above), the row's total mass in
+  // one more, and thread 0 walks them best first to the nucleus (DrawToken's walk); min-p and
+  // the draw then go as for top-k. Otherwise the bisections.
   bool nucleus = false;
-  if (cuts && dr.top_k == 0 && n_vocab >= kTopKCandidates &&
-      TopKByThreshold(row, n_vocab, kMaxTopK, cv, ci)) {
+  if (cuts && three_passes) {
     __shared__ double part[33];
     __shared__ int nucleus_size;
     double own = 0.0;
