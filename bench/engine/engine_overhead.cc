@@ -27,6 +27,9 @@
 //                   0.95, min-p 0.05)
 //   host_sampled    the same settings with EngineOptions::backend_sampling off: every logits
 //                   row (n_vocab floats) is copied to the engine and drawn there
+//   device_penalized  device_sampled with frequency and presence penalties 0.5 and a repetition
+//                   penalty 1.1 over the last 64 tokens: the engine lists each row's entries
+//                   every step (LogitAdjustments; not in the default --modes)
 // NullBackend checks each step as every backend does (ValidateSequenceBatches), copies one
 // logits row per sampled sequence on the logits path, and answers a fixed ordinary token.
 // Reported per run: engine steps, wall time and tokens/s (ramp-up included), and the median time
@@ -272,6 +275,12 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     r.sampling.min_p = 0.05f;
     r.sampling.seed = 1;
   }
+  if (mode == "device_penalized") {
+    r.sampling.frequency_penalty = 0.5f;
+    r.sampling.presence_penalty = 0.5f;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.penalty_last_n = 64;
+  }
   Run out;
   out.mode = mode;
   out.batch = batch;
@@ -370,7 +379,8 @@ int Main(int argc, char** argv) {
       modes.clear();
       std::stringstream ss(argv[++i]);
       for (std::string m; std::getline(ss, m, ',');) {
-        if (m != "device_greedy" && m != "device_sampled" && m != "host_sampled") {
+        if (m != "device_greedy" && m != "device_sampled" && m != "host_sampled" &&
+            m != "device_penalized") {
           std::fprintf(stderr, "kinfer-engine-overhead: unknown mode '%s'\n", m.c_str());
           return 2;
         }
@@ -384,7 +394,7 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
-          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled] "
+          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled,device_penalized] "
           "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--chain auto|on|off] "
           "[--stream-interval N] [--json OUT]\n");
       return 2;

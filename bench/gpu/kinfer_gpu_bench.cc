@@ -14,7 +14,8 @@
 //   and decode at batch 64 and 256 drawing with llama.cpp's default settings (temperature 0.8,
 //   top-k 40, top-p 0.95, min-p 0.05) on the device (ForwardBatchSample), against the logits
 //   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64, and a mixed step
-//   at 64 (decode_mixed: row 0 drawn on the host, ForwardBatchSampleMixed);
+//   at 64 (decode_mixed: row 0 drawn on the host, ForwardBatchSampleMixed), and at 64 with
+//   every row's penalties applied on the device (decode_penalized);
 //   single-stream decode at a 2,000-token context; and single stream (128 and 2,000 tokens of
 //   context) and batch 256 again with the per-head decode attention
 //   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain;
@@ -38,6 +39,7 @@
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/sample/draw.h"
+#include "runtime/sample/penalties.h"
 
 namespace kinfer {
 namespace {
@@ -106,10 +108,12 @@ class Bench {
   // How a decode step's tokens are chosen: greedy on the device, or drawn on the device or on the
   // host with llama.cpp's defaults (top-k 40) or with top-p alone over the whole vocabulary
   // (OpenAI's and vLLM's knob: top_p 0.9, temperature 0.7).
-  // kMixed: llama.cpp's defaults on the device but row 0 (a request with a penalty, say) drawn
+  // kMixed: llama.cpp's defaults on the device but row 0 (a request with logprobs, say) drawn
   // on the host from its logits, the only row copied back (ForwardBatchSampleMixed).
+  // kDevicePenalized: llama.cpp's defaults on the device with every row's frequency, presence
+  // and repetition penalties over its last 64 tokens (LogitAdjustments, AdjustLogitsRows).
   enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus, kChained,
-                    kMixed };
+                    kMixed, kDevicePenalized };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
   // A name --only leaves out is not measured (r->name stays empty).
@@ -142,6 +146,7 @@ class Bench {
     }
     std::vector<SequenceBatch> seqs(B);
     std::vector<float> logits;
+    std::vector<LogitAdjust> adjust;  // kDevicePenalized's entries, rebuilt each step
     DrawCandidates cand;
     std::vector<double> probs;
     double t0 = 0;
@@ -194,7 +199,25 @@ class Bench {
           d.min_p = nucleus ? 0.0f : 0.05f;
           d.uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
         }
-        if (pick == Pick::kDeviceDraw || pick == Pick::kDeviceNucleus) {
+        if (pick == Pick::kDevicePenalized) {
+          SamplingParams pen;
+          pen.frequency_penalty = 0.5f;
+          pen.presence_penalty = 0.5f;
+          pen.repetition_penalty = 1.1f;
+          adjust.clear();
+          std::vector<size_t> ends;
+          for (int i = 0; i < B; ++i) {
+            LogitAdjustments(pen, std::span<const int32_t>(toks[i]).first(toks[i].size() - 1),
+                             hp_.n_vocab, &adjust, &draws[i]);
+            ends.push_back(adjust.size());
+          }
+          for (int i = 0; i < B; ++i) {
+            const size_t b = i == 0 ? 0 : ends[i - 1];
+            draws[i].adjust = std::span<const LogitAdjust>(adjust).subspan(b, ends[i] - b);
+          }
+        }
+        if (pick == Pick::kDeviceDraw || pick == Pick::kDeviceNucleus ||
+            pick == Pick::kDevicePenalized) {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatchSample(seqs, draws, &ids));
         } else if (pick == Pick::kMixed) {
           const std::vector<int32_t> host = {0};
@@ -367,11 +390,17 @@ int Main(int argc, char** argv) {
     Result r;
     ok &= run(bench.Decode("decode_sampled_host", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kHostDraw), r);
   }
-  // One request of 64 needing its logits on the host (a penalty): the others still drawn on the
+  // One request of 64 needing its logits on the host (logprobs): the others still drawn on the
   // device, one row copied back (a mixed step), against decode_sampled_dev and _host at 64.
   {
     Result r;
     ok &= run(bench.Decode("decode_mixed", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kMixed), r);
+  }
+  // Every row with penalties: their entries built on the host and applied on the device, against
+  // decode_sampled_dev at 64 (until 2026-12-05 such a step went all to the host).
+  {
+    Result r;
+    ok &= run(bench.Decode("decode_penalized", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kDevicePenalized), r);
   }
   // Top-p over the whole vocabulary: the device bisects the row; the host sorts a growing prefix
   // after an exp of every logit.

@@ -29,6 +29,7 @@
 #include "runtime/model/llama_hparams.h"
 #include "runtime/model/llama_model.h"  // SequenceBatch, ForwardMode
 #include "runtime/sample/draw.h"
+#include "runtime/sample/penalties.h"
 
 namespace kinfer {
 
@@ -76,7 +77,9 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // whose device sampler covers less says so here, and the engine samples those on the host.
   virtual bool CanSample(const DrawParams& p) const { return true; }
   // The same step, every logits row's token drawn by DrawToken's rule (runtime/sample/draw.h)
-  // with rows[r], r in ForwardBatch's row order: the engine's path for steps whose every sampled
+  // with rows[r], r in ForwardBatch's row order, after the row's logit bias and penalties
+  // (ApplyLogitAdjustments with the row's input token; runtime/sample/penalties.h): the engine's
+  // path for steps whose every sampled
   // sequence is a plain draw (Sampler::IsPlainDraw) that CanSample takes. INVALID_ARGUMENT when
   // rows.size() is not the step's number of logits rows. This default runs ForwardBatch and
   // draws on the host; the CUDA backend draws on the device, so that only the ids cross PCIe.
@@ -95,9 +98,12 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     tokens->resize(n);
     thread_local DrawCandidates candidates;
     thread_local std::vector<double> probs;
+    thread_local std::vector<int32_t> inputs;
+    RowInputTokens(seqs, &inputs);
     for (size_t r = 0; r < n; ++r) {
-      (*tokens)[r] = DrawToken(std::span<const float>(logits.data() + r * nv, nv), rows[r],
-                               &candidates, &probs);
+      const std::span<float> row(logits.data() + r * nv, nv);
+      if (rows[r].adjusted()) ApplyLogitAdjustments(rows[r], inputs[r], row);
+      (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
     }
     return Status::Ok();
   }
@@ -125,13 +131,16 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     host_logits->resize(host_rows.size() * nv);
     thread_local DrawCandidates candidates;
     thread_local std::vector<double> probs;
+    thread_local std::vector<int32_t> inputs;
+    RowInputTokens(seqs, &inputs);
     size_t h = 0;
     for (size_t r = 0; r < n; ++r) {
-      const std::span<const float> row(logits.data() + r * nv, nv);
+      const std::span<float> row(logits.data() + r * nv, nv);
       if (h < host_rows.size() && static_cast<size_t>(host_rows[h]) == r) {
         std::copy(row.begin(), row.end(), host_logits->begin() + static_cast<std::ptrdiff_t>(h * nv));
         ++h;
       } else {
+        if (rows[r].adjusted()) ApplyLogitAdjustments(rows[r], inputs[r], row);
         (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
       }
     }
@@ -188,6 +197,16 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   }
 
  protected:
+  // Each logits row's input token (the token whose output the row is), in ForwardBatch's row
+  // order: what DrawParams::count_input counts.
+  static void RowInputTokens(std::span<const SequenceBatch> seqs, std::vector<int32_t>* out) {
+    out->clear();
+    for (const SequenceBatch& s : seqs) {
+      if (!s.want_logits) continue;
+      const size_t n = s.tokens.size();
+      for (size_t t = n - static_cast<size_t>(s.num_logits); t < n; ++t) out->push_back(s.tokens[t]);
+    }
+  }
   // ForwardBatchSampleMixed's checks on a step of `n` logits rows (a backend's own version calls
   // it too).
   static Status CheckMixedRows(size_t n, size_t draws, std::span<const int32_t> host_rows) {

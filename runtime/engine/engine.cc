@@ -19,6 +19,14 @@
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace kinfer {
+namespace {
+
+// The position of a sampled item's input token: the last token it feeds (no draft).
+size_t InputPosition(const ScheduledSeq& item) {
+  return static_cast<size_t>(item.start) + static_cast<size_t>(item.length) - 1;
+}
+
+}  // namespace
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
@@ -728,6 +736,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     const Sampler& smp = si.active->sampler;
     if (!si.item->draft.empty() || !smp.IsPlainDraw() ||
         si.active->generated < si.active->req.min_tokens ||  // (stale by a step: errs to the host)
+        si.active->history.size() < InputPosition(*si.item) ||  // (cannot happen)
         !backend_->CanSample(smp.draw_params())) {
       si.host = static_cast<int>(w.host_rows.size());
       w.host_rows.push_back(static_cast<int32_t>(i));  // one row per item (checked below)
@@ -740,9 +749,24 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   } else {
     w.backend = true;
   }
+  // The logit bias and penalties go with the draw: their window is the history before the
+  // row's input token, which (planned ahead) may still be on its way; the backend counts it.
+  const int32_t vocab = backend_->hparams().n_vocab;
+  w.adjust.clear();
+  w.adjust_end.clear();
   for (const SampledItem& si : w.sampled) {
-    w.draws.push_back(si.active != nullptr && si.host < 0 ? si.active->sampler.NextDraw()
-                                                          : DrawParams{});
+    if (si.active != nullptr && si.host < 0) {
+      const std::span<const int32_t> before =
+          std::span<const int32_t>(si.active->history).first(InputPosition(*si.item));
+      w.draws.push_back(si.active->sampler.NextDraw(before, vocab, &w.adjust));
+    } else {
+      w.draws.push_back(DrawParams{});
+    }
+    w.adjust_end.push_back(w.adjust.size());
+  }
+  for (size_t i = 0; i < w.draws.size(); ++i) {  // w.adjust has stopped growing
+    const size_t begin = i == 0 ? 0 : w.adjust_end[i - 1];
+    w.draws[i].adjust = std::span<const LogitAdjust>(w.adjust).subspan(begin, w.adjust_end[i] - begin);
   }
 }
 

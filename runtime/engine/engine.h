@@ -132,8 +132,9 @@ struct EngineOptions {
   // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
   int64_t max_waiting_prompt_tokens = 0;
   SpeculativeOptions spec;
-  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no bias, penalties,
-  // no logprobs; no draft to verify) that ModelBackend::CanSample takes run ForwardBatchSample: on
+  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no logprobs, no
+  // constraint; a logit bias and penalties go with the draw as entries; no draft to verify) that
+  // ModelBackend::CanSample takes run ForwardBatchSample: on
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.
   bool backend_sampling = true;
@@ -253,6 +254,9 @@ class Engine {
     // sequence, kept here until the step is launched (the batch points into them).
     std::vector<std::vector<int32_t>> drafted;
     std::vector<DrawParams> draws;
+    // The draws' logit bias and penalty entries (DrawParams::adjust points into them).
+    std::vector<LogitAdjust> adjust;
+    std::vector<size_t> adjust_end;  // draws[i]'s entries end at adjust_end[i]
     bool ahead = false;           // planned while the step before it was computed
     bool backend = false;         // drawn by the backend: LaunchSample, then FinishSample
     // Some rows drawn by the backend, the others' logits (host_rows) sampled here:

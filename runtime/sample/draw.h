@@ -20,12 +20,32 @@
 
 namespace kinfer {
 
+// One token's share of a request's logit bias and penalty window (LogitAdjustments builds the
+// list, ApplyLogitAdjustments applies it; runtime/sample/penalties.h).
+struct LogitAdjust {
+  int32_t id = 0;
+  float bias = 0.0f;  // added first (OpenAI's logit_bias; 0: none)
+  int32_t count = 0;  // occurrences in the penalty window, the row's input token aside (0: none)
+};
+
 struct DrawParams {
   float temperature = 0.0f;  // <= 0: greedy (the other fields are then unused)
   int top_k = 0;             // <= 0 or >= vocabulary: off
   float top_p = 1.0f;        // >= 1: off
   float min_p = 0.0f;        // <= 0: off
   double uniform = 0.0;      // in [0, 1): the request's one PRNG output for this token
+  // The logit bias and penalties, applied to the row before the rule (ApplyLogitAdjustments):
+  // distinct ids in ascending order, pointing into the caller's storage (a backend copies them
+  // while the call that takes them runs). Empty with count_input false: none.
+  std::span<const LogitAdjust> adjust;
+  float repetition = 1.0f;  // the penalties (SamplingParams), applied to counted tokens only
+  float frequency = 0.0f;
+  float presence = 0.0f;
+  // Whether the row's input token (the token whose output this logits row is) is also in the
+  // penalty window, once more: a backend knows it even when the host does not yet (a chained
+  // step's token, drawn on the device).
+  bool count_input = false;
+  bool adjusted() const { return !adjust.empty() || count_input; }
 };
 
 // (logit, id) of the tokens still in the running.

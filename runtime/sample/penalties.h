@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <span>
 
+#include <vector>
+
+#include "runtime/sample/draw.h"
 #include "runtime/sample/sampling_params.h"
 
 namespace kinfer {
@@ -36,5 +39,28 @@ inline void AdjustLogits(const SamplingParams& params, std::span<const int32_t> 
   ApplyLogitBias(params, logits);
   ApplyPenalties(params, history, logits);
 }
+
+// The same adjustments as a list that a backend applies where the logits are (on the device),
+// so that a request with a logit bias or penalties is still drawn there. For a row whose input
+// token (the newest token, whose output the row is) is history.back():
+//
+//   AdjustLogits(params, history, l)  and
+//   ApplyLogitAdjustments(p, history.back(), l), p filled by LogitAdjustments(params,
+//       history.first(history.size() - 1), l.size(), &list, &p) and p.adjust = list,
+//
+// leave the same values in l (a zero's sign aside). The input token is left out of the list
+// (p.count_input says it counts) because a chained step's input token is drawn on the device
+// after the host built the list. Appends the entries (distinct ids in ascending order, ids
+// outside [0, n_vocab) left out) to *out and returns how many; sets p's repetition, frequency,
+// presence and count_input, and leaves p->adjust for the caller to point at the entries once
+// *out stops growing.
+size_t LogitAdjustments(const SamplingParams& params, std::span<const int32_t> before_input,
+                        int32_t n_vocab, std::vector<LogitAdjust>* out, DrawParams* p);
+
+// Applies p.adjust (and, with p.count_input, one more occurrence of input_token) to `logits`:
+// for each listed id, logit += bias; then for each id counted c > 0 times, the repetition,
+// frequency and presence penalties as ApplyPenalties. Ids outside [0, logits.size()) are
+// skipped.
+void ApplyLogitAdjustments(const DrawParams& p, int32_t input_token, std::span<float> logits);
 
 }  // namespace kinfer

@@ -37,11 +37,7 @@ int32_t Sampler::Chose(int32_t token) {
   return token;
 }
 
-bool Sampler::IsPlainDraw() const {
-  return params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-         params_.presence_penalty == 0.0f && params_.logprobs < 0 && params_.logit_bias.empty() &&
-         constraint_ == nullptr;
-}
+bool Sampler::IsPlainDraw() const { return params_.logprobs < 0 && constraint_ == nullptr; }
 
 DrawParams Sampler::draw_params() const {
   DrawParams d;
@@ -55,6 +51,13 @@ DrawParams Sampler::draw_params() const {
 DrawParams Sampler::NextDraw() {
   DrawParams d = draw_params();
   if (d.temperature > 0.0f) d.uniform = Uniform01();
+  return d;
+}
+
+DrawParams Sampler::NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
+                             std::vector<LogitAdjust>* adjust) {
+  DrawParams d = NextDraw();
+  LogitAdjustments(params_, before_input, n_vocab, adjust, &d);
   return d;
 }
 

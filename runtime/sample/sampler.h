@@ -115,10 +115,10 @@ class Sampler {
   int32_t Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
 
-  // True when Sample() reads nothing but the raw logits and, unless greedy, one PRNG output: no
-  // logit bias, no penalties, no logprobs, no constraint. Such a token can be drawn where the
-  // logits are (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the
-  // host.
+  // True when Sample() reads nothing but the raw logits, the history and, unless greedy, one
+  // PRNG output: no logprobs, no constraint (a logit bias and penalties are fine: the draw lists
+  // them, NextDraw below). Such a token can be drawn where the logits are
+  // (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the host.
   bool IsPlainDraw() const;
   // This request's draw settings (uniform 0).
   DrawParams draw_params() const;
@@ -126,6 +126,14 @@ class Sampler {
   // none when greedy). For a plain draw, DrawToken(logits, NextDraw()) is what Sample(logits)
   // would have returned, and the stream goes on as if it had been called.
   DrawParams NextDraw();
+  // NextDraw() with the logit bias and penalties as entries a backend applies
+  // (LogitAdjustments, runtime/sample/penalties.h): `before_input` is the history before the
+  // row's input token (the backend counts that one), the entries are appended to *adjust, and
+  // the returned params' adjust span is left empty for the caller to point at them. For a plain
+  // draw, DrawToken on the row after ApplyLogitAdjustments is what Sample(row, history) would
+  // have returned.
+  DrawParams NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
+                      std::vector<LogitAdjust>* adjust);
 
   const SamplingParams& params() const { return params_; }
 

@@ -1,7 +1,8 @@
-"""A batch that mixes plain draws with requests that need their logits on the host (penalties,
-logit_bias, logprobs), through the official openai client: each request gets the text it gets
-alone, and kinfer_runtime_engine_steps_mixed_total counts the steps in which the backend drew
-the plain rows while only the others' logits came back."""
+"""A batch that mixes draws the backend takes (plain, and with penalties or a logit_bias, which go
+with the draw) with requests that need their logits on the host (logprobs), through the official
+openai client: each request gets the text it gets alone, and
+kinfer_runtime_engine_steps_mixed_total counts the steps in which the backend drew the others'
+rows while only the logprobs rows' logits came back."""
 import threading
 
 import requests

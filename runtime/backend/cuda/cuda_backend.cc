@@ -134,6 +134,8 @@ struct CudaBackend::Impl {
   uint16_t* x16 = nullptr;
   ActBuffers act;
   int32_t* argmax_dev = nullptr;  // T: every row's id of the step computed last
+  int32_t* input_ids_dev = nullptr;  // T: the step's tokens as the embedding read them
+  bool step_adjusted = false;        // the step being enqueued has rows with AdjustLogitsRows' entries
   cuda::DeviceDraw* draws_dev = nullptr;   // T rows: a sampling step's settings
 
   // Host buffers a step is enqueued from or returns into come in pairs (slot = launch count mod
@@ -160,6 +162,7 @@ struct CudaBackend::Impl {
   // sequence: 9 values and its block table):
   //   [0,S) tokens  [S,2S) pos  [2S,3S) tok_seq  [3S,4S) slot_rows  [4S,5S) logit_rows
   //   [5S,6S) seq_table_off  [6S,7S) tiles  [7S,8S) tile_len  [8S,9S) decode tokens  [9S,..) tables
+  //   then the draws' logit bias and penalty entries (DeviceDraw::adjust_begin).
   // A graph (keyed by S) holds the addresses of its step size's regions.
   // A chained step's token (LaunchSampleChained) is -1 - its row in the step before, whose
   // draws argmax_dev still holds when the embedding kernel reads them.
@@ -476,7 +479,7 @@ Status CudaBackend::Impl::PlanScratch() {
       cuda::DecodeSplitScratchFloats(info.sm_count, hp.n_head, hp.n_head_kv, hp.head_dim);
   const size_t split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
-                       t * maxc * 2 /* x16 */ + Align256(t * 4) + Align256(t * sizeof(cuda::DeviceDraw)) +
+                       t * maxc * 2 /* x16 */ + 2 * Align256(t * 4) + Align256(t * sizeof(cuda::DeviceDraw)) +
                        Align256(split_floats * 4) + Align256(split_blocks * 4) + 3 * 256;
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
@@ -496,10 +499,11 @@ Status CudaBackend::Impl::PlanScratch() {
   act.qs = scratch.Take<int8_t>(t * maxc);
   x16 = scratch.Take<uint16_t>(t * maxc);
   argmax_dev = scratch.Take<int32_t>(t);
+  input_ids_dev = scratch.Take<int32_t>(t);
   draws_dev = scratch.Take<cuda::DeviceDraw>(t);
   split_partial = scratch.Take<float>(split_floats);
   split_counters = scratch.Take<int32_t>(split_blocks);
-  if (!argmax_dev || !draws_dev || !split_partial || !split_counters) {
+  if (!argmax_dev || !input_ids_dev || !draws_dev || !split_partial || !split_counters) {
     return Internal("scratch plan too small (a bug)");
   }
   KINFER_CUDA_RETURN(cudaMemsetAsync(split_counters, 0, split_blocks * sizeof(int32_t), stream),
@@ -583,7 +587,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   const int32_t* pos = meta_dev + ms;
   const int32_t* slots = meta_dev + 3 * ms;
   cuda::DequantizeRows(tok_embd.type, tok_embd.data, tok_embd.row_bytes, d, tokens, n, x, stream,
-                       argmax_dev);
+                       argmax_dev, input_ids_dev);
   cuda::AttnParams ap;
   ap.q = q;
   ap.out = attn;
@@ -711,6 +715,10 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
     if (out == Out::kArgmax) {
       cuda::ArgmaxRows(logits, rows, hp.n_vocab, argmax_dev + row0, stream);
     } else {
+      if (step_adjusted) {
+        cuda::AdjustLogitsRows(logits, rows, hp.n_vocab, draws_dev + row0, meta_dev, input_ids_dev,
+                               stream);
+      }
       cuda::SampleRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev + row0, stream);
     }
   } else {
@@ -822,7 +830,8 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
   // Validation: LlamaModel::ForwardBatch's rules and messages (a chained token, not known yet,
   // checked as token 0: the step before drew it from the vocabulary).
-  size_t rows = 0, table_entries = 0;
+  size_t rows = 0, table_entries = 0, adjust_entries = 0;
+  step_adjusted = false;
   if (chain.empty()) {
     KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
   } else {
@@ -839,7 +848,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     bool greedy = true;
     for (size_t r = 0; r < rows; ++r) {
       const DrawParams& p = draws[r];
-      greedy = greedy && !(p.temperature > 0.0f);
+      greedy = greedy && !(p.temperature > 0.0f) && !p.adjusted();
       cuda::DeviceDraw& d = draws_host[r];
       d = cuda::DeviceDraw{};
       d.uniform = p.uniform;
@@ -848,14 +857,18 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       d.min_p = p.min_p;
       d.log_min_p = p.min_p > 0.0f ? std::log(p.min_p) : 0.0f;
       d.top_k = p.top_k <= 0 || p.top_k >= hp.n_vocab ? 0 : p.top_k;
+      if (p.adjusted()) {
+        step_adjusted = true;
+        d.adjust_begin = static_cast<int>(adjust_entries);  // (the metadata's base added below)
+        d.adjust_n = static_cast<int>(p.adjust.size());
+        d.repetition = p.repetition;
+        d.frequency = p.frequency;
+        d.presence = p.presence;
+        adjust_entries += p.adjust.size();
+      }
     }
-    if (greedy) {
-      out = Out::kArgmax;  // the argmax kernel, and its graphs
-    } else {
-      KINFER_CUDA_RETURN(cudaMemcpyAsync(draws_dev, draws_host, rows * sizeof(cuda::DeviceDraw),
-                                         cudaMemcpyHostToDevice, stream),
-                         "draw settings upload");
-    }
+    // Greedy rows without entries take the argmax kernel, and its graphs.
+    if (greedy) out = Out::kArgmax;
   }
   if (host_logits != nullptr) {
     KINFER_RETURN_IF_ERROR(CudaBackend::CheckMixedRows(rows, draws.size(), host_rows));
@@ -868,7 +881,8 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   }
   ms = static_cast<int>(step_tokens);  // (at most T: validated)
   const size_t S = step_tokens;
-  KINFER_RETURN_IF_ERROR(EnsureMeta(9 * S + table_entries));
+  const size_t adjust_base = 9 * S + table_entries;
+  KINFER_RETURN_IF_ERROR(EnsureMeta(adjust_base + cuda::kAdjustInts * adjust_entries));
 
   // Pack the metadata.
   int32_t* m = meta_host;
@@ -907,15 +921,37 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     }
     g += n;
   }
-  KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, (9 * S + tab) * sizeof(int32_t),
+  // The draws' entries after the tables (the draws' own settings follow them up).
+  if (step_adjusted) {
+    for (size_t r = 0; r < rows; ++r) {
+      const DrawParams& p = draws[r];
+      if (!p.adjusted()) continue;
+      cuda::DeviceDraw& d = draws_host[r];
+      d.adjust_begin = static_cast<int>(adjust_base) + cuda::kAdjustInts * d.adjust_begin;
+      d.input = p.count_input ? m[4 * S + r] : -1;
+      int32_t* e = m + d.adjust_begin;
+      for (const LogitAdjust& a : p.adjust) {
+        *e++ = a.id;
+        std::memcpy(e++, &a.bias, sizeof(float));
+        *e++ = a.count;
+      }
+    }
+  }
+  const size_t meta_used = adjust_base + cuda::kAdjustInts * adjust_entries;
+  KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, meta_used * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream),
                      "step metadata upload");
+  if (out == Out::kSample) {
+    KINFER_CUDA_RETURN(cudaMemcpyAsync(draws_dev, draws_host, rows * sizeof(cuda::DeviceDraw),
+                                       cudaMemcpyHostToDevice, stream),
+                       "draw settings upload");
+  }
 
   if (out_logits) out_logits->resize(rows * static_cast<size_t>(hp.n_vocab));
   *rows_out = rows;
   const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
   if (use_graph) {
-    const int key = g * 3 + static_cast<int>(out);
+    const int key = (g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0);
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this

@@ -140,10 +140,11 @@ void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream);
 
 // out[i][c] = dequantized row row_ids[i] of a matrix (embedding lookup). Mirrors DequantizeRow.
 // With chained_from: a negative row_ids[i] names the row chained_from[-1 - row_ids[i]] (a chained
-// step's token, drawn by the step before it; ModelBackend::LaunchSampleChained).
+// step's token, drawn by the step before it; ModelBackend::LaunchSampleChained). With ids_out:
+// ids_out[i] = the id row i read (so later kernels of the step see a chained token).
 void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
                     const int32_t* row_ids, int n, float* out, cudaStream_t stream,
-                    const int32_t* chained_from = nullptr);
+                    const int32_t* chained_from = nullptr, int32_t* ids_out = nullptr);
 
 void F32ToF16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
 
@@ -188,8 +189,27 @@ struct DeviceDraw {
   float min_p = 0.0f;      // > 0: on
   float log_min_p = 0.0f;  // std::log(min_p) in float, as DrawToken computes it
   int top_k = 0;           // 1..n_vocab - 1, or 0: the whole vocabulary
-  int unused = 0;
+  // The row's logit bias and penalties (AdjustLogitsRows): adjust_n entries of three int32s
+  // (id, bias's float bits, count) from index adjust_begin of the step's metadata, distinct ids
+  // in ascending order; input: the row's input token's index among the step's tokens, counted
+  // once more (-1: none). All zero and -1: the row is not adjusted.
+  int adjust_begin = 0;
+  int adjust_n = 0;
+  int input = -1;
+  float repetition = 1.0f;
+  float frequency = 0.0f;
+  float presence = 0.0f;
 };
+constexpr int kAdjustInts = 3;  // int32s per entry
+
+// Applies each row's logit bias and penalties to logits row r in place, as the host's
+// ApplyLogitAdjustments (runtime/sample/penalties.h) does, bit for bit (a zero's sign aside):
+// entries in meta (DeviceDraw's adjust fields), the input token from input_ids (the step's
+// tokens as the embedding read them: DequantizeRows' ids_out). Rows without entries are left.
+// Before SampleRows, in its own kernel, so that the sampler reads the row through the
+// read-only path.
+void AdjustLogitsRows(float* logits, int rows, int n_vocab, const DeviceDraw* draws,
+                      const int32_t* meta, const int32_t* input_ids, cudaStream_t stream);
 
 // out[r] = the token draws[r] picks from logits row r (one block per row). With the same logits,
 // the host's DrawToken gives the same token, unless the uniform (or top_p x the total) falls

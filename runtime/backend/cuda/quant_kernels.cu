@@ -619,7 +619,8 @@ __global__ void DequantizeToF16Kernel(GgmlType type, const uint8_t* __restrict__
 
 __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
                                      int cols, const int32_t* __restrict__ ids, int n,
-                                     float* __restrict__ out, const int32_t* __restrict__ chained_from) {
+                                     float* __restrict__ out, const int32_t* __restrict__ chained_from,
+                                     int32_t* __restrict__ ids_out) {
   AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(n) * cols) return;
@@ -627,6 +628,7 @@ __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ 
   const int c = static_cast<int>(i % cols);
   int32_t id = ids[r];
   if (id < 0 && chained_from != nullptr) id = chained_from[-1 - id];
+  if (c == 0 && ids_out != nullptr) ids_out[r] = id;
   out[i] = DequantElem(type, w + static_cast<size_t>(id) * row_bytes, c);
 }
 
@@ -757,10 +759,10 @@ void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream) {
 
 void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
                     const int32_t* row_ids, int n, float* out, cudaStream_t stream,
-                    const int32_t* chained_from) {
+                    const int32_t* chained_from, int32_t* ids_out) {
   DequantizeRowsKernel<<<Blocks(n * cols, 256), 256, 0, stream>>>(
       type, static_cast<const uint8_t*>(data), row_bytes, static_cast<int>(cols), row_ids, n, out,
-      chained_from);
+      chained_from, ids_out);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 

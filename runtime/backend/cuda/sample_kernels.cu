@@ -1,5 +1,6 @@
 // The device sampler: DrawToken's rule (runtime/sample/draw.h) on a block per logits row, for
-// every plain draw (greedy, top-k, top-p, min-p, temperature; cuda_kernels.h SampleRows).
+// every plain draw (greedy, top-k, top-p, min-p, temperature; cuda_kernels.h SampleRows), after
+// the rows' logit bias and penalties (AdjustLogitsRows).
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -551,7 +552,62 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (threadIdx.x == 0) out[blockIdx.x] = picked != INT_MAX ? picked : max(fallback, 0);
 }
 
+// ---- the logit bias and penalties -----------------------------------------------------------
+
+// One token's logit after its bias and its count's penalties: ApplyLogitAdjustments' arithmetic
+// (runtime/sample/penalties.cc), each operation rounded on its own (no contraction into FMAs).
+__device__ __forceinline__ float AdjustOne(const DeviceDraw& dr, float bias, int count, float l) {
+  if (bias != 0.0f) l = __fadd_rn(l, bias);
+  if (count <= 0) return l;
+  if (dr.repetition != 1.0f) l = l > 0.0f ? __fdiv_rn(l, dr.repetition) : __fmul_rn(l, dr.repetition);
+  return __fsub_rn(l, __fadd_rn(__fmul_rn(static_cast<float>(count), dr.frequency), dr.presence));
+}
+
+constexpr int kAdjustThreads = 128;
+
+__global__ void __launch_bounds__(kAdjustThreads)
+    AdjustLogitsRowsKernel(float* __restrict__ logits, int n_vocab, const DeviceDraw* __restrict__ draws,
+                           const int32_t* __restrict__ meta, const int32_t* __restrict__ input_ids) {
+  AwaitPrecedingKernels();
+  const DeviceDraw dr = draws[blockIdx.x];
+  if (dr.adjust_n == 0 && dr.input < 0) return;
+  float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+  const int32_t* e = meta + dr.adjust_begin;
+  int input = dr.input >= 0 ? input_ids[dr.input] : -1;
+  if (input >= n_vocab) input = -1;
+  // Whether the input token has an entry (the ids ascend: a binary search), so that its one
+  // more occurrence joins that entry instead of being applied on its own.
+  __shared__ int listed;
+  if (threadIdx.x == 0) {
+    int lo = 0, hi = dr.adjust_n;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (e[kAdjustInts * mid] < input) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    listed = input >= 0 && lo < dr.adjust_n && e[kAdjustInts * lo] == input;
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < dr.adjust_n; j += blockDim.x) {
+    const int id = e[kAdjustInts * j];
+    if (id < 0 || id >= n_vocab) continue;
+    const int count = e[kAdjustInts * j + 2] + (id == input ? 1 : 0);
+    row[id] = AdjustOne(dr, __int_as_float(e[kAdjustInts * j + 1]), count, row[id]);
+  }
+  if (threadIdx.x == 0 && input >= 0 && !listed) row[input] = AdjustOne(dr, 0.0f, 1, row[input]);
+}
+
 }  // namespace
+
+void AdjustLogitsRows(float* logits, int rows, int n_vocab, const DeviceDraw* draws,
+                      const int32_t* meta, const int32_t* input_ids, cudaStream_t stream) {
+  if (rows <= 0) return;
+  AdjustLogitsRowsKernel<<<rows, kAdjustThreads, 0, stream>>>(logits, n_vocab, draws, meta, input_ids);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
 
 void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
                 cudaStream_t stream) {

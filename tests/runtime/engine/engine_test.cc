@@ -200,12 +200,16 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   };
   // Runs the requests at once on a fresh engine; returns each one's output.
   auto run = [&](bool backend_sampling, bool refuse_top_p, const std::vector<GenerationRequest>& rs,
-                 Counts* counts) {
+                 Counts* counts, bool chained = false) {
     CountingBackend backend(model_);
     backend.refuse_top_p = refuse_top_p;
     EngineOptions o;
     o.context_length = 256;
     o.backend_sampling = backend_sampling;
+    if (chained) {  // planned ahead: a step's draws are built before its input tokens are known
+      o.plan_ahead = EngineOptions::PlanAhead::kAlways;
+      o.chain_steps = EngineOptions::ChainSteps::kAlways;
+    }
     std::vector<Collected> out;
     {
       Engine engine(&backend, tokenizer_, o);
@@ -261,24 +265,55 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     EXPECT_EQ(on_n.sample_rows, 36);
     EXPECT_LT(on_n.sample_steps, 36);  // batched
   }
-  // What needs the logits on the host never takes it: penalties, logprobs, settings the backend
-  // refuses.
+  // A logit bias and penalties go with the draw (DrawParams::adjust): the backend applies them,
+  // with its rows' input tokens, and the tokens are the host's, also when a step's draws are
+  // built before its input tokens are known (planned ahead and chained).
   GenerationRequest penalized = hot;
   penalized.sampling.repetition_penalty = 1.3f;
-  GenerationRequest with_logprobs = greedy;
-  with_logprobs.sampling.logprobs = 2;
   GenerationRequest biased = truncated;
   biased.sampling.frequency_penalty = 0.5f;
   biased.sampling.logit_bias = {{11, 2.0f}};
-  for (const GenerationRequest* r : {&penalized, &with_logprobs}) {
+  GenerationRequest repeats = greedy;  // greedy, each token pushed down once it has been seen
+  repeats.sampling.presence_penalty = 2.0f;
+  repeats.sampling.frequency_penalty = 2.0f;
+  repeats.sampling.penalty_last_n = 8;
+  GenerationRequest whole = greedy;  // the whole history, the prompt's tokens with it
+  whole.sampling.repetition_penalty = 1.5f;
+  whole.sampling.penalty_last_n = -1;
+  whole.sampling.logit_bias = {{2, -1.0f}, {11, 3.0f}};
+  {
+    Counts plain_n;
+    const std::vector<Collected> plain = run(false, false, {greedy}, &plain_n);
+    for (const GenerationRequest* r : {&penalized, &biased, &repeats, &whole}) {
+      for (bool chained : {false, true}) {
+        Counts on_n, off_n;
+        const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
+        const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
+        ASSERT_EQ(on.size(), 1u);
+        ASSERT_EQ(off.size(), 1u);
+        EXPECT_EQ(on_n.sample_steps, 12) << "chained " << chained;
+        EXPECT_EQ(on_n.mixed_steps, 0);
+        EXPECT_EQ(off_n.sample_steps, 0);
+        EXPECT_EQ(on[0].tokens, off[0].tokens) << "chained " << chained;
+        ASSERT_EQ(on[0].tokens.size(), 12u);
+        if (r == &repeats || r == &whole) {
+          EXPECT_NE(on[0].tokens, plain[0].tokens) << (r == &repeats ? "repeats" : "whole");  // the adjustments change the greedy text
+        }
+      }
+    }
+  }
+  // What needs the logits on the host never takes it: logprobs, settings the backend refuses.
+  GenerationRequest with_logprobs = greedy;
+  with_logprobs.sampling.logprobs = 2;
+  {
     Counts n;
-    run(true, false, {*r}, &n);
+    run(true, false, {with_logprobs}, &n);
     EXPECT_EQ(n.sample_steps, 0);
     EXPECT_EQ(n.mixed_steps, 0);  // alone: every row on the host
     EXPECT_EQ(n.logits_steps, 12);
   }
-  // Beside plain draws they make a step mixed: the backend draws the plain rows, only theirs
-  // come back as logits, and every request gets the tokens it gets all on the host.
+  // Beside draws it makes a step mixed: the backend draws the others' rows, only its row comes
+  // back as logits, and every request gets the tokens it gets all on the host.
   {
     const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, with_logprobs, biased};
     Counts on_n, off_n;
@@ -292,8 +327,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
     }
     EXPECT_GE(on_n.mixed_steps, 6) << "of " << on_n.logits_steps;  // (arrivals may split a few)
-    EXPECT_GT(on_n.mixed_host_rows, on_n.mixed_steps);              // up to 3 a step
-    EXPECT_LE(on_n.mixed_host_rows, 3 * on_n.mixed_steps);
+    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // with_logprobs' row
     EXPECT_EQ(off_n.mixed_steps, 0);
   }
   Counts refused_n, off_n;

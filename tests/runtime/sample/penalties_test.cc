@@ -1,5 +1,6 @@
 #include "runtime/sample/penalties.h"
 
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -96,6 +97,72 @@ TEST(LogitBiasTest, ComesBeforeThePenalties) {
   AdjustLogits(p, history, logits);
   EXPECT_FLOAT_EQ(logits[0], -4.0f);
   EXPECT_FLOAT_EQ(logits[1], 0.0f);
+}
+
+// The list a device applies (LogitAdjustments, built without the input token) against the host's
+// AdjustLogits over the whole history, on random requests: every penalty alone and together,
+// windows of -1, 0, 1, 2 and more, biases on tokens inside and outside the window, the input
+// token repeated or new, ids outside the vocabulary.
+TEST(LogitAdjustmentsTest, EqualTheHostsAdjustmentsForTheWholeHistory) {
+  std::mt19937 rng(7);
+  const int vocab = 40;
+  int cases = 0, changed = 0;
+  for (int c = 0; c < 3000; ++c) {
+    SamplingParams p;
+    const int which = static_cast<int>(rng() % 8);
+    if (which & 1) p.repetition_penalty = 0.5f + static_cast<float>(rng() % 100) / 40.0f;
+    if (which & 2) p.frequency_penalty = static_cast<float>(static_cast<int>(rng() % 41) - 20) / 10.0f;
+    if (which & 4) p.presence_penalty = static_cast<float>(static_cast<int>(rng() % 41) - 20) / 10.0f;
+    const int windows[] = {-1, 0, 1, 2, 3, 8, 64};
+    p.penalty_last_n = windows[rng() % 7];
+    const int nbias = static_cast<int>(rng() % 4);
+    for (int b = 0; b < nbias; ++b) {
+      const int32_t id = static_cast<int32_t>(rng() % (vocab + 4)) - 2;  // some outside
+      bool dup = false;
+      for (const auto& e : p.logit_bias) dup = dup || e.first == id;
+      if (!dup) p.logit_bias.emplace_back(id, static_cast<float>(static_cast<int>(rng() % 401) - 200) / 4.0f);
+    }
+    std::sort(p.logit_bias.begin(), p.logit_bias.end());
+    std::vector<int32_t> history(1 + rng() % 20);
+    for (int32_t& t : history) t = static_cast<int32_t>(rng() % 12) - (rng() % 17 == 0 ? 20 : 0);
+    std::vector<float> logits(vocab);
+    for (float& l : logits) l = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 97.0f;
+
+    std::vector<float> host = logits;
+    AdjustLogits(p, history, host);
+    std::vector<LogitAdjust> list = {{99, 1.0f, 1}};  // appended after what is there
+    DrawParams d;
+    const size_t n = LogitAdjustments(p, std::span<const int32_t>(history).first(history.size() - 1),
+                                      vocab, &list, &d);
+    ASSERT_EQ(list.size(), n + 1);
+    d.adjust = std::span<const LogitAdjust>(list).subspan(1);
+    for (size_t i = 1; i < d.adjust.size(); ++i) ASSERT_LT(d.adjust[i - 1].id, d.adjust[i].id);
+    std::vector<float> dev = logits;
+    ApplyLogitAdjustments(d, history.back(), dev);
+    for (int t = 0; t < vocab; ++t) {
+      ASSERT_EQ(dev[t], host[t]) << "case " << c << " token " << t << " window " << p.penalty_last_n;
+    }
+    ++cases;
+    changed += host != logits;
+  }
+  EXPECT_EQ(cases, 3000);
+  EXPECT_GT(changed, 2000);  // most cases change something
+}
+
+TEST(LogitAdjustmentsTest, NothingToApplyWithoutBiasOrPenalties) {
+  SamplingParams p;
+  const std::vector<int32_t> history = {1, 2, 3};
+  std::vector<LogitAdjust> list;
+  DrawParams d;
+  EXPECT_EQ(LogitAdjustments(p, history, 10, &list, &d), 0u);
+  EXPECT_FALSE(d.adjusted());
+  p.frequency_penalty = 0.5f;
+  p.penalty_last_n = 0;
+  EXPECT_EQ(LogitAdjustments(p, history, 10, &list, &d), 0u);
+  EXPECT_FALSE(d.adjusted());
+  p.penalty_last_n = 1;  // the input token alone
+  EXPECT_EQ(LogitAdjustments(p, history, 10, &list, &d), 0u);
+  EXPECT_TRUE(d.count_input);
 }
 
 }  // namespace

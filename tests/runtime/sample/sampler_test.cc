@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/sample/penalties.h"
+
 namespace kinfer {
 namespace {
 
@@ -196,15 +198,38 @@ TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
           << "t " << c.t << " k " << c.k << " top_p " << c.top_p << " step " << step;
     }
   }
-  SamplingParams pen = Seeded(1);
-  pen.repetition_penalty = 1.1f;
-  EXPECT_FALSE(Sampler(pen).IsPlainDraw());
+  // A logit bias and penalties go with the draw (NextDraw's entries); logprobs need the host.
   SamplingParams lp = Seeded(1, 0.0f);
   lp.logprobs = 0;
   EXPECT_FALSE(Sampler(lp).IsPlainDraw());
-  SamplingParams bias = Seeded(1, 0.0f);
-  bias.logit_bias = {{3, -100.0f}};
-  EXPECT_FALSE(Sampler(bias).IsPlainDraw());
+  SamplingParams adjusted = Seeded(13, 0.9f);
+  adjusted.top_k = 50;
+  adjusted.repetition_penalty = 1.2f;
+  adjusted.frequency_penalty = 0.7f;
+  adjusted.presence_penalty = 0.5f;
+  adjusted.penalty_last_n = 8;
+  adjusted.logit_bias = {{3, -100.0f}, {17, 4.0f}};
+  Sampler host(adjusted), device(adjusted);
+  EXPECT_TRUE(host.IsPlainDraw());
+  std::vector<int32_t> history = {5, 3, 17, 9, 9};
+  DrawCandidates cand;
+  std::vector<double> probs;
+  int differs = 0;
+  for (uint64_t step = 0; step < 60; ++step) {
+    auto logits = RandomLogits(3000, 500 + step, 2.0f);
+    std::vector<float> row = logits;
+    std::vector<LogitAdjust> list;
+    DrawParams d = device.NextDraw(std::span<const int32_t>(history).first(history.size() - 1),
+                                   3000, &list);
+    d.adjust = list;
+    const int32_t plain = DrawToken(row, d, &cand, &probs);
+    ApplyLogitAdjustments(d, history.back(), row);
+    const int32_t want = host.Sample(logits, history, nullptr);
+    EXPECT_EQ(DrawToken(row, d, &cand, &probs), want) << "step " << step;
+    differs += want != plain;
+    history.push_back(want);
+  }
+  EXPECT_GT(differs, 0);
 }
 
 TEST(SamplerTest, LogitBiasBansAndForcesTokensAndShowsInTheLogprobs) {

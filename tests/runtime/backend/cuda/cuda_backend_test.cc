@@ -16,6 +16,7 @@
 // and with fused activations off but in the test that compares the two (Cuda()).
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/sample/draw.h"
+#include "runtime/sample/penalties.h"
 
 #include <gtest/gtest.h>
 
@@ -439,7 +440,8 @@ TEST_F(CudaBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalves) {
 }
 
 // Chained steps (LaunchSampleChained): each step is enqueued before the one before it has
-// returned its tokens, and its decodes take their tokens from that step's draws on the device.
+// returned its tokens, and its decodes take their tokens from that step's draws on the device,
+// as do its rows' penalties (DrawParams::count_input).
 // Four steps against the same steps run one at a time with the tokens written in: the tokens
 // are identical on the plain path in two output passes (three rows, max_logits_rows 2: each
 // pass's ids stay at their place on the device), with a prompt in the step and the sequences in
@@ -501,21 +503,49 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
   };
   // The reference draws on the host from the step's logits (DrawToken, the rule SampleRows
   // follows), so that it shares nothing with the device ids' path.
+  // Every other row carries penalties (and row 0 a logit bias that picks its token): the device
+  // counts a chained row's input token, which the host did not know when it built the entries.
   std::vector<std::vector<int32_t>> want(steps), got(steps);
   const size_t nv = static_cast<size_t>(ref->hparams().n_vocab);
   DrawCandidates candidates;
   std::vector<double> probs;
+  std::vector<std::vector<std::vector<LogitAdjust>>> lists(steps);
+  int adjusted = 0, changed = 0;
   for (size_t k = 0; k < steps; ++k) {
+    const std::vector<SequenceBatch> seqs = batch(k, nullptr);
+    lists[k].resize(order[k].size());
+    for (size_t r = 0; r < order[k].size(); ++r) {
+      if ((r + k) % 2 != 0) continue;
+      const int i = order[k][r];
+      SamplingParams sp;
+      sp.repetition_penalty = 1.3f;
+      sp.frequency_penalty = 0.6f;
+      sp.presence_penalty = 0.4f;
+      sp.penalty_last_n = 6;
+      if (r == 0) sp.logit_bias = {{static_cast<int32_t>(1000 + k), 100.0f}};
+      LogitAdjustments(sp, std::span<const int32_t>(toks[i]).first(pos[i] - 1),
+                       static_cast<int32_t>(nv), &lists[k][r], &draws[k][r]);
+      draws[k][r].adjust = lists[k][r];
+    }
     std::vector<float> logits;
-    const Status st = ref->ForwardBatch(batch(k, nullptr), &logits);
+    const Status st = ref->ForwardBatch(seqs, &logits);
     ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.ToString();
     ASSERT_EQ(logits.size(), order[k].size() * nv);
     for (size_t r = 0; r < order[k].size(); ++r) {
-      want[k].push_back(DrawToken(std::span<const float>(logits.data() + r * nv, nv), draws[k][r],
-                                  &candidates, &probs));
+      const std::span<float> row(logits.data() + r * nv, nv);
+      const int32_t plain = DrawToken(row, draws[k][r], &candidates, &probs);
+      if (draws[k][r].adjusted()) {
+        const int i = order[k][r];
+        ApplyLogitAdjustments(draws[k][r], toks[i][pos[i] - 1], row);
+        ++adjusted;
+      }
+      want[k].push_back(DrawToken(row, draws[k][r], &candidates, &probs));
+      changed += want[k].back() != plain;
     }
     for (size_t r = 0; r < order[k].size(); ++r) toks[order[k][r]].push_back(want[k][r]);
   }
+  EXPECT_EQ(adjusted, 5);
+  EXPECT_GE(changed, 2);  // row 0's bias at least, in steps 0 and 2
   pos.assign(3, 0);
   ASSERT_TRUE(g->LaunchSample(batch(0, nullptr), draws[0]).ok());
   for (size_t k = 1; k < steps; ++k) {

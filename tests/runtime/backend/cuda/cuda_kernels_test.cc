@@ -4,7 +4,8 @@
 //
 // Bounds and why:
 //   quantizers, dequantization, embedding rows, argmax,          exact (same arithmetic)
-//   top-k / top-p draw (same rule and float order as a host copy)
+//   top-k / top-p draw (same rule and float order as a host copy),
+//   logit bias and penalties
 //   RmsNorm, RoPE, SwiGLU, add                                    NMSE < 1e-10 (same float
 //                                                                 expressions; libm ulps)
 //   matrix-vector, quantized weights                              NMSE < 1e-7 (same integer dots,
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -32,6 +34,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/ops.h"
 #include "runtime/sample/draw.h"
+#include "runtime/sample/penalties.h"
 #include "tests/runtime/backend/backend_test_util.h"
 #include "tests/runtime/backend/cuda/cuda_test_util.h"
 
@@ -915,6 +918,74 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
       }
     }
   }
+}
+
+// The logit bias and penalties as the backend applies them (entries in the step's metadata, the
+// input token read from the embedding's ids) against the host's ApplyLogitAdjustments, bit for
+// bit, on random requests: the input token listed or not, out of the vocabulary, not counted.
+TEST_F(CudaKernelsTest, AdjustLogitsRowsEqualsTheHostsAdjustments) {
+  const int rows = 12, nv = 3000;
+  const std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 61, -8.0f, 8.0f);
+  std::mt19937 rng(62);
+  std::vector<int32_t> meta(37, -7);  // the entries start at 37, after someone else's data
+  std::vector<int32_t> inputs;        // the step's tokens, as the embedding read them
+  std::vector<DrawParams> ps(rows);
+  std::vector<cuda::DeviceDraw> ds(rows);
+  std::vector<std::vector<LogitAdjust>> lists(rows);
+  std::vector<int32_t> input_of(rows, -1);
+  for (int r = 0; r < rows; ++r) {
+    SamplingParams sp;
+    sp.repetition_penalty = r % 3 == 0 ? 1.0f : 0.6f + 0.1f * static_cast<float>(r);
+    sp.frequency_penalty = r % 4 == 1 ? 0.0f : 0.25f * static_cast<float>(r % 5) - 0.5f;
+    sp.presence_penalty = r % 2 == 0 ? 0.0f : 0.3f;
+    sp.penalty_last_n = r == 5 ? -1 : r == 6 ? 0 : 16;
+    if (r % 3 != 2) sp.logit_bias = {{1, -100.0f}, {int32_t(100 + r), 7.5f}, {2999, 0.25f}};
+    std::vector<int32_t> history(1 + r * 5);
+    for (int32_t& t : history) t = static_cast<int32_t>(rng() % 40) * 7;  // repeats, some listed
+    if (r == 4) history.back() = history[history.size() / 2];              // input already seen
+    if (r == 8) history.back() = nv + 5;                                   // outside the vocabulary
+    if (r == 9) history.back() = 1;                                        // input with a bias
+    LogitAdjustments(sp, std::span<const int32_t>(history).first(history.size() - 1), nv,
+                     &lists[r], &ps[r]);
+    ps[r].adjust = lists[r];
+    cuda::DeviceDraw& d = ds[r];
+    if (r == 10) continue;  // a row the step does not adjust
+    d.adjust_begin = static_cast<int>(meta.size());
+    d.adjust_n = static_cast<int>(lists[r].size());
+    d.repetition = ps[r].repetition;
+    d.frequency = ps[r].frequency;
+    d.presence = ps[r].presence;
+    for (const LogitAdjust& a : lists[r]) {
+      int32_t bits;
+      std::memcpy(&bits, &a.bias, 4);
+      meta.insert(meta.end(), {a.id, bits, a.count});
+    }
+    if (ps[r].count_input) {
+      inputs.push_back(-3);  // another token of the step
+      inputs.push_back(history.back());
+      d.input = static_cast<int>(inputs.size()) - 1;
+    }
+    input_of[r] = history.back();
+  }
+  inputs.push_back(0);
+  DeviceBuffer<float> ld(l);
+  DeviceBuffer<int32_t> md(meta), id(inputs);
+  DeviceBuffer<cuda::DeviceDraw> dd(ds);
+  cuda::AdjustLogitsRows(ld.get(), rows, nv, dd.get(), md.get(), id.get(), nullptr);
+  const std::vector<float> got = ld.ToHost();
+  int changed_rows = 0;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> want(l.begin() + static_cast<std::ptrdiff_t>(r) * nv,
+                            l.begin() + static_cast<std::ptrdiff_t>(r + 1) * nv);
+    if (r != 10) ApplyLogitAdjustments(ps[r], input_of[r], want);
+    bool changed = false;
+    for (int i = 0; i < nv; ++i) {
+      ASSERT_EQ(got[static_cast<size_t>(r) * nv + i], want[i]) << "row " << r << " token " << i;
+      changed = changed || want[i] != l[static_cast<size_t>(r) * nv + i];
+    }
+    changed_rows += changed;
+  }
+  EXPECT_EQ(changed_rows, rows - 1);  // every row but 10
 }
 
 }  // namespace
