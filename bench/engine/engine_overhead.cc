@@ -30,6 +30,8 @@
 //   device_penalized  device_sampled with frequency and presence penalties 0.5 and a repetition
 //                   penalty 1.1 over the last 64 tokens: the engine lists each row's entries
 //                   every step (LogitAdjustments; not in the default --modes)
+//   device_logprobs   device_sampled with logprobs and 5 alternatives a token, reported by the
+//                   backend and turned into each event's logprobs (not in the default --modes)
 // NullBackend checks each step as every backend does (ValidateSequenceBatches), copies one
 // logits row per sampled sequence on the logits path, and answers a fixed ordinary token.
 // Reported per run: engine steps, wall time and tokens/s (ramp-up included), and the median time
@@ -193,6 +195,18 @@ class NullBackend final : public ModelBackend {
     KINFER_RETURN_IF_ERROR(Check(seqs, &rows));
     if (draws.size() != rows) return InvalidArgument("draw settings do not match the rows");
     tokens->assign(rows, token_);
+    for (const DrawParams& d : draws) {  // a report as a device's: the token and its neighbours
+      if (!d.wants_logprobs()) continue;
+      DrawnLogprobs& o = *d.logprobs_out;
+      o.token = token_;
+      o.logprob = -0.25f;
+      o.rank = 1;
+      o.n_top = std::min(d.logprobs, kMaxDrawnLogprobs);
+      for (int j = 0; j < o.n_top; ++j) {
+        o.top_ids[j] = token_ + j;
+        o.top_logprobs[j] = -0.25f - static_cast<float>(j);
+      }
+    }
     return Status::Ok();
   }
   Status LaunchSample(std::span<const SequenceBatch> seqs,
@@ -275,6 +289,7 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     r.sampling.min_p = 0.05f;
     r.sampling.seed = 1;
   }
+  if (mode == "device_logprobs") r.sampling.logprobs = 5;
   if (mode == "device_penalized") {
     r.sampling.frequency_penalty = 0.5f;
     r.sampling.presence_penalty = 0.5f;
@@ -380,7 +395,7 @@ int Main(int argc, char** argv) {
       std::stringstream ss(argv[++i]);
       for (std::string m; std::getline(ss, m, ',');) {
         if (m != "device_greedy" && m != "device_sampled" && m != "host_sampled" &&
-            m != "device_penalized") {
+            m != "device_penalized" && m != "device_logprobs") {
           std::fprintf(stderr, "kinfer-engine-overhead: unknown mode '%s'\n", m.c_str());
           return 2;
         }
@@ -394,7 +409,7 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
-          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled,device_penalized] "
+          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled,device_penalized,device_logprobs] "
           "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--chain auto|on|off] "
           "[--stream-interval N] [--json OUT]\n");
       return 2;

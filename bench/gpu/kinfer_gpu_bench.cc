@@ -15,7 +15,8 @@
 //   top-k 40, top-p 0.95, min-p 0.05) on the device (ForwardBatchSample), against the logits
 //   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64, and a mixed step
 //   at 64 (decode_mixed: row 0 drawn on the host, ForwardBatchSampleMixed), and at 64 with
-//   every row's penalties applied on the device (decode_penalized);
+//   every row's penalties applied on the device (decode_penalized) or every row's logprobs (5
+//   alternatives) computed on the device (decode_logprobs);
 //   single-stream decode at a 2,000-token context; and single stream (128 and 2,000 tokens of
 //   context) and batch 256 again with the per-head decode attention
 //   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain;
@@ -110,10 +111,12 @@ class Bench {
   // (OpenAI's and vLLM's knob: top_p 0.9, temperature 0.7).
   // kMixed: llama.cpp's defaults on the device but row 0 (a request with logprobs, say) drawn
   // on the host from its logits, the only row copied back (ForwardBatchSampleMixed).
+  // kDeviceLogprobs: llama.cpp's defaults on the device, every row reporting its logprobs with
+  // 5 alternatives (LogprobRows).
   // kDevicePenalized: llama.cpp's defaults on the device with every row's frequency, presence
   // and repetition penalties over its last 64 tokens (LogitAdjustments, AdjustLogitsRows).
   enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus, kChained,
-                    kMixed, kDevicePenalized };
+                    kMixed, kDevicePenalized, kDeviceLogprobs };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
   // A name --only leaves out is not measured (r->name stays empty).
@@ -147,6 +150,7 @@ class Bench {
     std::vector<SequenceBatch> seqs(B);
     std::vector<float> logits;
     std::vector<LogitAdjust> adjust;  // kDevicePenalized's entries, rebuilt each step
+    std::vector<DrawnLogprobs> lps(static_cast<size_t>(B));  // kDeviceLogprobs' reports
     DrawCandidates cand;
     std::vector<double> probs;
     double t0 = 0;
@@ -216,8 +220,14 @@ class Bench {
             draws[i].adjust = std::span<const LogitAdjust>(adjust).subspan(b, ends[i] - b);
           }
         }
+        if (pick == Pick::kDeviceLogprobs) {
+          for (int i = 0; i < B; ++i) {
+            draws[i].logprobs = 5;
+            draws[i].logprobs_out = &lps[static_cast<size_t>(i)];
+          }
+        }
         if (pick == Pick::kDeviceDraw || pick == Pick::kDeviceNucleus ||
-            pick == Pick::kDevicePenalized) {
+            pick == Pick::kDevicePenalized || pick == Pick::kDeviceLogprobs) {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatchSample(seqs, draws, &ids));
         } else if (pick == Pick::kMixed) {
           const std::vector<int32_t> host = {0};
@@ -401,6 +411,12 @@ int Main(int argc, char** argv) {
   {
     Result r;
     ok &= run(bench.Decode("decode_penalized", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kDevicePenalized), r);
+  }
+  // Every row's logprobs (5 alternatives) on the device, against decode_sampled_dev at 64 (until
+  // 2026-12-05 such a step went all to the host).
+  {
+    Result r;
+    ok &= run(bench.Decode("decode_logprobs", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kDeviceLogprobs), r);
   }
   // Top-p over the whole vocabulary: the device bisects the row; the host sorts a growing prefix
   // after an exp of every logit.

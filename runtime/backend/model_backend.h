@@ -30,6 +30,7 @@
 #include "runtime/model/llama_model.h"  // SequenceBatch, ForwardMode
 #include "runtime/sample/draw.h"
 #include "runtime/sample/penalties.h"
+#include "runtime/sample/sampler.h"  // DrawnLogprobsOf
 
 namespace kinfer {
 
@@ -78,7 +79,8 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   virtual bool CanSample(const DrawParams& p) const { return true; }
   // The same step, every logits row's token drawn by DrawToken's rule (runtime/sample/draw.h)
   // with rows[r], r in ForwardBatch's row order, after the row's logit bias and penalties
-  // (ApplyLogitAdjustments with the row's input token; runtime/sample/penalties.h): the engine's
+  // (ApplyLogitAdjustments with the row's input token; runtime/sample/penalties.h), and, for a
+  // row that asks (DrawParams::logprobs), its logprobs written to its logprobs_out: the engine's
   // path for steps whose every sampled
   // sequence is a plain draw (Sampler::IsPlainDraw) that CanSample takes. INVALID_ARGUMENT when
   // rows.size() is not the step's number of logits rows. This default runs ForwardBatch and
@@ -104,12 +106,15 @@ class ModelBackend {  // one thread (the engine thread) calls everything
       const std::span<float> row(logits.data() + r * nv, nv);
       if (rows[r].adjusted()) ApplyLogitAdjustments(rows[r], inputs[r], row);
       (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
+      if (rows[r].wants_logprobs()) {
+        DrawnLogprobsOf(row, (*tokens)[r], rows[r].logprobs, rows[r].logprobs_out);
+      }
     }
     return Status::Ok();
   }
   // A step that mixes rows the backend draws with rows the host samples (the engine's path for a
-  // batch where some requests are plain draws and others need their logits: penalties, a logit
-  // bias, logprobs, a grammar). Rows listed in host_rows (ascending, each below the step's
+  // batch where some requests are plain draws and others need their logits: a grammar, a
+  // min_tokens that holds off the end). Rows listed in host_rows (ascending, each below the step's
   // number of rows) are not drawn: their logits come back in *host_logits, n_vocab floats a
   // row in host_rows order, and their entries of *tokens are -1 (their rows[] entries are read
   // but their draws thrown away). Every other row is drawn as ForwardBatchSample draws it. So
@@ -142,6 +147,9 @@ class ModelBackend {  // one thread (the engine thread) calls everything
       } else {
         if (rows[r].adjusted()) ApplyLogitAdjustments(rows[r], inputs[r], row);
         (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
+        if (rows[r].wants_logprobs()) {
+          DrawnLogprobsOf(row, (*tokens)[r], rows[r].logprobs, rows[r].logprobs_out);
+        }
       }
     }
     return Status::Ok();

@@ -595,11 +595,14 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
   a.draft_probs.clear();
 }
 
-void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, SampledToken* out) {
+void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, const DrawnLogprobs* drawn,
+                        SampledToken* out) {
   out->id = item.id;
   out->accepted = 0;
   out->token = tok;
-  out->stop = EmitToken(a, tok, nullptr);
+  TokenLogprob lp;
+  if (drawn != nullptr) FromDrawnLogprobs(*drawn, &lp);
+  out->stop = EmitToken(a, tok, drawn != nullptr ? &lp : nullptr);
   a.draft_probs.clear();
 }
 
@@ -764,9 +767,18 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     }
     w.adjust_end.push_back(w.adjust.size());
   }
+  bool logprobs = false;
   for (size_t i = 0; i < w.draws.size(); ++i) {  // w.adjust has stopped growing
     const size_t begin = i == 0 ? 0 : w.adjust_end[i - 1];
     w.draws[i].adjust = std::span<const LogitAdjust>(w.adjust).subspan(begin, w.adjust_end[i] - begin);
+    logprobs = logprobs || w.draws[i].logprobs >= 0;
+  }
+  // Logprobs come back with the tokens: the backend writes each asking row's into w.lps.
+  if (logprobs) {
+    w.lps.resize(w.draws.size());
+    for (size_t i = 0; i < w.draws.size(); ++i) {
+      if (w.draws[i].logprobs >= 0) w.draws[i].logprobs_out = &w.lps[i];
+    }
   }
 }
 
@@ -851,7 +863,8 @@ void Engine::Emit(StepWork& w) {
     if (si.active != nullptr && !si.active->finished) {
       SampledToken t;
       if (w.backend || (w.mixed && si.host < 0)) {
-        EmitChosen(*si.active, item, w.chosen[i], &t);
+        const DrawParams& d = w.draws[i];
+        EmitChosen(*si.active, item, w.chosen[i], d.wants_logprobs() ? d.logprobs_out : nullptr, &t);
       } else {
         const size_t row = w.mixed ? static_cast<size_t>(si.host) : si.row;
         SampleItem(*si.active, item, step_logits_.data() + row * nv, &t);

@@ -132,8 +132,9 @@ struct EngineOptions {
   // Waiting prompt tokens; beyond: RESOURCE_EXHAUSTED. 0 = 64 x context_length.
   int64_t max_waiting_prompt_tokens = 0;
   SpeculativeOptions spec;
-  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no logprobs, no
-  // constraint; a logit bias and penalties go with the draw as entries; no draft to verify) that
+  // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no constraint; a
+  // logit bias and penalties go with the draw as entries, logprobs come back with the token;
+  // no draft to verify) that
   // ModelBackend::CanSample takes run ForwardBatchSample: on
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.
@@ -257,6 +258,9 @@ class Engine {
     // The draws' logit bias and penalty entries (DrawParams::adjust points into them).
     std::vector<LogitAdjust> adjust;
     std::vector<size_t> adjust_end;  // draws[i]'s entries end at adjust_end[i]
+    // The logprobs the backend reports for draws[i] that ask (DrawParams::logprobs_out points
+    // here; sized only when some draw asks).
+    std::vector<DrawnLogprobs> lps;
     bool ahead = false;           // planned while the step before it was computed
     bool backend = false;         // drawn by the backend: LaunchSample, then FinishSample
     // Some rows drawn by the backend, the others' logits (host_rows) sampled here:
@@ -299,8 +303,10 @@ class Engine {
   // logits rows (one per position of the item that has logits; used as scratch) and streams
   // them; fills *out.
   void SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out);
-  // The same for a token the backend already drew (ForwardBatchSample; no draft).
-  void EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, SampledToken* out);
+  // The same for a token the backend already drew (ForwardBatchSample; no draft), with the
+  // logprobs it reported (null: none asked).
+  void EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, const DrawnLogprobs* drawn,
+                  SampledToken* out);
   // Removes a finished request (and what the proposer keeps for it). Its state lives on in
   // retired_ until no prepared step can point at it (the end of the next Emit).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);

@@ -28,6 +28,19 @@ struct LogitAdjust {
   int32_t count = 0;  // occurrences in the penalty window, the row's input token aside (0: none)
 };
 
+// The logprobs a backend reports with a drawn token (DrawParams::logprobs >= 0), in plain data:
+// TokenLogprobOf's figures (runtime/sample/sampler.h), the log-softmax of the row after its
+// logit bias and penalties, before temperature and the truncations.
+inline constexpr int kMaxDrawnLogprobs = 20;  // OpenAI's top_logprobs limit (kMaxLogprobs)
+struct DrawnLogprobs {
+  int32_t token = -1;     // the drawn token
+  float logprob = 0.0f;   // its logprob
+  int32_t rank = 0;       // 1 + the tokens more likely than it (ties: lower ids first)
+  int32_t n_top = 0;      // entries of top_ids / top_logprobs: min(logprobs, vocabulary)
+  int32_t top_ids[kMaxDrawnLogprobs] = {};  // best first, ties to the lowest id
+  float top_logprobs[kMaxDrawnLogprobs] = {};
+};
+
 struct DrawParams {
   float temperature = 0.0f;  // <= 0: greedy (the other fields are then unused)
   int top_k = 0;             // <= 0 or >= vocabulary: off
@@ -46,6 +59,13 @@ struct DrawParams {
   // step's token, drawn on the device).
   bool count_input = false;
   bool adjusted() const { return !adjust.empty() || count_input; }
+  // OpenAI's logprobs: -1 off; 0 the drawn token's logprob and rank; N (<= kMaxDrawnLogprobs)
+  // also the N most likely tokens. The backend writes them to *logprobs_out (non-null then) by
+  // the time it returns the row's token (FinishSample for a launched step): the caller keeps
+  // the pointee alive until then.
+  int logprobs = -1;
+  DrawnLogprobs* logprobs_out = nullptr;
+  bool wants_logprobs() const { return logprobs >= 0 && logprobs_out != nullptr; }
 };
 
 // (logit, id) of the tokens still in the running.

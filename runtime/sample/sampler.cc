@@ -37,7 +37,7 @@ int32_t Sampler::Chose(int32_t token) {
   return token;
 }
 
-bool Sampler::IsPlainDraw() const { return params_.logprobs < 0 && constraint_ == nullptr; }
+bool Sampler::IsPlainDraw() const { return constraint_ == nullptr; }
 
 DrawParams Sampler::draw_params() const {
   DrawParams d;
@@ -45,6 +45,7 @@ DrawParams Sampler::draw_params() const {
   d.top_k = params_.top_k;
   d.top_p = params_.top_p;
   d.min_p = params_.min_p;
+  d.logprobs = params_.logprobs;
   return d;
 }
 
@@ -162,6 +163,29 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
 
 void Sampler::FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp) {
   TokenLogprobOf(logits, chosen, params_.logprobs, lp);
+}
+
+void DrawnLogprobsOf(std::span<const float> logits, int32_t token, int top, DrawnLogprobs* out) {
+  thread_local TokenLogprob lp;
+  TokenLogprobOf(logits, token, std::min(top, kMaxDrawnLogprobs), &lp);
+  out->token = lp.token;
+  out->logprob = lp.logprob;
+  out->rank = lp.rank;
+  out->n_top = static_cast<int32_t>(lp.top.size());
+  for (size_t i = 0; i < lp.top.size(); ++i) {
+    out->top_ids[i] = lp.top[i].token;
+    out->top_logprobs[i] = lp.top[i].logprob;
+  }
+}
+
+void FromDrawnLogprobs(const DrawnLogprobs& d, TokenLogprob* lp) {
+  lp->token = d.token;
+  lp->text.clear();
+  lp->logprob = d.logprob;
+  lp->rank = d.rank;
+  lp->top.clear();
+  const int n = std::clamp(d.n_top, 0, kMaxDrawnLogprobs);
+  for (int i = 0; i < n; ++i) lp->top.push_back(TopLogprob{d.top_ids[i], std::string(), d.top_logprobs[i]});
 }
 
 void TokenLogprobOf(std::span<const float> logits, int32_t token, int top, TokenLogprob* lp) {

@@ -66,6 +66,11 @@ double ProbabilityOf(const TokenDistribution& d, int32_t id);
 // non-empty, no NaN; 0 <= token < logits.size().
 void TokenLogprobOf(std::span<const float> logits, int32_t token, int top, TokenLogprob* lp);
 
+// TokenLogprobOf into a backend's plain-data report (top clamped to kMaxDrawnLogprobs), and back
+// (texts left empty).
+void DrawnLogprobsOf(std::span<const float> logits, int32_t token, int top, DrawnLogprobs* out);
+void FromDrawnLogprobs(const DrawnLogprobs& d, TokenLogprob* lp);
+
 class Sampler {
  public:
   // REQUIRES: params passed ValidateSamplingParams (sampling_validation.h). Values outside the
@@ -116,11 +121,12 @@ class Sampler {
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
 
   // True when Sample() reads nothing but the raw logits, the history and, unless greedy, one
-  // PRNG output: no logprobs, no constraint (a logit bias and penalties are fine: the draw lists
-  // them, NextDraw below). Such a token can be drawn where the logits are
-  // (ModelBackend::ForwardBatchSample: on the device) without the logits reaching the host.
+  // PRNG output: no constraint (a logit bias and penalties are fine: the draw lists them,
+  // NextDraw below; so are logprobs: the draw asks for them, DrawParams::logprobs). Such a
+  // token can be drawn where the logits are (ModelBackend::ForwardBatchSample: on the device)
+  // without the logits reaching the host.
   bool IsPlainDraw() const;
-  // This request's draw settings (uniform 0).
+  // This request's draw settings (uniform 0; logprobs as asked, logprobs_out null).
   DrawParams draw_params() const;
   // draw_params() with the uniform the next Sample() would take, consumed (one PRNG output;
   // none when greedy). For a plain draw, DrawToken(logits, NextDraw()) is what Sample(logits)

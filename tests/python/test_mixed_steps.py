@@ -1,8 +1,9 @@
-"""A batch that mixes draws the backend takes (plain, and with penalties or a logit_bias, which go
-with the draw) with requests that need their logits on the host (logprobs), through the official
-openai client: each request gets the text it gets alone, and
-kinfer_runtime_engine_steps_mixed_total counts the steps in which the backend drew the others'
-rows while only the logprobs rows' logits came back."""
+"""A batch that mixes draws the backend takes (plain, with penalties or a logit_bias, which go
+with the draw, and with logprobs, which come back with the token) with requests that need their
+logits on the host (min_tokens holding off the end), through the official openai client: each
+request gets the text and logprobs it gets alone, and kinfer_runtime_engine_steps_mixed_total
+counts the steps in which the backend drew the others' rows while only the held rows' logits
+came back."""
 import threading
 
 import requests
@@ -16,13 +17,18 @@ KINDS = {
     "penalized": {"frequency_penalty": 0.8, "presence_penalty": 0.3},
     "biased": {"logit_bias": {"11": 3}},
     "logprobs": {"logprobs": True, "top_logprobs": 2},
+    "held": {"extra_body": {"min_tokens": 40}},
 }
 
 
 def _ask(client, model, kind):
     r = client.chat.completions.create(model=model, messages=PROMPT, temperature=0, max_tokens=40,
                                        **KINDS[kind])
-    return r.choices[0].message.content
+    c = r.choices[0]
+    if c.logprobs is None:
+        return c.message.content, None
+    return c.message.content, [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                               for t in c.logprobs.content]
 
 
 def _mixed_steps(server):
@@ -41,5 +47,7 @@ def test_mixed_batches_give_each_request_its_own_text(client, server):
     for t in threads:
         t.join(timeout=120)
     assert together == alone
-    # Eight requests of 40 tokens at once: most of their steps hold plain and host rows both.
+    assert alone["logprobs"][1] is not None and len(alone["logprobs"][1]) > 10
+    assert all(len(top) == 2 and lp <= 0 for _, lp, top in alone["logprobs"][1])
+    # Ten requests of 40 tokens at once: most of their steps hold plain and held rows both.
     assert _mixed_steps(server) - before >= 10

@@ -136,7 +136,9 @@ struct CudaBackend::Impl {
   int32_t* argmax_dev = nullptr;  // T: every row's id of the step computed last
   int32_t* input_ids_dev = nullptr;  // T: the step's tokens as the embedding read them
   bool step_adjusted = false;        // the step being enqueued has rows with AdjustLogitsRows' entries
+  bool step_logprobs = false;        // ... rows that report logprobs (LogprobRows)
   cuda::DeviceDraw* draws_dev = nullptr;   // T rows: a sampling step's settings
+  cuda::DeviceLogprobs* lps_dev = nullptr;  // T rows: LogprobRows' reports
 
   // Host buffers a step is enqueued from or returns into come in pairs (slot = launch count mod
   // 2), so that a chained step (two on the stream: LaunchSampleChained) never rewrites a buffer
@@ -146,6 +148,9 @@ struct CudaBackend::Impl {
   cuda::DeviceDraw* draws_host_buf[2] = {nullptr, nullptr};  // pinned, T rows
   int32_t* meta_host_buf[2] = {nullptr, nullptr};            // pinned, meta_cap
   int32_t* argmax_host_buf[2] = {nullptr, nullptr};          // pinned, T
+  cuda::DeviceLogprobs* lps_host_buf[2] = {nullptr, nullptr};  // pinned, T rows
+  // The step's rows that report logprobs, and where (DrawParams::logprobs_out): Collect fills them.
+  std::vector<std::pair<size_t, DrawnLogprobs*>> lps_out_buf[2];
   cudaEvent_t step_done[2] = {nullptr, nullptr};
   cuda::DeviceDraw* draws_host = nullptr;
   int32_t* argmax_host = nullptr;
@@ -193,6 +198,7 @@ struct CudaBackend::Impl {
       if (meta_host_buf[b]) cudaFreeHost(meta_host_buf[b]);
       if (argmax_host_buf[b]) cudaFreeHost(argmax_host_buf[b]);
       if (draws_host_buf[b]) cudaFreeHost(draws_host_buf[b]);
+      if (lps_host_buf[b]) cudaFreeHost(lps_host_buf[b]);
       if (step_done[b]) cudaEventDestroy(step_done[b]);
     }
     if (cublas) cublasDestroy(cublas);
@@ -227,6 +233,9 @@ struct CudaBackend::Impl {
   // (null: a step without). Set around its Enqueue; EnqueueStep checks them.
   std::span<const int32_t> host_rows;
   std::vector<float>* host_logits = nullptr;
+  // Enqueues the copy of the step's ids (and its logprobs' reports) into the slot's pinned
+  // buffers.
+  Status CopyIdsBack(size_t rows);
   // The host rows among the logits rows [r0, r0 + nr) of the pass just enqueued, copied through
   // the pinned buffer into *host_logits (waits for the stream).
   Status CopyHostRows(int r0, int nr);
@@ -480,6 +489,7 @@ Status CudaBackend::Impl::PlanScratch() {
   const size_t split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
                        t * maxc * 2 /* x16 */ + 2 * Align256(t * 4) + Align256(t * sizeof(cuda::DeviceDraw)) +
+                       Align256(t * sizeof(cuda::DeviceLogprobs)) +
                        Align256(split_floats * 4) + Align256(split_blocks * 4) + 3 * 256;
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
@@ -501,9 +511,10 @@ Status CudaBackend::Impl::PlanScratch() {
   argmax_dev = scratch.Take<int32_t>(t);
   input_ids_dev = scratch.Take<int32_t>(t);
   draws_dev = scratch.Take<cuda::DeviceDraw>(t);
+  lps_dev = scratch.Take<cuda::DeviceLogprobs>(t);
   split_partial = scratch.Take<float>(split_floats);
   split_counters = scratch.Take<int32_t>(split_blocks);
-  if (!argmax_dev || !input_ids_dev || !draws_dev || !split_partial || !split_counters) {
+  if (!argmax_dev || !input_ids_dev || !draws_dev || !lps_dev || !split_partial || !split_counters) {
     return Internal("scratch plan too small (a bug)");
   }
   KINFER_CUDA_RETURN(cudaMemsetAsync(split_counters, 0, split_blocks * sizeof(int32_t), stream),
@@ -512,6 +523,7 @@ Status CudaBackend::Impl::PlanScratch() {
   for (int b = 0; b < 2; ++b) {
     KINFER_CUDA_RETURN(cudaMallocHost(&draws_host_buf[b], t * sizeof(cuda::DeviceDraw)), "pinned draws");
     KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host_buf[b], T * sizeof(int32_t)), "pinned ids");
+    KINFER_CUDA_RETURN(cudaMallocHost(&lps_host_buf[b], t * sizeof(cuda::DeviceLogprobs)), "pinned logprobs");
     KINFER_CUDA_RETURN(cudaEventCreateWithFlags(&step_done[b], cudaEventDisableTiming), "step events");
   }
   KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
@@ -720,6 +732,10 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
                                stream);
       }
       cuda::SampleRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev + row0, stream);
+      if (step_logprobs) {
+        cuda::LogprobRows(logits, rows, hp.n_vocab, draws_dev + row0, argmax_dev + row0,
+                          lps_dev + row0, stream);
+      }
     }
   } else {
     cudaMemcpyAsync(logits_host, logits, static_cast<size_t>(rows) * hp.n_vocab * sizeof(float),
@@ -832,6 +848,9 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   // checked as token 0: the step before drew it from the vocabulary).
   size_t rows = 0, table_entries = 0, adjust_entries = 0;
   step_adjusted = false;
+  step_logprobs = false;
+  std::vector<std::pair<size_t, DrawnLogprobs*>>& lps_out = lps_out_buf[slot];
+  lps_out.clear();
   if (chain.empty()) {
     KINFER_RETURN_IF_ERROR(ValidateSequenceBatches(seqs, hp.n_vocab, block_size, num_blocks, T, &rows));
   } else {
@@ -848,7 +867,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     bool greedy = true;
     for (size_t r = 0; r < rows; ++r) {
       const DrawParams& p = draws[r];
-      greedy = greedy && !(p.temperature > 0.0f) && !p.adjusted();
+      greedy = greedy && !(p.temperature > 0.0f) && !p.adjusted() && !p.wants_logprobs();
       cuda::DeviceDraw& d = draws_host[r];
       d = cuda::DeviceDraw{};
       d.uniform = p.uniform;
@@ -857,6 +876,11 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       d.min_p = p.min_p;
       d.log_min_p = p.min_p > 0.0f ? std::log(p.min_p) : 0.0f;
       d.top_k = p.top_k <= 0 || p.top_k >= hp.n_vocab ? 0 : p.top_k;
+      if (p.wants_logprobs()) {
+        step_logprobs = true;
+        d.logprobs = std::min(p.logprobs, cuda::kMaxDeviceLogprobs);
+        lps_out.emplace_back(r, p.logprobs_out);
+      }
       if (p.adjusted()) {
         step_adjusted = true;
         d.adjust_begin = static_cast<int>(adjust_entries);  // (the metadata's base added below)
@@ -951,7 +975,8 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   *rows_out = rows;
   const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
   if (use_graph) {
-    const int key = (g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0);
+    const int key = ((g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0)) * 2 +
+                    (step_logprobs ? 1 : 0);
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this
@@ -986,9 +1011,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       KINFER_CUDA_RETURN(cudaGraphLaunch(it->second, stream), "graph launch");
       KINFER_RETURN_IF_ERROR(CopyHostRows(0, nrows));
       if (out != Out::kLogits) {
-        KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
-                                           cudaMemcpyDeviceToHost, stream),
-                           "ids copy");
+        KINFER_RETURN_IF_ERROR(CopyIdsBack(rows));
       }
       if (out_logits) {
         KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
@@ -1012,11 +1035,21 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     }
   }
   if (out != Out::kLogits) {
-    KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
-                                       cudaMemcpyDeviceToHost, stream),
-                       "ids copy");
+    KINFER_RETURN_IF_ERROR(CopyIdsBack(rows));
   }
   if (out_logits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  return Status::Ok();
+}
+
+Status CudaBackend::Impl::CopyIdsBack(size_t rows) {
+  KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream),
+                     "ids copy");
+  if (step_logprobs) {
+    KINFER_CUDA_RETURN(cudaMemcpyAsync(lps_host_buf[slot], lps_dev, rows * sizeof(cuda::DeviceLogprobs),
+                                       cudaMemcpyDeviceToHost, stream),
+                       "logprobs copy");
+  }
   return Status::Ok();
 }
 
@@ -1043,6 +1076,17 @@ Status CudaBackend::Impl::Collect(int s, size_t rows, std::vector<int32_t>* ids)
   KINFER_CUDA_RETURN(cudaEventSynchronize(step_done[s]), "forward step");
   ids->resize(rows);
   if (rows > 0) std::memcpy(ids->data(), argmax_host_buf[s], rows * sizeof(int32_t));
+  static_assert(cuda::kMaxDeviceLogprobs == kMaxDrawnLogprobs);
+  for (const auto& [r, out] : lps_out_buf[s]) {
+    const cuda::DeviceLogprobs& d = lps_host_buf[s][r];
+    out->token = d.token;
+    out->logprob = d.logprob;
+    out->rank = d.rank;
+    out->n_top = d.n_top;
+    std::copy(d.top_ids, d.top_ids + kMaxDrawnLogprobs, out->top_ids);
+    std::copy(d.top_logprobs, d.top_logprobs + kMaxDrawnLogprobs, out->top_logprobs);
+  }
+  lps_out_buf[s].clear();
   return Status::Ok();
 }
 

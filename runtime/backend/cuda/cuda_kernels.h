@@ -199,6 +199,7 @@ struct DeviceDraw {
   float repetition = 1.0f;
   float frequency = 0.0f;
   float presence = 0.0f;
+  int logprobs = -1;  // LogprobRows: -1 none; else the drawn token's and the top `logprobs`
 };
 constexpr int kAdjustInts = 3;  // int32s per entry
 
@@ -217,6 +218,27 @@ void AdjustLogitsRows(float* logits, int rows, int n_vocab, const DeviceDraw* dr
 // grouping). The same row and settings always give the same token.
 void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
                 cudaStream_t stream);
+
+// What LogprobRows reports for a row: DrawnLogprobs' layout (runtime/sample/draw.h).
+constexpr int kMaxDeviceLogprobs = 20;
+struct DeviceLogprobs {
+  int32_t token;
+  float logprob;
+  int32_t rank;
+  int32_t n_top;
+  int32_t top_ids[kMaxDeviceLogprobs];
+  float top_logprobs[kMaxDeviceLogprobs];
+};
+
+// For every row r with draws[r].logprobs >= 0 (others are left alone), after SampleRows:
+// out[r] = TokenLogprobOf's figures (runtime/sample/sampler.h) for tokens[r] on logits row r
+// (the row after AdjustLogitsRows, which the host's logprobs read too): the log-softmax at the
+// token, its rank (ties to the lower id), and the top min(logprobs, n_vocab, 20) tokens best
+// first with theirs. Ranks and top ids are the host's exactly; the logprobs differ from the
+// host's only by the rounding of the softmax total, summed in double in another order. One
+// block per row.
+void LogprobRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws,
+                 const int32_t* tokens, DeviceLogprobs* out, cudaStream_t stream);
 
 // ---- attention over the paged cache ------------------------------------------------------
 //

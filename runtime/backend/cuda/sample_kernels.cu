@@ -348,37 +348,15 @@ __device__ __noinline__ bool TopKByThreshold(const float* __restrict__ row, int 
   return true;
 }
 
-// One block of kSampleThreads per row, DrawToken's rule (runtime/sample/draw.h):
-//   1. the top k in DrawToken's best-first order: TopKByThreshold (three passes over the row),
-//      or where it declines, and for greedy rows and whole-vocabulary draws (k = 1: the
-//      maximum), k rounds of a block-wide argmax, each over the elements ranked after the
-//      previous round's winner (no membership tests).
-//   2. top k: thread 0 applies top-p, min-p and the draw over the k, in double, in that order.
-//   3. the whole vocabulary (in id order, as DrawToken keeps it when nothing sorts): each thread
-//      sums the probabilities of a contiguous chunk of ids; thread 0 turns the sums into chunk
-//      offsets; the thread whose chunk holds uniform x total walks it to the token.
-//   4. top-p over the whole vocabulary, or top-k above kMaxTopK: one round (the maximum), then
-//      SampleByCuts.
-
-__global__ void __launch_bounds__(kSampleThreads)
-    SampleRowsKernel(const float* __restrict__ logits, int n_vocab,
-                     const DeviceDraw* __restrict__ draws, int32_t* __restrict__ out) {
-  AwaitPrecedingKernels();
-  const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
-  const DeviceDraw dr = draws[blockIdx.x];
-  __shared__ float cv[kMaxTopK];
-  __shared__ int ci[kMaxTopK];
+// The `rounds` best tokens of a row (1 <= rounds <= n) in best-first order (larger logit, then
+// lower id) into cv[0..rounds) and ci[0..rounds): each round a block-wide argmax over the
+// elements ranked after the previous round's winner (no membership tests). Every thread calls
+// it; cv and ci (shared) are complete on return.
+__device__ __noinline__ void BestByRounds(const float* __restrict__ row, int n_vocab, int rounds,
+                                          float* cv, int* ci) {
   __shared__ float wv[32];
   __shared__ int wi[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
-  const bool greedy = !(dr.temperature > 0.0f);
-  const bool cuts = !greedy && (dr.top_k > kMaxTopK || (dr.top_k == 0 && dr.top_p < 1.0f));
-  int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
-  // Top-p over the whole vocabulary looks for its nucleus among the kMaxTopK best (below).
-  const int best = k >= 2 ? k : cuts && dr.top_k == 0 ? kMaxTopK : 0;
-  const bool three_passes =
-      best >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, best, cv, ci);
-  const int rounds = three_passes ? 0 : k > 0 ? k : 1;
   float last_v = FLT_MAX;
   int last_i = -1;
   for (int j = 0; j < rounds; ++j) {
@@ -421,6 +399,37 @@ __global__ void __launch_bounds__(kSampleThreads)
     last_i = ci[j];
     __syncthreads();
   }
+}
+
+// One block of kSampleThreads per row, DrawToken's rule (runtime/sample/draw.h):
+//   1. the top k in DrawToken's best-first order: TopKByThreshold (three passes over the row),
+//      or where it declines, and for greedy rows and whole-vocabulary draws (k = 1: the
+//      maximum), k rounds of a block-wide argmax, each over the elements ranked after the
+//      previous round's winner (no membership tests).
+//   2. top k: thread 0 applies top-p, min-p and the draw over the k, in double, in that order.
+//   3. the whole vocabulary (in id order, as DrawToken keeps it when nothing sorts): each thread
+//      sums the probabilities of a contiguous chunk of ids; thread 0 turns the sums into chunk
+//      offsets; the thread whose chunk holds uniform x total walks it to the token.
+//   4. top-p over the whole vocabulary, or top-k above kMaxTopK: one round (the maximum), then
+//      SampleByCuts.
+
+__global__ void __launch_bounds__(kSampleThreads)
+    SampleRowsKernel(const float* __restrict__ logits, int n_vocab,
+                     const DeviceDraw* __restrict__ draws, int32_t* __restrict__ out) {
+  AwaitPrecedingKernels();
+  const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+  const DeviceDraw dr = draws[blockIdx.x];
+  __shared__ float cv[kMaxTopK];
+  __shared__ int ci[kMaxTopK];
+  const bool greedy = !(dr.temperature > 0.0f);
+  const bool cuts = !greedy && (dr.top_k > kMaxTopK || (dr.top_k == 0 && dr.top_p < 1.0f));
+  int k = greedy ? 1 : cuts ? 0 : dr.top_k;  // 0: the whole vocabulary
+  // Top-p over the whole vocabulary looks for its nucleus among the kMaxTopK best (below).
+  const int best = k >= 2 ? k : cuts && dr.top_k == 0 ? kMaxTopK : 0;
+  const bool three_passes =
+      best >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, best, cv, ci);
+  const int rounds = three_passes ? 0 : k > 0 ? k : 1;
+  if (rounds > 0) BestByRounds(row, n_vocab, rounds, cv, ci);
   const float mx = cv[0];
   if (greedy) {
     if (threadIdx.x == 0) out[blockIdx.x] = ci[0];
@@ -548,7 +557,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   __syncthreads();
   const int picked = pick_sh;
   // Rounding that leaves u at or past the end: the last token whose probability is not zero.
-  const int fallback = BlockMaxInt(last_nonzero, wi);
+  __shared__ int warp_max[32];
+  const int fallback = BlockMaxInt(last_nonzero, warp_max);
   if (threadIdx.x == 0) out[blockIdx.x] = picked != INT_MAX ? picked : max(fallback, 0);
 }
 
@@ -600,7 +610,64 @@ __global__ void __launch_bounds__(kAdjustThreads)
   if (threadIdx.x == 0 && input >= 0 && !listed) row[input] = AdjustOne(dr, 0.0f, 1, row[input]);
 }
 
+struct FloatMaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// TokenLogprobOf on the device (cuda_kernels.h LogprobRows): the maximum and the chosen token's
+// rank in one pass, the softmax total in double in another, then the top k as SampleRows finds
+// its top k (three passes, or the rounds where they decline).
+__global__ void __launch_bounds__(kSampleThreads)
+    LogprobRowsKernel(const float* __restrict__ logits, int n_vocab, const DeviceDraw* __restrict__ draws,
+                      const int32_t* __restrict__ tokens, DeviceLogprobs* __restrict__ out) {
+  AwaitPrecedingKernels();
+  const int want = draws[blockIdx.x].logprobs;
+  if (want < 0) return;
+  const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
+  const int token = tokens[blockIdx.x];
+  const float lt = row[token];
+  __shared__ float fpart[33];
+  __shared__ double dpart[33];
+  __shared__ float cv[kMaxTopK];
+  __shared__ int ci[kMaxTopK];
+  float m = -INFINITY;
+  double better = 0.0;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    const float v = row[i];
+    m = fmaxf(m, v);
+    better += Before(v, i, lt, token) ? 1.0 : 0.0;
+  }
+  const float mx = BlockReduce(m, FloatMaxOp(), fpart);
+  const double rank = BlockReduce(better, SumOp(), dpart);
+  double own = 0.0;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) own += exp(static_cast<double>(row[i] - mx));
+  const double total = BlockReduce(own, SumOp(), dpart);
+  const double log_z = static_cast<double>(mx) + log(total);
+  const int k = min(min(want, n_vocab), kMaxDeviceLogprobs);
+  if (k > 0) {
+    const bool three_passes = k >= 2 && n_vocab >= kTopKCandidates && TopKByThreshold(row, n_vocab, k, cv, ci);
+    if (!three_passes) BestByRounds(row, n_vocab, k, cv, ci);
+  }
+  if (threadIdx.x != 0) return;
+  DeviceLogprobs& o = out[blockIdx.x];
+  o.token = token;
+  o.logprob = static_cast<float>(static_cast<double>(lt) - log_z);
+  o.rank = 1 + static_cast<int32_t>(rank);
+  o.n_top = k;
+  for (int j = 0; j < k; ++j) {
+    o.top_ids[j] = ci[j];
+    o.top_logprobs[j] = static_cast<float>(static_cast<double>(cv[j]) - log_z);
+  }
+}
+
 }  // namespace
+
+void LogprobRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws,
+                 const int32_t* tokens, DeviceLogprobs* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  LogprobRowsKernel<<<rows, kSampleThreads, 0, stream>>>(logits, n_vocab, draws, tokens, out);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
 
 void AdjustLogitsRows(float* logits, int rows, int n_vocab, const DeviceDraw* draws,
                       const int32_t* meta, const int32_t* input_ids, cudaStream_t stream) {

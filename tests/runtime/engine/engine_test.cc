@@ -30,6 +30,7 @@ struct Collected {
   FinishReason finish = FinishReason::kNone;
   StreamEvent last;
   int events = 0;
+  std::vector<TokenLogprob> logprobs;
 };
 
 Collected Drain(RequestStream& s) {
@@ -38,6 +39,7 @@ Collected Drain(RequestStream& s) {
   while (s.Next(&ev, milliseconds(60000))) {
     c.text += ev.text;
     c.tokens.insert(c.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     ++c.events;
     if (ev.finish != FinishReason::kNone) {
       c.finish = ev.finish;
@@ -302,12 +304,52 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       }
     }
   }
-  // What needs the logits on the host never takes it: logprobs, settings the backend refuses.
+  // Logprobs come back with the token (DrawParams::logprobs_out): the same tokens, logprobs,
+  // ranks and alternatives as the host's, of the row after its bias and penalties.
   GenerationRequest with_logprobs = greedy;
   with_logprobs.sampling.logprobs = 2;
+  GenerationRequest penalized_lps = penalized;  // drawn, penalized, the top 20
+  penalized_lps.sampling.logprobs = 20;
+  GenerationRequest chosen_only = truncated;  // logprobs 0: the drawn token's alone
+  chosen_only.sampling.logprobs = 0;
+  for (const GenerationRequest* r : {&with_logprobs, &penalized_lps, &chosen_only}) {
+    for (bool chained : {false, true}) {
+      Counts on_n, off_n;
+      const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
+      const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
+      ASSERT_EQ(on.size(), 1u);
+      ASSERT_EQ(off.size(), 1u);
+      EXPECT_EQ(on_n.sample_steps, 12) << "chained " << chained;
+      EXPECT_EQ(on_n.mixed_steps, 0);
+      EXPECT_EQ(on[0].tokens, off[0].tokens);
+      ASSERT_EQ(on[0].logprobs.size(), 12u);
+      ASSERT_EQ(off[0].logprobs.size(), 12u);
+      for (size_t k = 0; k < 12; ++k) {
+        const TokenLogprob& a = on[0].logprobs[k];
+        const TokenLogprob& b = off[0].logprobs[k];
+        EXPECT_EQ(a.token, on[0].tokens[k]);
+        EXPECT_EQ(a.token, b.token);
+        EXPECT_EQ(a.text, b.text);
+        EXPECT_EQ(a.logprob, b.logprob) << "token " << k;
+        EXPECT_LE(a.logprob, 0.0f);
+        EXPECT_EQ(a.rank, b.rank);
+        ASSERT_EQ(a.top.size(), static_cast<size_t>(r->sampling.logprobs));
+        ASSERT_EQ(b.top.size(), a.top.size());
+        for (size_t j = 0; j < a.top.size(); ++j) {
+          EXPECT_EQ(a.top[j].token, b.top[j].token);
+          EXPECT_EQ(a.top[j].text, b.top[j].text);
+          EXPECT_EQ(a.top[j].logprob, b.top[j].logprob);
+        }
+      }
+    }
+  }
+  // What needs the logits on the host never takes it: a grammar, min_tokens still holding off
+  // the end (here every token), settings the backend refuses.
+  GenerationRequest held = greedy;
+  held.min_tokens = 12;
   {
     Counts n;
-    run(true, false, {with_logprobs}, &n);
+    run(true, false, {held}, &n);
     EXPECT_EQ(n.sample_steps, 0);
     EXPECT_EQ(n.mixed_steps, 0);  // alone: every row on the host
     EXPECT_EQ(n.logits_steps, 12);
@@ -315,7 +357,8 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   // Beside draws it makes a step mixed: the backend draws the others' rows, only its row comes
   // back as logits, and every request gets the tokens it gets all on the host.
   {
-    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, with_logprobs, biased};
+    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, held, biased,
+                                               with_logprobs};
     Counts on_n, off_n;
     const std::vector<Collected> on = run(true, false, rs, &on_n);
     const std::vector<Collected> off = run(false, false, rs, &off_n);
@@ -327,7 +370,12 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
     }
     EXPECT_GE(on_n.mixed_steps, 6) << "of " << on_n.logits_steps;  // (arrivals may split a few)
-    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // with_logprobs' row
+    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // held's row
+    ASSERT_EQ(on[5].logprobs.size(), 12u);  // with_logprobs, drawn in the mixed steps
+    for (size_t k = 0; k < 12; ++k) {
+      EXPECT_EQ(on[5].logprobs[k].logprob, off[5].logprobs[k].logprob);
+      EXPECT_EQ(on[5].logprobs[k].rank, off[5].logprobs[k].rank);
+    }
     EXPECT_EQ(off_n.mixed_steps, 0);
   }
   Counts refused_n, off_n;

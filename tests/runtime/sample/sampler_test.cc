@@ -198,10 +198,18 @@ TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
           << "t " << c.t << " k " << c.k << " top_p " << c.top_p << " step " << step;
     }
   }
-  // A logit bias and penalties go with the draw (NextDraw's entries); logprobs need the host.
+  // A logit bias and penalties go with the draw (NextDraw's entries), and so do logprobs (the
+  // backend reports them); a constraint needs the host.
   SamplingParams lp = Seeded(1, 0.0f);
-  lp.logprobs = 0;
-  EXPECT_FALSE(Sampler(lp).IsPlainDraw());
+  lp.logprobs = 3;
+  EXPECT_TRUE(Sampler(lp).IsPlainDraw());
+  EXPECT_EQ(Sampler(lp).draw_params().logprobs, 3);
+  EXPECT_EQ(Sampler(Seeded(1, 0.0f)).draw_params().logprobs, -1);
+  struct Nothing : TokenConstraint {  // masks nothing: its presence alone decides
+    void Mask(std::span<float>) const override {}
+    void Accept(int32_t) override {}
+  };
+  EXPECT_FALSE(Sampler(Seeded(1, 0.0f), std::make_unique<Nothing>()).IsPlainDraw());
   SamplingParams adjusted = Seeded(13, 0.9f);
   adjusted.top_k = 50;
   adjusted.repetition_penalty = 1.2f;

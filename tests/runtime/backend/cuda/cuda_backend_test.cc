@@ -17,11 +17,13 @@
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/sample/draw.h"
 #include "runtime/sample/penalties.h"
+#include "runtime/sample/sampler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -466,12 +468,20 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
   std::mt19937_64 rng(11);
   std::vector<std::vector<DrawParams>> draws(steps);
   std::vector<std::vector<int>> row_of(steps, std::vector<int>(3, -1));
+  // Most rows also report logprobs (0, 3 or 6 alternatives), greedy and drawn, into lps_got.
+  std::vector<std::vector<DrawnLogprobs>> lps_got(steps), lps_want(steps);
   for (size_t k = 0; k < steps; ++k) {
+    lps_got[k].resize(order[k].size());
+    lps_want[k].resize(order[k].size());
     for (size_t r = 0; r < order[k].size(); ++r) {
       DrawParams d;
       d.temperature = (r + k) % 3 == 0 ? 0.0f : 0.8f;
       d.top_k = 40;
       d.uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      if ((r + k) % 4 != 3) {
+        d.logprobs = static_cast<int>((r + k) % 4) * 3;
+        d.logprobs_out = &lps_got[k][r];
+      }
       draws[k].push_back(d);
       row_of[k][order[k][r]] = static_cast<int>(r);
     }
@@ -541,6 +551,9 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
       }
       want[k].push_back(DrawToken(row, draws[k][r], &candidates, &probs));
       changed += want[k].back() != plain;
+      if (draws[k][r].wants_logprobs()) {
+        DrawnLogprobsOf(row, want[k].back(), draws[k][r].logprobs, &lps_want[k][r]);
+      }
     }
     for (size_t r = 0; r < order[k].size(); ++r) toks[order[k][r]].push_back(want[k][r]);
   }
@@ -569,6 +582,27 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
   EXPECT_EQ(g->FinishSample(&none).code(), StatusCode::kFailedPrecondition);
   for (size_t k = 0; k < steps; ++k) EXPECT_EQ(got[k], want[k]) << "step " << k;
   EXPECT_EQ(g->graphs_captured(), 1);  // step 3
+  // The logprobs (LogprobRows), of the rows after their entries: ranks and alternatives exact,
+  // values within the rounding of the softmax total.
+  int reported = 0;
+  for (size_t k = 0; k < steps; ++k) {
+    for (size_t r = 0; r < order[k].size(); ++r) {
+      if (!draws[k][r].wants_logprobs()) continue;
+      const DrawnLogprobs &a = lps_got[k][r], &b = lps_want[k][r];
+      SCOPED_TRACE(::testing::Message() << "step " << k << " row " << r);
+      EXPECT_EQ(a.token, want[k][r]);
+      EXPECT_EQ(a.token, b.token);
+      EXPECT_EQ(a.rank, b.rank);
+      EXPECT_NEAR(a.logprob, b.logprob, 2e-6f * std::max(1.0f, std::fabs(b.logprob)));
+      ASSERT_EQ(a.n_top, b.n_top);
+      for (int j = 0; j < a.n_top; ++j) {
+        EXPECT_EQ(a.top_ids[j], b.top_ids[j]);
+        EXPECT_NEAR(a.top_logprobs[j], b.top_logprobs[j], 2e-6f * std::max(1.0f, std::fabs(b.top_logprobs[j])));
+      }
+      ++reported;
+    }
+  }
+  EXPECT_EQ(reported, 7);
 }
 
 // ForwardBatchSampleMixed: the rows not on the host are drawn on the device as ForwardBatchSample

@@ -35,6 +35,7 @@
 #include "runtime/model/ops.h"
 #include "runtime/sample/draw.h"
 #include "runtime/sample/penalties.h"
+#include "runtime/sample/sampler.h"
 #include "tests/runtime/backend/backend_test_util.h"
 #include "tests/runtime/backend/cuda/cuda_test_util.h"
 
@@ -986,6 +987,64 @@ TEST_F(CudaKernelsTest, AdjustLogitsRowsEqualsTheHostsAdjustments) {
     changed_rows += changed;
   }
   EXPECT_EQ(changed_rows, rows - 1);  // every row but 10
+}
+
+// LogprobRows against TokenLogprobOf: ranks and top ids exactly, logprobs within the rounding of
+// the softmax total, rows without logprobs left alone; the whole vocabulary (top k in three
+// passes, or the rounds where ties make them decline) and a vocabulary smaller than the top.
+TEST_F(CudaKernelsTest, LogprobRowsEqualsTheHostsLogprobs) {
+  for (const int nv : {49152, 10}) {
+    const int rows = 10;
+    std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 71, -6.0f, 6.0f);
+    if (nv > 100) {
+      l[1 * nv + 7] = l[1 * nv + 4000] = 9.0f;  // a tie at the top
+      for (int i = 0; i < nv; ++i) {
+        l[2 * nv + i] = std::floor(l[2 * nv + i]);  // thousands of ties: the rounds
+        l[3 * nv + i] = 0.5f;                       // one logit everywhere
+      }
+      for (int i = 0; i < nv; i += 3) l[4 * nv + i] = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < 24; ++j) l[5 * nv + (j * 977) % nv] = 20.0f - 0.5f * static_cast<float>(j);
+    }
+    const int want[rows] = {20, 5, 20, 3, 2, 20, -1, 0, 1, 7};
+    std::mt19937 rng(72);
+    std::vector<cuda::DeviceDraw> ds(rows);
+    std::vector<int32_t> tokens(rows);
+    for (int r = 0; r < rows; ++r) {
+      ds[r].logprobs = want[r];
+      do {
+        tokens[r] = static_cast<int32_t>(rng() % static_cast<uint32_t>(nv));
+      } while (!std::isfinite(l[static_cast<size_t>(r) * nv + tokens[r]]));
+    }
+    tokens[5] = (3 * 977) % nv;  // a leader of the peaked row
+    cuda::DeviceLogprobs sentinel{};
+    sentinel.token = -77;
+    DeviceBuffer<float> ld(l);
+    DeviceBuffer<cuda::DeviceDraw> dd(ds);
+    DeviceBuffer<int32_t> td(tokens);
+    DeviceBuffer<cuda::DeviceLogprobs> od(std::vector<cuda::DeviceLogprobs>(rows, sentinel));
+    cuda::LogprobRows(ld.get(), rows, nv, dd.get(), td.get(), od.get(), nullptr);
+    const std::vector<cuda::DeviceLogprobs> got = od.ToHost();
+    for (int r = 0; r < rows; ++r) {
+      const cuda::DeviceLogprobs& g = got[r];
+      if (want[r] < 0) {
+        EXPECT_EQ(g.token, -77) << "row " << r;
+        continue;
+      }
+      TokenLogprob host;
+      TokenLogprobOf(std::span<const float>(l).subspan(static_cast<size_t>(r) * nv, nv), tokens[r],
+                     want[r], &host);
+      EXPECT_EQ(g.token, tokens[r]) << "nv " << nv << " row " << r;
+      EXPECT_EQ(g.rank, host.rank) << "nv " << nv << " row " << r;
+      EXPECT_NEAR(g.logprob, host.logprob, 2e-6f * std::max(1.0f, std::fabs(host.logprob)))
+          << "nv " << nv << " row " << r;
+      ASSERT_EQ(g.n_top, static_cast<int>(host.top.size())) << "nv " << nv << " row " << r;
+      for (int j = 0; j < g.n_top; ++j) {
+        EXPECT_EQ(g.top_ids[j], host.top[j].token) << "nv " << nv << " row " << r << " top " << j;
+        EXPECT_NEAR(g.top_logprobs[j], host.top[j].logprob,
+                    2e-6f * std::max(1.0f, std::fabs(host.top[j].logprob)));
+      }
+    }
+  }
 }
 
 }  // namespace
