@@ -283,27 +283,6 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   whole.sampling.repetition_penalty = 1.5f;
   whole.sampling.penalty_last_n = -1;
   whole.sampling.logit_bias = {{2, -1.0f}, {11, 3.0f}};
-  {
-    Counts plain_n;
-    const std::vector<Collected> plain = run(false, false, {greedy}, &plain_n);
-    for (const GenerationRequest* r : {&penalized, &biased, &repeats, &whole}) {
-      for (bool chained : {false, true}) {
-        Counts on_n, off_n;
-        const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
-        const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
-        ASSERT_EQ(on.size(), 1u);
-        ASSERT_EQ(off.size(), 1u);
-        EXPECT_EQ(on_n.sample_steps, 12) << "chained " << chained;
-        EXPECT_EQ(on_n.mixed_steps, 0);
-        EXPECT_EQ(off_n.sample_steps, 0);
-        EXPECT_EQ(on[0].tokens, off[0].tokens) << "chained " << chained;
-        ASSERT_EQ(on[0].tokens.size(), 12u);
-        if (r == &repeats || r == &whole) {
-          EXPECT_NE(on[0].tokens, plain[0].tokens) << (r == &repeats ? "repeats" : "whole");  // the adjustments change the greedy text
-        }
-      }
-    }
-  }
   // Logprobs come back with the token (DrawParams::logprobs_out): the same tokens, logprobs,
   // ranks and alternatives as the host's, of the row after its bias and penalties.
   GenerationRequest with_logprobs = greedy;
@@ -312,33 +291,46 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   penalized_lps.sampling.logprobs = 20;
   GenerationRequest chosen_only = truncated;  // logprobs 0: the drawn token's alone
   chosen_only.sampling.logprobs = 0;
-  for (const GenerationRequest* r : {&with_logprobs, &penalized_lps, &chosen_only}) {
-    for (bool chained : {false, true}) {
-      Counts on_n, off_n;
-      const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
-      const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
-      ASSERT_EQ(on.size(), 1u);
-      ASSERT_EQ(off.size(), 1u);
-      EXPECT_EQ(on_n.sample_steps, 12) << "chained " << chained;
-      EXPECT_EQ(on_n.mixed_steps, 0);
-      EXPECT_EQ(on[0].tokens, off[0].tokens);
-      ASSERT_EQ(on[0].logprobs.size(), 12u);
-      ASSERT_EQ(off[0].logprobs.size(), 12u);
-      for (size_t k = 0; k < 12; ++k) {
-        const TokenLogprob& a = on[0].logprobs[k];
-        const TokenLogprob& b = off[0].logprobs[k];
-        EXPECT_EQ(a.token, on[0].tokens[k]);
-        EXPECT_EQ(a.token, b.token);
-        EXPECT_EQ(a.text, b.text);
-        EXPECT_EQ(a.logprob, b.logprob) << "token " << k;
-        EXPECT_LE(a.logprob, 0.0f);
-        EXPECT_EQ(a.rank, b.rank);
-        ASSERT_EQ(a.top.size(), static_cast<size_t>(r->sampling.logprobs));
-        ASSERT_EQ(b.top.size(), a.top.size());
-        for (size_t j = 0; j < a.top.size(); ++j) {
-          EXPECT_EQ(a.top[j].token, b.top[j].token);
-          EXPECT_EQ(a.top[j].text, b.top[j].text);
-          EXPECT_EQ(a.top[j].logprob, b.top[j].logprob);
+  {
+    Counts plain_n;
+    const std::vector<Collected> plain = run(false, false, {greedy}, &plain_n);
+    for (const GenerationRequest* r : {&penalized, &biased, &repeats, &whole, &with_logprobs,
+                                       &penalized_lps, &chosen_only}) {
+      for (bool chained : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "chained " << chained << " logprobs "
+                                          << r->sampling.logprobs);
+        Counts on_n, off_n;
+        const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
+        const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
+        ASSERT_EQ(on.size(), 1u);
+        ASSERT_EQ(off.size(), 1u);
+        EXPECT_EQ(on_n.sample_steps, 12);
+        EXPECT_EQ(on_n.mixed_steps, 0);
+        EXPECT_EQ(off_n.sample_steps, 0);
+        EXPECT_EQ(on[0].tokens, off[0].tokens);
+        ASSERT_EQ(on[0].tokens.size(), 12u);
+        if (r == &repeats || r == &whole) {
+          EXPECT_NE(on[0].tokens, plain[0].tokens);  // the adjustments change the greedy text
+        }
+        if (r->sampling.logprobs < 0) continue;
+        ASSERT_EQ(on[0].logprobs.size(), 12u);
+        ASSERT_EQ(off[0].logprobs.size(), 12u);
+        for (size_t k = 0; k < 12; ++k) {
+          const TokenLogprob& a = on[0].logprobs[k];
+          const TokenLogprob& b = off[0].logprobs[k];
+          EXPECT_EQ(a.token, on[0].tokens[k]);
+          EXPECT_EQ(a.token, b.token);
+          EXPECT_EQ(a.text, b.text);
+          EXPECT_EQ(a.logprob, b.logprob) << "token " << k;
+          EXPECT_LE(a.logprob, 0.0f);
+          EXPECT_EQ(a.rank, b.rank);
+          ASSERT_EQ(a.top.size(), static_cast<size_t>(r->sampling.logprobs));
+          ASSERT_EQ(b.top.size(), a.top.size());
+          for (size_t j = 0; j < a.top.size(); ++j) {
+            EXPECT_EQ(a.top[j].token, b.top[j].token);
+            EXPECT_EQ(a.top[j].text, b.top[j].text);
+            EXPECT_EQ(a.top[j].logprob, b.top[j].logprob);
+          }
         }
       }
     }
