@@ -549,14 +549,18 @@ void Engine::ScorePrompt(Active& a, const ScheduledSeq& item, const float* rows)
   }
 }
 
-void Engine::SuppressEnd(const Active& a, std::span<float> row) {
+const std::vector<int32_t>& Engine::EndIds() {
   if (eog_ids_.empty()) {
     for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
       if (tokenizer_->IsEndOfGeneration(id)) eog_ids_.push_back(id);
     }
   }
+  return eog_ids_;
+}
+
+void Engine::SuppressEnd(const Active& a, std::span<float> row) {
   constexpr float kOff = -std::numeric_limits<float>::infinity();
-  for (int32_t id : eog_ids_) {
+  for (int32_t id : EndIds()) {
     if (static_cast<size_t>(id) < row.size()) row[static_cast<size_t>(id)] = kOff;
   }
   for (int32_t id : a.req.stop_tokens) {
@@ -738,7 +742,6 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
     if (!si.item->draft.empty() || !smp.IsPlainDraw() ||
-        si.active->generated < si.active->req.min_tokens ||  // (stale by a step: errs to the host)
         si.active->history.size() < InputPosition(*si.item) ||  // (cannot happen)
         !backend_->CanSample(smp.draw_params())) {
       si.host = static_cast<int>(w.host_rows.size());
@@ -759,9 +762,20 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   w.adjust_end.clear();
   for (const SampledItem& si : w.sampled) {
     if (si.active != nullptr && si.host < 0) {
-      const std::span<const int32_t> before =
-          std::span<const int32_t>(si.active->history).first(InputPosition(*si.item));
-      w.draws.push_back(si.active->sampler.NextDraw(before, vocab, &w.adjust));
+      const Active& a = *si.active;
+      const size_t input = InputPosition(*si.item);
+      const std::span<const int32_t> before = std::span<const int32_t>(a.history).first(input);
+      // min_tokens: the row's token is the (input + 1 - prompt)-th generated one, whatever the
+      // step in flight brings (a.generated may be a step behind); until min_tokens, the end
+      // and stop tokens go with the draw as banned (SuppressEnd's -infinity).
+      std::span<const int32_t> banned;
+      if (static_cast<int64_t>(input + 1) - static_cast<int64_t>(a.req.prompt_tokens.size()) <
+          a.req.min_tokens) {
+        banned_.assign(EndIds().begin(), EndIds().end());
+        banned_.insert(banned_.end(), a.req.stop_tokens.begin(), a.req.stop_tokens.end());
+        banned = banned_;
+      }
+      w.draws.push_back(si.active->sampler.NextDraw(before, vocab, &w.adjust, banned));
     } else {
       w.draws.push_back(DrawParams{});
     }

@@ -227,6 +227,8 @@ class Engine {
   void ScorePrompt(Active& a, const ScheduledSeq& item, const float* rows);
   // min_tokens: rules out the end-of-generation ids and the request's stop_tokens in `row`.
   void SuppressEnd(const Active& a, std::span<float> row);
+  // The tokenizer's end-of-generation ids (eog_ids_, filled on first use).
+  const std::vector<int32_t>& EndIds();
 
   // Items with logits, in batch order.
   struct SampledItem {
@@ -324,6 +326,7 @@ class Engine {
   std::shared_ptr<const ConstraintVocab> constraint_vocab_;  // engine thread
   uint64_t private_salts_ = 0;    // prompt_logprobs requests' cache salts; engine thread
   std::vector<int32_t> eog_ids_;  // end-of-generation ids, filled on first use; engine thread
+  std::vector<int32_t> banned_;   // Prepare's scratch: a row's banned ids (min_tokens)
   int context_length_ = 0;
 
   std::mutex mu_;

@@ -1,6 +1,7 @@
 #include "runtime/sample/penalties.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace kinfer {
@@ -52,7 +53,8 @@ void AdjustOne(const DrawParams& p, float bias, int32_t count, float& l) {
 }  // namespace
 
 size_t LogitAdjustments(const SamplingParams& params, std::span<const int32_t> before_input,
-                        int32_t n_vocab, std::vector<LogitAdjust>* out, DrawParams* p) {
+                        int32_t n_vocab, std::vector<LogitAdjust>* out, DrawParams* p,
+                        std::span<const int32_t> banned) {
   p->repetition = params.repetition_penalty;
   p->frequency = params.frequency_penalty;
   p->presence = params.presence_penalty;
@@ -74,6 +76,10 @@ size_t LogitAdjustments(const SamplingParams& params, std::span<const int32_t> b
   for (const auto& [id, bias] : params.logit_bias) {
     if (id >= 0 && id < n_vocab) out->push_back(LogitAdjust{id, bias, 0});
   }
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  for (const int32_t id : banned) {
+    if (id >= 0 && id < n_vocab) out->push_back(LogitAdjust{id, kBanned, 0});
+  }
   // Sort by id and merge each id's entries into one (logit_bias's ids are unique).
   const auto begin = out->begin() + static_cast<std::ptrdiff_t>(first);
   std::sort(begin, out->end(),
@@ -82,7 +88,7 @@ size_t LogitAdjustments(const SamplingParams& params, std::span<const int32_t> b
   for (auto r = begin; r != out->end(); ++r) {
     if (w != begin && (w - 1)->id == r->id) {
       (w - 1)->count += r->count;
-      if (r->bias != 0.0f) (w - 1)->bias = r->bias;
+      if (r->bias != 0.0f && (w - 1)->bias != kBanned) (w - 1)->bias = r->bias;
     } else {
       *w++ = *r;
     }

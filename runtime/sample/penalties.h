@@ -54,8 +54,12 @@ inline void AdjustLogits(const SamplingParams& params, std::span<const int32_t> 
 // outside [0, n_vocab) left out) to *out and returns how many; sets p's repetition, frequency,
 // presence and count_input, and leaves p->adjust for the caller to point at the entries once
 // *out stops growing.
+// banned: ids the row must not draw (the end-of-generation and stop tokens while min_tokens holds
+// them off; repeats allowed), listed with bias -infinity: what setting their logits to
+// -infinity before AdjustLogits leaves, since no bias or penalty brings them back.
 size_t LogitAdjustments(const SamplingParams& params, std::span<const int32_t> before_input,
-                        int32_t n_vocab, std::vector<LogitAdjust>* out, DrawParams* p);
+                        int32_t n_vocab, std::vector<LogitAdjust>* out, DrawParams* p,
+                        std::span<const int32_t> banned = {});
 
 // Applies p.adjust (and, with p.count_input, one more occurrence of input_token) to `logits`:
 // for each listed id, logit += bias; then for each id counted c > 0 times, the repetition,

@@ -56,9 +56,9 @@ DrawParams Sampler::NextDraw() {
 }
 
 DrawParams Sampler::NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
-                             std::vector<LogitAdjust>* adjust) {
+                             std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned) {
   DrawParams d = NextDraw();
-  LogitAdjustments(params_, before_input, n_vocab, adjust, &d);
+  LogitAdjustments(params_, before_input, n_vocab, adjust, &d, banned);
   return d;
 }
 

@@ -137,9 +137,9 @@ class Sampler {
   // row's input token (the backend counts that one), the entries are appended to *adjust, and
   // the returned params' adjust span is left empty for the caller to point at them. For a plain
   // draw, DrawToken on the row after ApplyLogitAdjustments is what Sample(row, history) would
-  // have returned.
+  // have returned (with `banned`'s logits set to -infinity first: LogitAdjustments').
   DrawParams NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
-                      std::vector<LogitAdjust>* adjust);
+                      std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {});
 
   const SamplingParams& params() const { return params_; }
 

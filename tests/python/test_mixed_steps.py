@@ -1,9 +1,8 @@
-"""A batch that mixes draws the backend takes (plain, with penalties or a logit_bias, which go
-with the draw, and with logprobs, which come back with the token) with requests that need their
-logits on the host (min_tokens holding off the end), through the official openai client: each
-request gets the text and logprobs it gets alone, and kinfer_runtime_engine_steps_mixed_total
-counts the steps in which the backend drew the others' rows while only the held rows' logits
-came back."""
+"""A batch that mixes draws the backend takes (plain; with penalties, a logit_bias or min_tokens,
+which go with the draw; with logprobs, which come back with the token) with requests that need
+their logits on the host (JSON mode), through the official openai client: each request gets the
+text and logprobs it gets alone, and kinfer_runtime_engine_steps_mixed_total counts the steps in
+which the backend drew the others' rows while only the JSON rows' logits came back."""
 import threading
 
 import requests
@@ -18,6 +17,7 @@ KINDS = {
     "biased": {"logit_bias": {"11": 3}},
     "logprobs": {"logprobs": True, "top_logprobs": 2},
     "held": {"extra_body": {"min_tokens": 40}},
+    "json": {"response_format": {"type": "json_object"}},
 }
 
 
@@ -49,5 +49,5 @@ def test_mixed_batches_give_each_request_its_own_text(client, server):
     assert together == alone
     assert alone["logprobs"][1] is not None and len(alone["logprobs"][1]) > 10
     assert all(len(top) == 2 and lp <= 0 for _, lp, top in alone["logprobs"][1])
-    # Ten requests of 40 tokens at once: most of their steps hold plain and held rows both.
+    # Twelve requests of 40 tokens at once: most of their steps hold plain and JSON rows both.
     assert _mixed_steps(server) - before >= 10

@@ -291,11 +291,20 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   penalized_lps.sampling.logprobs = 20;
   GenerationRequest chosen_only = truncated;  // logprobs 0: the drawn token's alone
   chosen_only.sampling.logprobs = 0;
+  // min_tokens bans the end tokens with the draw, up to the token the host stops at: greedy wants
+  // an end token (2) as its 8th token, so 7 lets it through where 8 does not.
+  GenerationRequest held = greedy;
+  held.min_tokens = 12;
+  GenerationRequest held7 = greedy, held8 = greedy;
+  held7.min_tokens = 7;
+  held8.min_tokens = 8;
   {
     Counts plain_n;
     const std::vector<Collected> plain = run(false, false, {greedy}, &plain_n);
+    ASSERT_EQ(plain[0].tokens.size(), 12u);
+    ASSERT_EQ(plain[0].tokens[7], 2);  // (the premise of held7 and held8)
     for (const GenerationRequest* r : {&penalized, &biased, &repeats, &whole, &with_logprobs,
-                                       &penalized_lps, &chosen_only}) {
+                                       &penalized_lps, &chosen_only, &held, &held7, &held8}) {
       for (bool chained : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "chained " << chained << " logprobs "
                                           << r->sampling.logprobs);
@@ -309,9 +318,10 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         EXPECT_EQ(off_n.sample_steps, 0);
         EXPECT_EQ(on[0].tokens, off[0].tokens);
         ASSERT_EQ(on[0].tokens.size(), 12u);
-        if (r == &repeats || r == &whole) {
+        if (r == &repeats || r == &whole || r == &held || r == &held8) {
           EXPECT_NE(on[0].tokens, plain[0].tokens);  // the adjustments change the greedy text
         }
+        if (r == &held7) EXPECT_EQ(on[0].tokens, plain[0].tokens);
         if (r->sampling.logprobs < 0) continue;
         ASSERT_EQ(on[0].logprobs.size(), 12u);
         ASSERT_EQ(off[0].logprobs.size(), 12u);
@@ -335,13 +345,14 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       }
     }
   }
-  // What needs the logits on the host never takes it: a grammar, min_tokens still holding off
-  // the end (here every token), settings the backend refuses.
-  GenerationRequest held = greedy;
-  held.min_tokens = 12;
+  // What needs the logits on the host never takes it: a grammar (JSON mode), settings the
+  // backend refuses.
+  GenerationRequest json = greedy;
+  json.json_object = true;
+  // (ignore_eos, a 400 with JSON mode at the API, keeps it going to 12 tokens here)
   {
     Counts n;
-    run(true, false, {held}, &n);
+    run(true, false, {json}, &n);
     EXPECT_EQ(n.sample_steps, 0);
     EXPECT_EQ(n.mixed_steps, 0);  // alone: every row on the host
     EXPECT_EQ(n.logits_steps, 12);
@@ -349,8 +360,8 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   // Beside draws it makes a step mixed: the backend draws the others' rows, only its row comes
   // back as logits, and every request gets the tokens it gets all on the host.
   {
-    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, held, biased,
-                                               with_logprobs};
+    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, json, biased,
+                                               with_logprobs, held8};
     Counts on_n, off_n;
     const std::vector<Collected> on = run(true, false, rs, &on_n);
     const std::vector<Collected> off = run(false, false, rs, &off_n);
@@ -362,7 +373,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
     }
     EXPECT_GE(on_n.mixed_steps, 6) << "of " << on_n.logits_steps;  // (arrivals may split a few)
-    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // held's row
+    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // json's row
     ASSERT_EQ(on[5].logprobs.size(), 12u);  // with_logprobs, drawn in the mixed steps
     for (size_t k = 0; k < 12; ++k) {
       EXPECT_EQ(on[5].logprobs[k].logprob, off[5].logprobs[k].logprob);

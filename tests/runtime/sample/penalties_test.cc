@@ -1,6 +1,7 @@
 #include "runtime/sample/penalties.h"
 
 #include <random>
+#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -163,6 +164,53 @@ TEST(LogitAdjustmentsTest, NothingToApplyWithoutBiasOrPenalties) {
   p.penalty_last_n = 1;  // the input token alone
   EXPECT_EQ(LogitAdjustments(p, history, 10, &list, &d), 0u);
   EXPECT_TRUE(d.count_input);
+}
+
+// Banned ids (min_tokens' end and stop tokens) are -infinity whatever else lists them: as
+// setting them to -infinity before AdjustLogits, with a bias, a penalty count, the input token
+// among them, and a repeat.
+TEST(LogitAdjustmentsTest, BannedIdsEndAtMinusInfinityAsTheHostLeavesThem) {
+  SamplingParams p;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = -0.7f;
+  p.presence_penalty = 0.2f;
+  p.logit_bias = {{4, 50.0f}, {6, -3.0f}, {7, 2.0f}};
+  const std::vector<int32_t> history = {4, 5, 4, 9, 7};  // input token 7
+  const std::vector<int32_t> banned = {7, 4, 8, 4, 42};   // 42: outside the vocabulary
+  std::vector<float> host(12);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i) - 2.0f;
+  std::vector<float> dev = host;
+  for (int32_t id : banned) {
+    if (id < 12) host[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+  }
+  AdjustLogits(p, history, host);
+  std::vector<LogitAdjust> list;
+  DrawParams d;
+  LogitAdjustments(p, std::span<const int32_t>(history).first(4), 12, &list, &d, banned);
+  d.adjust = list;
+  ApplyLogitAdjustments(d, history.back(), dev);
+  for (size_t i = 0; i < host.size(); ++i) EXPECT_EQ(dev[i], host[i]) << "token " << i;
+  for (int32_t id : {4, 7, 8}) EXPECT_EQ(dev[static_cast<size_t>(id)], -std::numeric_limits<float>::infinity());
+  EXPECT_GT(dev[6], -10.0f);  // a bias alone is not a ban
+  // Long lists (the sort then moves equal ids about): the ban holds in whatever order.
+  std::mt19937 rng(5);
+  p.penalty_last_n = -1;
+  for (int c = 0; c < 50; ++c) {
+    std::vector<int32_t> h(300);
+    for (int32_t& t : h) t = static_cast<int32_t>(rng() % 20);
+    p.logit_bias.clear();
+    for (int32_t id = 0; id < 20; id += 2) p.logit_bias.emplace_back(id, 30.0f);
+    std::vector<int32_t> ban(40);
+    for (int32_t& t : ban) t = static_cast<int32_t>(rng() % 20);
+    std::vector<float> want(20, 1.0f), got(20, 1.0f);
+    for (int32_t id : ban) want[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+    AdjustLogits(p, h, want);
+    list.clear();
+    LogitAdjustments(p, std::span<const int32_t>(h).first(h.size() - 1), 20, &list, &d, ban);
+    d.adjust = list;
+    ApplyLogitAdjustments(d, h.back(), got);
+    EXPECT_EQ(got, want) << "case " << c;
+  }
 }
 
 }  // namespace
