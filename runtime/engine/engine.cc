@@ -599,14 +599,26 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
   a.draft_probs.clear();
 }
 
-void Engine::EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, const DrawnLogprobs* drawn,
-                        SampledToken* out) {
+void Engine::EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int32_t> toks,
+                        std::span<const DrawParams> draws, SampledToken* out) {
   out->id = item.id;
   out->accepted = 0;
-  out->token = tok;
-  TokenLogprob lp;
-  if (drawn != nullptr) FromDrawnLogprobs(*drawn, &lp);
-  out->stop = EmitToken(a, tok, drawn != nullptr ? &lp : nullptr);
+  // SampleItem's walk for a greedy verifier: row j's token accepts draft token j when it is
+  // that token; the first rejection, or the row after a fully accepted draft, ends it.
+  for (size_t j = 0; j < toks.size(); ++j) {
+    const int32_t tok = toks[j];
+    const DrawParams& d = draws[j];
+    TokenLogprob lp;
+    if (d.wants_logprobs()) FromDrawnLogprobs(*d.logprobs_out, &lp);
+    const bool ended = EmitToken(a, tok, d.wants_logprobs() ? &lp : nullptr);
+    const bool accepted = j < item.draft.size() && tok == item.draft[j];
+    if (ended || !accepted) {
+      out->token = tok;
+      out->stop = ended;
+      break;
+    }
+    ++out->accepted;
+  }
   a.draft_probs.clear();
 }
 
@@ -728,9 +740,11 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
-  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. When only
-  // some are, and no item has several rows (a draft, a scored prompt), the step is mixed: the
-  // backend draws those, and only the others' logits come back, to be sampled here.
+  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. A greedy
+  // request's draft is verified there too: each of its rows is drawn (the argmax), and Emit
+  // walks them as Sampler::Verify would. When only some are, and no item has several rows (a
+  // draft, a scored prompt), the step is mixed: the backend draws those, and only the others'
+  // logits come back, to be sampled here.
   w.backend = false;
   w.mixed = false;
   w.host_rows.clear();
@@ -741,8 +755,10 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     si.host = -1;
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
-    if (!si.item->draft.empty() || !smp.IsPlainDraw() ||
-        si.active->history.size() < InputPosition(*si.item) ||  // (cannot happen)
+    const bool sampled_draft = !si.item->draft.empty() && smp.params().temperature > 0.0f;
+    if (sampled_draft || !smp.IsPlainDraw() ||
+        si.active->history.size() < (si.item->draft.empty() ? InputPosition(*si.item)
+                                                             : si.item->start + size_t{1}) ||  // (cannot happen)
         !backend_->CanSample(smp.draw_params())) {
       si.host = static_cast<int>(w.host_rows.size());
       w.host_rows.push_back(static_cast<int32_t>(i));  // one row per item (checked below)
@@ -761,10 +777,25 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   w.adjust.clear();
   w.adjust_end.clear();
   for (const SampledItem& si : w.sampled) {
-    if (si.active != nullptr && si.host < 0) {
-      const Active& a = *si.active;
-      const size_t input = InputPosition(*si.item);
-      const std::span<const int32_t> before = std::span<const int32_t>(a.history).first(input);
+    const ScheduledSeq& item = *si.item;
+    if (si.active == nullptr || si.host >= 0) {
+      w.draws.push_back(DrawParams{});
+      w.adjust_end.push_back(w.adjust.size());
+      continue;
+    }
+    Active& a = *si.active;
+    // The item's tokens with its draft after them: row j's input token is at start + j (a
+    // draft's rows: one per position; otherwise one row, the last position's).
+    std::span<const int32_t> seq = a.history;
+    if (!item.draft.empty()) {
+      drafted_history_.assign(a.history.begin(),
+                              a.history.begin() + static_cast<std::ptrdiff_t>(item.start) + 1);
+      drafted_history_.insert(drafted_history_.end(), item.draft.begin(), item.draft.end());
+      seq = drafted_history_;
+    }
+    const size_t first_input = item.draft.empty() ? InputPosition(item) : static_cast<size_t>(item.start);
+    for (size_t j = 0; j <= item.draft.size(); ++j) {
+      const size_t input = first_input + j;
       // min_tokens: the row's token is the (input + 1 - prompt)-th generated one, whatever the
       // step in flight brings (a.generated may be a step behind); until min_tokens, the end
       // and stop tokens go with the draw as banned (SuppressEnd's -infinity).
@@ -775,11 +806,9 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
         banned_.insert(banned_.end(), a.req.stop_tokens.begin(), a.req.stop_tokens.end());
         banned = banned_;
       }
-      w.draws.push_back(si.active->sampler.NextDraw(before, vocab, &w.adjust, banned));
-    } else {
-      w.draws.push_back(DrawParams{});
+      w.draws.push_back(a.sampler.NextDraw(seq.first(input), vocab, &w.adjust, banned));
+      w.adjust_end.push_back(w.adjust.size());
     }
-    w.adjust_end.push_back(w.adjust.size());
   }
   bool logprobs = false;
   for (size_t i = 0; i < w.draws.size(); ++i) {  // w.adjust has stopped growing
@@ -815,6 +844,8 @@ Status Engine::Launch(StepWork& w) {
 
 bool Engine::LaunchChained(StepWork& cur, StepWork& next) {
   if (!next.backend || !cur.backend) return false;
+  // (A step with a draft is never planned ahead: CanPlanAhead.)
+  if (cur.draws.size() != cur.sampled.size()) return false;
   if (options_.chain_steps == EngineOptions::ChainSteps::kOff) return false;
   if (options_.chain_steps == EngineOptions::ChainSteps::kAuto && !backend_->LaunchIsAsync()) {
     return false;
@@ -843,9 +874,9 @@ bool Engine::LaunchChained(StepWork& cur, StepWork& next) {
 Status Engine::Collect(StepWork& w) {
   if (!w.backend) return Status::Ok();  // computed in Launch
   Status st = backend_->FinishSample(&w.chosen);
-  if (st.ok() && w.chosen.size() != w.sampled.size()) {
+  if (st.ok() && w.chosen.size() != w.draws.size()) {
     st = Internal("the backend's sampling step returned " + std::to_string(w.chosen.size()) +
-                  " tokens for " + std::to_string(w.sampled.size()) + " sequences");
+                  " tokens for " + std::to_string(w.draws.size()) + " rows");
   }
   return st;
 }
@@ -877,8 +908,11 @@ void Engine::Emit(StepWork& w) {
     if (si.active != nullptr && !si.active->finished) {
       SampledToken t;
       if (w.backend || (w.mixed && si.host < 0)) {
-        const DrawParams& d = w.draws[i];
-        EmitChosen(*si.active, item, w.chosen[i], d.wants_logprobs() ? d.logprobs_out : nullptr, &t);
+        // One row per item, or (a draft) one per position from si.row.
+        const size_t first = w.backend ? si.row : i;
+        const size_t n = item.draft.size() + 1;
+        EmitChosen(*si.active, item, std::span<const int32_t>(w.chosen).subspan(first, n),
+                   std::span<const DrawParams>(w.draws).subspan(first, n), &t);
       } else {
         const size_t row = w.mixed ? static_cast<size_t>(si.host) : si.row;
         SampleItem(*si.active, item, step_logits_.data() + row * nv, &t);

@@ -305,10 +305,10 @@ class Engine {
   // logits rows (one per position of the item that has logits; used as scratch) and streams
   // them; fills *out.
   void SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out);
-  // The same for a token the backend already drew (ForwardBatchSample; no draft), with the
-  // logprobs it reported (null: none asked).
-  void EmitChosen(Active& a, const ScheduledSeq& item, int32_t tok, const DrawnLogprobs* drawn,
-                  SampledToken* out);
+  // The same for tokens the backend already drew (ForwardBatchSample): the item's rows' tokens
+  // and draws (one row, or a greedy draft's one per position), with the logprobs it reported.
+  void EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int32_t> toks,
+                  std::span<const DrawParams> draws, SampledToken* out);
   // Removes a finished request (and what the proposer keeps for it). Its state lives on in
   // retired_ until no prepared step can point at it (the end of the next Emit).
   void Retire(std::map<uint64_t, std::unique_ptr<Active>>::iterator it);
@@ -327,6 +327,7 @@ class Engine {
   uint64_t private_salts_ = 0;    // prompt_logprobs requests' cache salts; engine thread
   std::vector<int32_t> eog_ids_;  // end-of-generation ids, filled on first use; engine thread
   std::vector<int32_t> banned_;   // Prepare's scratch: a row's banned ids (min_tokens)
+  std::vector<int32_t> drafted_history_;  // Prepare's scratch: a history with its draft after it
   int context_length_ = 0;
 
   std::mutex mu_;

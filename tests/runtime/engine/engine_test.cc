@@ -179,6 +179,7 @@ class CountingBackend final : public WrappedCpu {
                             std::vector<int32_t>* tokens) override {
     ++sample_steps;
     sample_rows += static_cast<int>(rows.size());
+    for (const SequenceBatch& s : seqs) drafted_rows += s.num_logits > 1 ? s.num_logits : 0;
     return ModelBackend::ForwardBatchSample(seqs, rows, tokens);  // the default: a logits step too
   }
   Status ForwardBatchSampleMixed(std::span<const SequenceBatch> seqs,
@@ -190,6 +191,7 @@ class CountingBackend final : public WrappedCpu {
     return ModelBackend::ForwardBatchSampleMixed(seqs, rows, host_rows, tokens, host_logits);
   }
   std::atomic<int> logits_steps{0}, sample_steps{0}, sample_rows{0};
+  std::atomic<int> drafted_rows{0};  // sampled rows of sequences with several (a draft's)
   std::atomic<int> mixed_steps{0}, mixed_host_rows{0};
   bool refuse_top_p = false;
   std::atomic<int> calls{0};                      // ForwardBatch calls, the default sampling's too
@@ -199,10 +201,11 @@ class CountingBackend final : public WrappedCpu {
 TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   struct Counts {
     int sample_steps = 0, sample_rows = 0, logits_steps = 0, mixed_steps = 0, mixed_host_rows = 0;
+    int drafted_rows = 0;
   };
   // Runs the requests at once on a fresh engine; returns each one's output.
   auto run = [&](bool backend_sampling, bool refuse_top_p, const std::vector<GenerationRequest>& rs,
-                 Counts* counts, bool chained = false) {
+                 Counts* counts, bool chained = false, bool spec = false) {
     CountingBackend backend(model_);
     backend.refuse_top_p = refuse_top_p;
     EngineOptions o;
@@ -211,6 +214,10 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     if (chained) {  // planned ahead: a step's draws are built before its input tokens are known
       o.plan_ahead = EngineOptions::PlanAhead::kAlways;
       o.chain_steps = EngineOptions::ChainSteps::kAlways;
+    }
+    if (spec) {  // n-gram drafts of up to 4 tokens for every request
+      o.spec.default_on = true;
+      o.spec.max_tokens = 4;
     }
     std::vector<Collected> out;
     {
@@ -224,7 +231,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       for (auto& s : streams) out.push_back(Drain(*s));
     }
     *counts = {backend.sample_steps, backend.sample_rows, backend.logits_steps, backend.mixed_steps,
-               backend.mixed_host_rows};
+               backend.mixed_host_rows, backend.drafted_rows};
     return out;
   };
   GenerationRequest greedy = Greedy("What is the capital of France?", 12);
@@ -342,6 +349,51 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
             EXPECT_EQ(a.top[j].logprob, b.top[j].logprob);
           }
         }
+      }
+    }
+  }
+  // A greedy request's draft is verified by the backend: a row per position, each drawn (the
+  // argmax, after the row's entries, with the draft before it in the penalty window), walked as
+  // Sampler::Verify walks them. The same tokens and logprobs as the host's verification.
+  {
+    GenerationRequest copy = Greedy(
+        "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape.", 24);
+    copy.ignore_eos = true;
+    GenerationRequest copy_adjusted = copy;  // penalties, a bias, logprobs and min_tokens
+    copy_adjusted.sampling.frequency_penalty = 0.4f;
+    copy_adjusted.sampling.repetition_penalty = 1.1f;
+    copy_adjusted.sampling.logit_bias = {{11, 1.5f}};
+    copy_adjusted.sampling.logprobs = 3;
+    copy_adjusted.min_tokens = 20;
+    GenerationRequest copy_hot = copy;  // a sampled draft: verified on the host
+    copy_hot.sampling.temperature = 0.7f;
+    copy_hot.sampling.seed = 9;
+    for (const GenerationRequest* r : {&copy, &copy_adjusted, &copy_hot}) {
+      SCOPED_TRACE(::testing::Message() << "temperature " << r->sampling.temperature
+                                        << " logprobs " << r->sampling.logprobs);
+      Counts on_n, off_n;
+      const std::vector<Collected> on = run(true, false, {*r, greedy}, &on_n, false, true);
+      const std::vector<Collected> off = run(false, false, {*r, greedy}, &off_n, false, true);
+      ASSERT_EQ(on.size(), 2u);
+      ASSERT_EQ(off.size(), 2u);
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
+        EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
+      }
+      EXPECT_EQ(on[0].tokens.size(), 24u);
+      ASSERT_EQ(on[0].logprobs.size(), off[0].logprobs.size());
+      for (size_t k = 0; k < on[0].logprobs.size(); ++k) {
+        EXPECT_EQ(on[0].logprobs[k].token, off[0].logprobs[k].token);
+        EXPECT_EQ(on[0].logprobs[k].logprob, off[0].logprobs[k].logprob) << "token " << k;
+        EXPECT_EQ(on[0].logprobs[k].rank, off[0].logprobs[k].rank);
+        ASSERT_EQ(on[0].logprobs[k].top.size(), 3u);
+        EXPECT_EQ(on[0].logprobs[k].top[2].token, off[0].logprobs[k].top[2].token);
+      }
+      if (r == &copy_hot) {
+        EXPECT_LT(on_n.sample_steps, on_n.logits_steps);  // the steps with its draft: the host
+      } else {
+        EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);  // every step drawn by the backend
+        EXPECT_GE(on_n.drafted_rows, 4);  // drafts' rows among them (two drafts at least)
       }
     }
   }

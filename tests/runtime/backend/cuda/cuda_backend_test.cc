@@ -336,6 +336,42 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
   const int nv = g->hparams().n_vocab;
   ASSERT_EQ(ids.size(), 3u);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ids[r], Argmax(l.data() + r * nv, nv));
+  // Several greedy rows of one sequence with penalties and logprobs (the engine's draft
+  // verification): each row's entries from the tokens before its own input token, which the
+  // device counts from the step's tokens.
+  std::vector<DrawParams> draws(3);
+  std::vector<std::vector<LogitAdjust>> lists(3);
+  std::vector<DrawnLogprobs> lps(3);
+  SamplingParams sp;
+  sp.repetition_penalty = 1.4f;
+  sp.frequency_penalty = 0.5f;
+  sp.logit_bias = {{ids[1], -30.0f}};
+  for (size_t r = 0; r < 3; ++r) {
+    const size_t input = p.size() - 3 + r;
+    LogitAdjustments(sp, std::span<const int32_t>(p).first(input), nv, &lists[r], &draws[r]);
+    draws[r].adjust = lists[r];
+    draws[r].logprobs = 2;
+    draws[r].logprobs_out = &lps[r];
+  }
+  std::vector<int32_t> drawn;
+  ASSERT_TRUE(g->ForwardBatchSample(std::span<const SequenceBatch>(&s, 1), draws, &drawn).ok());
+  ASSERT_EQ(drawn.size(), 3u);
+  int moved = 0;
+  for (size_t r = 0; r < 3; ++r) {
+    std::vector<float> row(l.begin() + static_cast<std::ptrdiff_t>(r) * nv,
+                           l.begin() + static_cast<std::ptrdiff_t>(r + 1) * nv);
+    ApplyLogitAdjustments(draws[r], p[p.size() - 3 + r], row);
+    EXPECT_EQ(drawn[r], Argmax(row.data(), nv)) << "row " << r;
+    moved += drawn[r] != ids[r];
+    DrawnLogprobs want;
+    DrawnLogprobsOf(row, drawn[r], 2, &want);
+    EXPECT_EQ(lps[r].token, drawn[r]);
+    EXPECT_EQ(lps[r].rank, want.rank);
+    EXPECT_NEAR(lps[r].logprob, want.logprob, 2e-6f * std::max(1.0f, std::fabs(want.logprob)));
+    ASSERT_EQ(lps[r].n_top, 2);
+    EXPECT_EQ(lps[r].top_ids[1], want.top_ids[1]);
+  }
+  EXPECT_GE(moved, 1);  // row 1's bias at least
 }
 
 // ForwardBatchSample draws on the device what DrawToken draws from the same step's logits: a
