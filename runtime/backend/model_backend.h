@@ -103,18 +103,13 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     thread_local std::vector<int32_t> inputs;
     RowInputTokens(seqs, &inputs);
     for (size_t r = 0; r < n; ++r) {
-      const std::span<float> row(logits.data() + r * nv, nv);
-      if (rows[r].adjusted()) ApplyLogitAdjustments(rows[r], inputs[r], row);
-      (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
-      if (rows[r].wants_logprobs()) {
-        DrawnLogprobsOf(row, (*tokens)[r], rows[r].logprobs, rows[r].logprobs_out);
-      }
+      (*tokens)[r] = DrawRow(std::span<float>(logits.data() + r * nv, nv), rows[r], inputs[r],
+                             &candidates, &probs);
     }
     return Status::Ok();
   }
   // A step that mixes rows the backend draws with rows the host samples (the engine's path for a
-  // batch where some requests are plain draws and others need their logits: a grammar, a
-  // min_tokens that holds off the end). Rows listed in host_rows (ascending, each below the step's
+  // batch where some requests are plain draws and others need their logits: a grammar). Rows listed in host_rows (ascending, each below the step's
   // number of rows) are not drawn: their logits come back in *host_logits, n_vocab floats a
   // row in host_rows order, and their entries of *tokens are -1 (their rows[] entries are read
   // but their draws thrown away). Every other row is drawn as ForwardBatchSample draws it. So
@@ -145,11 +140,7 @@ class ModelBackend {  // one thread (the engine thread) calls everything
         std::copy(row.begin(), row.end(), host_logits->begin() + static_cast<std::ptrdiff_t>(h * nv));
         ++h;
       } else {
-        if (rows[r].adjusted()) ApplyLogitAdjustments(rows[r], inputs[r], row);
-        (*tokens)[r] = DrawToken(row, rows[r], &candidates, &probs);
-        if (rows[r].wants_logprobs()) {
-          DrawnLogprobsOf(row, (*tokens)[r], rows[r].logprobs, rows[r].logprobs_out);
-        }
+        (*tokens)[r] = DrawRow(row, rows[r], inputs[r], &candidates, &probs);
       }
     }
     return Status::Ok();
@@ -205,6 +196,15 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   }
 
  protected:
+  // One row's draw on the host, as ForwardBatchSample's contract states it: its entries applied
+  // (the row is scratch), DrawToken, and its logprobs written when asked.
+  static int32_t DrawRow(std::span<float> row, const DrawParams& p, int32_t input,
+                         DrawCandidates* candidates, std::vector<double>* probs) {
+    if (p.adjusted()) ApplyLogitAdjustments(p, input, row);
+    const int32_t token = DrawToken(row, p, candidates, probs);
+    if (p.wants_logprobs()) DrawnLogprobsOf(row, token, p.logprobs, p.logprobs_out);
+    return token;
+  }
   // Each logits row's input token (the token whose output the row is), in ForwardBatch's row
   // order: what DrawParams::count_input counts.
   static void RowInputTokens(std::span<const SequenceBatch> seqs, std::vector<int32_t>* out) {

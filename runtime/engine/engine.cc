@@ -785,11 +785,16 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     }
     Active& a = *si.active;
     // The item's tokens with its draft after them: row j's input token is at start + j (a
-    // draft's rows: one per position; otherwise one row, the last position's).
+    // draft's rows: one per position; otherwise one row, the last position's). Of the history
+    // before a draft only the penalty window is copied: seq starts at position `offset`.
     std::span<const int32_t> seq = a.history;
+    size_t offset = 0;
     if (!item.draft.empty()) {
-      drafted_history_.assign(a.history.begin(),
-                              a.history.begin() + static_cast<std::ptrdiff_t>(item.start) + 1);
+      const size_t known = static_cast<size_t>(item.start) + 1;
+      const int last_n = a.req.sampling.penalty_last_n;
+      offset = last_n < 0 ? 0 : known - std::min(known, static_cast<size_t>(last_n));
+      drafted_history_.assign(a.history.begin() + static_cast<std::ptrdiff_t>(offset),
+                              a.history.begin() + static_cast<std::ptrdiff_t>(known));
       drafted_history_.insert(drafted_history_.end(), item.draft.begin(), item.draft.end());
       seq = drafted_history_;
     }
@@ -806,7 +811,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
         banned_.insert(banned_.end(), a.req.stop_tokens.begin(), a.req.stop_tokens.end());
         banned = banned_;
       }
-      w.draws.push_back(a.sampler.NextDraw(seq.first(input), vocab, &w.adjust, banned));
+      w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned));
       w.adjust_end.push_back(w.adjust.size());
     }
   }
@@ -909,10 +914,9 @@ void Engine::Emit(StepWork& w) {
       SampledToken t;
       if (w.backend || (w.mixed && si.host < 0)) {
         // One row per item, or (a draft) one per position from si.row.
-        const size_t first = w.backend ? si.row : i;
         const size_t n = item.draft.size() + 1;
-        EmitChosen(*si.active, item, std::span<const int32_t>(w.chosen).subspan(first, n),
-                   std::span<const DrawParams>(w.draws).subspan(first, n), &t);
+        EmitChosen(*si.active, item, std::span<const int32_t>(w.chosen).subspan(si.row, n),
+                   std::span<const DrawParams>(w.draws).subspan(si.row, n), &t);
       } else {
         const size_t row = w.mixed ? static_cast<size_t>(si.host) : si.row;
         SampleItem(*si.active, item, step_logits_.data() + row * nv, &t);

@@ -133,8 +133,8 @@ struct EngineOptions {
   int64_t max_waiting_prompt_tokens = 0;
   SpeculativeOptions spec;
   // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no constraint; a
-  // logit bias and penalties go with the draw as entries, logprobs come back with the token;
-  // no draft to verify) that
+  // logit bias, penalties and min_tokens go with the draw as entries, logprobs come back with
+  // the token; no sampled draft to verify) that
   // ModelBackend::CanSample takes run ForwardBatchSample: on
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.

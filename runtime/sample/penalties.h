@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <span>
-
 #include <vector>
 
 #include "runtime/sample/draw.h"

@@ -328,7 +328,9 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         if (r == &repeats || r == &whole || r == &held || r == &held8) {
           EXPECT_NE(on[0].tokens, plain[0].tokens);  // the adjustments change the greedy text
         }
-        if (r == &held7) EXPECT_EQ(on[0].tokens, plain[0].tokens);
+        if (r == &held7) {
+          EXPECT_EQ(on[0].tokens, plain[0].tokens);
+        }
         if (r->sampling.logprobs < 0) continue;
         ASSERT_EQ(on[0].logprobs.size(), 12u);
         ASSERT_EQ(off[0].logprobs.size(), 12u);
