@@ -362,8 +362,9 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape.", 24);
     copy.ignore_eos = true;
     GenerationRequest copy_adjusted = copy;  // penalties, a bias, logprobs and min_tokens
-    copy_adjusted.sampling.frequency_penalty = 0.4f;
-    copy_adjusted.sampling.repetition_penalty = 1.1f;
+    copy_adjusted.sampling.frequency_penalty = 0.1f;  // (mild: the copy still drafts)
+    copy_adjusted.sampling.repetition_penalty = 1.02f;
+    copy_adjusted.sampling.penalty_last_n = 8;  // a window shorter than the history
     copy_adjusted.sampling.logit_bias = {{11, 1.5f}};
     copy_adjusted.sampling.logprobs = 3;
     copy_adjusted.min_tokens = 20;
@@ -374,14 +375,12 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       SCOPED_TRACE(::testing::Message() << "temperature " << r->sampling.temperature
                                         << " logprobs " << r->sampling.logprobs);
       Counts on_n, off_n;
-      const std::vector<Collected> on = run(true, false, {*r, greedy}, &on_n, false, true);
-      const std::vector<Collected> off = run(false, false, {*r, greedy}, &off_n, false, true);
-      ASSERT_EQ(on.size(), 2u);
-      ASSERT_EQ(off.size(), 2u);
-      for (size_t i = 0; i < 2; ++i) {
-        EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
-        EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
-      }
+      const std::vector<Collected> on = run(true, false, {*r}, &on_n, false, true);
+      const std::vector<Collected> off = run(false, false, {*r}, &off_n, false, true);
+      ASSERT_EQ(on.size(), 1u);
+      ASSERT_EQ(off.size(), 1u);
+      EXPECT_EQ(on[0].tokens, off[0].tokens);
+      EXPECT_EQ(on[0].text, off[0].text);
       EXPECT_EQ(on[0].tokens.size(), 24u);
       ASSERT_EQ(on[0].logprobs.size(), off[0].logprobs.size());
       for (size_t k = 0; k < on[0].logprobs.size(); ++k) {
@@ -395,7 +394,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         EXPECT_LT(on_n.sample_steps, on_n.logits_steps);  // the steps with its draft: the host
       } else {
         EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);  // every step drawn by the backend
-        EXPECT_GE(on_n.drafted_rows, 4);  // drafts' rows among them (two drafts at least)
+        EXPECT_GE(on_n.drafted_rows, 4);  // its drafts' rows among them (two drafts at least)
       }
     }
   }
