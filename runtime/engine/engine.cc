@@ -576,6 +576,9 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
   // Draft position j is checked against the target's logits at the position before it; every
   // accepted draft token is emitted as it is (its stop rules apply), the first rejection emits the
   // target's own token there, and a fully accepted draft earns one more token from the last row.
+  // A sampled draft's k tokens take 2k + 1 PRNG outputs whatever is accepted (as drawing every
+  // row on the backend does): the rows not reached are skipped.
+  size_t draws_taken = 0;
   for (size_t j = 0;; ++j) {
     const std::span<float> row(rows + j * nv, nv);
     TokenLogprob lp;
@@ -585,8 +588,10 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
     if (j < item.draft.size()) {
       const TokenDistribution* q = j < a.draft_probs.size() ? &a.draft_probs[j] : nullptr;
       tok = a.sampler.Verify(row, a.history, item.draft[j], q, &accepted, want_lp ? &lp : nullptr);
+      draws_taken += 2;
     } else {
       tok = a.sampler.Sample(row, a.history, want_lp ? &lp : nullptr);
+      draws_taken += 1;
     }
     const bool ended = EmitToken(a, tok, want_lp ? &lp : nullptr);
     if (ended || !accepted) {
@@ -596,6 +601,9 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
     }
     ++out->accepted;
   }
+  if (!item.draft.empty()) {
+    a.sampler.SkipDraws(static_cast<int>(2 * item.draft.size() + 1 - draws_taken));
+  }
   a.draft_probs.clear();
 }
 
@@ -603,8 +611,9 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int
                         std::span<const DrawParams> draws, SampledToken* out) {
   out->id = item.id;
   out->accepted = 0;
-  // SampleItem's walk for a greedy verifier: row j's token accepts draft token j when it is
-  // that token; the first rejection, or the row after a fully accepted draft, ends it.
+  // SampleItem's walk: row j's token accepts draft token j when it is that token (the row was
+  // drawn with the draft to verify: DrawParams::draft); the first rejection, or the row after a
+  // fully accepted draft, ends it. Every row's PRNG outputs were taken when it was planned.
   for (size_t j = 0; j < toks.size(); ++j) {
     const int32_t tok = toks[j];
     const DrawParams& d = draws[j];
@@ -755,8 +764,9 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     si.host = -1;
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
-    const bool sampled_draft = !si.item->draft.empty() && smp.params().temperature > 0.0f;
-    if (sampled_draft || !smp.IsPlainDraw() ||
+    // A draft model's sampled draft needs its distributions q for the residual: the host's.
+    const bool q_draft = !si.item->draft.empty() && !si.active->draft_probs.empty();
+    if (q_draft || !smp.IsPlainDraw() ||
         si.active->history.size() < (si.item->draft.empty() ? InputPosition(*si.item)
                                                              : si.item->start + size_t{1}) ||  // (cannot happen)
         !backend_->CanSample(smp.draw_params())) {
@@ -811,7 +821,8 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
         banned_.insert(banned_.end(), a.req.stop_tokens.begin(), a.req.stop_tokens.end());
         banned = banned_;
       }
-      w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned));
+      const int32_t draft = j < item.draft.size() ? item.draft[j] : -1;
+      w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned, draft));
       w.adjust_end.push_back(w.adjust.size());
     }
   }

@@ -134,7 +134,8 @@ struct EngineOptions {
   SpeculativeOptions spec;
   // Steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw: no constraint; a
   // logit bias, penalties and min_tokens go with the draw as entries, logprobs come back with
-  // the token; no sampled draft to verify) that
+  // the token; a prompt-lookup draft is verified by the rows' draws, DrawParams::draft; only a
+  // draft model's sampled draft, with its distributions q, needs the host) that
   // ModelBackend::CanSample takes run ForwardBatchSample: on
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
   // sequence. Same rule, same uniforms, same tokens either way.
@@ -306,7 +307,7 @@ class Engine {
   // them; fills *out.
   void SampleItem(Active& a, const ScheduledSeq& item, float* rows, SampledToken* out);
   // The same for tokens the backend already drew (ForwardBatchSample): the item's rows' tokens
-  // and draws (one row, or a greedy draft's one per position), with the logprobs it reported.
+  // and draws (one row, or a draft's one per position), with the logprobs it reported.
   void EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int32_t> toks,
                   std::span<const DrawParams> draws, SampledToken* out);
   // Removes a finished request (and what the proposer keeps for it). Its state lives on in

@@ -100,6 +100,39 @@ int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform
   return c[0].second;
 }
 
+int32_t PickOrVerify(const DrawCandidates& c, const DrawParams& p, std::vector<double>* probs_scratch) {
+  assert(!c.empty());
+  if (p.draft < 0) return PickCandidate(c, p.temperature, p.uniform, probs_scratch);
+  const float max_logit = MaxLogit(c);
+  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  std::vector<double>& probs = *probs_scratch;
+  probs.resize(c.size());
+  // The others' total, and the draft's probability apart (0 when it did not survive).
+  double rest = 0.0, qd = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double pr = std::exp(static_cast<double>(c[i].first - max_logit) * inv_t);
+    probs[i] = pr;
+    if (c[i].second == p.draft) {
+      qd = pr;
+    } else {
+      rest += pr;
+    }
+  }
+  // Accept with probability p(draft) / 1: u x total < q(draft).
+  if (qd > 0.0 && p.accept_uniform * (rest + qd) < qd) return p.draft;
+  const double u = p.uniform * rest;
+  double cum = 0.0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c[i].second == p.draft) continue;
+    cum += probs[i];
+    if (u < cum) return c[i].second;
+  }
+  for (size_t i = c.size(); i-- > 0;) {
+    if (probs[i] > 0.0 && c[i].second != p.draft) return c[i].second;
+  }
+  return p.draft;  // nothing else has any probability: then the draft was accepted above
+}
+
 void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCandidates* cand) {
   auto& c = *cand;
   c.clear();
@@ -137,7 +170,7 @@ int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandid
   if (p.temperature <= 0.0f) return ArgmaxLowestId(logits);
   FillCandidates(logits, p, c);
   TruncateCandidates(p, c);  // top-k is then already done: the k best, best first
-  return PickCandidate(*c, p.temperature, p.uniform, probs);
+  return PickOrVerify(*c, p, probs);
 }
 
 }  // namespace kinfer

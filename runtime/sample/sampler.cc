@@ -56,10 +56,20 @@ DrawParams Sampler::NextDraw() {
 }
 
 DrawParams Sampler::NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
-                             std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned) {
-  DrawParams d = NextDraw();
+                             std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned,
+                             int32_t draft) {
+  DrawParams d = draw_params();
+  d.draft = draft;
+  if (d.temperature > 0.0f) {
+    if (draft >= 0) d.accept_uniform = Uniform01();
+    d.uniform = Uniform01();
+  }
   LogitAdjustments(params_, before_input, n_vocab, adjust, &d, banned);
   return d;
+}
+
+void Sampler::SkipDraws(int n) {
+  if (params_.temperature > 0.0f && n > 0) rng_.discard(static_cast<unsigned long long>(n));
 }
 
 double Sampler::Uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
@@ -112,11 +122,13 @@ void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> his
   SurvivorDistribution(out);
 }
 
-int32_t Sampler::DrawFrom(const TokenDistribution& d) {
+int32_t Sampler::DrawFrom(const TokenDistribution& d) { return DrawWith(d, Uniform01()); }
+
+int32_t Sampler::DrawWith(const TokenDistribution& d, double uniform) {
   assert(!d.empty());
   double total = 0.0;
   for (const auto& e : d) total += e.second;
-  const double u = Uniform01() * total;
+  const double u = uniform * total;
   double cum = 0.0;
   for (const auto& [id, p] : d) {
     cum += p;
@@ -136,25 +148,33 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
     Adjust(logits, history);
     chosen = ArgmaxLowestId(logits);
     *accepted = chosen == draft;
+  } else if (draft_dist == nullptr) {
+    Adjust(logits, history);
+    DrawParams d = draw_params();
+    d.draft = draft;
+    d.accept_uniform = Uniform01();
+    d.uniform = Uniform01();
+    chosen = DrawToken(logits, d, &candidates_, &probs_);
+    *accepted = chosen == draft;
   } else {
     thread_local TokenDistribution p;
     Distribution(logits, history, &p);
+    const double test = Uniform01(), draw = Uniform01();
     const double px = ProbabilityOf(p, draft);
-    const double qx = draft_dist != nullptr ? ProbabilityOf(*draft_dist, draft) : 1.0;
+    const double qx = ProbabilityOf(*draft_dist, draft);
     // Accept with probability min(1, p/q): u < p/q  <=>  u * q < p (q > 0 for a drawn draft).
-    *accepted = px > 0.0 && (qx <= 0.0 || Uniform01() * qx < px);
+    *accepted = px > 0.0 && (qx <= 0.0 || test * qx < px);
     if (*accepted) {
       chosen = draft;
     } else {
       thread_local TokenDistribution residual;
       residual.clear();
       for (const auto& [id, pi] : p) {
-        const double qi =
-            draft_dist != nullptr ? ProbabilityOf(*draft_dist, id) : (id == draft ? 1.0 : 0.0);
+        const double qi = ProbabilityOf(*draft_dist, id);
         if (pi > qi) residual.emplace_back(id, pi - qi);
       }
       // p == q leaves nothing (and then rejection cannot happen); fall back to p itself.
-      chosen = DrawFrom(residual.empty() ? p : residual);
+      chosen = DrawWith(residual.empty() ? p : residual, draw);
     }
   }
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);

@@ -112,10 +112,14 @@ class Sampler {
   // exactly the distribution Sample() gives:
   //   * greedy (temperature <= 0): the target's argmax; accepted iff it equals `draft`. Consumes no
   //     randomness, so greedy output is the same token for token with and without drafts.
+  //   * a deterministic draft (`draft_dist` null: q = 1 at `draft`, as n-gram lookup): DrawToken's
+  //     verification (runtime/sample/draw.h) with the params NextDraw(..., draft) gives, so that a
+  //     backend that draws the row gets the same token from the same two PRNG outputs;
   //   * otherwise, with p this sampler's distribution (as Distribution()) and q the draft's
-  //     (`draft_dist`; null = a deterministic draft, q = 1 at `draft`, as n-gram lookup): accept
-  //     `draft` with probability min(1, p(draft) / q(draft)); else return a token drawn from the
-  //     residual max(0, p - q), renormalised. One PRNG output for the test, one more on rejection.
+  //     (`draft_dist`): accept `draft` with probability min(1, p(draft) / q(draft)); else return
+  //     a token drawn from the residual max(0, p - q), renormalised.
+  //   Unless greedy, two PRNG outputs, the test's then the residual draw's, whether or not the
+  //   draft is accepted (SkipDraws below keeps a stream whose later rows went unused in step).
   // *accepted says which happened; the returned token is `draft` when accepted. lp as Sample().
   int32_t Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
                  const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
@@ -138,8 +142,17 @@ class Sampler {
   // the returned params' adjust span is left empty for the caller to point at them. For a plain
   // draw, DrawToken on the row after ApplyLogitAdjustments is what Sample(row, history) would
   // have returned (with `banned`'s logits set to -infinity first: LogitAdjustments').
+  // With draft >= 0 the row verifies that deterministic draft token (DrawParams::draft): unless
+  // greedy, two PRNG outputs, accept_uniform's then uniform's, as Verify takes them.
   DrawParams NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
-                      std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {});
+                      std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {},
+                      int32_t draft = -1);
+
+  // Moves the PRNG past n draws that were planned but not taken (none when greedy): Verify's
+  // two outputs per draft row not reached and Sample's one for the row after the draft, so that
+  // a verification walk that stops early leaves the stream where drawing every row (a backend's
+  // NextDraw per row) leaves it.
+  void SkipDraws(int n);
 
   const SamplingParams& params() const { return params_; }
 
@@ -150,6 +163,8 @@ class Sampler {
   void SurvivorDistribution(TokenDistribution* out);
   // A uniform double in [0, 1) from one PRNG output.
   double Uniform01();
+  // DrawFrom's pick with a given uniform in [0, 1).
+  static int32_t DrawWith(const TokenDistribution& d, double uniform);
 
   // The logits before truncation: AdjustLogits, then the constraint's mask.
   void Adjust(std::span<float> logits, std::span<const int32_t> history);

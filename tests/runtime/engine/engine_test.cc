@@ -205,7 +205,8 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   };
   // Runs the requests at once on a fresh engine; returns each one's output.
   auto run = [&](bool backend_sampling, bool refuse_top_p, const std::vector<GenerationRequest>& rs,
-                 Counts* counts, bool chained = false, bool spec = false) {
+                 Counts* counts, bool chained = false, bool spec = false,
+                 LlamaModel* draft_model = nullptr) {
     CountingBackend backend(model_);
     backend.refuse_top_p = refuse_top_p;
     EngineOptions o;
@@ -218,6 +219,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     if (spec) {  // n-gram drafts of up to 4 tokens for every request
       o.spec.default_on = true;
       o.spec.max_tokens = 4;
+      o.spec.draft_model = draft_model;
     }
     std::vector<Collected> out;
     {
@@ -354,9 +356,11 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       }
     }
   }
-  // A greedy request's draft is verified by the backend: a row per position, each drawn (the
-  // argmax, after the row's entries, with the draft before it in the penalty window), walked as
-  // Sampler::Verify walks them. The same tokens and logprobs as the host's verification.
+  // A prompt-lookup draft is verified by the backend: a row per position, each drawn with its
+  // draft token to verify (greedy: the argmax; sampled: the rejection rule from the row's two
+  // uniforms), after the row's entries, with the draft before it in the penalty window, walked
+  // as Sampler::Verify walks them. The same tokens and logprobs as the host's verification,
+  // whose walk skips the uniforms of the rows it did not reach.
   {
     GenerationRequest copy = Greedy(
         "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape.", 24);
@@ -368,10 +372,15 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     copy_adjusted.sampling.logit_bias = {{11, 1.5f}};
     copy_adjusted.sampling.logprobs = 3;
     copy_adjusted.min_tokens = 20;
-    GenerationRequest copy_hot = copy;  // a sampled draft: verified on the host
+    GenerationRequest copy_hot = copy;  // a sampled draft
     copy_hot.sampling.temperature = 0.7f;
     copy_hot.sampling.seed = 9;
-    for (const GenerationRequest* r : {&copy, &copy_adjusted, &copy_hot}) {
+    GenerationRequest copy_hot_adjusted = copy_adjusted;  // sampled, truncated and adjusted
+    copy_hot_adjusted.sampling.temperature = 0.6f;
+    copy_hot_adjusted.sampling.top_k = 40;
+    copy_hot_adjusted.sampling.top_p = 0.95f;
+    copy_hot_adjusted.sampling.seed = 21;
+    for (const GenerationRequest* r : {&copy, &copy_adjusted, &copy_hot, &copy_hot_adjusted}) {
       SCOPED_TRACE(::testing::Message() << "temperature " << r->sampling.temperature
                                         << " logprobs " << r->sampling.logprobs);
       Counts on_n, off_n;
@@ -390,13 +399,17 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         ASSERT_EQ(on[0].logprobs[k].top.size(), 3u);
         EXPECT_EQ(on[0].logprobs[k].top[2].token, off[0].logprobs[k].top[2].token);
       }
-      if (r == &copy_hot) {
-        EXPECT_LT(on_n.sample_steps, on_n.logits_steps);  // the steps with its draft: the host
-      } else {
-        EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);  // every step drawn by the backend
-        EXPECT_GE(on_n.drafted_rows, 4);  // its drafts' rows among them (two drafts at least)
-      }
+      EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);  // every step drawn by the backend
+      EXPECT_GE(on_n.drafted_rows, 4);  // its drafts' rows among them (two drafts at least)
     }
+    // A draft model's sampled draft comes with its distributions q, which the residual needs:
+    // its steps are the host's (the target drafting for itself: every draft is accepted).
+    Counts on_n, off_n;
+    const std::vector<Collected> on = run(true, false, {copy_hot}, &on_n, false, true, model_);
+    const std::vector<Collected> off = run(false, false, {copy_hot}, &off_n, false, true, model_);
+    EXPECT_EQ(on[0].tokens, off[0].tokens);
+    EXPECT_EQ(on[0].tokens.size(), 24u);
+    EXPECT_LT(on_n.sample_steps, on_n.logits_steps);
   }
   // What needs the logits on the host never takes it: a grammar (JSON mode), settings the
   // backend refuses.

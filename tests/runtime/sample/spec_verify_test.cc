@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "runtime/sample/penalties.h"
 #include "runtime/sample/sampler.h"
 
 namespace kinfer {
@@ -190,6 +191,67 @@ TEST(SamplerVerifyTest, TheSameSeedGivesTheSameVerdicts) {
     return out;
   };
   EXPECT_EQ(run(), run());
+}
+
+// A deterministic draft is verified by DrawToken's rule with the params NextDraw(..., draft)
+// gives (a backend draws such a row where the logits are): the same token from the same two PRNG
+// outputs, taken whether or not the draft is accepted, and SkipDraws moves past rows a walk did
+// not reach, so the stream goes on where drawing every row leaves it.
+TEST(SamplerVerifyTest, ADeterministicDraftIsDrawTokensVerificationWithNextDrawsUniforms) {
+  SamplingParams params = Seeded(31, 0.9f);
+  params.top_k = 40;
+  params.top_p = 0.95f;
+  params.repetition_penalty = 1.3f;
+  params.penalty_last_n = 8;
+  params.logit_bias = {{4, 2.0f}};
+  std::mt19937_64 g(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_int_distribution<int32_t> pick(0, 299);
+  Sampler host(params), device(params);
+  std::vector<int32_t> history = {4, 7, 9, 7};
+  DrawCandidates cand;
+  std::vector<double> probs;
+  int accepted_count = 0, rejected_count = 0;
+  for (int step = 0; step < 300; ++step) {
+    std::vector<float> logits(300);
+    for (float& x : logits) x = normal(g);
+    // Drafts the target likes half the time (its argmax), else any token.
+    const int32_t draft = step % 2 ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                                           logits.begin())
+                                   : pick(g);
+    std::vector<float> row = logits;
+    std::vector<LogitAdjust> list;
+    DrawParams d = device.NextDraw(std::span<const int32_t>(history).first(history.size() - 1),
+                                   300, &list, {}, draft);
+    d.adjust = list;
+    ApplyLogitAdjustments(d, history.back(), row);
+    bool accepted = false;
+    const int32_t want = host.Verify(logits, history, draft, nullptr, &accepted, nullptr);
+    ASSERT_EQ(DrawToken(row, d, &cand, &probs), want) << "step " << step;
+    EXPECT_EQ(accepted, want == draft);
+    accepted_count += accepted;
+    rejected_count += !accepted;
+    // Every fifth step the host's walk "stops" here with two rows of a draft unreached and the
+    // row after it: the host skips their five outputs, the device drew them.
+    if (step % 5 == 4) {
+      host.SkipDraws(5);
+      std::vector<LogitAdjust> unused;
+      for (int r = 0; r < 2; ++r) device.NextDraw({}, 300, &unused, {}, 1);
+      device.NextDraw({}, 300, &unused);
+    }
+    history.push_back(want);
+  }
+  EXPECT_GT(accepted_count, 30);
+  EXPECT_GT(rejected_count, 30);
+  // Greedy takes no randomness, with a draft or not, and SkipDraws skips nothing.
+  Sampler greedy(Seeded(3, 0.0f)), fresh(Seeded(3, 0.0f));
+  std::vector<LogitAdjust> list;
+  const DrawParams gd = greedy.NextDraw({}, 10, &list, {}, 2);
+  EXPECT_EQ(gd.draft, 2);
+  greedy.SkipDraws(9);
+  auto l1 = LogitsFor({0.1, 0.2, 0.4, 0.05, 0.25});
+  auto l2 = l1;
+  EXPECT_EQ(greedy.Sample(l1, {}, nullptr), fresh.Sample(l2, {}, nullptr));
 }
 
 }  // namespace
