@@ -32,6 +32,14 @@
 //                   every step (LogitAdjustments; not in the default --modes)
 //   device_logprobs   device_sampled with logprobs and 5 alternatives a token, reported by the
 //                   backend and turned into each event's logprobs (not in the default --modes)
+//   device_spec     device_sampled with prompt-lookup speculation (3 draft tokens): each
+//                   request's draft rows are drawn with their draft to verify (DrawParams::draft)
+//                   and only ids come back (not in the default --modes)
+//   host_spec       the same with backend_sampling off: every request's 4 rows reach the engine,
+//                   which verifies them (Sampler::Verify). In both, the null backend's text
+//                   cycles through 4 tokens, each row putting almost all its mass on the next,
+//                   so every draft is accepted either way and a full step has 4 rows a request
+//                   ("full steps" count those)
 // NullBackend checks each step as every backend does (ValidateSequenceBatches), copies one
 // logits row per sampled sequence on the logits path, and answers a fixed ordinary token.
 // Reported per run: engine steps, wall time and tokens/s (ramp-up included), and the median time
@@ -164,8 +172,12 @@ class TimedBackend final : public ModelBackend {
 // FinishSample waits until the launch plus device_us, as a real device's stream would.
 class NullBackend final : public ModelBackend {
  public:
-  NullBackend(LlamaHParams hp, int32_t token, int device_us)
-      : hp_(hp), token_(token), row_(hp.n_vocab), device_(std::chrono::microseconds(device_us)) {
+  // peaked: the text cycles through `token` and the 3 ids after it (the token at position p is
+  // the (p mod 4)-th), which prompt lookup drafts 3 tokens ahead; each logits row puts almost all
+  // its mass on its position's next token, so the host draws what the device path answers.
+  NullBackend(LlamaHParams hp, int32_t token, int device_us, bool peaked)
+      : hp_(hp), token_(token), peaked_(peaked), row_(hp.n_vocab),
+        device_(std::chrono::microseconds(device_us)) {
     std::mt19937 rng(7);
     std::normal_distribution<float> d(0.0f, 3.0f);
     for (float& x : row_) x = d(rng);
@@ -183,9 +195,12 @@ class NullBackend final : public ModelBackend {
   Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
     size_t rows = 0;
     KINFER_RETURN_IF_ERROR(Check(seqs, &rows));
+    Answers(seqs, &answers_);
     logits->resize(rows * row_.size());
     for (size_t r = 0; r < rows; ++r) {
-      std::memcpy(logits->data() + r * row_.size(), row_.data(), row_.size() * sizeof(float));
+      float* out = logits->data() + r * row_.size();
+      std::memcpy(out, row_.data(), row_.size() * sizeof(float));
+      if (peaked_) out[answers_[r]] = 60.0f;
     }
     return Status::Ok();
   }
@@ -194,7 +209,7 @@ class NullBackend final : public ModelBackend {
     size_t rows = 0;
     KINFER_RETURN_IF_ERROR(Check(seqs, &rows));
     if (draws.size() != rows) return InvalidArgument("draw settings do not match the rows");
-    tokens->assign(rows, token_);
+    Answers(seqs, tokens);
     for (const DrawParams& d : draws) {  // a report as a device's: the token and its neighbours
       if (!d.wants_logprobs()) continue;
       DrawnLogprobs& o = *d.logprobs_out;
@@ -235,8 +250,21 @@ class NullBackend final : public ModelBackend {
     return ValidateSequenceBatches(seqs, hp_.n_vocab, block_size_, num_blocks_, max_batch_tokens(),
                                    rows);
   }
+  // Each logits row's token: token_, or (peaked) the cycle's token after the row's position.
+  void Answers(std::span<const SequenceBatch> seqs, std::vector<int32_t>* out) const {
+    out->clear();
+    for (const SequenceBatch& s : seqs) {
+      if (!s.want_logits) continue;
+      const int last = s.pos0 + static_cast<int>(s.tokens.size()) - 1;
+      for (int p = last - s.num_logits + 1; p <= last; ++p) {
+        out->push_back(peaked_ ? token_ + (p + 1) % 4 : token_);
+      }
+    }
+  }
   LlamaHParams hp_;
   int32_t token_;
+  bool peaked_;
+  std::vector<int32_t> answers_;
   std::vector<float> row_;
   int block_size_ = 16, num_blocks_ = 0;
   std::chrono::microseconds device_;
@@ -257,14 +285,14 @@ struct Run {
   int64_t events = 0;         // stream events the readers received, all requests
 };
 
-// A fresh backend per run: "null", or CreateBackend's device.
-using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>()>;
+// A fresh backend per run: "null" (peaked for the spec modes), or CreateBackend's device.
+using BackendMaker = std::function<StatusOr<std::unique_ptr<ModelBackend>>(bool peaked)>;
 
 // `knobs`: the engine options the flags set (overlap_streaming, plan_ahead, chain_steps,
 // stream_interval); the rest are set here.
 StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch, int tokens,
                       const std::string& mode, const EngineOptions& knobs) {
-  auto made = make();
+  auto made = make(mode == "device_spec" || mode == "host_spec");
   if (!made.ok()) return made.status();
   TimedBackend backend(std::move(made).value());
   EngineOptions o = knobs;
@@ -273,7 +301,13 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
   o.max_queued_requests = batch + 1;
   o.max_batch_tokens = 2048;
   o.kv_cache_tokens = int64_t{batch} * 512;
-  o.backend_sampling = mode != "host_sampled";
+  o.backend_sampling = mode != "host_sampled" && mode != "host_spec";
+  const bool spec = mode == "device_spec" || mode == "host_spec";
+  if (spec) {
+    o.spec.default_on = true;
+    o.spec.max_tokens = 3;
+  }
+  const size_t full_rows = static_cast<size_t>(batch) * (spec ? 4 : 1);
   GenerationRequest r;
   r.prompt_tokens = tok.Encode(
       "<|im_start|>user\nWrite a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n",
@@ -339,9 +373,9 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     return Internal("a run streamed " + std::to_string(out.tokens) + " tokens of " +
                     std::to_string(int64_t{batch} * tokens));
   }
-  out.full_steps = backend.full_steps(static_cast<size_t>(batch));
-  out.step_seconds = backend.MedianIntervalSeconds(static_cast<size_t>(batch));
-  out.gap_seconds = backend.MedianGapSeconds(static_cast<size_t>(batch));
+  out.full_steps = backend.full_steps(full_rows);
+  out.step_seconds = backend.MedianIntervalSeconds(full_rows);
+  out.gap_seconds = backend.MedianGapSeconds(full_rows);
   return out;
 }
 
@@ -395,7 +429,8 @@ int Main(int argc, char** argv) {
       std::stringstream ss(argv[++i]);
       for (std::string m; std::getline(ss, m, ',');) {
         if (m != "device_greedy" && m != "device_sampled" && m != "host_sampled" &&
-            m != "device_penalized" && m != "device_logprobs") {
+            m != "device_penalized" && m != "device_logprobs" && m != "device_spec" &&
+            m != "host_spec") {
           std::fprintf(stderr, "kinfer-engine-overhead: unknown mode '%s'\n", m.c_str());
           return 2;
         }
@@ -409,7 +444,8 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
-          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled,device_penalized,device_logprobs] "
+          "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled,device_penalized,device_logprobs,"
+          "device_spec,host_spec] "
           "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--chain auto|on|off] "
           "[--stream-interval N] [--json OUT]\n");
       return 2;
@@ -435,11 +471,11 @@ int Main(int argc, char** argv) {
   const LlamaHParams hparams = *hp;
   BackendMaker make;
   if (backend == "null") {
-    make = [&]() -> StatusOr<std::unique_ptr<ModelBackend>> {
-      return std::unique_ptr<ModelBackend>(new NullBackend(hparams, token, device_us));
+    make = [&](bool peaked) -> StatusOr<std::unique_ptr<ModelBackend>> {
+      return std::unique_ptr<ModelBackend>(new NullBackend(hparams, token, device_us, peaked));
     };
   } else {
-    make = [&]() { return CreateBackend(backend, file, 2); };
+    make = [&](bool) { return CreateBackend(backend, file, 2); };
   }
   std::string results;  // JSON objects, comma-separated
   std::printf("%-15s %6s %7s %9s %12s %11s %14s %12s %8s %11s\n", "mode", "batch", "steps",

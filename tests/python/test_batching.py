@@ -148,6 +148,31 @@ def test_speculative_decoding_is_lossless_and_counted(client, server):
     assert counters()[0] == d2
 
 
+def test_sampled_speculative_decoding_is_reproducible_with_a_seed(client, server):
+    """A seeded sampled request with prompt-lookup drafts (verified with the draw, two random
+    numbers a draft row whatever is accepted) gives the same text each time, and its drafts are
+    verified, some accepted."""
+    def counters():
+        text = scrape(server)
+        return (metric_value(text, "kinfer_runtime_spec_decode_num_draft_tokens_total"),
+                metric_value(text, "kinfer_runtime_spec_decode_num_accepted_tokens_total"))
+
+    args = dict(model=server.model, messages=[{"role": "user", "content": COPY_PROMPT}],
+                temperature=0.6, top_p=0.95, seed=17, max_tokens=40,
+                extra_body={"speculative": True})
+    d0, a0 = counters()
+    first = client.chat.completions.create(**args)
+    d1, a1 = counters()
+    again = client.chat.completions.create(**args)
+    assert first.choices[0].message.content == again.choices[0].message.content
+    assert first.usage.completion_tokens == again.usage.completion_tokens
+    assert d1 > d0 and a1 > a0, "no draft was verified or none accepted"
+    assert a1 - a0 <= d1 - d0
+    streamed = "".join(c.choices[0].delta.content or ""
+                       for c in client.chat.completions.create(stream=True, **args) if c.choices)
+    assert streamed == first.choices[0].message.content
+
+
 def test_bad_speculative_field_is_a_400_naming_it(client, server):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(

@@ -32,6 +32,20 @@ def test_engine_overhead_runs_every_mode_to_the_end(tmp_path):
     assert doc["stream_interval"] == 4
     [r] = doc["results"]
     assert r["tokens"] == 3 * 12 and r["events"] == 3 * 4, r
+    # The speculative modes: the backend's verification and the host's, prompt-lookup drafts of
+    # 3 tokens that the null backend's cycling text makes always right, so both take the same
+    # steps, of 4 rows a request once the cycle has shown itself.
+    spec = subprocess.run([str(exe), "--model", str(_model()), "--batch", "3", "--tokens", "24",
+                           "--modes", "device_spec,host_spec", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert spec.returncode == 0, spec.stderr
+    runs = {r["mode"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(runs) == {"device_spec", "host_spec"}
+    for r in runs.values():
+        assert r["tokens"] == 3 * 24, r
+        assert r["full_steps"] >= 3 and r["ms_per_full_step"] > 0, r
+        assert r["steps"] < 24, r  # fewer steps than tokens: drafts were accepted
+    assert runs["device_spec"]["steps"] == runs["host_spec"]["steps"]
     # Over CUDA without a device: exit 1 naming why (on a GPU machine it runs).
     cuda = subprocess.run([str(exe), "--model", str(_model()), "--backend", "cuda", "--batch", "1",
                            "--tokens", "2"], capture_output=True, text=True, timeout=120)

@@ -137,11 +137,11 @@ __device__ uint32_t LargestKey(uint32_t lo, uint32_t hi, P pred) {
 // its contiguous run of ids, thread 0 turns the counts into offsets, and the thread whose run
 // holds the r-th walks it. -1 when there are fewer than r.
 __device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, const Cut& c, int r,
-                          CutShared& sh) {
+                          CutShared& sh, int skip = -1) {
   const int chunk = (n + blockDim.x - 1) / blockDim.x;
   const int b = min(n, static_cast<int>(threadIdx.x) * chunk), e = min(n, b + chunk);
   int cnt = 0;
-  for (int i = b; i < e; ++i) cnt += OrderKey(row[i]) == key && InCut(c, key, i);
+  for (int i = b; i < e; ++i) cnt += OrderKey(row[i]) == key && InCut(c, key, i) && i != skip;
   sh.count[threadIdx.x] = cnt;
   if (threadIdx.x == 0) sh.found = -1;
   __syncthreads();
@@ -158,7 +158,7 @@ __device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, co
   if (r > before && r <= before + cnt) {
     int seen = before;
     for (int i = b; i < e; ++i) {
-      if (OrderKey(row[i]) == key && InCut(c, key, i) && ++seen == r) {
+      if (OrderKey(row[i]) == key && InCut(c, key, i) && i != skip && ++seen == r) {
         sh.found = i;
         break;
       }
@@ -170,12 +170,13 @@ __device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, co
   return found;
 }
 
-// The tokens of cut c at or above key k (strict: above), counted or weighed by w(value).
+// The tokens of cut c at or above key k (strict: above), counted or weighed by w(value); token
+// `skip` left out.
 template <typename W>
 __device__ double CutMass(const float* __restrict__ row, int n, const Cut& c, uint32_t k,
-                          bool strict, W w, CutShared& sh) {
+                          bool strict, W w, CutShared& sh, int skip = -1) {
   return RowSum(row, n, [&](uint32_t key, int i, float v) {
-    return (strict ? key > k : key >= k) && InCut(c, key, i) ? w(v) : 0.0;
+    return (strict ? key > k : key >= k) && InCut(c, key, i) && i != skip ? w(v) : 0.0;
   }, sh);
 }
 
@@ -221,41 +222,50 @@ __device__ __noinline__ int SampleByCuts(const float* __restrict__ row, int n, c
     const uint32_t kt = OrderKey(mx + dr.log_min_p);
     if (kt > cut.key && kt <= kmx) cut = Cut{kt, INT_MAX};
   }
-  // The draw: the first survivor, best first, whose cumulative probability passes uniform.
+  // The draw: the first survivor, best first, whose cumulative probability passes uniform. A
+  // draft to verify is kept when the test passes, and otherwise left out of the walk (skip).
   const double inv_t = 1.0 / static_cast<double>(dr.temperature);
   const auto q = [mx, inv_t](float v) { return exp(static_cast<double>(v - mx) * inv_t); };
-  const double u = dr.uniform * CutMass(row, n, cut, cut.key, false, q, sh);
-  const auto passes = [&](uint32_t key) { return CutMass(row, n, cut, key, false, q, sh) > u; };
+  const int skip = dr.draft;
+  const double rest = CutMass(row, n, cut, cut.key, false, q, sh, skip);
+  if (skip >= 0) {
+    const float vd = row[skip];
+    const double qd = InCut(cut, OrderKey(vd), skip) ? q(vd) : 0.0;
+    if (qd > 0.0 && dr.accept_uniform * (rest + qd) < qd) return skip;
+  }
+  const double u = dr.uniform * rest;
+  const auto passes = [&](uint32_t key) { return CutMass(row, n, cut, key, false, q, sh, skip) > u; };
   if (passes(cut.key)) {
     uint32_t lo = cut.key;
     const uint32_t hint = OrderKey(mx - 40.0f * dr.temperature);
     if (hint > lo && passes(hint)) lo = hint;
     const uint32_t w = LargestKey(lo, kmx, passes);
-    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh)) -
-                     static_cast<int>(CutMass(row, n, cut, w, true, one, sh));
+    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh, skip)) -
+                     static_cast<int>(CutMass(row, n, cut, w, true, one, sh, skip));
     const double qw = q(KeyValue(w));
-    double cum = CutMass(row, n, cut, w, true, q, sh);
+    double cum = CutMass(row, n, cut, w, true, q, sh, skip);
     int r = 0;
     do {
       cum += qw;
       ++r;
     } while (!(u < cum) && r < ties);
-    return NthIdAtKey(row, n, w, cut, r, sh);
+    return NthIdAtKey(row, n, w, cut, r, sh, skip);
   }
   // Rounding left uniform x total at or past the end: the last survivor whose probability is not
-  // zero (the lowest key with q > 0, its highest id in the cut).
+  // zero (the lowest key with q > 0, its highest id in the cut), the draft aside.
   uint32_t kz = UINT32_MAX;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = row[i];
     const uint32_t key = OrderKey(v);
-    if (InCut(cut, key, i) && q(v) > 0.0 && key < kz) kz = key;
+    if (InCut(cut, key, i) && i != skip && q(v) > 0.0 && key < kz) kz = key;
   }
   kz = BlockReduce(kz, MinOp(), sh.key);
   int last = -1;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    if (OrderKey(row[i]) == kz && InCut(cut, kz, i) && i > last) last = i;
+    if (OrderKey(row[i]) == kz && InCut(cut, kz, i) && i != skip && i > last) last = i;
   }
-  return BlockReduce(last, MaxOp(), sh.id);
+  last = BlockReduce(last, MaxOp(), sh.id);
+  return last >= 0 ? last : skip;  // (nothing else has any probability: the draft was kept)
 }
 
 // ---- top k in three passes -----------------------------------------------------------------
@@ -488,24 +498,40 @@ __global__ void __launch_bounds__(kSampleThreads)
       while (n < keep && !(cv[n] < threshold)) ++n;
       keep = n;
     }
-    if (keep <= 1) {
+    if (keep <= 1) {  // (a draft to verify is then kept exactly when it is this one)
       out[blockIdx.x] = ci[0];
       return;
     }
+    // As DrawToken's PickOrVerify: a draft to verify is summed apart, kept when the test
+    // passes, and otherwise left out of the walk.
     double p[kMaxTopK];
-    double total = 0.0;
-    for (int j = 0; j < keep; ++j) total += (p[j] = exp(static_cast<double>(cv[j] - mx) * inv_t));
-    const double u = dr.uniform * total;
+    double rest = 0.0, qd = 0.0;
+    int skip = -1;
+    for (int j = 0; j < keep; ++j) {
+      p[j] = exp(static_cast<double>(cv[j] - mx) * inv_t);
+      if (ci[j] == dr.draft) {
+        qd = p[j];
+        skip = j;
+      } else {
+        rest += p[j];
+      }
+    }
+    if (qd > 0.0 && dr.accept_uniform * (rest + qd) < qd) {
+      out[blockIdx.x] = dr.draft;
+      return;
+    }
+    const double u = dr.uniform * rest;
     double cum = 0.0;
     int pick = -1;
     for (int j = 0; j < keep && pick < 0; ++j) {
+      if (j == skip) continue;
       cum += p[j];
       if (u < cum) pick = j;
     }
     for (int j = keep; pick < 0 && j-- > 0;) {
-      if (p[j] > 0.0) pick = j;
+      if (p[j] > 0.0 && j != skip) pick = j;
     }
-    out[blockIdx.x] = ci[pick < 0 ? 0 : pick];
+    out[blockIdx.x] = ci[pick < 0 ? (skip >= 0 ? skip : 0) : pick];
     return;
   }
 
@@ -517,11 +543,13 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float threshold = mx + dr.log_min_p;
   const int chunk = (n_vocab + blockDim.x - 1) / blockDim.x;
   const int b = min(n_vocab, static_cast<int>(threadIdx.x) * chunk), e = min(n_vocab, b + chunk);
+  // A draft to verify is summed apart (qd), kept when the test passes, and otherwise left out.
+  const int skip = dr.draft;
   double sum = 0.0;
   int last_nonzero = -1;
   for (int i = b; i < e; ++i) {
     const float v = row[i];
-    if (min_p && v < threshold) continue;
+    if ((min_p && v < threshold) || i == skip) continue;
     const double pr = exp(static_cast<double>(v - mx) * inv_t);
     sum += pr;
     if (pr > 0.0) last_nonzero = i;
@@ -539,6 +567,14 @@ __global__ void __launch_bounds__(kSampleThreads)
     total_sh = acc;
   }
   __syncthreads();
+  if (skip >= 0) {
+    const float vd = row[skip];
+    const double qd = min_p && vd < threshold ? 0.0 : exp(static_cast<double>(vd - mx) * inv_t);
+    if (qd > 0.0 && dr.accept_uniform * (total_sh + qd) < qd) {
+      if (threadIdx.x == 0) out[blockIdx.x] = skip;
+      return;  // (the same answer for every thread)
+    }
+  }
   const double u = dr.uniform * total_sh;
   const double lo = offset[threadIdx.x];
   const double hi = threadIdx.x + 1 < blockDim.x ? offset[threadIdx.x + 1] : total_sh;
@@ -547,7 +583,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     int pick = -1;
     for (int i = b; i < e && pick < 0; ++i) {
       const float v = row[i];
-      if (min_p && v < threshold) continue;
+      if ((min_p && v < threshold) || i == skip) continue;
       cum += exp(static_cast<double>(v - mx) * inv_t);
       if (u < cum) pick = i;
     }
@@ -559,7 +595,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   // Rounding that leaves u at or past the end: the last token whose probability is not zero.
   __shared__ int warp_max[32];
   const int fallback = BlockMaxInt(last_nonzero, warp_max);
-  if (threadIdx.x == 0) out[blockIdx.x] = picked != INT_MAX ? picked : max(fallback, 0);
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = picked != INT_MAX ? picked : fallback >= 0 ? fallback : skip >= 0 ? skip : 0;
+  }
 }
 
 // ---- the logit bias and penalties -----------------------------------------------------------

@@ -336,9 +336,11 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
   const int nv = g->hparams().n_vocab;
   ASSERT_EQ(ids.size(), 3u);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ids[r], Argmax(l.data() + r * nv, nv));
-  // Several greedy rows of one sequence with penalties and logprobs (the engine's draft
-  // verification): each row's entries from the tokens before its own input token, which the
-  // device counts from the step's tokens.
+  // Several rows of one sequence with penalties and logprobs (the engine's draft verification):
+  // each row's entries from the tokens before its own input token, which the device counts from
+  // the step's tokens. Row 0 greedy; rows 1 and 2 sampled, each verifying a draft token
+  // (DrawParams::draft): row 1's is biased away (rejected: the residual is drawn), row 2's is
+  // its row's best token with a test that keeps it (a plain draw at its uniform would not).
   std::vector<DrawParams> draws(3);
   std::vector<std::vector<LogitAdjust>> lists(3);
   std::vector<DrawnLogprobs> lps(3);
@@ -352,16 +354,33 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
     draws[r].adjust = lists[r];
     draws[r].logprobs = 2;
     draws[r].logprobs_out = &lps[r];
+    if (r == 0) continue;
+    draws[r].temperature = 0.9f;
+    draws[r].top_k = 40;
+    draws[r].draft = ids[r];
+    draws[r].accept_uniform = r == 1 ? 0.5 : 0.0;
+    draws[r].uniform = 0.999;
   }
   std::vector<int32_t> drawn;
   ASSERT_TRUE(g->ForwardBatchSample(std::span<const SequenceBatch>(&s, 1), draws, &drawn).ok());
   ASSERT_EQ(drawn.size(), 3u);
   int moved = 0;
+  DrawCandidates cand;
+  std::vector<double> probs;
   for (size_t r = 0; r < 3; ++r) {
     std::vector<float> row(l.begin() + static_cast<std::ptrdiff_t>(r) * nv,
                            l.begin() + static_cast<std::ptrdiff_t>(r + 1) * nv);
     ApplyLogitAdjustments(draws[r], p[p.size() - 3 + r], row);
-    EXPECT_EQ(drawn[r], Argmax(row.data(), nv)) << "row " << r;
+    EXPECT_EQ(drawn[r], DrawToken(row, draws[r], &cand, &probs)) << "row " << r;
+    if (r == 0) {
+      EXPECT_EQ(drawn[r], Argmax(row.data(), nv));
+    }
+    if (r == 2) {
+      EXPECT_EQ(drawn[r], ids[r]);  // kept
+      DrawParams plain = draws[r];
+      plain.draft = -1;
+      EXPECT_NE(DrawToken(row, plain, &cand, &probs), ids[r]);
+    }
     moved += drawn[r] != ids[r];
     DrawnLogprobs want;
     DrawnLogprobsOf(row, drawn[r], 2, &want);
