@@ -79,10 +79,11 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   virtual bool CanSample(const DrawParams& p) const { return true; }
   // The same step, every logits row's token drawn by DrawToken's rule (runtime/sample/draw.h)
   // with rows[r], r in ForwardBatch's row order, after the row's logit bias and penalties
-  // (ApplyLogitAdjustments with the row's input token; runtime/sample/penalties.h), and, for a
-  // row that asks (DrawParams::logprobs), its logprobs written to its logprobs_out: the engine's
-  // path for steps whose every sampled
-  // sequence is a plain draw (Sampler::IsPlainDraw) that CanSample takes. INVALID_ARGUMENT when
+  // (ApplyLogitAdjustments with the row's input token; runtime/sample/penalties.h) and its
+  // constraint's mask (DrawParams::mask, ApplyTokenMask), and, for a row that asks
+  // (DrawParams::logprobs), its logprobs written to its logprobs_out: the engine's path for
+  // steps whose every sampled sequence is a plain draw (Sampler::IsPlainDraw), or one whose
+  // mask goes with the draw (Sampler::MaskGoesWithTheDraw), that CanSample takes. INVALID_ARGUMENT when
   // rows.size() is not the step's number of logits rows. This default runs ForwardBatch and
   // draws on the host; the CUDA backend draws on the device, so that only the ids cross PCIe.
   virtual Status ForwardBatchSample(std::span<const SequenceBatch> seqs,
@@ -196,11 +197,12 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   }
 
  protected:
-  // One row's draw on the host, as ForwardBatchSample's contract states it: its entries applied
-  // (the row is scratch), DrawToken, and its logprobs written when asked.
+  // One row's draw on the host, as ForwardBatchSample's contract states it: its entries and its
+  // mask applied (the row is scratch), DrawToken, and its logprobs written when asked.
   static int32_t DrawRow(std::span<float> row, const DrawParams& p, int32_t input,
                          DrawCandidates* candidates, std::vector<double>* probs) {
     if (p.adjusted()) ApplyLogitAdjustments(p, input, row);
+    if (p.masked()) ApplyTokenMask(p.mask, p.mask_fallback, row);
     const int32_t token = DrawToken(row, p, candidates, probs);
     if (p.wants_logprobs()) DrawnLogprobsOf(row, token, p.logprobs, p.logprobs_out);
     return token;

@@ -26,6 +26,14 @@ size_t InputPosition(const ScheduledSeq& item) {
   return static_cast<size_t>(item.start) + static_cast<size_t>(item.length) - 1;
 }
 
+// A request's draw settings with a mask, to ask a backend whether it takes masked draws.
+DrawParams MaskedProbe(const Sampler& s) {
+  static constexpr uint64_t kAll = ~uint64_t{0};
+  DrawParams p = s.draw_params();
+  p.mask = std::span<const uint64_t>(&kAll, 1);
+  return p;
+}
+
 }  // namespace
 
 const char* FinishReasonName(FinishReason r) {
@@ -303,7 +311,7 @@ void Engine::Loop() {
         defer_ahead_ = next->plan.deferred;
         EndPlanned(next->plan.finished);
         ahead = !next->plan.idle();
-        if (ahead) Prepare(*next, now);
+        if (ahead) Prepare(*next, now, /*inputs_pending=*/true);
         next->ahead = true;
       } else {
         defer_ahead_ = false;
@@ -619,6 +627,7 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int
     const DrawParams& d = draws[j];
     TokenLogprob lp;
     if (d.wants_logprobs()) FromDrawnLogprobs(*d.logprobs_out, &lp);
+    a.sampler.Accepted(tok);  // a constraint whose mask went with the draw follows the token
     const bool ended = EmitToken(a, tok, d.wants_logprobs() ? &lp : nullptr);
     const bool accepted = j < item.draft.size() && tok == item.draft[j];
     if (ended || !accepted) {
@@ -694,7 +703,7 @@ bool Engine::CanPlanAhead(const StepWork& w) const {
   return w.backend && w.plan.num_draft_tokens == 0 && num_spec_ == 0 && !defer_ahead_;
 }
 
-void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
+void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, bool inputs_pending) {
   const StepPlan& plan = w.plan;
   w.batch.clear();
   w.batch_ids.clear();
@@ -749,11 +758,15 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     }
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
-  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. A greedy
-  // request's draft is verified there too: each of its rows is drawn (the argmax), and Emit
-  // walks them as Sampler::Verify would. When only some are, and no item has several rows (a
-  // draft, a scored prompt), the step is mixed: the backend draws those, and only the others'
-  // logits come back, to be sampled here.
+  // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. A
+  // prompt-lookup draft is verified there too: each of its rows is drawn with its draft token,
+  // and Emit walks them as Sampler::Verify would. A constraint (JSON mode, a grammar) goes with
+  // the draw as a mask when the row's input token is known (its state has taken it), so not
+  // in a step planned ahead of its input (inputs_pending), nor with a draft. When only some rows
+  // are the backend's, and no item has several rows (a draft, a scored prompt), the step is
+  // mixed: the backend draws those, and only the others' logits come back, to be sampled here.
+  // Planned ahead, a step with rows for the host is left unprepared (no random numbers taken):
+  // it is launched only after the step before is emitted, and prepared again then.
   w.backend = false;
   w.mixed = false;
   w.host_rows.clear();
@@ -766,7 +779,11 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     const Sampler& smp = si.active->sampler;
     // A draft model's sampled draft needs its distributions q for the residual: the host's.
     const bool q_draft = !si.item->draft.empty() && !si.active->draft_probs.empty();
-    if (q_draft || !smp.IsPlainDraw() ||
+    const bool host_mask =
+        !smp.IsPlainDraw() &&
+        !(smp.MaskGoesWithTheDraw() && si.item->draft.empty() && !inputs_pending &&
+          si.active->history.size() > InputPosition(*si.item) && backend_->CanSample(MaskedProbe(smp)));
+    if (q_draft || host_mask ||
         si.active->history.size() < (si.item->draft.empty() ? InputPosition(*si.item)
                                                              : si.item->start + size_t{1}) ||  // (cannot happen)
         !backend_->CanSample(smp.draw_params())) {
@@ -775,6 +792,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
     }
   }
   if (w.host_rows.size() == w.sampled.size()) return;  // every row on the host
+  if (!w.host_rows.empty() && inputs_pending) return;    // prepared again once the inputs are in
   if (!w.host_rows.empty()) {
     if (plan.num_draft_tokens > 0) return;  // rows are not one per item
     w.mixed = true;
@@ -786,6 +804,8 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
   const int32_t vocab = backend_->hparams().n_vocab;
   w.adjust.clear();
   w.adjust_end.clear();
+  w.masks.clear();
+  w.mask_at.clear();
   for (const SampledItem& si : w.sampled) {
     const ScheduledSeq& item = *si.item;
     if (si.active == nullptr || si.host >= 0) {
@@ -824,7 +844,15 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now) {
       const int32_t draft = j < item.draft.size() ? item.draft[j] : -1;
       w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned, draft));
       w.adjust_end.push_back(w.adjust.size());
+      if (!a.sampler.IsPlainDraw()) {  // (one row: a constraint's item has no draft here)
+        const size_t at = w.masks.size();
+        w.draws.back().mask_fallback = a.sampler.AppendMask(static_cast<size_t>(vocab), &w.masks);
+        w.mask_at.emplace_back(w.draws.size() - 1, at);
+      }
     }
+  }
+  for (const auto& [row, at] : w.mask_at) {  // w.masks has stopped growing
+    w.draws[row].mask = std::span<const uint64_t>(w.masks).subspan(at, (static_cast<size_t>(vocab) + 63) / 64);
   }
   bool logprobs = false;
   for (size_t i = 0; i < w.draws.size(); ++i) {  // w.adjust has stopped growing

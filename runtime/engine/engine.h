@@ -261,6 +261,9 @@ class Engine {
     // The draws' logit bias and penalty entries (DrawParams::adjust points into them).
     std::vector<LogitAdjust> adjust;
     std::vector<size_t> adjust_end;  // draws[i]'s entries end at adjust_end[i]
+    // The constraints' masks (DrawParams::mask points into them): (draw, first word) each.
+    std::vector<uint64_t> masks;
+    std::vector<std::pair<size_t, size_t>> mask_at;
     // The logprobs the backend reports for draws[i] that ask (DrawParams::logprobs_out points
     // here; sized only when some draw asks).
     std::vector<DrawnLogprobs> lps;
@@ -279,8 +282,9 @@ class Engine {
   void Admit(std::deque<Pending>* inbox);
   // Ends the streams of the sequences a plan ended before computing anything.
   void EndPlanned(const std::vector<FinishedSeq>& finished);
-  // Builds `w`'s batch from its plan and chooses how it is sampled.
-  void Prepare(StepWork& w, std::chrono::steady_clock::time_point now);
+  // Builds `w`'s batch from its plan and chooses how it is sampled. inputs_pending: planned
+  // ahead, while the step before it (which draws some of its input tokens) is computed.
+  void Prepare(StepWork& w, std::chrono::steady_clock::time_point now, bool inputs_pending = false);
   // Backend steps: LaunchSample; others compute at once (ForwardBatch into step_logits_).
   Status Launch(StepWork& w);
   // Backend steps: FinishSample into w.chosen.

@@ -21,6 +21,24 @@ float MaxLogit(const DrawCandidates& c) {
 
 }  // namespace
 
+void ApplyTokenMask(std::span<const uint64_t> mask, std::span<const int32_t> fallback,
+                    std::span<float> logits) {
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const size_t w = id >> 6;
+    if (w < mask.size() && ((mask[w] >> (id & 63)) & 1u) != 0) {
+      any |= logits[id] != kOff;
+    } else {
+      logits[id] = kOff;
+    }
+  }
+  if (any) return;
+  for (int32_t id : fallback) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = 0.0f;
+  }
+}
+
 int32_t ArgmaxLowestId(std::span<const float> logits) {
   assert(!logits.empty());
   size_t best = 0;

@@ -78,7 +78,20 @@ struct DrawParams {
   int logprobs = -1;
   DrawnLogprobs* logprobs_out = nullptr;
   bool wants_logprobs() const { return logprobs >= 0 && logprobs_out != nullptr; }
+  // A constraint's mask (JSON mode, a schema's grammar: TokenConstraint::AppendAllowed), applied
+  // after the bias and penalties (ApplyTokenMask): a bit per token id, bit id % 64 of word
+  // id / 64; a clear bit (or an id past the words) sets the logit to -infinity. When no token it
+  // leaves has a finite logit, the ids of mask_fallback get logit 0 instead. Empty: no mask.
+  // Points into the caller's storage, as adjust does.
+  std::span<const uint64_t> mask;
+  std::span<const int32_t> mask_fallback;
+  bool masked() const { return !mask.empty(); }
 };
+
+// Applies a mask as DrawParams::mask states it (TokenConstraint::Mask's rule: end rather than
+// draw from nothing). Fallback ids outside [0, logits.size()) are ignored.
+void ApplyTokenMask(std::span<const uint64_t> mask, std::span<const int32_t> fallback,
+                    std::span<float> logits);
 
 // (logit, id) of the tokens still in the running.
 using DrawCandidates = std::vector<std::pair<float, int32_t>>;

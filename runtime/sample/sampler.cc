@@ -39,6 +39,16 @@ int32_t Sampler::Chose(int32_t token) {
 
 bool Sampler::IsPlainDraw() const { return constraint_ == nullptr; }
 
+bool Sampler::MaskGoesWithTheDraw() const {
+  return constraint_ != nullptr && constraint_->MasksAsBits();
+}
+
+std::span<const int32_t> Sampler::AppendMask(size_t n, std::vector<uint64_t>* bits) const {
+  assert(MaskGoesWithTheDraw());
+  constraint_->AppendAllowed(n, bits);
+  return constraint_->fallback();
+}
+
 DrawParams Sampler::draw_params() const {
   DrawParams d;
   d.temperature = params_.temperature;

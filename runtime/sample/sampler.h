@@ -130,6 +130,18 @@ class Sampler {
   // token can be drawn where the logits are (ModelBackend::ForwardBatchSample: on the device)
   // without the logits reaching the host.
   bool IsPlainDraw() const;
+  // True when the request's constraint can go with the draw as a mask (JSON mode and grammars:
+  // TokenConstraint::AppendAllowed): a backend then draws the token with DrawParams::mask, and
+  // the caller passes the token back (Accepted). The mask is the constraint's state's, so the
+  // row's input token must have been accepted first.
+  bool MaskGoesWithTheDraw() const;
+  // The constraint's mask for the next token over n ids, appended to *bits; returns the
+  // fallback ids (DrawParams::mask_fallback; valid while this sampler lives). REQUIRES:
+  // MaskGoesWithTheDraw().
+  std::span<const int32_t> AppendMask(size_t n, std::vector<uint64_t>* bits) const;
+  // A token drawn elsewhere (a backend's draw, with this sampler's mask if any): the constraint
+  // follows it, as Sample's own draw does.
+  void Accepted(int32_t token) { Chose(token); }
   // This request's draw settings (uniform 0; logprobs as asked, logprobs_out null).
   DrawParams draw_params() const;
   // draw_params() with the uniform the next Sample() would take, consumed (one PRNG output;

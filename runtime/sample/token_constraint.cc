@@ -4,6 +4,8 @@
 #include <limits>
 #include <numeric>
 
+#include "runtime/sample/draw.h"
+
 namespace kinfer {
 
 void ConstraintVocab::Index() {
@@ -54,38 +56,48 @@ void ConstraintVocab::Index() {
 
 namespace {
 
-// Sets every logit `allowed` rules out to -infinity (and the padding past the vocabulary);
-// end-of-generation tokens are allowed when `may_end`. When nothing with a finite logit is left,
-// the end-of-generation tokens are allowed instead: end rather than draw from nothing.
+// Appends the words of a mask over n ids (TokenConstraint::AppendAllowed): text ids where
+// allowed(id), end-of-generation ids when may_end, nothing else (other control tokens, ids past
+// the vocabulary).
 template <typename Allowed>
-void ApplyMask(const ConstraintVocab& v, std::span<float> logits, bool may_end,
-               const Allowed& allowed) {
-  constexpr float kOff = -std::numeric_limits<float>::infinity();
-  const size_t n = std::min(logits.size(), v.kind.size());
-  bool any = false;
-  for (size_t id = 0; id < n; ++id) {
-    bool ok;
-    switch (v.kind[id]) {
-      case ConstraintVocab::kEndOfGeneration:
-        ok = may_end;
-        break;
-      case ConstraintVocab::kText:
-        ok = allowed(id);
-        break;
-      default:
-        ok = false;
-    }
-    if (ok) {
-      any |= logits[id] != kOff;
-    } else {
-      logits[id] = kOff;
-    }
+void AppendBits(const ConstraintVocab& v, size_t n, bool may_end, const Allowed& allowed,
+                std::vector<uint64_t>* bits) {
+  const size_t base = bits->size();
+  bits->resize(base + (n + 63) / 64, 0);
+  uint64_t* w = bits->data() + base;
+  const size_t m = std::min(n, v.kind.size());
+  for (size_t id = 0; id < m; ++id) {
+    const bool ok = v.kind[id] == ConstraintVocab::kText            ? allowed(id)
+                    : v.kind[id] == ConstraintVocab::kEndOfGeneration ? may_end
+                                                                      : false;
+    if (ok) w[id >> 6] |= uint64_t{1} << (id & 63);
   }
-  for (size_t id = n; id < logits.size(); ++id) logits[id] = kOff;
-  if (any) return;
-  for (size_t id = 0; id < n; ++id) {
-    if (v.kind[id] == ConstraintVocab::kEndOfGeneration) logits[id] = 0.0f;
+}
+
+// The same from a trie walk's bits (text ids only, a word per 64 ids of the vocabulary).
+void AppendWalked(const ConstraintVocab& v, size_t n, bool may_end, const std::vector<uint64_t>& text,
+                  std::span<const int32_t> end_ids, std::vector<uint64_t>* bits) {
+  const size_t base = bits->size();
+  bits->resize(base + (n + 63) / 64, 0);
+  uint64_t* w = bits->data() + base;
+  const size_t m = std::min(n, v.kind.size());
+  const size_t full = std::min(m / 64, text.size());
+  std::copy_n(text.begin(), full, w);
+  if (m % 64 != 0 && m / 64 < text.size()) {
+    w[m / 64] = text[m / 64] & ((uint64_t{1} << (m % 64)) - 1);
   }
+  if (!may_end) return;
+  for (int32_t id : end_ids) {
+    if (static_cast<size_t>(id) < m) w[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+std::vector<int32_t> EndIds(const ConstraintVocab& v) {
+  std::vector<int32_t> ids;
+  for (size_t id = 0; id < v.kind.size(); ++id) {
+    if (v.kind[id] == ConstraintVocab::kEndOfGeneration) ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
 }
 
 // The bytes of Grammar::plain_string_class() (JsonRecognizer's plain bytes also take >= 0x80).
@@ -130,16 +142,19 @@ void WalkTrie(const ConstraintVocab& v, const R& root, std::vector<R>* scratch,
   }
 }
 
-bool Bit(const std::vector<uint64_t>& bits, size_t id) {
-  return ((bits[id >> 6] >> (id & 63)) & 1u) != 0;
-}
-
 }  // namespace
 
 JsonObjectConstraint::JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab)
-    : vocab_(std::move(vocab)) {}
+    : vocab_(std::move(vocab)), end_ids_(EndIds(*vocab_)) {}
 
 void JsonObjectConstraint::Mask(std::span<float> logits) const {
+  thread_local std::vector<uint64_t> bits;
+  bits.clear();
+  AppendAllowed(logits.size(), &bits);
+  ApplyTokenMask(bits, end_ids_, logits);
+}
+
+void JsonObjectConstraint::AppendAllowed(size_t n, std::vector<uint64_t>* bits) const {
   const ConstraintVocab& v = *vocab_;
   const bool done = state_.complete();
   if (!done && v.trie.size() > 1) {
@@ -155,14 +170,14 @@ void JsonObjectConstraint::Mask(std::span<float> logits) const {
           slot);
       allowed = slot;
     }
-    ApplyMask(v, logits, false, [&](size_t id) { return Bit(*allowed, id); });
+    AppendWalked(v, n, false, *allowed, end_ids_, bits);
     return;
   }
   // Inside a string, a plain token is allowed without feeding it.
   const bool plain_ok = state_.in_plain_string() && v.json_plain.size() == v.kind.size();
-  ApplyMask(v, logits, done, [&](size_t id) {
+  AppendBits(v, n, done, [&](size_t id) {
     return !done && ((plain_ok && v.json_plain[id] != 0) || state_.Accepts(v.bytes[id]));
-  });
+  }, bits);
 }
 
 void JsonObjectConstraint::Accept(int32_t token) {
@@ -178,9 +193,9 @@ void JsonObjectConstraint::Accept(int32_t token) {
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const ConstraintVocab> vocab,
                                      std::shared_ptr<const Grammar> grammar)
-    : vocab_(std::move(vocab)), state_(std::move(grammar)) {}
+    : vocab_(std::move(vocab)), end_ids_(EndIds(*vocab_)), state_(std::move(grammar)) {}
 
-void GrammarConstraint::Mask(std::span<float> logits) const {
+const std::vector<uint64_t>& GrammarConstraint::Walked() const {
   const std::span<const int32_t> raw = state_.raw();
   key_.assign(raw.begin(), raw.end());
   const std::vector<uint64_t>* allowed = cache_.Find(key_);
@@ -194,7 +209,18 @@ void GrammarConstraint::Mask(std::span<float> logits) const {
         slot);
     allowed = slot;
   }
-  ApplyMask(*vocab_, logits, state_.complete(), [&](size_t id) { return Bit(*allowed, id); });
+  return *allowed;
+}
+
+void GrammarConstraint::Mask(std::span<float> logits) const {
+  thread_local std::vector<uint64_t> bits;
+  bits.clear();
+  AppendAllowed(logits.size(), &bits);
+  ApplyTokenMask(bits, end_ids_, logits);
+}
+
+void GrammarConstraint::AppendAllowed(size_t n, std::vector<uint64_t>* bits) const {
+  AppendWalked(*vocab_, n, state_.complete(), Walked(), end_ids_, bits);
 }
 
 void GrammarConstraint::Accept(int32_t token) {

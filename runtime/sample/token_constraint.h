@@ -104,6 +104,16 @@ class TokenConstraint {
   virtual void Mask(std::span<float> logits) const = 0;
   // The token chosen (allowed by Mask, or an end-of-generation token).
   virtual void Accept(int32_t token) = 0;
+  // Whether Mask's decision can be had as bits (AppendAllowed), for a backend that applies it
+  // where the logits are (DrawParams::mask). The default: no, the constraint masks on the host.
+  virtual bool MasksAsBits() const { return false; }
+  // Appends ceil(n / 64) words to *bits, a bit per id below n, set for the ids Mask leaves:
+  // Mask(logits of n ids) is ApplyTokenMask(those words, fallback(), logits). REQUIRES:
+  // MasksAsBits().
+  virtual void AppendAllowed(size_t n, std::vector<uint64_t>* bits) const {}
+  // The ids allowed instead when nothing the mask leaves has a finite logit (the
+  // end-of-generation tokens). Valid while the constraint lives.
+  virtual std::span<const int32_t> fallback() const { return {}; }
 };
 
 class JsonObjectConstraint : public TokenConstraint {
@@ -113,10 +123,14 @@ class JsonObjectConstraint : public TokenConstraint {
   explicit JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab);
   void Mask(std::span<float> logits) const override;
   void Accept(int32_t token) override;
+  bool MasksAsBits() const override { return true; }
+  void AppendAllowed(size_t n, std::vector<uint64_t>* bits) const override;
+  std::span<const int32_t> fallback() const override { return end_ids_; }
   bool complete() const { return state_.complete(); }
 
  private:
   std::shared_ptr<const ConstraintVocab> vocab_;
+  std::vector<int32_t> end_ids_;  // the vocabulary's end-of-generation ids
   JsonRecognizer state_;
   mutable std::vector<JsonRecognizer> scratch_;  // the walk's states per trie depth
   mutable MaskCache<JsonRecognizer> cache_;
@@ -129,11 +143,18 @@ class GrammarConstraint : public TokenConstraint {
                     std::shared_ptr<const Grammar> grammar);
   void Mask(std::span<float> logits) const override;
   void Accept(int32_t token) override;
+  bool MasksAsBits() const override { return true; }
+  void AppendAllowed(size_t n, std::vector<uint64_t>* bits) const override;
+  std::span<const int32_t> fallback() const override { return end_ids_; }
   bool complete() const { return state_.complete(); }
   const GrammarRecognizer& state() const { return state_; }
 
  private:
+  // The cached trie walk's bits for the current state.
+  const std::vector<uint64_t>& Walked() const;
+
   std::shared_ptr<const ConstraintVocab> vocab_;
+  std::vector<int32_t> end_ids_;
   GrammarRecognizer state_;
   // The walk's recognizer per trie depth, kept to reuse their storage.
   mutable std::vector<GrammarRecognizer> scratch_;

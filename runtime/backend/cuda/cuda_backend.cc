@@ -215,6 +215,8 @@ struct CudaBackend::Impl {
   Status UploadWeights();
   Status PlanScratch();
   Status EnsureMeta(size_t elems);
+  // The 64-bit words of a token mask over the vocabulary (DrawParams::mask).
+  size_t MaskWords() const { return (static_cast<size_t>(hp.n_vocab) + 63) / 64; }
   // What a step returns: every logits row, each row's argmax, or each row's draw (draws[r]).
   enum class Out { kLogits, kArgmax, kSample };
   // Enqueues a step. kLogits: also waits for it and copies every logits row into *logits (the
@@ -846,7 +848,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   if (seqs.size() > static_cast<size_t>(T)) return InvalidArgument("more sequences than tokens allowed");
   // Validation: LlamaModel::ForwardBatch's rules and messages (a chained token, not known yet,
   // checked as token 0: the step before drew it from the vocabulary).
-  size_t rows = 0, table_entries = 0, adjust_entries = 0;
+  size_t rows = 0, table_entries = 0, adjust_entries = 0, mask_ints = 0;
   step_adjusted = false;
   step_logprobs = false;
   std::vector<std::pair<size_t, DrawnLogprobs*>>& lps_out = lps_out_buf[slot];
@@ -892,6 +894,12 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
         d.presence = p.presence;
         adjust_entries += p.adjust.size();
       }
+      if (p.masked()) {  // its words as int32 pairs, then its fallback ids
+        step_adjusted = true;
+        d.mask_begin = static_cast<int>(mask_ints);  // (the metadata's base added below)
+        d.fallback_n = static_cast<int>(p.mask_fallback.size());
+        mask_ints += 2 * MaskWords() + p.mask_fallback.size();
+      }
     }
     // Greedy rows without entries take the argmax kernel, and its graphs.
     if (greedy) out = Out::kArgmax;
@@ -908,7 +916,8 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   ms = static_cast<int>(step_tokens);  // (at most T: validated)
   const size_t S = step_tokens;
   const size_t adjust_base = 9 * S + table_entries;
-  KINFER_RETURN_IF_ERROR(EnsureMeta(adjust_base + cuda::kAdjustInts * adjust_entries));
+  const size_t mask_base = adjust_base + cuda::kAdjustInts * adjust_entries;
+  KINFER_RETURN_IF_ERROR(EnsureMeta(mask_base + mask_ints));
 
   // Pack the metadata.
   int32_t* m = meta_host;
@@ -963,7 +972,21 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       }
     }
   }
-  const size_t meta_used = adjust_base + cuda::kAdjustInts * adjust_entries;
+  // The masks after the entries: each row's words (ApplyTokenMask's: a bit per id, an id past
+  // the given words clear), then its fallback ids.
+  for (size_t r = 0; r < rows && mask_ints > 0; ++r) {
+    const DrawParams& p = draws[r];
+    if (!p.masked()) continue;
+    cuda::DeviceDraw& d = draws_host[r];
+    d.mask_begin += static_cast<int>(mask_base);
+    int32_t* e = m + d.mask_begin;
+    const size_t words = MaskWords(), given = std::min(words, p.mask.size());
+    std::memcpy(e, p.mask.data(), given * sizeof(uint64_t));
+    std::memset(e + 2 * given, 0, (words - given) * sizeof(uint64_t));
+    d.fallback_begin = d.mask_begin + static_cast<int>(2 * words);
+    std::copy(p.mask_fallback.begin(), p.mask_fallback.end(), m + d.fallback_begin);
+  }
+  const size_t meta_used = mask_base + mask_ints;
   KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, meta_used * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream),
                      "step metadata upload");

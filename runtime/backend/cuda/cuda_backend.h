@@ -97,8 +97,8 @@ class CudaBackend final : public ModelBackend {
   Status ForwardBatchArgmax(std::span<const SequenceBatch> seqs, std::vector<int32_t>* tokens) override;
 
   // Draws every row on the device (SampleRows: greedy, top-k, top-p, min-p and temperature in
-  // any combination, after the row's logit bias and penalties: AdjustLogitsRows), so CanSample
-  // keeps the default (true).
+  // any combination, after the row's logit bias and penalties and its token mask:
+  // AdjustLogitsRows), so CanSample keeps the default (true).
   Status ForwardBatchSample(std::span<const SequenceBatch> seqs, std::span<const DrawParams> rows,
                             std::vector<int32_t>* tokens) override;
   // Draws the other rows on the device as ForwardBatchSample does, and copies back only the

@@ -204,11 +204,18 @@ struct DeviceDraw {
   float frequency = 0.0f;
   float presence = 0.0f;
   int logprobs = -1;  // LogprobRows: -1 none; else the drawn token's and the top `logprobs`
+  // The row's token mask (DrawParams::mask), applied by AdjustLogitsRows after the entries: from
+  // index mask_begin of the metadata, ceil(n_vocab / 64) 64-bit words as int32 pairs (-1: no
+  // mask), and fallback_n ids from fallback_begin.
+  int mask_begin = -1;
+  int fallback_begin = 0;
+  int fallback_n = 0;
 };
 constexpr int kAdjustInts = 3;  // int32s per entry
 
 // Applies each row's logit bias and penalties to logits row r in place, as the host's
-// ApplyLogitAdjustments (runtime/sample/penalties.h) does, bit for bit (a zero's sign aside):
+// ApplyLogitAdjustments (runtime/sample/penalties.h) does, bit for bit (a zero's sign aside),
+// then its token mask as ApplyTokenMask (runtime/sample/draw.h) does:
 // entries in meta (DeviceDraw's adjust fields), the input token from input_ids (the step's
 // tokens as the embedding read them: DequantizeRows' ids_out). Rows without entries are left.
 // Before SampleRows, in its own kernel, so that the sampler reads the row through the

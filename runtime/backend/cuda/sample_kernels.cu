@@ -618,7 +618,7 @@ __global__ void __launch_bounds__(kAdjustThreads)
                            const int32_t* __restrict__ meta, const int32_t* __restrict__ input_ids) {
   AwaitPrecedingKernels();
   const DeviceDraw dr = draws[blockIdx.x];
-  if (dr.adjust_n == 0 && dr.input < 0) return;
+  if (dr.adjust_n == 0 && dr.input < 0 && dr.mask_begin < 0) return;
   float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
   const int32_t* e = meta + dr.adjust_begin;
   int input = dr.input >= 0 ? input_ids[dr.input] : -1;
@@ -646,6 +646,26 @@ __global__ void __launch_bounds__(kAdjustThreads)
     row[id] = AdjustOne(dr, __int_as_float(e[kAdjustInts * j + 1]), count, row[id]);
   }
   if (threadIdx.x == 0 && input >= 0 && !listed) row[input] = AdjustOne(dr, 0.0f, 1, row[input]);
+  if (dr.mask_begin < 0) return;
+  // The mask (ApplyTokenMask): a clear bit's logit to -infinity; when nothing it leaves is
+  // finite, the fallback ids' logits to 0. (64-bit words, little-endian: bit i of 32-bit word
+  // i / 32.)
+  __syncthreads();  // the entries are in
+  const uint32_t* mask = reinterpret_cast<const uint32_t*>(meta + dr.mask_begin);
+  int any = 0;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    if ((mask[i >> 5] >> (i & 31)) & 1u) {
+      any |= row[i] != -INFINITY;
+    } else {
+      row[i] = -INFINITY;
+    }
+  }
+  __shared__ int warp_any[32];
+  if (BlockMaxInt(any, warp_any) != 0) return;
+  for (int j = threadIdx.x; j < dr.fallback_n; j += blockDim.x) {
+    const int id = meta[dr.fallback_begin + j];
+    if (id >= 0 && id < n_vocab) row[id] = 0.0f;
+  }
 }
 
 struct FloatMaxOp {

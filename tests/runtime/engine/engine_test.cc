@@ -16,6 +16,7 @@
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/llama_model.h"
+#include "runtime/sample/json_schema_grammar.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/runtime/test_model_path.h"
 
@@ -411,23 +412,52 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     EXPECT_EQ(on[0].tokens.size(), 24u);
     EXPECT_LT(on_n.sample_steps, on_n.logits_steps);
   }
-  // What needs the logits on the host never takes it: a grammar (JSON mode), settings the
-  // backend refuses.
+  // A constraint's mask goes with the draw (DrawParams::mask; TokenConstraint::AppendAllowed):
+  // JSON mode and a schema's grammar, greedy and sampled, alone and beside the others, step by
+  // step and planned ahead (where a constrained row's input is still being drawn, the step ahead
+  // is left unprepared and prepared again once the token is in), get the host's tokens.
   GenerationRequest json = greedy;
   json.json_object = true;
   // (ignore_eos, a 400 with JSON mode at the API, keeps it going to 12 tokens here)
+  GenerationRequest schema = truncated;
+  auto grammar = JsonSchemaGrammar(nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"city": {"type": "string"}, "people": {"type": "integer"}},
+          "required": ["city", "people"]})"));
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  schema.grammar = *grammar;
+  GenerationRequest json_hot = hot;
+  json_hot.json_object = true;
+  json_hot.sampling.logprobs = 2;
   {
-    Counts n;
-    run(true, false, {json}, &n);
-    EXPECT_EQ(n.sample_steps, 0);
-    EXPECT_EQ(n.mixed_steps, 0);  // alone: every row on the host
-    EXPECT_EQ(n.logits_steps, 12);
+    Counts plain_n;
+    const std::vector<Collected> plain = run(false, false, {greedy}, &plain_n);
+    for (const GenerationRequest* r : {&json, &schema, &json_hot}) {
+      for (bool chained : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "chained " << chained << " temperature "
+                                          << r->sampling.temperature);
+        Counts on_n, off_n;
+        const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
+        const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
+        EXPECT_EQ(on_n.sample_steps, 12);  // every step drawn by the backend, with the mask
+        EXPECT_EQ(on_n.mixed_steps, 0);
+        EXPECT_EQ(on[0].tokens, off[0].tokens);
+        EXPECT_EQ(on[0].text, off[0].text);
+        ASSERT_EQ(on[0].tokens.size(), 12u);
+        const size_t first = on[0].text.find_first_not_of(" \t\r\n");
+        ASSERT_NE(first, std::string::npos) << on[0].text;
+        EXPECT_EQ(on[0].text[first], '{') << on[0].text;  // the constraint held
+        if (r == &json) EXPECT_NE(on[0].tokens, plain[0].tokens);
+        ASSERT_EQ(on[0].logprobs.size(), off[0].logprobs.size());
+        for (size_t k = 0; k < on[0].logprobs.size(); ++k) {
+          EXPECT_EQ(on[0].logprobs[k].logprob, off[0].logprobs[k].logprob);  // of the masked row
+        }
+      }
+    }
   }
-  // Beside draws it makes a step mixed: the backend draws the others' rows, only its row comes
-  // back as logits, and every request gets the tokens it gets all on the host.
+  // Beside the others: every row drawn by the backend, each with its own settings and mask.
   {
     const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, json, biased,
-                                               with_logprobs, held8};
+                                               with_logprobs, held8, schema};
     Counts on_n, off_n;
     const std::vector<Collected> on = run(true, false, rs, &on_n);
     const std::vector<Collected> off = run(false, false, rs, &off_n);
@@ -438,12 +468,33 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
       EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
     }
+    EXPECT_EQ(on_n.mixed_steps, 0);
+    EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);
+  }
+  // What the backend refuses (here top-p) makes a step mixed: the backend draws the others'
+  // rows, only that row comes back as logits, and every request gets the tokens it gets all on
+  // the host.
+  {
+    GenerationRequest nucleus = hot;  // refused (top-p)
+    nucleus.sampling.top_p = 0.9f;
+    const std::vector<GenerationRequest> rs = {greedy, penalized, json, with_logprobs, held8,
+                                               nucleus};
+    Counts on_n, off_n;
+    const std::vector<Collected> on = run(true, true, rs, &on_n);
+    const std::vector<Collected> off = run(false, false, rs, &off_n);
+    ASSERT_EQ(on.size(), rs.size());
+    ASSERT_EQ(off.size(), rs.size());
+    for (size_t i = 0; i < rs.size(); ++i) {
+      EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
+      EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
+      EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
+    }
     EXPECT_GE(on_n.mixed_steps, 6) << "of " << on_n.logits_steps;  // (arrivals may split a few)
-    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // json's row
-    ASSERT_EQ(on[5].logprobs.size(), 12u);  // with_logprobs, drawn in the mixed steps
+    EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // nucleus's row
+    ASSERT_EQ(on[3].logprobs.size(), 12u);  // with_logprobs, drawn in the mixed steps
     for (size_t k = 0; k < 12; ++k) {
-      EXPECT_EQ(on[5].logprobs[k].logprob, off[5].logprobs[k].logprob);
-      EXPECT_EQ(on[5].logprobs[k].rank, off[5].logprobs[k].rank);
+      EXPECT_EQ(on[3].logprobs[k].logprob, off[3].logprobs[k].logprob);
+      EXPECT_EQ(on[3].logprobs[k].rank, off[3].logprobs[k].rank);
     }
     EXPECT_EQ(off_n.mixed_steps, 0);
   }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/sample/draw.h"
 #include "runtime/sample/sampler.h"
 
 namespace kinfer {
@@ -154,6 +155,68 @@ TEST(JsonObjectConstraintTest, WithNothingAllowedItEndsInsteadOfDrawingFromNothi
   c.Mask(logits);
   EXPECT_FALSE(std::isinf(logits[0]));
   EXPECT_TRUE(std::isinf(logits[1]));
+}
+
+// The mask as bits (AppendAllowed, what a backend applies where the logits are) is what Mask
+// leaves: over a run of states, for JSON mode (indexed and not) and a grammar, with as many ids
+// as the vocabulary, more (the padding stays clear) and fewer; appended after what the vector
+// held.
+TEST(TokenConstraintTest, TheMaskAsBitsIsWhatMaskLeaves) {
+  auto plain = std::make_shared<ConstraintVocab>(*Vocab());
+  auto indexed = std::make_shared<ConstraintVocab>(*plain);
+  indexed->Index();
+  GrammarBuilder gb;
+  const int32_t items = gb.NewRule();  // root ::= "{" ("a" | "1" | " ")* "}"
+  gb.AddAlternative(items, {gb.Range({{'a', 'a'}, {'1', '1'}, {' ', ' '}}), GrammarBuilder::Ref(items)});
+  gb.AddAlternative(items, {});
+  GrammarBuilder::Sequence root = gb.Literal("{");
+  root.push_back(GrammarBuilder::Ref(items));
+  gb.AppendLiteral("}", &root);
+  auto grammar = gb.Build(gb.Rule({root}));
+  const size_t nv = plain->kind.size();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  int checked = 0;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::unique_ptr<TokenConstraint> c;
+    if (kind == 0) c = std::make_unique<JsonObjectConstraint>(plain);
+    if (kind == 1) c = std::make_unique<JsonObjectConstraint>(indexed);
+    if (kind == 2) c = std::make_unique<GrammarConstraint>(indexed, grammar);
+    ASSERT_TRUE(c->MasksAsBits());
+    ASSERT_EQ(c->fallback().size(), 1u);
+    EXPECT_EQ(c->fallback()[0], 0);  // the end-of-generation id
+    for (int step = 0; step < 40; ++step) {
+      for (size_t n : {nv, nv + 70, nv - 3}) {
+        std::vector<uint64_t> bits = {7, 9};
+        c->AppendAllowed(n, &bits);
+        ASSERT_EQ(bits.size(), 2 + (n + 63) / 64);
+        EXPECT_EQ(bits[0], 7u);
+        std::vector<float> logits(n, 1.0f);
+        c->Mask(logits);
+        for (size_t id = 0; id < (n + 63) / 64 * 64; ++id) {
+          const bool bit = ((bits[2 + id / 64] >> (id % 64)) & 1u) != 0;
+          const bool left = id < n && !std::isinf(logits[id]);
+          ASSERT_EQ(bit, left) << "kind " << kind << " step " << step << " n " << n << " id " << id;
+          if (id >= nv) ASSERT_FALSE(bit);
+        }
+        std::vector<float> again(n);
+        for (float& l : again) l = noise(rng);
+        std::vector<float> want = again;
+        c->Mask(want);
+        ApplyTokenMask(std::span<const uint64_t>(bits).subspan(2), c->fallback(), again);
+        ASSERT_EQ(again, want);
+        ++checked;
+      }
+      // The best allowed token goes on (an end ends the run).
+      std::vector<float> l(nv);
+      for (float& x : l) x = noise(rng);
+      c->Mask(l);
+      const auto tok = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      if (tok == 0) break;
+      c->Accept(tok);
+    }
+  }
+  EXPECT_GT(checked, 30);
 }
 
 }  // namespace

@@ -338,10 +338,14 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ids[r], Argmax(l.data() + r * nv, nv));
   // Several rows of one sequence with penalties and logprobs (the engine's draft verification):
   // each row's entries from the tokens before its own input token, which the device counts from
-  // the step's tokens. Row 0 greedy; rows 1 and 2 sampled, each verifying a draft token
+  // the step's tokens. Row 0 greedy with a constraint's token mask (DrawParams::mask) that
+  // leaves only even ids and not its best; rows 1 and 2 sampled, each verifying a draft token
   // (DrawParams::draft): row 1's is biased away (rejected: the residual is drawn), row 2's is
   // its row's best token with a test that keeps it (a plain draw at its uniform would not).
   std::vector<DrawParams> draws(3);
+  std::vector<uint64_t> mask0((static_cast<size_t>(nv) + 63) / 64, 0x5555555555555555ull);
+  mask0[static_cast<size_t>(ids[0]) / 64] &= ~(uint64_t{1} << (ids[0] % 64));
+  const std::vector<int32_t> fallback0 = {2};
   std::vector<std::vector<LogitAdjust>> lists(3);
   std::vector<DrawnLogprobs> lps(3);
   SamplingParams sp;
@@ -354,7 +358,11 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
     draws[r].adjust = lists[r];
     draws[r].logprobs = 2;
     draws[r].logprobs_out = &lps[r];
-    if (r == 0) continue;
+    if (r == 0) {  // a constraint's mask: every other id, never the row's own best
+      draws[r].mask = mask0;
+      draws[r].mask_fallback = fallback0;
+      continue;
+    }
     draws[r].temperature = 0.9f;
     draws[r].top_k = 40;
     draws[r].draft = ids[r];
@@ -371,9 +379,11 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
     std::vector<float> row(l.begin() + static_cast<std::ptrdiff_t>(r) * nv,
                            l.begin() + static_cast<std::ptrdiff_t>(r + 1) * nv);
     ApplyLogitAdjustments(draws[r], p[p.size() - 3 + r], row);
+    if (draws[r].masked()) ApplyTokenMask(draws[r].mask, draws[r].mask_fallback, row);
     EXPECT_EQ(drawn[r], DrawToken(row, draws[r], &cand, &probs)) << "row " << r;
     if (r == 0) {
       EXPECT_EQ(drawn[r], Argmax(row.data(), nv));
+      EXPECT_EQ(drawn[r] % 2, 0);  // the mask's
     }
     if (r == 2) {
       EXPECT_EQ(drawn[r], ids[r]);  // kept

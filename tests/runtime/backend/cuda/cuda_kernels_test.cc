@@ -1011,6 +1011,94 @@ TEST_F(CudaKernelsTest, AdjustLogitsRowsEqualsTheHostsAdjustments) {
   EXPECT_EQ(changed_rows, rows - 1);  // every row but 10
 }
 
+// A constraint's token mask (DrawParams::mask) as AdjustLogitsRows applies it, after a row's
+// entries, against the host's ApplyTokenMask, bit for bit: a vocabulary that is not a multiple of
+// 64, masks with and without entries, a mask whose allowed tokens are all -infinity and one that
+// allows nothing (the fallback ids, one outside the vocabulary, get 0), all allowed, no mask.
+TEST_F(CudaKernelsTest, AdjustLogitsRowsAppliesTheTokenMaskAsTheHost) {
+  const int rows = 7, nv = 3000;
+  const size_t words = (nv + 63) / 64;
+  std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 81, -8.0f, 8.0f);
+  std::mt19937_64 rng(82);
+  std::vector<int32_t> meta(11, -7);  // someone else's data first
+  std::vector<cuda::DeviceDraw> ds(rows);
+  std::vector<DrawParams> ps(rows);
+  std::vector<std::vector<uint64_t>> masks(rows);
+  std::vector<std::vector<LogitAdjust>> lists(rows);
+  const std::vector<int32_t> fallback = {5, 2999, 4000};
+  for (int r = 0; r < rows; ++r) {
+    std::vector<uint64_t>& m = masks[r];
+    m.assign(words, 0);
+    switch (r) {
+      case 0:
+      case 1:
+        for (uint64_t& w : m) w = rng() & rng();  // a quarter of the tokens
+        break;
+      case 2:  // allows only tokens whose logit is -infinity
+        for (int i = 100; i < 3000; i += 700) {
+          m[static_cast<size_t>(i) / 64] |= uint64_t{1} << (i % 64);
+          l[static_cast<size_t>(r) * nv + i] = -std::numeric_limits<float>::infinity();
+        }
+        break;
+      case 3:  // allows nothing
+        break;
+      case 5:  // allows everything (and the padding bits past the vocabulary)
+        for (uint64_t& w : m) w = ~uint64_t{0};
+        break;
+      default:  // 4, 6: no mask
+        m.clear();
+    }
+    if (r == 1 || r == 4) {  // entries too
+      SamplingParams sp;
+      sp.frequency_penalty = 0.5f;
+      sp.logit_bias = {{3, 2.0f}, {64, -1.5f}, {2999, 4.0f}};
+      const std::vector<int32_t> history = {3, 3, 64, 17, 2998};
+      LogitAdjustments(sp, history, nv, &lists[r], &ps[r]);
+      ps[r].adjust = lists[r];
+      ds[r].adjust_begin = static_cast<int>(meta.size());
+      ds[r].adjust_n = static_cast<int>(lists[r].size());
+      ds[r].frequency = ps[r].frequency;
+      for (const LogitAdjust& a : lists[r]) {
+        int32_t bits;
+        std::memcpy(&bits, &a.bias, 4);
+        meta.insert(meta.end(), {a.id, bits, a.count});
+      }
+    }
+    if (m.empty()) continue;
+    ps[r].mask = m;
+    ps[r].mask_fallback = fallback;
+    ds[r].mask_begin = static_cast<int>(meta.size());
+    meta.resize(meta.size() + 2 * words);
+    std::memcpy(meta.data() + ds[r].mask_begin, m.data(), words * sizeof(uint64_t));
+    ds[r].fallback_begin = static_cast<int>(meta.size());
+    ds[r].fallback_n = static_cast<int>(fallback.size());
+    meta.insert(meta.end(), fallback.begin(), fallback.end());
+  }
+  const std::vector<int32_t> inputs = {0};
+  DeviceBuffer<float> ld(l);
+  DeviceBuffer<int32_t> md(meta), id(inputs);
+  DeviceBuffer<cuda::DeviceDraw> dd(ds);
+  cuda::AdjustLogitsRows(ld.get(), rows, nv, dd.get(), md.get(), id.get(), nullptr);
+  const std::vector<float> got = ld.ToHost();
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> want(l.begin() + static_cast<std::ptrdiff_t>(r) * nv,
+                            l.begin() + static_cast<std::ptrdiff_t>(r + 1) * nv);
+    if (ps[r].adjusted()) ApplyLogitAdjustments(ps[r], -1, want);
+    if (ps[r].masked()) ApplyTokenMask(ps[r].mask, ps[r].mask_fallback, want);
+    for (int i = 0; i < nv; ++i) {
+      ASSERT_EQ(got[static_cast<size_t>(r) * nv + i], want[i]) << "row " << r << " token " << i;
+    }
+    if (r == 2 || r == 3) {  // the fallback: only its ids in the vocabulary are finite
+      EXPECT_EQ(want[5], 0.0f);
+      EXPECT_EQ(want[2999], 0.0f);
+      EXPECT_EQ(std::count_if(want.begin(), want.end(), [](float v) { return std::isfinite(v); }), 2);
+    }
+    if (r == 0) {
+      EXPECT_GT(std::count_if(want.begin(), want.end(), [](float v) { return std::isinf(v); }), nv / 2);
+    }
+  }
+}
+
 // LogprobRows against TokenLogprobOf: ranks and top ids exactly, logprobs within the rounding of
 // the softmax total, rows without logprobs left alone; the whole vocabulary (top k in three
 // passes, or the rounds where ties make them decline) and a vocabulary smaller than the top.
