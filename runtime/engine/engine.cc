@@ -700,7 +700,9 @@ bool Engine::CanPlanAhead(const StepWork& w) const {
   if (options_.plan_ahead == EngineOptions::PlanAhead::kAuto && !backend_->LaunchIsAsync()) {
     return false;
   }
-  return w.backend && w.plan.num_draft_tokens == 0 && num_spec_ == 0 && !defer_ahead_;
+  // A constrained row's next mask needs this step's token: the step after would wait anyway.
+  return w.backend && w.plan.num_draft_tokens == 0 && num_spec_ == 0 && !defer_ahead_ &&
+         w.mask_at.empty();
 }
 
 void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, bool inputs_pending) {
@@ -771,6 +773,8 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   w.mixed = false;
   w.host_rows.clear();
   w.draws.clear();
+  w.masks.clear();
+  w.mask_at.clear();
   if (!options_.backend_sampling || w.sampled.empty() || !w.scored.empty()) return;
   for (size_t i = 0; i < w.sampled.size(); ++i) {
     SampledItem& si = w.sampled[i];
@@ -804,8 +808,6 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   const int32_t vocab = backend_->hparams().n_vocab;
   w.adjust.clear();
   w.adjust_end.clear();
-  w.masks.clear();
-  w.mask_at.clear();
   for (const SampledItem& si : w.sampled) {
     const ScheduledSeq& item = *si.item;
     if (si.active == nullptr || si.host >= 0) {
