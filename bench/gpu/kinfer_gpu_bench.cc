@@ -16,7 +16,8 @@
 //   copied back and drawn on the host (ForwardBatch + DrawToken) at batch 64, and a mixed step
 //   at 64 (decode_mixed: row 0 drawn on the host, ForwardBatchSampleMixed), and at 64 with
 //   every row's penalties applied on the device (decode_penalized) or every row's logprobs (5
-//   alternatives) computed on the device (decode_logprobs);
+//   alternatives) computed on the device (decode_logprobs) or every row's grammar mask (half the
+//   vocabulary) applied on the device (decode_masked);
 //   single-stream decode at a 2,000-token context; and single stream (128 and 2,000 tokens of
 //   context) and batch 256 again with the per-head decode attention
 //   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain;
@@ -115,8 +116,10 @@ class Bench {
   // 5 alternatives (LogprobRows).
   // kDevicePenalized: llama.cpp's defaults on the device with every row's frequency, presence
   // and repetition penalties over its last 64 tokens (LogitAdjustments, AdjustLogitsRows).
+  // kDeviceMasked: llama.cpp's defaults on the device with every row's grammar mask (DrawParams::
+  // mask: every other token id, 6 KB a row uploaded each step; AdjustLogitsRows).
   enum class Pick { kDeviceArgmax, kDeviceDraw, kHostDraw, kDeviceNucleus, kHostNucleus, kChained,
-                    kMixed, kDevicePenalized, kDeviceLogprobs };
+                    kMixed, kDevicePenalized, kDeviceLogprobs, kDeviceMasked };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
   // A name --only leaves out is not measured (r->name stays empty).
@@ -151,6 +154,7 @@ class Bench {
     std::vector<float> logits;
     std::vector<LogitAdjust> adjust;  // kDevicePenalized's entries, rebuilt each step
     std::vector<DrawnLogprobs> lps(static_cast<size_t>(B));  // kDeviceLogprobs' reports
+    std::vector<uint64_t> mask;                              // kDeviceMasked's
     DrawCandidates cand;
     std::vector<double> probs;
     double t0 = 0;
@@ -226,8 +230,17 @@ class Bench {
             draws[i].logprobs_out = &lps[static_cast<size_t>(i)];
           }
         }
+        if (pick == Pick::kDeviceMasked) {
+          static const int32_t kFallback[] = {2};
+          mask.assign((static_cast<size_t>(hp_.n_vocab) + 63) / 64, 0x5555555555555555ull);
+          for (DrawParams& d : draws) {
+            d.mask = mask;
+            d.mask_fallback = kFallback;
+          }
+        }
         if (pick == Pick::kDeviceDraw || pick == Pick::kDeviceNucleus ||
-            pick == Pick::kDevicePenalized || pick == Pick::kDeviceLogprobs) {
+            pick == Pick::kDevicePenalized || pick == Pick::kDeviceLogprobs ||
+            pick == Pick::kDeviceMasked) {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatchSample(seqs, draws, &ids));
         } else if (pick == Pick::kMixed) {
           const std::vector<int32_t> host = {0};
@@ -417,6 +430,12 @@ int Main(int argc, char** argv) {
   {
     Result r;
     ok &= run(bench.Decode("decode_logprobs", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kDeviceLogprobs), r);
+  }
+  // Every row's grammar mask applied on the device, against decode_sampled_dev at 64 (until
+  // 2026-12-06 a constrained row's logits came back and were masked and drawn on the host).
+  {
+    Result r;
+    ok &= run(bench.Decode("decode_masked", 64, 128, quick ? 8 : 32, &r, Bench::Pick::kDeviceMasked), r);
   }
   // Top-p over the whole vocabulary: the device bisects the row; the host sorts a growing prefix
   // after an exp of every logit.
