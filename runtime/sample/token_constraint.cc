@@ -92,6 +92,15 @@ void AppendWalked(const ConstraintVocab& v, size_t n, bool may_end, const std::v
   }
 }
 
+// Mask as its bits say it (AppendAllowed, then ApplyTokenMask): one rule for the host and for a
+// backend that applies the bits.
+void MaskThroughBits(const TokenConstraint& c, std::span<float> logits) {
+  thread_local std::vector<uint64_t> bits;
+  bits.clear();
+  c.AppendAllowed(logits.size(), &bits);
+  ApplyTokenMask(bits, c.fallback(), logits);
+}
+
 std::vector<int32_t> EndIds(const ConstraintVocab& v) {
   std::vector<int32_t> ids;
   for (size_t id = 0; id < v.kind.size(); ++id) {
@@ -147,12 +156,7 @@ void WalkTrie(const ConstraintVocab& v, const R& root, std::vector<R>* scratch,
 JsonObjectConstraint::JsonObjectConstraint(std::shared_ptr<const ConstraintVocab> vocab)
     : vocab_(std::move(vocab)), end_ids_(EndIds(*vocab_)) {}
 
-void JsonObjectConstraint::Mask(std::span<float> logits) const {
-  thread_local std::vector<uint64_t> bits;
-  bits.clear();
-  AppendAllowed(logits.size(), &bits);
-  ApplyTokenMask(bits, end_ids_, logits);
-}
+void JsonObjectConstraint::Mask(std::span<float> logits) const { MaskThroughBits(*this, logits); }
 
 void JsonObjectConstraint::AppendAllowed(size_t n, std::vector<uint64_t>* bits) const {
   const ConstraintVocab& v = *vocab_;
@@ -212,12 +216,7 @@ const std::vector<uint64_t>& GrammarConstraint::Walked() const {
   return *allowed;
 }
 
-void GrammarConstraint::Mask(std::span<float> logits) const {
-  thread_local std::vector<uint64_t> bits;
-  bits.clear();
-  AppendAllowed(logits.size(), &bits);
-  ApplyTokenMask(bits, end_ids_, logits);
-}
+void GrammarConstraint::Mask(std::span<float> logits) const { MaskThroughBits(*this, logits); }
 
 void GrammarConstraint::AppendAllowed(size_t n, std::vector<uint64_t>* bits) const {
   AppendWalked(*vocab_, n, state_.complete(), Walked(), end_ids_, bits);

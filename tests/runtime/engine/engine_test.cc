@@ -446,7 +446,9 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         const size_t first = on[0].text.find_first_not_of(" \t\r\n");
         ASSERT_NE(first, std::string::npos) << on[0].text;
         EXPECT_EQ(on[0].text[first], '{') << on[0].text;  // the constraint held
-        if (r == &json) EXPECT_NE(on[0].tokens, plain[0].tokens);
+        if (r == &json) {
+          EXPECT_NE(on[0].tokens, plain[0].tokens);
+        }
         ASSERT_EQ(on[0].logprobs.size(), off[0].logprobs.size());
         for (size_t k = 0; k < on[0].logprobs.size(); ++k) {
           EXPECT_EQ(on[0].logprobs[k].logprob, off[0].logprobs[k].logprob);  // of the masked row
@@ -454,20 +456,27 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       }
     }
   }
-  // Beside the others: every row drawn by the backend, each with its own settings and mask.
-  {
-    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, json, biased,
-                                               with_logprobs, held8, schema};
-    Counts on_n, off_n;
-    const std::vector<Collected> on = run(true, false, rs, &on_n);
-    const std::vector<Collected> off = run(false, false, rs, &off_n);
-    ASSERT_EQ(on.size(), rs.size());
-    ASSERT_EQ(off.size(), rs.size());
-    for (size_t i = 0; i < rs.size(); ++i) {
+  // Runs `rs` together with the backend's sampling (refusing top-p or not) and without, checks
+  // that each request gets the same 12 tokens and text both ways, and returns both runs.
+  auto both_ways = [&](const std::vector<GenerationRequest>& rs, bool refuse_top_p, Counts* on_n,
+                       Counts* off_n) {
+    std::pair<std::vector<Collected>, std::vector<Collected>> out = {
+        run(true, refuse_top_p, rs, on_n), run(false, false, rs, off_n)};
+    const auto& [on, off] = out;
+    EXPECT_EQ(on.size(), rs.size());
+    EXPECT_EQ(off.size(), rs.size());
+    for (size_t i = 0; i < std::min(on.size(), off.size()); ++i) {
       EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
       EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
       EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
     }
+    return out;
+  };
+  // Beside the others: every row drawn by the backend, each with its own settings and mask.
+  {
+    Counts on_n, off_n;
+    both_ways({greedy, penalized, truncated, json, biased, with_logprobs, held8, schema}, false,
+              &on_n, &off_n);
     EXPECT_EQ(on_n.mixed_steps, 0);
     EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);
   }
@@ -477,18 +486,11 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   {
     GenerationRequest nucleus = hot;  // refused (top-p)
     nucleus.sampling.top_p = 0.9f;
-    const std::vector<GenerationRequest> rs = {greedy, penalized, json, with_logprobs, held8,
-                                               nucleus};
     Counts on_n, off_n;
-    const std::vector<Collected> on = run(true, true, rs, &on_n);
-    const std::vector<Collected> off = run(false, false, rs, &off_n);
-    ASSERT_EQ(on.size(), rs.size());
-    ASSERT_EQ(off.size(), rs.size());
-    for (size_t i = 0; i < rs.size(); ++i) {
-      EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
-      EXPECT_EQ(on[i].text, off[i].text) << "request " << i;
-      EXPECT_EQ(on[i].tokens.size(), 12u) << "request " << i;
-    }
+    const auto [on, off] =
+        both_ways({greedy, penalized, json, with_logprobs, held8, nucleus}, true, &on_n, &off_n);
+    ASSERT_EQ(on.size(), 6u);
+    ASSERT_EQ(off.size(), 6u);
     EXPECT_GE(on_n.mixed_steps, 6) << "of " << on_n.logits_steps;  // (arrivals may split a few)
     EXPECT_EQ(on_n.mixed_host_rows, on_n.mixed_steps);              // nucleus's row
     ASSERT_EQ(on[3].logprobs.size(), 12u);  // with_logprobs, drawn in the mixed steps
