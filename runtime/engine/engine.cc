@@ -783,14 +783,14 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
     const Sampler& smp = si.active->sampler;
     // A draft model's sampled draft needs its distributions q for the residual: the host's.
     const bool q_draft = !si.item->draft.empty() && !si.active->draft_probs.empty();
-    const bool host_mask =
-        !smp.IsPlainDraw() &&
-        !(smp.MaskGoesWithTheDraw() && si.item->draft.empty() && !inputs_pending &&
-          si.active->history.size() > InputPosition(*si.item) && backend_->CanSample(MaskedProbe(smp)));
-    if (q_draft || host_mask ||
+    // A constraint's mask needs the grammar's state after the row's input token.
+    const bool masked = !smp.IsPlainDraw();
+    const bool mask_ready = smp.MaskGoesWithTheDraw() && si.item->draft.empty() && !inputs_pending &&
+                            si.active->history.size() > InputPosition(*si.item);
+    if (q_draft || (masked && !mask_ready) ||
         si.active->history.size() < (si.item->draft.empty() ? InputPosition(*si.item)
                                                              : si.item->start + size_t{1}) ||  // (cannot happen)
-        !backend_->CanSample(smp.draw_params())) {
+        !backend_->CanSample(masked ? MaskedProbe(smp) : smp.draw_params())) {
       si.host = static_cast<int>(w.host_rows.size());
       w.host_rows.push_back(static_cast<int32_t>(i));  // one row per item (checked below)
     }

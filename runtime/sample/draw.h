@@ -114,9 +114,10 @@ void TruncateCandidates(const DrawParams& p, DrawCandidates* c);
 int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
                       std::vector<double>* probs);
 
-// p's pick among the survivors c at p.temperature (> 0): PickCandidate's, or with p.draft >= 0
-// the verification above (the draft, or the residual's pick; the residual's rounding fallback is
-// its last survivor whose probability is not zero). *probs is scratch. REQUIRES: c non-empty.
+// p's pick among the survivors c at p.temperature (> 0): PickCandidate's (which is this with no
+// draft), or with p.draft >= 0 the verification above (the draft, or the residual's pick; the
+// residual's rounding fallback is its last survivor whose probability is not zero). *probs is
+// scratch. REQUIRES: c non-empty.
 int32_t PickOrVerify(const DrawCandidates& c, const DrawParams& p, std::vector<double>* probs);
 
 // The whole rule. REQUIRES: logits non-empty, no NaN. c and probs are scratch.

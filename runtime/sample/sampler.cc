@@ -59,21 +59,20 @@ DrawParams Sampler::draw_params() const {
   return d;
 }
 
-DrawParams Sampler::NextDraw() {
+DrawParams Sampler::NextDraw(int32_t draft) {
   DrawParams d = draw_params();
-  if (d.temperature > 0.0f) d.uniform = Uniform01();
+  d.draft = draft;
+  if (d.temperature > 0.0f) {
+    if (draft >= 0) d.accept_uniform = Uniform01();  // the test's, then the draw's
+    d.uniform = Uniform01();
+  }
   return d;
 }
 
 DrawParams Sampler::NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
                              std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned,
                              int32_t draft) {
-  DrawParams d = draw_params();
-  d.draft = draft;
-  if (d.temperature > 0.0f) {
-    if (draft >= 0) d.accept_uniform = Uniform01();
-    d.uniform = Uniform01();
-  }
+  DrawParams d = NextDraw(draft);
   LogitAdjustments(params_, before_input, n_vocab, adjust, &d, banned);
   return d;
 }
@@ -160,11 +159,7 @@ int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> histor
     *accepted = chosen == draft;
   } else if (draft_dist == nullptr) {
     Adjust(logits, history);
-    DrawParams d = draw_params();
-    d.draft = draft;
-    d.accept_uniform = Uniform01();
-    d.uniform = Uniform01();
-    chosen = DrawToken(logits, d, &candidates_, &probs_);
+    chosen = DrawToken(logits, NextDraw(draft), &candidates_, &probs_);
     *accepted = chosen == draft;
   } else {
     thread_local TokenDistribution p;

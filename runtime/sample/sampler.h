@@ -146,16 +146,17 @@ class Sampler {
   DrawParams draw_params() const;
   // draw_params() with the uniform the next Sample() would take, consumed (one PRNG output;
   // none when greedy). For a plain draw, DrawToken(logits, NextDraw()) is what Sample(logits)
-  // would have returned, and the stream goes on as if it had been called.
-  DrawParams NextDraw();
+  // would have returned, and the stream goes on as if it had been called. With draft >= 0, the
+  // row verifies that deterministic draft token (DrawParams::draft): unless greedy, two PRNG
+  // outputs, accept_uniform's then uniform's, as Verify takes them.
+  DrawParams NextDraw(int32_t draft = -1);
   // NextDraw() with the logit bias and penalties as entries a backend applies
   // (LogitAdjustments, runtime/sample/penalties.h): `before_input` is the history before the
   // row's input token (the backend counts that one), the entries are appended to *adjust, and
   // the returned params' adjust span is left empty for the caller to point at them. For a plain
   // draw, DrawToken on the row after ApplyLogitAdjustments is what Sample(row, history) would
   // have returned (with `banned`'s logits set to -infinity first: LogitAdjustments').
-  // With draft >= 0 the row verifies that deterministic draft token (DrawParams::draft): unless
-  // greedy, two PRNG outputs, accept_uniform's then uniform's, as Verify takes them.
+  // draft as NextDraw(draft).
   DrawParams NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
                       std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {},
                       int32_t draft = -1);

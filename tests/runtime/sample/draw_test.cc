@@ -106,7 +106,9 @@ TEST(DrawTest, VerifyingADraftKeepsTheRulesDistribution) {
           got[static_cast<size_t>(t)] += 1.0 / (kGrid * kGrid);
           // The draft comes out exactly when the test accepts it: a test uniform below its
           // probability (the grid's fraction of accepting tests is that probability).
-          if (t == draft) ASSERT_LT(v.accept_uniform, want[static_cast<size_t>(draft)] + 1.5 / kGrid);
+          if (t == draft) {
+            ASSERT_LT(v.accept_uniform, want[static_cast<size_t>(draft)] + 1.5 / kGrid);
+          }
         }
       }
       for (size_t t = 0; t < l.size(); ++t) {

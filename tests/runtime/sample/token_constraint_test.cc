@@ -197,7 +197,9 @@ TEST(TokenConstraintTest, TheMaskAsBitsIsWhatMaskLeaves) {
           const bool bit = ((bits[2 + id / 64] >> (id % 64)) & 1u) != 0;
           const bool left = id < n && !std::isinf(logits[id]);
           ASSERT_EQ(bit, left) << "kind " << kind << " step " << step << " n " << n << " id " << id;
-          if (id >= nv) ASSERT_FALSE(bit);
+          if (id >= nv) {
+            ASSERT_FALSE(bit);
+          }
         }
         std::vector<float> again(n);
         for (float& l : again) l = noise(rng);
