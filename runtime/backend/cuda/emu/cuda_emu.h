@@ -4,12 +4,14 @@
 // collectives, launch configurations, graph capture, memory plans), not the hardware's speed.
 //
 // The model (docs/cuda.md, "CUDA emulation"):
-//   * One device, one OS thread runs all device work, in stream order, at enqueue time (a stream
-//     that is capturing records instead; a graph launch replays the records), as late as the
-//     host can tell (deferred streams, the default): when something waits for it (a stream or
-//     event synchronization, a synchronous copy or memset, cudaFree, cudaDeviceSynchronize), in
-//     issue order across streams. A host buffer rewritten before the copy that reads it has
-//     run, or read before the copy that fills it, then shows as a wrong result, as it can on a
+//   * One device, one OS thread runs all device work, each stream's in its order, at enqueue
+//     time (a stream that is capturing records instead; a graph launch replays the records), or
+//     as late as the host can tell (deferred streams, the default): when something waits for it
+//     (a stream or event synchronization, a synchronous copy or memset, cudaFree,
+//     cudaDeviceSynchronize). A stream runs another stream's work only where it waits for it
+//     (cudaStreamWaitEvent; the legacy stream and blocking streams wait for each other), so a
+//     missing wait between streams, like a host buffer rewritten before the copy that reads it
+//     has run, or read before the copy that fills it, shows as a wrong result, as it can on a
 //     GPU. KINFER_CUDA_EMU_DEFER=0 (or SetDeferredStreams(false)) runs work at enqueue time.
 //   * A kernel's blocks run one after another; a block's threads are fibers, switched only at
 //     __syncthreads, warp shuffles, __syncwarp and WMMA calls. After each barrier the waiting
@@ -192,13 +194,14 @@ cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
-// Events. A stream's work runs when it is enqueued, so a recorded event has always completed;
-// recording one into a capturing stream invalidates the capture (the emulator's graphs have no
-// event nodes).
+// Events mark a stream's work issued before cudaEventRecord. Recording one into a capturing
+// stream, or making a capturing stream wait for one, invalidates the capture (the emulator's
+// graphs have no event nodes). cudaStreamWaitEvent takes flags 0 only.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);

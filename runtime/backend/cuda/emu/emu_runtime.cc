@@ -1,5 +1,6 @@
 // CUDA emulation: the runtime API (cuda_emu.h). One device; every call takes the device lock;
-// work runs at enqueue time in stream order unless the stream is capturing a graph.
+// each stream's work runs in its own order, when something waits for it (deferred streams) or at
+// enqueue time, unless the stream is capturing a graph.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,17 +19,30 @@ struct CUgraphNode_st {
   cudaGraphNodeType type = cudaGraphNodeTypeKernel;
   const void* func = nullptr;  // a kernel node's kernel (null: cuBLAS's, or not a kernel)
 };
+// Deferred work on a stream: a function to run, or a wait for another stream's first `pos`
+// operations (cudaStreamWaitEvent, and the legacy stream's implicit synchronization).
+struct EmuStreamOp {
+  std::function<void()> fn;
+  CUstream_st* wait = nullptr;
+  uint64_t pos = 0;
+};
 struct CUstream_st {
+  bool blocking = true;  // synchronizes with the legacy stream (not cudaStreamNonBlocking)
   bool capturing = false;
   bool capture_invalid = false;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   std::thread::id capture_thread;
   std::vector<std::function<void()>> ops;
   std::vector<CUgraphNode_st> kinds;  // one per op
-  uint64_t last = 0;  // the issue number of the stream's newest work (deferred streams)
+  // Deferred streams: the operations issued on the stream (counted from 1), those run, and
+  // those not run yet in order.
+  uint64_t issued = 0, completed = 0;
+  std::deque<EmuStreamOp> pending;
 };
 struct CUevent_st {
-  uint64_t seq = 0;  // the work issued before it was recorded (deferred streams)
+  // The stream and its work issued before the event was recorded (null: never recorded).
+  CUstream_st* stream = nullptr;
+  uint64_t pos = 0;
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
@@ -65,12 +79,11 @@ struct Device {
   std::unordered_map<const void*, int> max_dynamic_shared;
   std::unordered_map<const void*, std::string> func_names;  // cudaFuncGetName
   std::vector<CUstream_st*> capturing;
-  CUstream_st default_stream;
-  // Deferred streams: work issued (numbered from 1) and not yet run, in issue order.
+  CUstream_st default_stream;  // the legacy stream
+  std::vector<CUstream_st*> streams;  // every live stream, the legacy one first
   bool deferred = false;
-  std::deque<std::function<void()>> pending;
-  uint64_t issued = 0, completed = 0;
   Device() {
+    streams.push_back(&default_stream);
     const char* defer = std::getenv("KINFER_CUDA_EMU_DEFER");
     deferred = defer == nullptr || std::atoi(defer) != 0;
     const char* mib = std::getenv("KINFER_CUDA_EMU_MEMORY_MIB");
@@ -104,17 +117,34 @@ const Allocation* Find(const void* p, size_t n, uintptr_t* base_out = nullptr) {
   return &it->second;
 }
 
-// Runs the pending work issued up to number `seq` (deferred streams).
-void RunUpTo(uint64_t seq) {
-  Device& d = Dev();
-  while (d.completed < seq && !d.pending.empty()) {
-    std::function<void()> op = std::move(d.pending.front());
-    d.pending.pop_front();
-    ++d.completed;
-    op();
+bool Live(const CUstream_st* s) {
+  const std::vector<CUstream_st*>& v = Dev().streams;
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Runs stream s's pending work up to its operation number `pos`, in its order; a wait runs the
+// other stream's work it waits for first (waits point back in time, so this ends).
+void RunStream(CUstream_st* s, uint64_t pos) {
+  while (s->completed < pos && !s->pending.empty()) {
+    EmuStreamOp op = std::move(s->pending.front());
+    s->pending.pop_front();
+    ++s->completed;
+    if (op.wait != nullptr) {
+      if (Live(op.wait)) RunStream(op.wait, op.pos);
+    } else {
+      op.fn();
+    }
   }
 }
-void RunAll() { RunUpTo(Dev().issued); }
+// Runs every stream's pending work (each stream in its order; streams by creation).
+void RunAll() {
+  for (size_t i = 0; i < Dev().streams.size(); ++i) RunStream(Dev().streams[i], Dev().streams[i]->issued);
+}
+
+void Push(CUstream_st* s, EmuStreamOp op) {
+  ++s->issued;
+  s->pending.push_back(std::move(op));
+}
 
 bool InCapture(std::thread::id self) {
   for (const CUstream_st* s : Dev().capturing) {
@@ -245,8 +275,16 @@ cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op, cudaGraphNod
     return cudaSuccess;
   }
   Device& d = Dev();
-  s->last = ++d.issued;
-  d.pending.push_back(std::move(op));
+  // The legacy stream waits for the work issued before on the blocking streams, and they for
+  // the legacy stream's.
+  if (s == &d.default_stream) {
+    for (CUstream_st* o : d.streams) {
+      if (o != s && o->blocking && o->completed < o->issued) Push(s, EmuStreamOp{{}, o, o->issued});
+    }
+  } else if (s->blocking && d.default_stream.completed < d.default_stream.issued) {
+    Push(s, EmuStreamOp{{}, &d.default_stream, d.default_stream.issued});
+  }
+  Push(s, EmuStreamOp{std::move(op)});
   if (!d.deferred) RunAll();
   return d.sticky;
 }
@@ -436,7 +474,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   // driver stages it), so it is not left pending.
   if (!kinfer_cudaemu::Stream(stream)->capturing && n > 0 &&
       (!kinfer_cudaemu::Find(src, n) || !kinfer_cudaemu::Find(dst, n))) {
-    kinfer_cudaemu::RunUpTo(kinfer_cudaemu::Stream(stream)->last);
+    kinfer_cudaemu::RunStream(kinfer_cudaemu::Stream(stream), kinfer_cudaemu::Stream(stream)->issued);
   }
   return Note(e != cudaSuccess ? e : d.sticky);
 }
@@ -461,15 +499,21 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
   return e != cudaSuccess ? e : (d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess);
 }
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned /*flags*/) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   if (!s) return Note(cudaErrorInvalidValue);
+  EMU_LOCK();
   *s = new CUstream_st();
+  (*s)->blocking = (flags & cudaStreamNonBlocking) == 0;
+  d.streams.push_back(*s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   EMU_LOCK();
-  if (!s || s->capturing) return Note(cudaErrorInvalidResourceHandle);
-  kinfer_cudaemu::RunUpTo(s->last);  // its work completes
+  if (!s || s == &d.default_stream || !kinfer_cudaemu::Live(s) || s->capturing) {
+    return Note(cudaErrorInvalidResourceHandle);
+  }
+  kinfer_cudaemu::RunStream(s, s->issued);  // its work completes
+  d.streams.erase(std::find(d.streams.begin(), d.streams.end(), s));
   delete s;
   return cudaSuccess;
 }
@@ -479,7 +523,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     kinfer_cudaemu::Stream(s)->capture_invalid = true;
     return Note(cudaErrorStreamCaptureUnsupported);
   }
-  kinfer_cudaemu::RunUpTo(kinfer_cudaemu::Stream(s)->last);
+  kinfer_cudaemu::RunStream(kinfer_cudaemu::Stream(s), kinfer_cudaemu::Stream(s)->issued);
   return d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned /*flags*/) {
@@ -499,14 +543,30 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     kinfer_cudaemu::Stream(s)->capture_invalid = true;
     return Note(cudaErrorStreamCaptureUnsupported);
   }
-  e->seq = d.issued;  // (the emulator's streams run in issue order: what came before it)
+  e->stream = kinfer_cudaemu::Stream(s);
+  e->pos = e->stream->issued;
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   EMU_LOCK();
   if (!e) return Note(cudaErrorInvalidResourceHandle);
-  kinfer_cudaemu::RunUpTo(e->seq);
+  if (e->stream && kinfer_cudaemu::Live(e->stream)) kinfer_cudaemu::RunStream(e->stream, e->pos);
   return d.sticky != cudaSuccess ? Note(d.sticky) : cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+  EMU_LOCK();
+  if (!e) return Note(cudaErrorInvalidResourceHandle);
+  if (flags != 0) return Note(cudaErrorInvalidValue);
+  CUstream_st* st = kinfer_cudaemu::Stream(s);
+  if (st->capturing) {  // an event recorded outside the capture: the capture cannot hold it
+    st->capture_invalid = true;
+    return Note(cudaErrorStreamCaptureUnsupported);
+  }
+  // A never-recorded event, or one whose stream is gone (its work done): nothing to wait for.
+  if (e->stream == nullptr || e->pos == 0 || !kinfer_cudaemu::Live(e->stream)) return cudaSuccess;
+  if (e->stream != st) kinfer_cudaemu::Push(st, EmuStreamOp{{}, e->stream, e->pos});
+  if (!d.deferred) kinfer_cudaemu::RunAll();
+  return cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
   EMU_LOCK();

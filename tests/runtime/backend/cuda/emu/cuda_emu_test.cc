@@ -288,6 +288,65 @@ TEST(CudaEmuRulesTest, DeferredStreamsRunWhenTheHostWaits) {
   cudaFree(d);
 }
 
+// Two streams run each in its own order: a stream runs the other's work only where it waits for
+// it (cudaStreamWaitEvent), so a kernel on a compute stream that does not wait for the upload on
+// a copy stream reads what was there before (the hazard a GPU has), and one that waits reads the
+// upload. Synchronizing one stream leaves the other's work pending; an event waits for its own
+// stream's work only; waiting on a never-recorded event is no wait; a capturing stream cannot
+// wait for an event recorded outside the capture.
+TEST(CudaEmuRulesTest, StreamsRunInTheirOwnOrderAndWaitOnlyThroughEvents) {
+  const bool before = kinfer_cudaemu::SetDeferredStreams(true);
+  int* d = DeviceCopy(std::vector<int>(4, 0));
+  int *in = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaMallocHost(&in, 4 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&out, 8 * sizeof(int)), cudaSuccess);
+  cudaStream_t copy, compute;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t uploaded, never;
+  ASSERT_EQ(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&never, cudaEventDisableTiming), cudaSuccess);
+  for (int i = 0; i < 4; ++i) in[i] = 10 + i;
+  // No wait: the compute stream's kernel and copy run before the upload.
+  ASSERT_EQ(cudaMemcpyAsync(d, in, 4 * sizeof(int), cudaMemcpyHostToDevice, copy), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(uploaded, copy), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(compute, never), cudaSuccess);
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, compute)(d);
+  ASSERT_EQ(cudaMemcpyAsync(out, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, compute), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(out, out + 4), (std::vector<int>{1, 1, 1, 1}))
+      << "the compute stream did not wait for the copy stream";
+  ASSERT_EQ(cudaEventSynchronize(uploaded), cudaSuccess);
+  // With the wait: the upload lands first.
+  for (int i = 0; i < 4; ++i) in[i] = 20 + i;
+  ASSERT_EQ(cudaMemcpyAsync(d, in, 4 * sizeof(int), cudaMemcpyHostToDevice, copy), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(uploaded, copy), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(compute, uploaded), cudaSuccess);
+  Launch("AddOneKernel", AddOneKernel, dim3(1), dim3(4), 0, compute)(d);
+  ASSERT_EQ(cudaMemcpyAsync(out + 4, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, compute), cudaSuccess);
+  // Work on the copy stream after the event is not waited for.
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(int), copy), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(out + 4, out + 8), (std::vector<int>{21, 22, 23, 24}));
+  ASSERT_EQ(cudaStreamSynchronize(copy), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out, d, 4 * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(out, out + 4), (std::vector<int>(4, 0)));
+  // A capturing stream cannot wait for an event from outside: the capture is invalidated.
+  ASSERT_EQ(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_NE(cudaStreamWaitEvent(compute, uploaded), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(compute, &graph), cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
+  kinfer_cudaemu::SetDeferredStreams(before);
+  cudaEventDestroy(uploaded);
+  cudaEventDestroy(never);
+  cudaStreamDestroy(copy);
+  cudaStreamDestroy(compute);
+  cudaFreeHost(in);
+  cudaFreeHost(out);
+  cudaFree(d);
+}
+
 // A captured graph's edges, as the backend rewrites them for programmatic dependent launch: a
 // chain the driver's edge calls can read, remove and add back, with its rules (programmatic
 // edges join two kernels from a programmatic port; a node left without its dependency cannot be
