@@ -23,7 +23,9 @@
 //   (CudaBackendOptions::shared_kv_decode off): the shared K/V reads' and splits' gain;
 //   and single stream and batch 64 and 256 with chained steps (*_chained: each step launched
 //   behind the one before, its tokens read on the device; LaunchSampleChained, what the engine
-//   does), where every other figure waits for each step's ids on the host before the next.
+//   does), where every other figure waits for each step's ids on the host before the next;
+//   chained single stream and batch 256 again with one stream (*_chained_one_stream:
+//   CudaBackendOptions::copy_stream off): the copy stream's gain.
 // Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
 // weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // device's datasheet ceilings (DeviceCeilings: the H200's 990 TFLOP/s dense bf16 and 4.8 TB/s;
@@ -122,9 +124,10 @@ class Bench {
                     kMixed, kDevicePenalized, kDeviceLogprobs, kDeviceMasked };
 
   // B sequences with `ctx` prompt tokens each, then `steps` decode steps of all B.
-  // A name --only leaves out is not measured (r->name stays empty).
+  // A name --only leaves out is not measured (r->name is left empty, whatever r held).
   Status Decode(const std::string& name, int B, int ctx, int steps, Result* r,
                 Pick pick = Pick::kDeviceArgmax) {
+    r->name.clear();
     if (!Wanted(name)) return Status::Ok();
     if (g_tiny) {
       ctx = std::min(ctx, 16);
@@ -270,6 +273,7 @@ class Bench {
   }
 
   Status Prefill(int len, int reps, Result* r, const std::string& suffix = "") {
+    r->name.clear();
     if (!Wanted("prefill_" + std::to_string(len) + suffix)) return Status::Ok();
     if (g_tiny) {
       len = std::min(len, 64);
@@ -495,6 +499,19 @@ int Main(int argc, char** argv) {
       std::printf("single_stream_pdl: %d of %d kernels wait programmatically\n",
                   (*pd)->last_graph_programmatic_edges(), (*pd)->last_graph_kernels());
       ok &= run(b6.Decode("decode_batch_pdl", 64, 128, quick ? 8 : 64, &r), r);
+    }
+  }
+  // Chained steps with one stream (uploads and the ids' copy back between two steps' kernels),
+  // against single_stream_chained and decode_batch_chained at 256: what the copy stream gains.
+  {
+    CudaBackendOptions o7 = opt;
+    o7.copy_stream = false;
+    auto os = CudaBackend::Create(file, o7);
+    if (os.ok() && (*os)->InitKvCache(kBlock, blocks).ok()) {
+      Bench b7(os->get(), quick);
+      Result r;
+      ok &= run(b7.Decode("single_stream_chained_one_stream", 1, 128, quick ? 32 : 256, &r, Bench::Pick::kChained), r);
+      ok &= run(b7.Decode("decode_batch_chained_one_stream", 256, 128, quick ? 8 : 64, &r, Bench::Pick::kChained), r);
     }
   }
   // The decode attention before shared K/V reads and splits (one block per token and head):

@@ -1,7 +1,9 @@
 """kinfer-gpu-bench's own logic, run over the CUDA emulation (kinfer-gpu-bench-emu --tiny): the
 benchmark a GPU run depends on records every result it measures, by name, with its tokens and
-time, both plain and chained (each step launched behind the one before). Its figures mean
-nothing here. (Its first emulated run found every result recorded empty.)"""
+time, both plain and chained (each step launched behind the one before), chained also with one
+stream (no copy stream), and once each. Its figures mean nothing here. (Its first emulated run
+found every result recorded empty; a later one, a result recorded twice where --only left out
+the second of two measurements sharing a result.)"""
 import json
 import os
 import subprocess
@@ -15,7 +17,8 @@ def test_the_benchmark_records_plain_and_chained_decode(tmp_path):
     env = dict(os.environ, KINFER_CUDA_FUSED_ACTIVATIONS="0")  # (fewer fiber switches emulated)
     proc = subprocess.run(
         [str(binary("kinfer-gpu-bench-emu")), "--model", str(_model()), "--tiny",
-         "--only", "single_stream,single_stream_chained", "--json", str(out)],
+         "--only", "single_stream,single_stream_chained,single_stream_chained_one_stream",
+         "--json", str(out)],
         capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
@@ -27,7 +30,9 @@ def test_the_benchmark_records_plain_and_chained_decode(tmp_path):
     assert doc["reported_bytes_per_s"] == 2 * 3.201e9 * 6144 / 8
     assert "ceilings: 989 TFLOP/s, 4800 GB/s" in proc.stdout
     got = {(r["name"], r["batch"]): r for r in results}
-    assert set(got) == {("single_stream", 1), ("single_stream_chained", 1)}, results
+    assert len(got) == len(results), results
+    assert set(got) == {("single_stream", 1), ("single_stream_chained", 1),
+                        ("single_stream_chained_one_stream", 1)}, results
     for (name, batch), r in got.items():
         assert r["tokens"] == 4 * batch, r  # --tiny: 4 steps
         assert r["seconds"] > 0 and r["tokens_per_s"] > 0, r

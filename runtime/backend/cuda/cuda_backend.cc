@@ -111,7 +111,21 @@ struct CudaBackend::Impl {
   LlamaHParams hp;
   CudaBackendOptions opt;
   CudaDeviceInfo info;
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;  // the step's kernels
+  // The step's uploads and its ids' copy back (CudaBackendOptions::copy_stream; else `stream`):
+  // a chained step's upload runs while the step before computes, and that step's ids go back
+  // while the chained one computes. uploaded[slot] (on copy) orders a step's kernels after its
+  // upload; computed[slot] (on stream) its ids' copy after its kernels.
+  cudaStream_t copy = nullptr;
+  cudaEvent_t uploaded[2] = {nullptr, nullptr};
+  cudaEvent_t computed[2] = {nullptr, nullptr};
+  bool two_streams() const { return copy != stream; }
+  // Waits for everything on both streams.
+  cudaError_t SyncStreams() {
+    const cudaError_t a = cudaStreamSynchronize(stream);
+    const cudaError_t b = two_streams() ? cudaStreamSynchronize(copy) : cudaSuccess;
+    return a != cudaSuccess ? a : b;
+  }
   cublasHandle_t cublas = nullptr;
   void* cublas_ws = nullptr;
 
@@ -133,12 +147,20 @@ struct CudaBackend::Impl {
         *gate = nullptr, *up = nullptr, *tmp = nullptr, *xo = nullptr, *logits = nullptr;
   uint16_t* x16 = nullptr;
   ActBuffers act;
-  int32_t* argmax_dev = nullptr;  // T: every row's id of the step computed last
   int32_t* input_ids_dev = nullptr;  // T: the step's tokens as the embedding read them
   bool step_adjusted = false;        // the step being enqueued has rows with AdjustLogitsRows' entries
   bool step_logprobs = false;        // ... rows that report logprobs (LogprobRows)
-  cuda::DeviceDraw* draws_dev = nullptr;   // T rows: a sampling step's settings
-  cuda::DeviceLogprobs* lps_dev = nullptr;  // T rows: LogprobRows' reports
+  // Device buffers a step's kernels read from the host or write for it come in pairs too (the
+  // slot's): the copy stream fills the next step's and empties the step before's while a step
+  // computes. The pointers without _buf are the current slot's; prev_argmax_dev is the other
+  // slot's ids, which a chained step's embedding reads.
+  int32_t* argmax_dev_buf[2] = {nullptr, nullptr};            // T: every row's id of the step
+  cuda::DeviceDraw* draws_dev_buf[2] = {nullptr, nullptr};    // T rows: a sampling step's settings
+  cuda::DeviceLogprobs* lps_dev_buf[2] = {nullptr, nullptr};  // T rows: LogprobRows' reports
+  int32_t* argmax_dev = nullptr;
+  int32_t* prev_argmax_dev = nullptr;
+  cuda::DeviceDraw* draws_dev = nullptr;
+  cuda::DeviceLogprobs* lps_dev = nullptr;
 
   // Host buffers a step is enqueued from or returns into come in pairs (slot = launch count mod
   // 2), so that a chained step (two on the stream: LaunchSampleChained) never rewrites a buffer
@@ -160,17 +182,23 @@ struct CudaBackend::Impl {
     draws_host = draws_host_buf[s];
     meta_host = meta_host_buf[s];
     argmax_host = argmax_host_buf[s];
+    meta_dev = meta_dev_buf[s];
+    argmax_dev = argmax_dev_buf[s];
+    prev_argmax_dev = argmax_dev_buf[s ^ 1];
+    draws_dev = draws_dev_buf[s];
+    lps_dev = lps_dev_buf[s];
   }
 
-  // Step metadata: regions of S int32s (S = ms, the step's number of tokens) in one device
-  // buffer and its pinned mirror, so that a step uploads what it uses (a decode step of one
+  // Step metadata: regions of S int32s (S = ms, the step's number of tokens) in a device
+  // buffer and its pinned mirror (a pair of each), so that a step uploads what it uses (a decode step of one
   // sequence: 9 values and its block table):
   //   [0,S) tokens  [S,2S) pos  [2S,3S) tok_seq  [3S,4S) slot_rows  [4S,5S) logit_rows
   //   [5S,6S) seq_table_off  [6S,7S) tiles  [7S,8S) tile_len  [8S,9S) decode tokens  [9S,..) tables
   //   then the draws' logit bias and penalty entries (DeviceDraw::adjust_begin).
-  // A graph (keyed by S) holds the addresses of its step size's regions.
+  // A graph (keyed by S and the slot) holds the addresses of its step size's regions.
   // A chained step's token (LaunchSampleChained) is -1 - its row in the step before, whose
-  // draws argmax_dev still holds when the embedding kernel reads them.
+  // draws prev_argmax_dev holds.
+  int32_t* meta_dev_buf[2] = {nullptr, nullptr};
   int32_t* meta_dev = nullptr;
   size_t meta_cap = 0;           // int32 elements
   int ms = 0;                    // the stride S of the step being enqueued
@@ -192,9 +220,11 @@ struct CudaBackend::Impl {
     ClearGraphs();
     if (kc) cudaFree(kc);
     if (vc) cudaFree(vc);
-    if (meta_dev) cudaFree(meta_dev);
     if (logits_host) cudaFreeHost(logits_host);
     for (int b = 0; b < 2; ++b) {
+      if (meta_dev_buf[b]) cudaFree(meta_dev_buf[b]);
+      if (uploaded[b]) cudaEventDestroy(uploaded[b]);
+      if (computed[b]) cudaEventDestroy(computed[b]);
       if (meta_host_buf[b]) cudaFreeHost(meta_host_buf[b]);
       if (argmax_host_buf[b]) cudaFreeHost(argmax_host_buf[b]);
       if (draws_host_buf[b]) cudaFreeHost(draws_host_buf[b]);
@@ -203,6 +233,7 @@ struct CudaBackend::Impl {
     }
     if (cublas) cublasDestroy(cublas);
     if (cublas_ws) cudaFree(cublas_ws);
+    if (copy && copy != stream) cudaStreamDestroy(copy);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -297,6 +328,7 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   opt.tensor_core_attention = EnvInt("KINFER_CUDA_TC_ATTENTION", opt.tensor_core_attention ? 1 : 0) != 0;
   opt.fused_activations = opt.fused_activations && EnvInt("KINFER_CUDA_FUSED_ACTIVATIONS", 1) != 0;
   opt.programmatic_launch = EnvInt("KINFER_CUDA_PDL", opt.programmatic_launch ? 1 : 0) != 0;
+  opt.copy_stream = opt.copy_stream && EnvInt("KINFER_CUDA_COPY_STREAM", 1) != 0;
   if (const char* e = std::getenv("KINFER_CUDA_DECODE_ATTENTION");
       e && std::string(e) == "per_head") {
     opt.shared_kv_decode = false;
@@ -328,6 +360,10 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   KINFER_CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   info.free_bytes_at_start = static_cast<int64_t>(free_b);
   KINFER_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  copy = stream;
+  if (opt.copy_stream) {
+    KINFER_CUDA_RETURN(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
     return FailedPrecondition("no CUDA device: cublasCreate failed");
   }
@@ -490,8 +526,8 @@ Status CudaBackend::Impl::PlanScratch() {
       cuda::DecodeSplitScratchFloats(info.sm_count, hp.n_head, hp.n_head_kv, hp.head_dim);
   const size_t split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
-                       t * maxc * 2 /* x16 */ + 2 * Align256(t * 4) + Align256(t * sizeof(cuda::DeviceDraw)) +
-                       Align256(t * sizeof(cuda::DeviceLogprobs)) +
+                       t * maxc * 2 /* x16 */ + 3 * Align256(t * 4) + 2 * Align256(t * sizeof(cuda::DeviceDraw)) +
+                       2 * Align256(t * sizeof(cuda::DeviceLogprobs)) +
                        Align256(split_floats * 4) + Align256(split_blocks * 4) + 3 * 256;
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
@@ -510,13 +546,17 @@ Status CudaBackend::Impl::PlanScratch() {
   act.s = scratch.Take<float>(t * maxc / 32);
   act.qs = scratch.Take<int8_t>(t * maxc);
   x16 = scratch.Take<uint16_t>(t * maxc);
-  argmax_dev = scratch.Take<int32_t>(t);
   input_ids_dev = scratch.Take<int32_t>(t);
-  draws_dev = scratch.Take<cuda::DeviceDraw>(t);
-  lps_dev = scratch.Take<cuda::DeviceLogprobs>(t);
+  bool taken = input_ids_dev != nullptr;
+  for (int b = 0; b < 2; ++b) {
+    argmax_dev_buf[b] = scratch.Take<int32_t>(t);
+    draws_dev_buf[b] = scratch.Take<cuda::DeviceDraw>(t);
+    lps_dev_buf[b] = scratch.Take<cuda::DeviceLogprobs>(t);
+    taken = taken && argmax_dev_buf[b] && draws_dev_buf[b] && lps_dev_buf[b];
+  }
   split_partial = scratch.Take<float>(split_floats);
   split_counters = scratch.Take<int32_t>(split_blocks);
-  if (!argmax_dev || !input_ids_dev || !draws_dev || !lps_dev || !split_partial || !split_counters) {
+  if (!taken || !split_partial || !split_counters) {
     return Internal("scratch plan too small (a bug)");
   }
   KINFER_CUDA_RETURN(cudaMemsetAsync(split_counters, 0, split_blocks * sizeof(int32_t), stream),
@@ -527,6 +567,8 @@ Status CudaBackend::Impl::PlanScratch() {
     KINFER_CUDA_RETURN(cudaMallocHost(&argmax_host_buf[b], T * sizeof(int32_t)), "pinned ids");
     KINFER_CUDA_RETURN(cudaMallocHost(&lps_host_buf[b], t * sizeof(cuda::DeviceLogprobs)), "pinned logprobs");
     KINFER_CUDA_RETURN(cudaEventCreateWithFlags(&step_done[b], cudaEventDisableTiming), "step events");
+    KINFER_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded[b], cudaEventDisableTiming), "step events");
+    KINFER_CUDA_RETURN(cudaEventCreateWithFlags(&computed[b], cudaEventDisableTiming), "step events");
   }
   KINFER_CUDA_RETURN(cudaMallocHost(&logits_host, R * nv * sizeof(float)), "pinned logits");
   return EnsureMeta(static_cast<size_t>(10) * T);
@@ -535,19 +577,19 @@ Status CudaBackend::Impl::PlanScratch() {
 Status CudaBackend::Impl::EnsureMeta(size_t elems) {
   if (elems <= meta_cap) return Status::Ok();
   elems = std::max(elems, meta_cap * 2);
-  // A step still on the stream (a chained step's predecessor) reads the old buffers.
-  KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "step metadata");
-  ClearGraphs();  // they hold the old buffer's address
-  if (meta_dev) cudaFree(meta_dev);
-  meta_dev = nullptr;
+  // A step still on the streams (a chained step's predecessor) reads the old buffers.
+  KINFER_CUDA_RETURN(SyncStreams(), "step metadata");
+  ClearGraphs();  // they hold the old buffers' addresses
   for (int b = 0; b < 2; ++b) {
+    if (meta_dev_buf[b]) cudaFree(meta_dev_buf[b]);
     if (meta_host_buf[b]) cudaFreeHost(meta_host_buf[b]);
+    meta_dev_buf[b] = nullptr;
     meta_host_buf[b] = nullptr;
   }
   meta_cap = 0;
   UseSlot(slot);
-  KINFER_CUDA_RETURN(cudaMalloc(&meta_dev, elems * sizeof(int32_t)), "step metadata");
   for (int b = 0; b < 2; ++b) {
+    KINFER_CUDA_RETURN(cudaMalloc(&meta_dev_buf[b], elems * sizeof(int32_t)), "step metadata");
     KINFER_CUDA_RETURN(cudaMallocHost(&meta_host_buf[b], elems * sizeof(int32_t)), "pinned step metadata");
   }
   meta_cap = elems;
@@ -601,7 +643,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   const int32_t* pos = meta_dev + ms;
   const int32_t* slots = meta_dev + 3 * ms;
   cuda::DequantizeRows(tok_embd.type, tok_embd.data, tok_embd.row_bytes, d, tokens, n, x, stream,
-                       argmax_dev, input_ids_dev);
+                       prev_argmax_dev, input_ids_dev);
   cuda::AttnParams ap;
   ap.q = q;
   ap.out = attn;
@@ -827,13 +869,13 @@ Status CudaBackend::Impl::Enqueue(std::span<const SequenceBatch> seqs, Out out,
   *slot_out = slot;
   Status st = EnqueueStep(seqs, out, draws, chain, out_logits, rows_out);
   if (st.ok() && out != Out::kLogits) {
-    const cudaError_t e = cudaEventRecord(step_done[slot], stream);
+    const cudaError_t e = cudaEventRecord(step_done[slot], copy);
     if (e != cudaSuccess) st = CudaError(e, "step event");
   }
   if (!st.ok()) {
     // Work enqueued before an error must land before the next step rewrites the pinned buffers;
     // and the slot stays the launched step's other one (a refused chained step leaves it).
-    cudaStreamSynchronize(stream);
+    SyncStreams();
     UseSlot(before);
   }
   return st;
@@ -987,21 +1029,27 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     std::copy(p.mask_fallback.begin(), p.mask_fallback.end(), m + d.fallback_begin);
   }
   const size_t meta_used = mask_base + mask_ints;
+  // The upload goes on the copy stream, behind the ids' copy of the step that last used the
+  // slot (so after its kernels), and the step's kernels wait for it.
   KINFER_CUDA_RETURN(cudaMemcpyAsync(meta_dev, meta_host, meta_used * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, stream),
+                                     cudaMemcpyHostToDevice, copy),
                      "step metadata upload");
   if (out == Out::kSample) {
     KINFER_CUDA_RETURN(cudaMemcpyAsync(draws_dev, draws_host, rows * sizeof(cuda::DeviceDraw),
-                                       cudaMemcpyHostToDevice, stream),
+                                       cudaMemcpyHostToDevice, copy),
                        "draw settings upload");
+  }
+  if (two_streams()) {
+    KINFER_CUDA_RETURN(cudaEventRecord(uploaded[slot], copy), "upload event");
+    KINFER_CUDA_RETURN(cudaStreamWaitEvent(stream, uploaded[slot], 0), "upload wait");
   }
 
   if (out_logits) out_logits->resize(rows * static_cast<size_t>(hp.n_vocab));
   *rows_out = rows;
   const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
   if (use_graph) {
-    const int key = ((g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0)) * 2 +
-                    (step_logprobs ? 1 : 0);
+    const int key = (((g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0)) * 2 +
+                     (step_logprobs ? 1 : 0)) * 2 + slot;
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this
@@ -1067,12 +1115,18 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
 }
 
 Status CudaBackend::Impl::CopyIdsBack(size_t rows) {
+  // On the copy stream once the step's kernels are done: a chained step behind it computes
+  // meanwhile (it writes the other slot's ids).
+  if (two_streams()) {
+    KINFER_CUDA_RETURN(cudaEventRecord(computed[slot], stream), "step event");
+    KINFER_CUDA_RETURN(cudaStreamWaitEvent(copy, computed[slot], 0), "step wait");
+  }
   KINFER_CUDA_RETURN(cudaMemcpyAsync(argmax_host, argmax_dev, rows * sizeof(int32_t),
-                                     cudaMemcpyDeviceToHost, stream),
+                                     cudaMemcpyDeviceToHost, copy),
                      "ids copy");
   if (step_logprobs) {
     KINFER_CUDA_RETURN(cudaMemcpyAsync(lps_host_buf[slot], lps_dev, rows * sizeof(cuda::DeviceLogprobs),
-                                       cudaMemcpyDeviceToHost, stream),
+                                       cudaMemcpyDeviceToHost, copy),
                        "logprobs copy");
   }
   return Status::Ok();
@@ -1260,7 +1314,7 @@ Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
   --I.num_launched;
   const Status st = I.Collect(l.slot, l.rows, tokens);
   if (!st.ok()) {  // a device fault: nothing launched is coming back
-    cudaStreamSynchronize(I.stream);
+    I.SyncStreams();
     I.num_launched = 0;
   }
   return st;

@@ -61,6 +61,12 @@ struct CudaBackendOptions {
   // cuBLAS's kernels stay ordinary. The same bits either way. Off until a GPU run has timed it
   // (kinfer-gpu-bench's single_stream_pdl); env KINFER_CUDA_PDL=1 turns it on.
   bool programmatic_launch = false;
+  // A second stream for each step's uploads (its metadata and draw settings) and its ids' copy
+  // back, ordered with the kernels by events: a chained step's upload runs while the step before
+  // computes, and that step's ids come back while the chained one computes, so neither copy
+  // sits between two steps' kernels. The same bits either way. Env KINFER_CUDA_COPY_STREAM=0
+  // turns it off (one stream for everything).
+  bool copy_stream = true;
 };
 
 struct CudaDeviceInfo {
