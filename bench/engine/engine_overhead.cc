@@ -35,6 +35,11 @@
 //   device_spec     device_sampled with prompt-lookup speculation (3 draft tokens): each
 //                   request's draft rows are drawn with their draft to verify (DrawParams::draft)
 //                   and only ids come back (not in the default --modes)
+//   device_json_mix device_sampled with one request in 8 in JSON mode: its rows' masks go with
+//                   the draw (DrawParams::mask), built on the host each step (not in the
+//                   default --modes). The null backend's token is not one JSON mode allows, so
+//                   each mask is the first one, from the constraint's cache: the figure counts
+//                   building the masks' words, not walking the grammar
 //   host_spec       the same with backend_sampling off: every request's 4 rows reach the engine,
 //                   which verifies them (Sampler::Verify). In both, the null backend's text
 //                   cycles through 4 tokens, each row putting almost all its mass on the next,
@@ -342,7 +347,9 @@ StatusOr<Run> Measure(const BackendMaker& make, const Tokenizer& tok, int batch,
     // readers.
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < batch; ++i) {
-      auto s = engine.Submit(r);
+      GenerationRequest ri = r;
+      ri.json_object = mode == "device_json_mix" && i % 8 == 0;
+      auto s = engine.Submit(ri);
       if (!s.ok()) {
         std::fprintf(stderr, "submit: %s\n", s.status().ToString().c_str());
         break;
@@ -430,7 +437,7 @@ int Main(int argc, char** argv) {
       for (std::string m; std::getline(ss, m, ',');) {
         if (m != "device_greedy" && m != "device_sampled" && m != "host_sampled" &&
             m != "device_penalized" && m != "device_logprobs" && m != "device_spec" &&
-            m != "host_spec") {
+            m != "host_spec" && m != "device_json_mix") {
           std::fprintf(stderr, "kinfer-engine-overhead: unknown mode '%s'\n", m.c_str());
           return 2;
         }
@@ -445,7 +452,7 @@ int Main(int argc, char** argv) {
           stderr,
           "usage: kinfer-engine-overhead --model FILE [--backend null|cpu|cuda] "
           "[--batch 1,64,256] [--tokens N] [--modes device_greedy,device_sampled,host_sampled,device_penalized,device_logprobs,"
-          "device_spec,host_spec] "
+          "device_spec,host_spec,device_json_mix] "
           "[--device-us N] [--overlap on|off] [--plan-ahead auto|on|off] [--chain auto|on|off] "
           "[--stream-interval N] [--json OUT]\n");
       return 2;

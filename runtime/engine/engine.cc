@@ -118,6 +118,9 @@ struct Engine::Active {
   StreamEvent held;
   bool holding = false;
   bool sent_tokens = false;
+  // The constraint has taken the token the step before drew, ahead of its Emit
+  // (Engine::FinishLateMasks), which then does not pass it again.
+  bool accepted_ahead = false;
 };
 
 Engine::Engine(ModelBackend* backend, const Tokenizer* tokenizer, EngineOptions options)
@@ -332,6 +335,7 @@ void Engine::Loop() {
         }
         st = scheduler_->SetPendingTokens(pending_result_);
         if (st.ok() && next->backend && !chained) {
+          FinishLateMasks(*cur, *next);
           const Status launch = Launch(*next);
           if (!launch.ok()) {
             Emit(*cur);  // this step's tokens are good; the step ahead's sequences fail
@@ -627,7 +631,13 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int
     const DrawParams& d = draws[j];
     TokenLogprob lp;
     if (d.wants_logprobs()) FromDrawnLogprobs(*d.logprobs_out, &lp);
-    a.sampler.Accepted(tok);  // a constraint whose mask went with the draw follows the token
+    // A constraint whose mask went with the draw follows the token (unless it has already:
+    // FinishLateMasks).
+    if (j == 0 && a.accepted_ahead) {
+      a.accepted_ahead = false;
+    } else {
+      a.sampler.Accepted(tok);
+    }
     const bool ended = EmitToken(a, tok, d.wants_logprobs() ? &lp : nullptr);
     const bool accepted = j < item.draft.size() && tok == item.draft[j];
     if (ended || !accepted) {
@@ -700,9 +710,9 @@ bool Engine::CanPlanAhead(const StepWork& w) const {
   if (options_.plan_ahead == EngineOptions::PlanAhead::kAuto && !backend_->LaunchIsAsync()) {
     return false;
   }
-  // A constrained row's next mask needs this step's token: the step after would wait anyway.
-  return w.backend && w.plan.num_draft_tokens == 0 && num_spec_ == 0 && !defer_ahead_ &&
-         w.mask_at.empty();
+  // (A constrained row's next mask needs this step's token: FinishLateMasks adds it once the
+  // token is back, before the step ahead is launched.)
+  return w.backend && w.plan.num_draft_tokens == 0 && num_spec_ == 0 && !defer_ahead_;
 }
 
 void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, bool inputs_pending) {
@@ -763,8 +773,10 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. A
   // prompt-lookup draft is verified there too: each of its rows is drawn with its draft token,
   // and Emit walks them as Sampler::Verify would. A constraint (JSON mode, a grammar) goes with
-  // the draw as a mask when the row's input token is known (its state has taken it), so not
-  // in a step planned ahead of its input (inputs_pending), nor with a draft. When only some rows
+  // the draw as a mask, which needs its state after the row's input token, so not with a
+  // draft. Planned ahead of its input (inputs_pending: the step before draws it), the row's
+  // mask is left to FinishLateMasks, once the token is back and before the step is launched
+  // (so such a step is never chained). When only some rows
   // are the backend's, and no item has several rows (a draft, a scored prompt), the step is
   // mixed: the backend draws those, and only the others' logits come back, to be sampled here.
   // Planned ahead, a step with rows for the host is left unprepared (no random numbers taken):
@@ -775,6 +787,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   w.draws.clear();
   w.masks.clear();
   w.mask_at.clear();
+  w.late_masks.clear();
   if (!options_.backend_sampling || w.sampled.empty() || !w.scored.empty()) return;
   for (size_t i = 0; i < w.sampled.size(); ++i) {
     SampledItem& si = w.sampled[i];
@@ -783,10 +796,12 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
     const Sampler& smp = si.active->sampler;
     // A draft model's sampled draft needs its distributions q for the residual: the host's.
     const bool q_draft = !si.item->draft.empty() && !si.active->draft_probs.empty();
-    // A constraint's mask needs the grammar's state after the row's input token.
+    // A constraint's mask needs the grammar's state after the row's input token: known now,
+    // or (planned ahead) once the step before has drawn it.
     const bool masked = !smp.IsPlainDraw();
-    const bool mask_ready = smp.MaskGoesWithTheDraw() && si.item->draft.empty() && !inputs_pending &&
-                            si.active->history.size() > InputPosition(*si.item);
+    const bool input_known = si.active->history.size() > InputPosition(*si.item);
+    const bool mask_ready = smp.MaskGoesWithTheDraw() && si.item->draft.empty() &&
+                            (input_known || inputs_pending);
     if (q_draft || (masked && !mask_ready) ||
         si.active->history.size() < (si.item->draft.empty() ? InputPosition(*si.item)
                                                              : si.item->start + size_t{1}) ||  // (cannot happen)
@@ -847,15 +862,17 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
       w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned, draft));
       w.adjust_end.push_back(w.adjust.size());
       if (!a.sampler.IsPlainDraw()) {  // (one row: a constraint's item has no draft here)
-        const size_t at = w.masks.size();
-        w.draws.back().mask_fallback = a.sampler.AppendMask(static_cast<size_t>(vocab), &w.masks);
-        w.mask_at.emplace_back(w.draws.size() - 1, at);
+        if (a.history.size() > input) {
+          const size_t at = w.masks.size();
+          w.draws.back().mask_fallback = a.sampler.AppendMask(static_cast<size_t>(vocab), &w.masks);
+          w.mask_at.emplace_back(w.draws.size() - 1, at);
+        } else {
+          w.late_masks.push_back(LateMask{w.draws.size() - 1, &a, item.id});
+        }
       }
     }
   }
-  for (const auto& [row, at] : w.mask_at) {  // w.masks has stopped growing
-    w.draws[row].mask = std::span<const uint64_t>(w.masks).subspan(at, (static_cast<size_t>(vocab) + 63) / 64);
-  }
+  PointMasks(w);
   bool logprobs = false;
   for (size_t i = 0; i < w.draws.size(); ++i) {  // w.adjust has stopped growing
     const size_t begin = i == 0 ? 0 : w.adjust_end[i - 1];
@@ -869,6 +886,43 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
       if (w.draws[i].logprobs >= 0) w.draws[i].logprobs_out = &w.lps[i];
     }
   }
+}
+
+void Engine::PointMasks(StepWork& w) {
+  const size_t words = (static_cast<size_t>(backend_->hparams().n_vocab) + 63) / 64;
+  for (const auto& [row, at] : w.mask_at) {  // w.masks has stopped growing
+    w.draws[row].mask = std::span<const uint64_t>(w.masks).subspan(at, words);
+  }
+}
+
+void Engine::FinishLateMasks(const StepWork& cur, StepWork& next) {
+  if (next.late_masks.empty()) return;
+  const int32_t vocab = backend_->hparams().n_vocab;
+  const size_t n = std::min(cur.sampled.size(), cur.chosen.size());
+  size_t hint = 0;  // (the two steps mostly list their sequences in the same order)
+  for (const LateMask& m : next.late_masks) {
+    Active& a = *m.active;
+    if (a.finished) continue;  // (cancelled meanwhile: its row is thrown away)
+    int32_t tok = -1;          // (always found: a late mask's input is drawn by cur)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (hint + k) % n;
+      if (cur.sampled[i].item->id == m.seq) {
+        tok = cur.chosen[i];
+        hint = i + 1;
+        break;
+      }
+    }
+    // Every token is taken (an end of generation changes nothing): a sequence that ends on it
+    // has its row thrown away, one that goes on (ignore_eos) gets the mask Emit would give.
+    if (tok >= 0 && !a.accepted_ahead) {
+      a.sampler.Accepted(tok);
+      a.accepted_ahead = true;
+    }
+    const size_t at = next.masks.size();
+    next.draws[m.row].mask_fallback = a.sampler.AppendMask(static_cast<size_t>(vocab), &next.masks);
+    next.mask_at.emplace_back(m.row, at);
+  }
+  PointMasks(next);
 }
 
 Status Engine::Launch(StepWork& w) {
@@ -890,6 +944,7 @@ Status Engine::Launch(StepWork& w) {
 
 bool Engine::LaunchChained(StepWork& cur, StepWork& next) {
   if (!next.backend || !cur.backend) return false;
+  if (!next.late_masks.empty()) return false;  // they need cur's tokens on the host
   // (A step with a draft is never planned ahead: CanPlanAhead.)
   if (cur.draws.size() != cur.sampled.size()) return false;
   if (options_.chain_steps == EngineOptions::ChainSteps::kOff) return false;

@@ -245,6 +245,12 @@ class Engine {
     Active* active;
     size_t row = 0;  // the row of the chunk's first position
   };
+  // A constrained row of a step planned ahead whose mask waits for its input token.
+  struct LateMask {
+    size_t row;      // its draw
+    Active* active;
+    uint64_t seq;    // its sequence: its input token is the step before's draw for it
+  };
   // A step from its plan to its results, kept across steps (steady state allocates none of
   // these; a fresh logits buffer would cost a page fault per 4 KB every step).
   struct StepWork {
@@ -264,6 +270,9 @@ class Engine {
     // The constraints' masks (DrawParams::mask points into them): (draw, first word) each.
     std::vector<uint64_t> masks;
     std::vector<std::pair<size_t, size_t>> mask_at;
+    // Planned ahead: constrained rows whose input token the step before draws; their masks are
+    // added once it is back (FinishLateMasks).
+    std::vector<LateMask> late_masks;
     // The logprobs the backend reports for draws[i] that ask (DrawParams::logprobs_out points
     // here; sized only when some draw asks).
     std::vector<DrawnLogprobs> lps;
@@ -285,6 +294,12 @@ class Engine {
   // Builds `w`'s batch from its plan and chooses how it is sampled. inputs_pending: planned
   // ahead, while the step before it (which draws some of its input tokens) is computed.
   void Prepare(StepWork& w, std::chrono::steady_clock::time_point now, bool inputs_pending = false);
+  // Points the draws' masks into w.masks (once it has stopped growing).
+  void PointMasks(StepWork& w);
+  // The masks of next's constrained rows planned ahead of their input token (next.late_masks),
+  // once cur (the step before) has its tokens: each constraint takes its token (ahead of
+  // Emit(cur), which then does not pass it again) and appends its mask.
+  void FinishLateMasks(const StepWork& cur, StepWork& next);
   // Backend steps: LaunchSample; others compute at once (ForwardBatch into step_logits_).
   Status Launch(StepWork& w);
   // Backend steps: FinishSample into w.chosen.

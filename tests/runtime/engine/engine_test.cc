@@ -204,7 +204,9 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     int sample_steps = 0, sample_rows = 0, logits_steps = 0, mixed_steps = 0, mixed_host_rows = 0;
     int drafted_rows = 0;
   };
-  // Runs the requests at once on a fresh engine; returns each one's output.
+  // Runs the requests at once on a fresh engine; returns each one's output (and its engine's
+  // counters in last_stats).
+  EngineStats last_stats;
   auto run = [&](bool backend_sampling, bool refuse_top_p, const std::vector<GenerationRequest>& rs,
                  Counts* counts, bool chained = false, bool spec = false,
                  LlamaModel* draft_model = nullptr) {
@@ -232,6 +234,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
         if (s.ok()) streams.push_back(*s);
       }
       for (auto& s : streams) out.push_back(Drain(*s));
+      last_stats = engine.Stats();
     }
     *counts = {backend.sample_steps, backend.sample_rows, backend.logits_steps, backend.mixed_steps,
                backend.mixed_host_rows, backend.drafted_rows};
@@ -414,8 +417,9 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   }
   // A constraint's mask goes with the draw (DrawParams::mask; TokenConstraint::AppendAllowed):
   // JSON mode and a schema's grammar, greedy and sampled, alone and beside the others, step by
-  // step and planned ahead (where a constrained row's input is still being drawn, the step ahead
-  // is left unprepared and prepared again once the token is in), get the host's tokens.
+  // step and planned ahead, get the host's tokens. Planned ahead, a constrained row's input is
+  // still being drawn: the step ahead is prepared all the same, its mask added once the token is
+  // back (Engine::FinishLateMasks), and it is launched then, not chained.
   GenerationRequest json = greedy;
   json.json_object = true;
   // (ignore_eos, a 400 with JSON mode at the API, keeps it going to 12 tokens here)
@@ -437,7 +441,12 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
                                           << r->sampling.temperature);
         Counts on_n, off_n;
         const std::vector<Collected> on = run(true, false, {*r}, &on_n, chained);
+        const EngineStats on_stats = last_stats;
         const std::vector<Collected> off = run(false, false, {*r}, &off_n, chained);
+        if (chained) {  // all but the prompt's step planned ahead; none chained
+          EXPECT_EQ(on_stats.steps_planned_ahead, 11);
+          EXPECT_EQ(on_stats.steps_chained, 0);
+        }
         EXPECT_EQ(on_n.sample_steps, 12);  // every step drawn by the backend, with the mask
         EXPECT_EQ(on_n.mixed_steps, 0);
         EXPECT_EQ(on[0].tokens, off[0].tokens);
@@ -472,13 +481,25 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     }
     return out;
   };
-  // Beside the others: every row drawn by the backend, each with its own settings and mask.
+  // Beside the others: every row drawn by the backend, each with its own settings and mask,
+  // step by step and planned ahead (the constrained rows' masks added once their inputs are
+  // back).
   {
     Counts on_n, off_n;
-    both_ways({greedy, penalized, truncated, json, biased, with_logprobs, held8, schema}, false,
-              &on_n, &off_n);
+    const std::vector<GenerationRequest> rs = {greedy, penalized, truncated, json,
+                                               biased, with_logprobs, held8, schema};
+    const auto [on, off] = both_ways(rs, false, &on_n, &off_n);
     EXPECT_EQ(on_n.mixed_steps, 0);
     EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);
+    Counts ahead_n;
+    const std::vector<Collected> ahead = run(true, false, rs, &ahead_n, true);
+    ASSERT_EQ(ahead.size(), rs.size());
+    for (size_t i = 0; i < rs.size() && i < off.size(); ++i) {
+      EXPECT_EQ(ahead[i].tokens, off[i].tokens) << "request " << i;
+      EXPECT_EQ(ahead[i].text, off[i].text) << "request " << i;
+    }
+    EXPECT_EQ(ahead_n.mixed_steps, 0);
+    EXPECT_GE(last_stats.steps_planned_ahead, 10) << "of " << last_stats.steps;
   }
   // What the backend refuses (here top-p) makes a step mixed: the backend draws the others'
   // rows, only that row comes back as logits, and every request gets the tokens it gets all on
