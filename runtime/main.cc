@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -58,7 +59,9 @@ Options:
   --kv-block-size N      positions per KV block (default 16)
   --prefix-caching[=BOOL]  reuse cached KV of earlier prompts with the same prefix (default true)
   --batch-invariant[=BOOL] a request's output does not depend on its batch, cache hits or
-                         preemption; false = faster prefill (the GEMM kernels) (default true)
+                         preemption; false = faster prefill (the GEMM kernels) (default: true
+                         on the CPU, false on CUDA, where it also costs the tiled and split
+                         attention)
   --plan-ahead MODE      auto, on or off: plan each step while the device computes the one
                          before (auto: on CUDA; on = on the CPU too, where each step's text
                          then streams a step later) (default auto)
@@ -91,6 +94,7 @@ struct Flags {
   std::string draft_model;
   std::string device = "auto";
   bool mmap = false;
+  std::optional<bool> batch_invariant;  // unset: the device's default (ServedModelOptions)
   kinfer::EngineOptions engine;
 };
 
@@ -164,7 +168,7 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flags.Is("--prefix-caching")) {
       f.engine.prefix_caching = flags.Bool();
     } else if (flags.Is("--batch-invariant")) {
-      f.engine.batch_invariant = flags.Bool();
+      f.batch_invariant = flags.Bool();
     } else if (flags.Is("--plan-ahead")) {
       using P = kinfer::EngineOptions::PlanAhead;
       f.engine.plan_ahead = AutoOnOff("--plan-ahead", flags.Value(), P::kAuto, P::kAlways, P::kOff);
@@ -240,6 +244,7 @@ int main(int argc, char** argv) {
   model_options.draft_path = flags.draft_model;
   model_options.device = flags.device;
   model_options.mmap = flags.mmap;
+  model_options.batch_invariant = flags.batch_invariant;
   auto loaded = kinfer::ServedModel::Load(model_options);
   if (!loaded.ok()) {
     spdlog::critical("cannot load the model: {}", loaded.status().ToString());

@@ -25,7 +25,9 @@
 //   behind the one before, its tokens read on the device; LaunchSampleChained, what the engine
 //   does), where every other figure waits for each step's ids on the host before the next;
 //   chained single stream and batch 256 again with one stream (*_chained_one_stream:
-//   CudaBackendOptions::copy_stream off): the copy stream's gain.
+//   CudaBackendOptions::copy_stream off): the copy stream's gain; and single stream (128 and
+//   2,000 tokens of context), batch 64 and prefill_2048 with the batch-invariant kernels
+//   (*_batch_invariant: CudaBackendOptions::batch_invariant): their cost.
 // Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
 // weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // device's datasheet ceilings (DeviceCeilings: the H200's 990 TFLOP/s dense bf16 and 4.8 TB/s;
@@ -512,6 +514,21 @@ int Main(int argc, char** argv) {
       Result r;
       ok &= run(b7.Decode("single_stream_chained_one_stream", 1, 128, quick ? 32 : 256, &r, Bench::Pick::kChained), r);
       ok &= run(b7.Decode("decode_batch_chained_one_stream", 256, 128, quick ? 8 : 64, &r, Bench::Pick::kChained), r);
+    }
+  }
+  // Batch invariance (--batch-invariant on CUDA): what its kernels cost against the defaults
+  // (single_stream, single_stream_ctx2000, decode_batch at 64, prefill_2048).
+  {
+    CudaBackendOptions o8 = opt;
+    o8.batch_invariant = true;
+    auto bi = CudaBackend::Create(file, o8);
+    if (bi.ok() && (*bi)->InitKvCache(kBlock, std::max(blocks, 2048 / kBlock + 1)).ok()) {
+      Bench b8(bi->get(), quick);
+      Result r;
+      ok &= run(b8.Decode("single_stream_batch_invariant", 1, 128, quick ? 32 : 256, &r), r);
+      ok &= run(b8.Decode("single_stream_ctx2000_batch_invariant", 1, 2000, quick ? 16 : 128, &r), r);
+      ok &= run(b8.Decode("decode_batch_batch_invariant", 64, 128, quick ? 8 : 64, &r), r);
+      ok &= run(b8.Prefill(2048, quick ? 2 : 5, &r, "_batch_invariant"), r);
     }
   }
   // The decode attention before shared K/V reads and splits (one block per token and head):

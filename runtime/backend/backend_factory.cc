@@ -49,6 +49,7 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(std::string_view device,
 #if defined(KINFER_HAVE_CUDA)
       CudaBackendOptions co;
       co.device = options.cuda_device;
+      co.batch_invariant = options.batch_invariant;
       auto b = CudaBackend::Create(file, co);
       if (b.ok()) {
         Log(options, "backend: cuda (" + (*b)->device_info().name + ", device " +

@@ -293,6 +293,9 @@ struct BackendOptions {
   // Where the factory's one line about its choice goes ("auto" falling back to the CPU, the
   // device picked). Null: stderr.
   void (*log)(std::string_view line) = nullptr;
+  // CUDA: the batch-invariant kernels (CudaBackendOptions::batch_invariant). The CPU backend's
+  // products follow EngineOptions::batch_invariant instead.
+  bool batch_invariant = false;
 };
 
 // device: "cpu", "cuda" or "auto" (CUDA when a device works, else CPU, saying so in one log line).

@@ -63,12 +63,18 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
 
   BackendOptions bo;
   bo.log = [](std::string_view line) { spdlog::info("{}", line); };
+  bo.batch_invariant = o.batch_invariant.value_or(false);
   StatusOr<std::unique_ptr<ModelBackend>> backend =
       CreateBackend(o.device, m->file_, o.n_threads, bo);
   if (!backend.ok()) return backend.status().WithContext(o.path + ": model");
   m->backend_ = std::move(backend).value();
 
   EngineOptions eo = o.engine;
+  const bool cuda = m->backend_->name() == "cuda";
+  eo.batch_invariant = o.batch_invariant.value_or(!cuda && o.engine.batch_invariant);
+  spdlog::info("batch invariance: {} ({}{})", eo.batch_invariant ? "on" : "off",
+               o.batch_invariant ? "--batch-invariant" : "the default on ",
+               o.batch_invariant ? "" : (cuda ? "cuda" : "the cpu"));
   if (!o.draft_path.empty()) {
     StatusOr<std::unique_ptr<GgufFile>> df = GgufFile::Open(o.draft_path, load, prepare);
     if (!df.ok()) return df.status().WithContext("draft model");

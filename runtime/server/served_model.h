@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -34,6 +35,11 @@ struct ServedModelOptions {
   // limit counts), with a warning.
   bool mmap = false;
   EngineOptions engine;    // batching settings; n_threads and context_length are taken from above
+  // --batch-invariant: a request's output does not depend on its batch (EngineOptions::
+  // batch_invariant on the CPU, CudaBackendOptions::batch_invariant on CUDA). Unset: the
+  // device's default, on for the CPU (its cost is the prompt GEMM) and off on CUDA (its cost is
+  // cuBLAS and the tiled and split attention); engine.batch_invariant is then set from it.
+  std::optional<bool> batch_invariant;
   // Speculative decoding with a draft model: a second GGUF file whose vocabulary is the served
   // model's (checked at load). Empty = n-gram prompt lookup.
   std::string draft_path;

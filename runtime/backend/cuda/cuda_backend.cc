@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -329,6 +330,11 @@ Status CudaBackend::Impl::Init(std::shared_ptr<const GgufFile> f, const CudaBack
   opt.fused_activations = opt.fused_activations && EnvInt("KINFER_CUDA_FUSED_ACTIVATIONS", 1) != 0;
   opt.programmatic_launch = EnvInt("KINFER_CUDA_PDL", opt.programmatic_launch ? 1 : 0) != 0;
   opt.copy_stream = opt.copy_stream && EnvInt("KINFER_CUDA_COPY_STREAM", 1) != 0;
+  opt.batch_invariant = EnvInt("KINFER_CUDA_BATCH_INVARIANT", opt.batch_invariant ? 1 : 0) != 0;
+  if (opt.batch_invariant) {  // the kernels whose bits depend only on the token (cuda_backend.h)
+    opt.gemm_min_tokens = 0;
+    opt.prefill_min_tokens = std::numeric_limits<int>::max();
+  }
   if (const char* e = std::getenv("KINFER_CUDA_DECODE_ATTENTION");
       e && std::string(e) == "per_head") {
     opt.shared_kv_decode = false;
@@ -657,8 +663,9 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   ap.head_dim = hp.head_dim;
   ap.block_size = block_size;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-  ap.split_partial = split_partial;
-  ap.split_counters = split_counters;
+  // (Batch invariance: unsplit, so that a token's positions are summed in its own order.)
+  ap.split_partial = opt.batch_invariant ? nullptr : split_partial;
+  ap.split_counters = opt.batch_invariant ? nullptr : split_counters;
   ap.max_split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
   ap.sm_count = info.sm_count;
   ap.per_head_decode = !opt.shared_kv_decode;

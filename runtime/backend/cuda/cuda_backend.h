@@ -67,6 +67,15 @@ struct CudaBackendOptions {
   // sits between two steps' kernels. The same bits either way. Env KINFER_CUDA_COPY_STREAM=0
   // turns it off (one stream for everything).
   bool copy_stream = true;
+  // Batch invariance (the CPU engine's --batch-invariant): a token's logits do not depend on
+  // what else is in its step, on how its prompt was cut into chunks, or on prefix-cache hits
+  // and preemption. Every product takes the matrix-vector kernels (no cuBLAS: gemm_min_tokens
+  // is 0 and no FP16 copies are made), every token the decode attention kernel (no tiled
+  // prefill: prefill_min_tokens is unbounded), unsplit (a token's positions in one block, so
+  // their summation order is the token's own). Slower prompts (every weight read once per 8
+  // tokens) and slower attention at long contexts with few sequences (no split). Env
+  // KINFER_CUDA_BATCH_INVARIANT=1 turns it on.
+  bool batch_invariant = false;
 };
 
 struct CudaDeviceInfo {

@@ -243,6 +243,87 @@ TEST_F(CudaBackendTest, EveryPositionsLogitsInSeveralPassesMatchTheCpu) {
   }
 }
 
+// Batch invariance (CudaBackendOptions::batch_invariant): sequence A's logits, for its last
+// prompt token and its first decode, are the same bits (1) alone, its prompt in one step; (2) its
+// prompt cut into 8 + 4 tokens, beside B's prompt and then B's decode, and its decode beside B's
+// decode and C's whole prompt; (3) its last prompt token in a step of its own (a decode step:
+// the fused RoPE and the graph path). Every backend here sends products of 4 tokens or more to
+// cuBLAS (gemm_min_tokens 4), which the mode overrides; without the mode, the last prompt
+// token's row differs between (1) (cuBLAS, FP16 activations) and (3) (the matrix-vector
+// kernels): what the mode removes. (Under the emulator the tiled prefill and the decode
+// attention happen to agree on these 12-token prompts.)
+TEST_F(CudaBackendTest, BatchInvariantLogitsDoNotDependOnTheStep) {
+  KINFER_GPU_OR_FULL_EMULATION();
+  auto logits_of = [&](bool invariant, int run, int variant, std::vector<float>* prompt_row,
+                       std::vector<float>* decode_row) {
+    CudaBackendOptions o;
+    o.gemm_min_tokens = 4;
+    o.batch_invariant = invariant;
+    auto g = Cuda(o);
+    ASSERT_NE(g, nullptr);
+    const int nv = g->hparams().n_vocab;
+    const std::vector<int32_t> a = Prompt(0), b = Prompt(1), c = Prompt(2);
+    ASSERT_GE(a.size(), 10u);
+    auto table = [&](int seq) { return testing::Blocks((run * 3 + seq) * 16, 16); };
+    const std::vector<int32_t> ta = table(0), tb = table(1), tc = table(2);
+    auto seq = [](std::span<const int32_t> toks, int pos0, std::span<const int32_t> blocks, int logits) {
+      SequenceBatch s;
+      s.tokens = toks;
+      s.pos0 = pos0;
+      s.blocks = blocks;
+      s.want_logits = logits > 0;
+      s.num_logits = std::max(logits, 1);
+      return s;
+    };
+    auto step = [&](const std::vector<SequenceBatch>& seqs, std::vector<float>* out) {
+      const Status st = g->ForwardBatch(seqs, out);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    };
+    const int n = static_cast<int>(a.size());
+    std::vector<float> l, lb;
+    if (variant == 1) {
+      step({seq(a, 0, ta, 1)}, &l);
+    } else if (variant == 2) {
+      step({seq(std::span<const int32_t>(a).first(8), 0, ta, 0), seq(b, 0, tb, 1)}, &lb);
+      const int32_t next_b = Argmax(lb.data(), nv);
+      const std::vector<int32_t> bd = {next_b};
+      step({seq(bd, static_cast<int>(b.size()), tb, 1), seq(std::span<const int32_t>(a).subspan(8), 8, ta, 1)}, &l);
+      l.erase(l.begin(), l.begin() + nv);  // (B's row first)
+    } else {
+      step({seq(std::span<const int32_t>(a).first(n - 1), 0, ta, 0)}, &l);
+      step({seq(std::span<const int32_t>(a).subspan(n - 1), n - 1, ta, 1)}, &l);
+    }
+    ASSERT_EQ(l.size(), static_cast<size_t>(nv));
+    *prompt_row = l;
+    if (decode_row == nullptr) return;
+    const std::vector<int32_t> ad = {Argmax(l.data(), nv)};
+    std::vector<float> d;
+    if (variant == 2) {
+      const std::vector<int32_t> bd2 = {Argmax(lb.data(), nv)};  // (any token: B's own row is not compared)
+      step({seq(bd2, static_cast<int>(b.size()) + 1, tb, 1), seq(c, 0, tc, 1), seq(ad, n, ta, 1)}, &d);
+      d.erase(d.begin(), d.begin() + 2 * static_cast<std::ptrdiff_t>(nv));
+    } else {
+      step({seq(ad, n, ta, 1)}, &d);
+    }
+    ASSERT_EQ(d.size(), static_cast<size_t>(nv));
+    *decode_row = d;
+  };
+  std::vector<float> p1, d1, p2, d2, p3, d3;
+  ASSERT_NO_FATAL_FAILURE(logits_of(true, 0, 1, &p1, &d1));
+  ASSERT_NO_FATAL_FAILURE(logits_of(true, 1, 2, &p2, &d2));
+  ASSERT_NO_FATAL_FAILURE(logits_of(true, 2, 3, &p3, &d3));
+  EXPECT_TRUE(p1 == p2) << "the last prompt token's row: cut and batched";
+  EXPECT_TRUE(p1 == p3) << "the last prompt token's row: in a step of its own";
+  EXPECT_TRUE(d1 == d2) << "the first decode's row: batched";
+  EXPECT_TRUE(d1 == d3) << "the first decode's row";
+  // The default mode: cuBLAS for the prompt's products and the matrix-vector kernels for one
+  // token part in the last bits.
+  std::vector<float> q1, q3;
+  ASSERT_NO_FATAL_FAILURE(logits_of(false, 0, 1, &q1, nullptr));
+  ASSERT_NO_FATAL_FAILURE(logits_of(false, 2, 3, &q3, nullptr));
+  EXPECT_FALSE(q1 == q3) << "the default mode gave the same bits both ways: the test shows nothing";
+}
+
 TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
   CudaBackendOptions o;
   o.gemm_min_tokens = 1;  // every product through cuBLAS on the FP16 copies
