@@ -191,11 +191,14 @@ fi
 # cuda_noahead plans each step after the one before (EngineOptions::plan_ahead off): planning
 # ahead's gain. cuda_serial pushes the events on the engine thread too (overlap_streaming off):
 # the pump's gain. cuda_interval4 hands each stream its tokens 4 at a time
-# (EngineOptions::stream_interval): fewer events and reader wake-ups a step.
+# (EngineOptions::stream_interval): fewer events and reader wake-ups a step. cuda_json has one
+# request in 8 in JSON mode (device_json_mix): their masks added once the tokens are back, the
+# grammar walked for real (the device draws within the mask).
 for run in "null" "cuda" "cuda_nochain --chain off --modes device_greedy,device_sampled" \
   "cuda_interval4 --stream-interval 4 --modes device_greedy,device_sampled" \
   "cuda_noahead --plan-ahead off --modes device_greedy,device_sampled" \
-  "cuda_serial --plan-ahead off --overlap off --modes device_greedy,device_sampled"; do
+  "cuda_serial --plan-ahead off --overlap off --modes device_greedy,device_sampled" \
+  "cuda_json --modes device_sampled,device_json_mix"; do
   read -r name extra <<< "$run"
   b=${name%%_*}
   say "engine overhead: $name"
