@@ -131,14 +131,15 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
   constexpr int P = 32 / TG;
   constexpr int SLOTS = 4 * P;
   const int bx = blockIdx.x;
-  const int g = p.tok_index ? p.tok_index[bx] : bx;
+  const int g = p.tok_index ? p.tok_index[p.tok_base + bx] : p.tok_base + bx;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z, n_split = gridDim.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int tl = lane % TG, slot = warp * P + lane / TG;
   const int seq = p.tok_seq[g];
   const int npos = p.tok_pos[g] + 1;
-  const int chunk = max(kDecodeSplitMinPositions, (npos + n_split - 1) / n_split);
+  const int chunk = p.invariant_max_pos > 0 ? InvariantSplitChunk(npos)
+                                             : max(kDecodeSplitMinPositions, (npos + n_split - 1) / n_split);
   const int j0 = min(npos, split * chunk), j1 = min(npos, j0 + chunk);
   const int dkv = p.n_head_kv * D;
 
@@ -283,7 +284,10 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
     for (int s = 0; s < n_split; ++s) {
       const float* ps = parts + s * (G * (D + 2));
       const float ls = __ldcg(ps + G * D + G + i);
-      const float w = ls > 0.0f ? __expf(__ldcg(ps + G * D + i) - M) : 0.0f;
+      const float ms = __ldcg(ps + G * D + i);
+      // (w is exactly 1 for the split holding the maximum: a token whose positions fit one split
+      // gets the bits it gets unsplit.)
+      const float w = ls > 0.0f ? (ms == M ? 1.0f : __expf(ms - M)) : 0.0f;
       L += ls * w;
       o += __ldcg(ps + i * D + d) * w;
     }
@@ -595,6 +599,22 @@ int DecodeSplits(const AttnParams& p) {
 void AttentionDecode(const AttnParams& p, cudaStream_t stream) {
   if (p.n_tok <= 0) return;
   assert(SharedKvDecodeApplies(p) || (!p.q8_out_on && !p.rope_on));  // callers ask first
+  if (SharedKvDecodeApplies(p) && p.invariant_max_pos > 0 && p.split_partial && p.split_counters) {
+    // Batch invariance: the splits of the longest token, the launch cut to fit the scratch.
+    const int splits = InvariantSplits(p.invariant_max_pos);
+    const int per = splits == 1 ? p.n_tok : std::max(1, p.max_split_blocks / (p.n_head_kv * splits));
+    for (int t0 = 0; t0 < p.n_tok; t0 += per) {
+      AttnParams part = p;
+      part.tok_base = p.tok_base + t0;
+      part.n_tok = std::min(per, p.n_tok - t0);
+      if (p.head_dim == 64)
+        LaunchDecodeGqa<64>(part, splits, stream);
+      else
+        LaunchDecodeGqa<128>(part, splits, stream);
+    }
+    KINFER_CUDA_LAUNCH_CHECK();
+    return;
+  }
   if (SharedKvDecodeApplies(p)) {
     const int splits = DecodeSplits(p);
     if (p.head_dim == 64)

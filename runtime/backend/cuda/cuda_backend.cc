@@ -140,6 +140,8 @@ struct CudaBackend::Impl {
   // Split decode attention's partial states and per-token counts (cuda_kernels.h).
   float* split_partial = nullptr;
   int32_t* split_counters = nullptr;
+  int split_blocks = 0;  // (token, KV head, split) blocks the scratch holds
+  int step_max_pos = 0;  // the largest position count of the step being enqueued's tokens
 
   // Scratch activations, [max_tokens][...].
   int T = 0;  // max tokens
@@ -528,9 +530,10 @@ Status CudaBackend::Impl::PlanScratch() {
   const size_t t = T;
   const size_t floats = t * d + t * std::max(d, dq) + t * dq + 2 * t * dkv + t * dq + 2 * t * ff +
                         t * std::max(d, dq) + R * d + R * nv + t * maxc + t * maxc / 16;
-  const size_t split_floats =
-      cuda::DecodeSplitScratchFloats(info.sm_count, hp.n_head, hp.n_head_kv, hp.head_dim);
-  const size_t split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
+  split_blocks = opt.batch_invariant ? cuda::InvariantSplitBlocks(info.sm_count)
+                                     : cuda::DecodeSplitBlocks(info.sm_count);
+  const size_t split_floats = static_cast<size_t>(split_blocks) * (hp.n_head / std::max(1, hp.n_head_kv)) *
+                              (hp.head_dim + 2);
   const size_t bytes = Align256(floats * 4) + 32 * 256 + t * maxc /* qs */ +
                        t * maxc * 2 /* x16 */ + 3 * Align256(t * 4) + 2 * Align256(t * sizeof(cuda::DeviceDraw)) +
                        2 * Align256(t * sizeof(cuda::DeviceLogprobs)) +
@@ -663,10 +666,11 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   ap.head_dim = hp.head_dim;
   ap.block_size = block_size;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-  // (Batch invariance: unsplit, so that a token's positions are summed in its own order.)
-  ap.split_partial = opt.batch_invariant ? nullptr : split_partial;
-  ap.split_counters = opt.batch_invariant ? nullptr : split_counters;
-  ap.max_split_blocks = cuda::DecodeSplitBlocks(info.sm_count);
+  ap.split_partial = split_partial;
+  ap.split_counters = split_counters;
+  ap.max_split_blocks = split_blocks;
+  // Batch invariance: each token's positions split where its own count says.
+  ap.invariant_max_pos = opt.batch_invariant ? step_max_pos : 0;
   ap.sm_count = info.sm_count;
   ap.per_head_decode = !opt.shared_kv_decode;
   // A decode step of one token per sequence: the decode kernel applies RoPE and writes the
@@ -958,9 +962,11 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
     host_logits->resize(host_rows.size() * static_cast<size_t>(hp.n_vocab));
   }
   size_t step_tokens = 0;
+  step_max_pos = 0;
   for (const SequenceBatch& s : seqs) {
     table_entries += (s.pos0 + s.tokens.size() + block_size - 1) / block_size;
     step_tokens += s.tokens.size();
+    step_max_pos = std::max(step_max_pos, s.pos0 + static_cast<int>(s.tokens.size()));
   }
   ms = static_cast<int>(step_tokens);  // (at most T: validated)
   const size_t S = step_tokens;
@@ -1055,8 +1061,10 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   *rows_out = rows;
   const bool use_graph = opt.cuda_graphs && pure_decode && nrows <= R;
   if (use_graph) {
-    const int key = (((g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0)) * 2 +
-                     (step_logprobs ? 1 : 0)) * 2 + slot;
+    // (Batch invariance: the decode attention's splits, set by the longest token, are in it.)
+    const int splits = opt.batch_invariant ? cuda::InvariantSplits(step_max_pos) : 0;
+    const int key = ((((g * 3 + static_cast<int>(out)) * 2 + (step_adjusted ? 1 : 0)) * 2 +
+                      (step_logprobs ? 1 : 0)) * 2 + slot) * (cuda::kMaxDecodeSplit + 1) + splits;
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       // A capture that fails (an op that cannot be captured, say) turns graphs off for this

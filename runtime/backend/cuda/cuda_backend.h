@@ -71,9 +71,9 @@ struct CudaBackendOptions {
   // what else is in its step, on how its prompt was cut into chunks, or on prefix-cache hits
   // and preemption. Every product takes the matrix-vector kernels (no cuBLAS: gemm_min_tokens
   // is 0 and no FP16 copies are made), every token the decode attention kernel (no tiled
-  // prefill: prefill_min_tokens is unbounded), unsplit (a token's positions in one block, so
-  // their summation order is the token's own). Slower prompts (every weight read once per 8
-  // tokens) and slower attention at long contexts with few sequences (no split). Env
+  // prefill: prefill_min_tokens is unbounded), its positions split at chunks set by its own
+  // position count (cuda_kernels.h InvariantSplitChunk), so their summation order is the
+  // token's own. Slower prompts (every weight read once per 8 tokens). Env
   // KINFER_CUDA_BATCH_INVARIANT=1 turns it on.
   bool batch_invariant = false;
 };

@@ -283,6 +283,14 @@ struct AttnParams {
   int32_t* split_counters = nullptr;  // max_split_blocks ints
   int max_split_blocks = 0;           // blocks the scratch holds (DecodeSplitBlocks)
   int sm_count = 0;                   // the device's multiprocessors (sizes the split)
+  // AttentionDecode only. Batch invariance (CudaBackendOptions::batch_invariant), > 0: the
+  // largest position count of the launch's tokens. Each token's positions are then split at
+  // InvariantSplitChunk(its own count), so its partial states and their merge are its own,
+  // whatever else is in the launch; the launch takes InvariantSplits(invariant_max_pos) splits
+  // (a token that needs fewer leaves the rest empty, which add nothing to its merge) and is cut
+  // into launches of as many tokens as max_split_blocks holds. Needs the split scratch.
+  int invariant_max_pos = 0;
+  int tok_base = 0;  // (a cut launch's first token: block i computes token tok_base + i)
   bool per_head_decode = false;       // force the per-(token, head) kernel (a fallback)
   // AttentionDecode only, REQUIRES SharedKvDecodeApplies(p): each token's output row (n_head *
   // head_dim) is also quantized into q8_out in QuantizeActivations' kQ8_0 / kQ8_1 layout, bit
@@ -318,6 +326,23 @@ struct AttnParams {
 constexpr int kMaxGqaGroup = 8;
 constexpr int kMaxDecodeSplit = 32;
 constexpr int kDecodeSplitMinPositions = 64;  // a split covers at least this many positions
+// Batch invariance: the positions per split of a token with npos positions (a function of npos
+// alone: kInvariantSplitChunk, or more where that would take over kMaxDecodeSplit splits), and
+// the splits it takes.
+constexpr int kInvariantSplitChunk = 256;
+__host__ __device__ inline int InvariantSplitChunk(int npos) {
+  const int c = (npos + kMaxDecodeSplit - 1) / kMaxDecodeSplit;
+  return c > kInvariantSplitChunk ? c : kInvariantSplitChunk;
+}
+inline int InvariantSplits(int npos) {
+  const int c = InvariantSplitChunk(npos);
+  return npos <= c ? 1 : (npos + c - 1) / c;
+}
+// Split scratch blocks for batch invariance (each a (token, KV head, split)): more than the
+// default mode's, since every token with a long context splits however many share the launch.
+inline int InvariantSplitBlocks(int sm_count) {
+  return 2 * sm_count > 4096 ? 2 * sm_count : 4096;
+}
 // Splits per token for a step of n_tok decode tokens: enough blocks to fill 2 x sm_count, at most
 // kMaxDecodeSplit, 1 when the scratch is absent or the shared-K/V kernel does not apply.
 int DecodeSplits(const AttnParams& p);

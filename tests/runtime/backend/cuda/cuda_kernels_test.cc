@@ -570,6 +570,89 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
   EXPECT_EQ(cuda::DecodeSplits(p), 1);
 }
 
+// Batch invariance (AttnParams::invariant_max_pos): each token's positions split at a chunk set
+// by its own count, so a token's output is the same bits launched alone, beside longer and
+// shorter tokens (more splits in the launch, the unneeded ones empty), with more splits than any
+// token needs, and cut into launches of one token each (a small scratch); and it is the
+// attention (against the double reference). The default mode's split, set by the launch's
+// token count, gives the long token other bits alone and in the batch.
+TEST_F(CudaKernelsTest, DecodeAttentionInvariantSplitsDependOnlyOnTheToken) {
+  int sm_count = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int n_head = 9, n_kv = 3, hd = 64, bs = 16, dkv = n_kv * hd;
+  const std::vector<int> lens = {1500, 17, 300, 1, 257};
+  EXPECT_EQ(cuda::InvariantSplits(1500), 6);
+  EXPECT_EQ(cuda::InvariantSplits(256), 1);
+  EXPECT_EQ(cuda::InvariantSplits(257), 2);
+  EXPECT_EQ(cuda::InvariantSplitChunk(100000), 3125);  // past 32 splits of 256, longer chunks
+  EXPECT_EQ(cuda::InvariantSplits(100000), cuda::kMaxDecodeSplit);
+  std::vector<std::vector<int32_t>> seq_tables;
+  std::vector<int32_t> tok_seq, tok_pos, table_off, tables;
+  int nblocks = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    seq_tables.emplace_back();
+    for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) seq_tables.back().push_back(nblocks++);
+    table_off.push_back(static_cast<int32_t>(tables.size()));
+    tables.insert(tables.end(), seq_tables.back().begin(), seq_tables.back().end());
+    tok_seq.push_back(static_cast<int32_t>(s));
+    tok_pos.push_back(lens[s] - 1);
+  }
+  std::vector<uint16_t> kc(static_cast<size_t>(nblocks) * bs * dkv), vc(kc.size());
+  const std::vector<float> kr = RandomFloats(kc.size(), 21), vr = RandomFloats(vc.size(), 22);
+  for (size_t i = 0; i < kc.size(); ++i) {
+    kc[i] = Fp32ToFp16(kr[i]);
+    vc[i] = Fp32ToFp16(vr[i]);
+  }
+  const int n_tok = static_cast<int>(lens.size());
+  const size_t row = static_cast<size_t>(n_head) * hd;
+  const std::vector<float> q = RandomFloats(n_tok * row, 23, -2.0f, 2.0f);
+  const std::vector<float> ref =
+      ReferenceAttention(kc, vc, seq_tables, tok_seq, tok_pos, q, n_head, n_kv, hd, bs);
+  DeviceBuffer<float> qd(q), out(q.size());
+  DeviceBuffer<uint16_t> kd(kc), vd(vc);
+  DeviceBuffer<int32_t> ts(tok_seq), tp(tok_pos), to(table_off), tb(tables);
+  const int blocks = cuda::InvariantSplitBlocks(sm_count);
+  DeviceBuffer<float> partial(static_cast<size_t>(blocks) * (n_head / n_kv) * (hd + 2));
+  DeviceBuffer<int32_t> counters(std::vector<int32_t>(blocks, 0));
+  // Token i's output row launched with the tokens `toks` (indices into the step), the largest
+  // position count given as max_pos, the scratch holding `cap` blocks.
+  auto run = [&](std::vector<int32_t> toks, int max_pos, int cap, bool invariant) {
+    DeviceBuffer<int32_t> idx(toks);
+    cuda::AttnParams p = DecodeParams(qd.get(), kd.get(), vd.get(), out.get(), ts.get(), tp.get(),
+                                      to.get(), tb.get(), static_cast<int>(toks.size()), n_head,
+                                      n_kv, hd, bs, sm_count);
+    p.tok_index = idx.get();
+    p.split_partial = partial.get();
+    p.split_counters = counters.get();
+    p.max_split_blocks = cap;
+    p.invariant_max_pos = invariant ? max_pos : 0;
+    cudaMemset(out.get(), 0, q.size() * sizeof(float));
+    cuda::AttentionDecode(p, nullptr);
+    return out.ToHost();
+  };
+  auto rows_of = [&](const std::vector<float>& o, int t) {
+    return std::vector<float>(o.begin() + static_cast<std::ptrdiff_t>(t * row),
+                              o.begin() + static_cast<std::ptrdiff_t>((t + 1) * row));
+  };
+  const std::vector<int32_t> all = {0, 1, 2, 3, 4};
+  const std::vector<float> together = run(all, 1500, blocks, true);
+  EXPECT_LT(Nmse(together, ref), 1e-6);
+  const std::vector<float> wider = run(all, 4000, blocks, true);   // 16 splits a token
+  const std::vector<float> cut = run(all, 1500, n_kv * 6, true);   // a launch a token
+  for (int t = 0; t < n_tok; ++t) {
+    const std::vector<float> alone = rows_of(run({t}, lens[t], blocks, true), t);
+    EXPECT_EQ(alone, rows_of(together, t)) << "token " << t << " (" << lens[t] << " positions)";
+    EXPECT_EQ(alone, rows_of(wider, t)) << "token " << t;
+    EXPECT_EQ(alone, rows_of(cut, t)) << "token " << t;
+  }
+  EXPECT_EQ(counters.ToHost(), std::vector<int32_t>(blocks, 0)) << "split counters left non-zero";
+  // The default mode: the 1,500-position token splits by the launch (32 ways alone, fewer
+  // among five), and its bits follow.
+  const std::vector<float> d_alone = rows_of(run({0}, 0, cuda::DecodeSplitBlocks(sm_count), false), 0);
+  const std::vector<float> d_together = rows_of(run(all, 0, cuda::DecodeSplitBlocks(sm_count), false), 0);
+  EXPECT_NE(d_alone, d_together) << "the default split gave the same bits: the test shows nothing";
+}
+
 // A decode step of one token per sequence with rope_on: the decode kernel applies RoPE and
 // writes the token's K/V row itself, and gives exactly what RopeWriteKv then the decode kernel
 // give: the same output bits and the same cache, split or not, with a partial rotary dimension
