@@ -1101,10 +1101,11 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       if (out != Out::kLogits) {
         KINFER_RETURN_IF_ERROR(CopyIdsBack(rows));
       }
-      if (out_logits) {
-        KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
-        std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
-      }
+      // A logits step ends here whoever reads its rows: the next step's upload into this
+      // slot's buffers (on the copy stream) is ordered after a step's kernels only through its
+      // ids' copy, which a logits step has not.
+      if (out == Out::kLogits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "decode step");
+      if (out_logits) std::memcpy(out_logits->data(), logits_host, rows * sizeof(float) * hp.n_vocab);
       return Status::Ok();
     }
   }
@@ -1125,7 +1126,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
   if (out != Out::kLogits) {
     KINFER_RETURN_IF_ERROR(CopyIdsBack(rows));
   }
-  if (out_logits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");
+  if (out == Out::kLogits) KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "forward step");  // (as above)
   return Status::Ok();
 }
 

@@ -251,7 +251,8 @@ TEST_F(CudaBackendTest, EveryPositionsLogitsInSeveralPassesMatchTheCpu) {
 // cuBLAS (gemm_min_tokens 4), which the mode overrides; without the mode, the last prompt
 // token's row differs between (1) (cuBLAS, FP16 activations) and (3) (the matrix-vector
 // kernels): what the mode removes. (Under the emulator the tiled prefill and the decode
-// attention happen to agree on these 12-token prompts.)
+// attention happen to agree on these 12-token prompts.) On a GPU also a decode at 301 positions
+// (split), from its graph and beside another prompt.
 TEST_F(CudaBackendTest, BatchInvariantLogitsDoNotDependOnTheStep) {
   KINFER_GPU_OR_FULL_EMULATION();
   auto logits_of = [&](bool invariant, int run, int variant, std::vector<float>* prompt_row,
@@ -322,6 +323,54 @@ TEST_F(CudaBackendTest, BatchInvariantLogitsDoNotDependOnTheStep) {
   ASSERT_NO_FATAL_FAILURE(logits_of(false, 0, 1, &q1, nullptr));
   ASSERT_NO_FATAL_FAILURE(logits_of(false, 2, 3, &q3, nullptr));
   EXPECT_FALSE(q1 == q3) << "the default mode gave the same bits both ways: the test shows nothing";
+  // Past 256 positions a token's attention splits (two chunks at 300): its decode, replayed
+  // from a graph captured for it (after a graph of the same batch size at one split), is the
+  // decode computed beside another sequence's prompt without a graph. (On a GPU only: a
+  // 300-token prompt takes the emulator minutes.)
+  if (kEmulated) return;
+  CudaBackendOptions o;
+  o.batch_invariant = true;
+  auto g = Cuda(o);
+  ASSERT_NE(g, nullptr);
+  const int nv = g->hparams().n_vocab;
+  std::vector<int32_t> longp;
+  while (longp.size() < 300) {
+    const std::vector<int32_t> p = Prompt(static_cast<int>(longp.size() / 7) % 3);
+    longp.insert(longp.end(), p.begin(), p.end());
+  }
+  longp.resize(300);
+  const std::vector<int32_t> b = Prompt(1), shortp = Prompt(2);
+  const std::vector<int32_t> t_short = testing::Blocks(0, 8), t_long = testing::Blocks(8, 24),
+                             t_long2 = testing::Blocks(32, 24), t_b = testing::Blocks(56, 8);
+  auto one = [](std::span<const int32_t> toks, int pos0, std::span<const int32_t> blocks, bool logits) {
+    SequenceBatch s;
+    s.tokens = toks;
+    s.pos0 = pos0;
+    s.blocks = blocks;
+    s.want_logits = logits;
+    return s;
+  };
+  std::vector<float> l;
+  // A short sequence's decodes first: graphs of one sequence at one split (two steps: the
+  // buffers, and graphs, alternate between two slots).
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(shortp, 0, t_short, true)}, &l).ok());
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<int32_t> sd = {Argmax(l.data(), nv)};
+    ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(sd, static_cast<int>(shortp.size()) + k, t_short, true)}, &l).ok());
+  }
+  // The long one alone: its decode at 301 positions from the graph path.
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(longp, 0, t_long, true)}, &l).ok());
+  const std::vector<int32_t> ld = {Argmax(l.data(), nv)};
+  std::vector<float> alone, beside;
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(ld, 300, t_long, true)}, &alone).ok());
+  // Again in other blocks: its prompt cut 200 + 100, its decode beside B's prompt.
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(std::span<const int32_t>(longp).first(200), 0, t_long2, false)}, &l).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(std::span<const int32_t>(longp).subspan(200), 200, t_long2, true)}, &l).ok());
+  EXPECT_EQ(std::vector<int32_t>{Argmax(l.data(), nv)}, ld);
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(b, 0, t_b, true), one(ld, 300, t_long2, true)}, &beside).ok());
+  ASSERT_EQ(beside.size(), 2 * static_cast<size_t>(nv));
+  EXPECT_TRUE(alone == std::vector<float>(beside.begin() + nv, beside.end()))
+      << "the long decode: from its graph, and beside another sequence's prompt";
 }
 
 TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
