@@ -255,6 +255,16 @@ TEST_F(CudaBackendTest, EveryPositionsLogitsInSeveralPassesMatchTheCpu) {
 // (split), from its graph and beside another prompt.
 TEST_F(CudaBackendTest, BatchInvariantLogitsDoNotDependOnTheStep) {
   KINFER_GPU_OR_FULL_EMULATION();
+  // A sequence's part of a step, with `logits` logits rows (0: none).
+  auto seq = [](std::span<const int32_t> toks, int pos0, std::span<const int32_t> blocks, int logits) {
+    SequenceBatch s;
+    s.tokens = toks;
+    s.pos0 = pos0;
+    s.blocks = blocks;
+    s.want_logits = logits > 0;
+    s.num_logits = std::max(logits, 1);
+    return s;
+  };
   auto logits_of = [&](bool invariant, int run, int variant, std::vector<float>* prompt_row,
                        std::vector<float>* decode_row) {
     CudaBackendOptions o;
@@ -267,15 +277,6 @@ TEST_F(CudaBackendTest, BatchInvariantLogitsDoNotDependOnTheStep) {
     ASSERT_GE(a.size(), 10u);
     auto table = [&](int seq) { return testing::Blocks((run * 3 + seq) * 16, 16); };
     const std::vector<int32_t> ta = table(0), tb = table(1), tc = table(2);
-    auto seq = [](std::span<const int32_t> toks, int pos0, std::span<const int32_t> blocks, int logits) {
-      SequenceBatch s;
-      s.tokens = toks;
-      s.pos0 = pos0;
-      s.blocks = blocks;
-      s.want_logits = logits > 0;
-      s.num_logits = std::max(logits, 1);
-      return s;
-    };
     auto step = [&](const std::vector<SequenceBatch>& seqs, std::vector<float>* out) {
       const Status st = g->ForwardBatch(seqs, out);
       ASSERT_TRUE(st.ok()) << st.ToString();
@@ -342,32 +343,24 @@ TEST_F(CudaBackendTest, BatchInvariantLogitsDoNotDependOnTheStep) {
   const std::vector<int32_t> b = Prompt(1), shortp = Prompt(2);
   const std::vector<int32_t> t_short = testing::Blocks(0, 8), t_long = testing::Blocks(8, 24),
                              t_long2 = testing::Blocks(32, 24), t_b = testing::Blocks(56, 8);
-  auto one = [](std::span<const int32_t> toks, int pos0, std::span<const int32_t> blocks, bool logits) {
-    SequenceBatch s;
-    s.tokens = toks;
-    s.pos0 = pos0;
-    s.blocks = blocks;
-    s.want_logits = logits;
-    return s;
-  };
   std::vector<float> l;
   // A short sequence's decodes first: graphs of one sequence at one split (two steps: the
   // buffers, and graphs, alternate between two slots).
-  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(shortp, 0, t_short, true)}, &l).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(shortp, 0, t_short, 1)}, &l).ok());
   for (int k = 0; k < 2; ++k) {
     const std::vector<int32_t> sd = {Argmax(l.data(), nv)};
-    ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(sd, static_cast<int>(shortp.size()) + k, t_short, true)}, &l).ok());
+    ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(sd, static_cast<int>(shortp.size()) + k, t_short, 1)}, &l).ok());
   }
   // The long one alone: its decode at 301 positions from the graph path.
-  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(longp, 0, t_long, true)}, &l).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(longp, 0, t_long, 1)}, &l).ok());
   const std::vector<int32_t> ld = {Argmax(l.data(), nv)};
   std::vector<float> alone, beside;
-  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(ld, 300, t_long, true)}, &alone).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(ld, 300, t_long, 1)}, &alone).ok());
   // Again in other blocks: its prompt cut 200 + 100, its decode beside B's prompt.
-  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(std::span<const int32_t>(longp).first(200), 0, t_long2, false)}, &l).ok());
-  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(std::span<const int32_t>(longp).subspan(200), 200, t_long2, true)}, &l).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(std::span<const int32_t>(longp).first(200), 0, t_long2, 0)}, &l).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(std::span<const int32_t>(longp).subspan(200), 200, t_long2, 1)}, &l).ok());
   EXPECT_EQ(std::vector<int32_t>{Argmax(l.data(), nv)}, ld);
-  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{one(b, 0, t_b, true), one(ld, 300, t_long2, true)}, &beside).ok());
+  ASSERT_TRUE(g->ForwardBatch(std::vector<SequenceBatch>{seq(b, 0, t_b, 1), seq(ld, 300, t_long2, 1)}, &beside).ok());
   ASSERT_EQ(beside.size(), 2 * static_cast<size_t>(nv));
   EXPECT_TRUE(alone == std::vector<float>(beside.begin() + nv, beside.end()))
       << "the long decode: from its graph, and beside another sequence's prompt";
