@@ -15,6 +15,9 @@
 // The quantizers are bit-exact with the CPU's (same amax, same IEEE division and round-half-even),
 // so a matrix-vector product differs from the CPU's only by fp32 summation order.
 //
+// Sizes: a call with nothing to compute (zero rows, tokens or elements) launches nothing and is
+// not an error.
+//
 // Thread safety: the functions are stateless; callers serialize work through their stream.
 #pragma once
 

@@ -319,13 +319,22 @@ __device__ __forceinline__ float DotUnit(const WUnit& w, const int* aq, float ad
 }
 
 // Row r of token t of a product, as MatOut says.
+// The part is picked with selects on constant indices only: indexing out.y / out.begin by a
+// runtime part would copy the kernel's MatOut parameter into a local-memory stack frame.
 __device__ __forceinline__ void StoreOut(const MatOut& out, int rows, int row, int t, float s) {
-  int part = 0;
-  if (out.parts > 1 && row >= out.begin[1]) part = 1;
-  if (out.parts > 2 && row >= out.begin[2]) part = 2;
-  const int64_t end = part + 1 < out.parts ? out.begin[part + 1] : rows;
-  const int64_t len = end - out.begin[part];
-  float* dst = out.y[part] + static_cast<int64_t>(t) * len + (row - out.begin[part]);
+  float* y = out.y[0];
+  int64_t begin = out.begin[0], end = out.parts > 1 ? out.begin[1] : rows;
+  if (out.parts > 1 && row >= out.begin[1]) {
+    y = out.y[1];
+    begin = out.begin[1];
+    end = out.parts > 2 ? out.begin[2] : rows;
+  }
+  if (out.parts > 2 && row >= out.begin[2]) {
+    y = out.y[2];
+    begin = out.begin[2];
+    end = rows;
+  }
+  float* dst = y + static_cast<int64_t>(t) * (end - begin) + (row - begin);
   *dst = out.accumulate ? __fadd_rn(*dst, s) : s;
 }
 
@@ -488,6 +497,7 @@ template <GgmlType T>
 void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOut& out,
                       cudaStream_t stream) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  if (rows <= 0 || ntok <= 0) return;
   const dim3 grid((rows + 3) / 4), block(128);
   const auto* wd = static_cast<const uint8_t*>(w.data);
   constexpr bool kPlain = T == GgmlType::kF32 || T == GgmlType::kF16 || T == GgmlType::kBF16;
@@ -524,6 +534,7 @@ template <GgmlType T>
 void LaunchMatVecFromType(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
                           int max_blocks, cudaStream_t stream) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  if (rows <= 0 || ntok <= 0) return;
   constexpr int kRowsPerBlock = kFromThreads / 32;
   int bx = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (max_blocks > 0 && bx > max_blocks) bx = max_blocks;
@@ -674,6 +685,7 @@ bool CudaMatMulSupports(GgmlType t) {
 void QuantizeActivations(ActFormat fmt, const float* x, int64_t ntok, int64_t cols,
                          const ActBuffers& act, cudaStream_t stream) {
   const int64_t n = ntok * cols;
+  if (n <= 0) return;
   switch (fmt) {
     case ActFormat::kQ8_0:
     case ActFormat::kQ8_1: {
@@ -752,6 +764,7 @@ void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const Ma
 
 void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream) {
   const int64_t n = w.rows * w.cols;
+  if (n <= 0) return;
   DequantizeToF16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(
       w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, static_cast<int>(w.cols), out);
   KINFER_CUDA_LAUNCH_CHECK();
@@ -760,6 +773,7 @@ void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream) {
 void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t cols,
                     const int32_t* row_ids, int n, float* out, cudaStream_t stream,
                     const int32_t* chained_from, int32_t* ids_out) {
+  if (n <= 0 || cols <= 0) return;
   DequantizeRowsKernel<<<Blocks(n * cols, 256), 256, 0, stream>>>(
       type, static_cast<const uint8_t*>(data), row_bytes, static_cast<int>(cols), row_ids, n, out,
       chained_from, ids_out);
@@ -767,6 +781,7 @@ void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t c
 }
 
 void F32ToF16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
   F32ToF16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(x, y, n);
   KINFER_CUDA_LAUNCH_CHECK();
 }

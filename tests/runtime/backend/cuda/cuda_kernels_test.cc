@@ -895,33 +895,74 @@ TEST_F(CudaKernelsTest, RopeWithTheCacheWriteEqualsRopeThenWrite) {
 TEST_F(CudaKernelsTest, SplitAndAccumulatingProductsEqualPlainOnes) {
   const int64_t cols = 576, r0 = 576, r1 = 192, r2 = 192, rows = r0 + r1 + r2;
   const int ntok = 11;
-  const std::vector<uint8_t> w = RandomMatrix(GgmlType::kQ4_1, rows, cols, 41);
-  const std::vector<float> x = RandomFloats(ntok * cols, 42);
-  const std::vector<float> base = RandomFloats(ntok * rows, 43);
-  DeviceBuffer<uint8_t> wd(w.data(), w.size());
-  DeviceBuffer<float> xd(x), y(ntok * rows), acc(base), a(ntok * r0), b(ntok * r1), c(ntok * r2);
-  DevAct act(ntok, cols);
-  const cuda::DevMatrix m{GgmlType::kQ4_1, wd.get(), rows, cols, RowBytes(GgmlType::kQ4_1, cols), nullptr};
-  cuda::QuantizeActivations(cuda::ActFormat::kQ8_1, xd.get(), ntok, cols, act.a, nullptr);
-  cuda::MatVec(m, act.a, ntok, cuda::PlainOut(y.get()), nullptr);
-  cuda::MatVec(m, act.a, ntok, cuda::PlainOut(acc.get(), true), nullptr);
-  cuda::MatOut o;
-  o.y[0] = a.get();
-  o.y[1] = b.get();
-  o.y[2] = c.get();
-  o.begin[1] = r0;
-  o.begin[2] = r0 + r1;
-  o.parts = 3;
-  cuda::MatVec(m, act.a, ntok, o, nullptr);
-  const auto yy = y.ToHost(), aa = a.ToHost(), bb = b.ToHost(), cc = c.ToHost(), ac = acc.ToHost();
-  for (int t = 0; t < ntok; ++t) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float want = yy[t * rows + r];
-      const float got = r < r0 ? aa[t * r0 + r] : r < r0 + r1 ? bb[t * r1 + r - r0] : cc[t * r2 + r - r0 - r1];
-      ASSERT_EQ(got, want) << t << " " << r;
-      ASSERT_EQ(ac[t * rows + r], base[t * rows + r] + want);
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ6_K, GgmlType::kF16}) {
+    const std::string what(GgmlTypeName(type));
+    const std::vector<uint8_t> w = RandomMatrix(type, rows, cols, 41);
+    const std::vector<float> x = RandomFloats(ntok * cols, 42);
+    const std::vector<float> base = RandomFloats(ntok * rows, 43);
+    DeviceBuffer<uint8_t> wd(w.data(), w.size());
+    DeviceBuffer<float> xd(x), y(ntok * rows), acc(base), a(ntok * r0), b(ntok * r1), c(ntok * r2),
+        first(ntok * r0), rest(ntok * (r1 + r2));
+    DevAct act(ntok, cols);
+    const cuda::DevMatrix m{type, wd.get(), rows, cols, RowBytes(type, cols), nullptr};
+    cuda::QuantizeActivations(cuda::ActFormatFor(type), xd.get(), ntok, cols, act.a, nullptr);
+    cuda::MatVec(m, act.a, ntok, cuda::PlainOut(y.get()), nullptr);
+    cuda::MatVec(m, act.a, ntok, cuda::PlainOut(acc.get(), true), nullptr);
+    cuda::MatOut o3;  // Q | K | V
+    o3.y[0] = a.get();
+    o3.y[1] = b.get();
+    o3.y[2] = c.get();
+    o3.begin[1] = r0;
+    o3.begin[2] = r0 + r1;
+    o3.parts = 3;
+    cuda::MatVec(m, act.a, ntok, o3, nullptr);
+    cuda::MatOut o2;  // gate | up
+    o2.y[0] = first.get();
+    o2.y[1] = rest.get();
+    o2.begin[1] = r0;
+    o2.parts = 2;
+    cuda::MatVec(m, act.a, ntok, o2, nullptr);
+    const auto yy = y.ToHost(), aa = a.ToHost(), bb = b.ToHost(), cc = c.ToHost(), ac = acc.ToHost(),
+               ff = first.ToHost(), rr = rest.ToHost();
+    for (int t = 0; t < ntok; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = yy[t * rows + r];
+        const float got = r < r0 ? aa[t * r0 + r] : r < r0 + r1 ? bb[t * r1 + r - r0] : cc[t * r2 + r - r0 - r1];
+        ASSERT_EQ(got, want) << what << " three parts, token " << t << " row " << r;
+        const float got2 = r < r0 ? ff[t * r0 + r] : rr[t * (r1 + r2) + r - r0];
+        ASSERT_EQ(got2, want) << what << " two parts, token " << t << " row " << r;
+        ASSERT_EQ(ac[t * rows + r], base[t * rows + r] + want) << what << " accumulated";
+      }
     }
   }
+}
+
+// Calls with nothing to compute launch nothing, report no error and write nothing.
+TEST_F(CudaKernelsTest, EmptyCallsLaunchNothing) {
+  const int64_t cols = 256, rows = 8;
+  const std::vector<uint8_t> w = RandomMatrix(GgmlType::kQ4_K, rows, cols, 7);
+  DeviceBuffer<uint8_t> wd(w.data(), w.size());
+  const std::vector<float> sentinel(rows * cols, 3.5f);
+  DeviceBuffer<float> x(sentinel), y(sentinel);
+  DeviceBuffer<uint16_t> h(std::vector<uint16_t>(rows * cols, 7));
+  DeviceBuffer<int32_t> ids(std::vector<int32_t>(rows, 1));
+  DevAct act(1, cols);
+  const cuda::DevMatrix m{GgmlType::kQ4_K, wd.get(), rows, cols, RowBytes(GgmlType::kQ4_K, cols), nullptr};
+  const cuda::DevMatrix none{GgmlType::kQ4_K, wd.get(), 0, cols, RowBytes(GgmlType::kQ4_K, cols), nullptr};
+  cuda::QuantizeActivations(cuda::ActFormat::kQ8K, x.get(), 0, cols, act.a, nullptr);
+  cuda::MatVec(m, act.a, 0, cuda::PlainOut(y.get()), nullptr);
+  cuda::MatVec(none, act.a, 1, cuda::PlainOut(y.get()), nullptr);
+  cuda::MatVecFrom(none, cuda::RmsNormSource(x.get(), x.get(), 1e-5f), 1, cuda::PlainOut(y.get()), 0,
+                   nullptr);
+  cuda::DequantizeToF16(none, h.get(), nullptr);
+  cuda::DequantizeRows(GgmlType::kQ4_K, wd.get(), m.row_bytes, cols, ids.get(), 0, y.get(), nullptr);
+  cuda::F32ToF16(x.get(), h.get(), 0, nullptr);
+  cuda::ArgmaxRows(x.get(), 0, static_cast<int>(cols), ids.get(), nullptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(y.ToHost(), sentinel);
+  EXPECT_EQ(h.ToHost(), std::vector<uint16_t>(rows * cols, 7));
+  EXPECT_EQ(ids.ToHost(), std::vector<int32_t>(rows, 1));
 }
 
 // The device sampler against the host's rule (DrawToken, which the Sampler runs), on the same
