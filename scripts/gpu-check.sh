@@ -130,6 +130,7 @@ export KINFER_MODEL=${MODEL:-/nonexistent}
 RC_TESTS=0
 RC_BENCH=0
 RC_ENGINE=0
+RC_PDL=null  # the backend tests again with KINFER_CUDA_PDL=1: null when not run
 SKIPPED_STEPS=""
 # summary.json is written on any exit from here on (a step that fails or runs out of time too):
 # the exit codes, the steps skipped for time, and the engine and goals JSON found so far.
@@ -143,7 +144,7 @@ write_summary() {
   engine_serial=$(cat "$STASH/engine_cuda_serial.json" 2>/dev/null || echo null)
   goals=$(cat "$STASH/goals.json" 2>/dev/null || echo null)
   cat > "$OUT/summary.json" <<JSON
-{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "seconds": $(elapsed), "budget": $BUDGET, "skipped_for_time": "${SKIPPED_STEPS# }", "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+{"tests_rc": $RC_TESTS, "bench_rc": $RC_BENCH, "engine_rc": $RC_ENGINE, "pdl_tests_rc": $RC_PDL, "seconds": $(elapsed), "budget": $BUDGET, "skipped_for_time": "${SKIPPED_STEPS# }", "model": "${MODEL}", "bench_model": "${BENCH_MODEL}", "note": "${MODEL_NOTE}", "git": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "engine_null": ${engine_null},
  "engine_cuda": ${engine_cuda},
  "engine_cuda_nochain": ${engine_nochain},
@@ -219,5 +220,14 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$(step_timeout 1000)" -ge 
       || echo "compute-sanitizer $tool: rc $?" >> "$OUT/tests.log"
   done
 fi
-say "done: tests rc $RC_TESTS, bench rc $RC_BENCH, engine rc $RC_ENGINE"
+# With time to spare: every backend test again with programmatic dependent launch on (off by
+# default until hardware has checked it; docs/cuda.md), into tests.log and pdl_tests_rc.
+if [ "$(step_timeout 1000)" -ge 60 ]; then
+  say "test cuda_backend_test with KINFER_CUDA_PDL=1"
+  echo "== KINFER_CUDA_PDL=1 cuda_backend_test" >> "$OUT/tests.log"
+  RC_PDL=0
+  KINFER_CUDA_PDL=1 run_step "cuda_backend_test_pdl" 120 "$BUILD/bin/cuda_backend_test" >> "$OUT/tests.log" 2>&1 \
+    || RC_PDL=1
+fi
+say "done: tests rc $RC_TESTS, bench rc $RC_BENCH, engine rc $RC_ENGINE, pdl tests rc $RC_PDL"
 [ $RC_TESTS -eq 0 ] && [ $RC_BENCH -eq 0 ]

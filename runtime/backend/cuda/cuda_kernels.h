@@ -176,7 +176,8 @@ void WriteKv(const float* k, const float* v, const int32_t* slot_rows, int n, in
 void GatherRows(const float* x, const int32_t* rows, int n, int d, float* out,
                 cudaStream_t stream);
 
-// out[r] = the index of the largest of logits[r][0..n_vocab) (the first on ties).
+// out[r] = the index of the largest of logits[r][0..n_vocab) (the first on ties). REQUIRES: no
+// NaN (DrawToken's and ArgmaxLowestId's precondition too; which index a NaN row gives is unstated).
 void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaStream_t stream);
 
 // One row's draw on the device: DrawToken's rule (runtime/sample/draw.h) for any settings (the
