@@ -133,8 +133,8 @@ bool MatVecFromApplies(const DevMatrix& w, int64_t ntok);
 // MatVec(w, activations of src, ntok, out) in one launch; the activations never reach global
 // memory. max_blocks caps the grid (its blocks then loop over the weight rows; 0: one block per
 // 8 rows); about 8 x the multiprocessor count keeps every multiprocessor full while bounding
-// the times the activations are computed. REQUIRES MatVecFromApplies(w, ntok); out does not
-// overlap src's rows.
+// the times the activations are computed. REQUIRES MatVecFromApplies(w, ntok) (or nothing to
+// compute); out does not overlap src's rows.
 void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
                 int max_blocks, cudaStream_t stream);
 

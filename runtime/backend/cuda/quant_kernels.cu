@@ -497,7 +497,6 @@ template <GgmlType T>
 void LaunchMatVecType(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOut& out,
                       cudaStream_t stream) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
-  if (rows <= 0 || ntok <= 0) return;
   const dim3 grid((rows + 3) / 4), block(128);
   const auto* wd = static_cast<const uint8_t*>(w.data);
   constexpr bool kPlain = T == GgmlType::kF32 || T == GgmlType::kF16 || T == GgmlType::kBF16;
@@ -534,7 +533,6 @@ template <GgmlType T>
 void LaunchMatVecFromType(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
                           int max_blocks, cudaStream_t stream) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
-  if (rows <= 0 || ntok <= 0) return;
   constexpr int kRowsPerBlock = kFromThreads / 32;
   int bx = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (max_blocks > 0 && bx > max_blocks) bx = max_blocks;
@@ -724,6 +722,7 @@ void SwiGluQuantize(ActFormat fmt, const float* gate, const float* up, int n, in
 }
 
 void MatVec(const DevMatrix& w, const ActBuffers& act, int64_t ntok, const MatOut& y, cudaStream_t stream) {
+  if (w.rows <= 0 || ntok <= 0) return;
   switch (w.type) {
     case GgmlType::kF32: return LaunchMatVecType<GgmlType::kF32>(w, act, ntok, y, stream);
     case GgmlType::kF16: return LaunchMatVecType<GgmlType::kF16>(w, act, ntok, y, stream);
@@ -751,6 +750,7 @@ bool MatVecFromApplies(const DevMatrix& w, int64_t ntok) {
 
 void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const MatOut& out,
                 int max_blocks, cudaStream_t stream) {
+  if (w.rows <= 0 || ntok <= 0) return;
   assert(MatVecFromApplies(w, ntok));
   switch (w.type) {
     case GgmlType::kQ4_0: return LaunchMatVecFromType<GgmlType::kQ4_0>(w, src, ntok, out, max_blocks, stream);
