@@ -26,6 +26,15 @@ __device__ __forceinline__ size_t CacheRow(const AttnParams& p, int seq, int pos
   return static_cast<size_t>(blk) * p.block_size + pos % p.block_size;
 }
 
+// Element `at` of the attention output: a float in p.out, or cuBLAS's FP16 input in p.out16.
+__device__ __forceinline__ void StoreAttnOut(const AttnParams& p, size_t at, float v) {
+  if (p.out16 != nullptr) {
+    p.out16[at] = GemmInputBits(v);
+  } else {
+    p.out[at] = v;
+  }
+}
+
 // ---- decode: one block of 4 warps per (token, head); warp w takes positions w, w+4, ... -------
 template <int E>  // head dims per lane: head_dim = 32 * E
 __global__ void __launch_bounds__(128) AttnDecodeKernel(AttnParams p) {
@@ -77,11 +86,11 @@ __global__ void __launch_bounds__(128) AttnDecodeKernel(AttnParams p) {
     wgt[w] = sl[w] > 0.0f ? __expf(sm[w] - M) : 0.0f;
     L += sl[w] * wgt[w];
   }
-  float* out = p.out + static_cast<size_t>(g) * p.n_head * D + h * D;
+  const size_t out_row = static_cast<size_t>(g) * p.n_head * D + h * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < 4; ++w) o += sacc[w][d] * wgt[w];
-    out[d] = o / L;
+    StoreAttnOut(p, out_row + d, o / L);
   }
 }
 
@@ -107,7 +116,7 @@ __device__ __forceinline__ void Unpack8(const uint4 w, float* f) {
 // elements), so the warp quantizes the whole block. The whole warp calls it.
 __device__ __forceinline__ void StoreDecodeOut(const AttnParams& p, int g, int h, int d, float v) {
   const size_t at = (static_cast<size_t>(g) * p.n_head + h) * p.head_dim + d;
-  p.out[at] = v;
+  StoreAttnOut(p, at, v);
   if (p.q8_out_on) QuantBlock32(v, threadIdx.x & 31, static_cast<int64_t>(at / 32), p.q8_out);
 }
 
@@ -383,10 +392,10 @@ __global__ void __launch_bounds__(128) AttnPrefillKernel(AttnParams p, const int
     }
   }
   if (r < n) {
-    float* out = p.out + static_cast<size_t>(g0 + r) * p.n_head * D + h * D + c4 * DQ;
+    const size_t out_at = static_cast<size_t>(g0 + r) * p.n_head * D + h * D + c4 * DQ;
     const float inv = 1.0f / l;
 #pragma unroll
-    for (int e = 0; e < DQ; ++e) out[e] = o[e] * inv;
+    for (int e = 0; e < DQ; ++e) StoreAttnOut(p, out_at + e, o[e] * inv);
   }
 }
 
@@ -545,7 +554,7 @@ __global__ void __launch_bounds__(128) AttnPrefillTcKernel(AttnParams p, const i
   __syncthreads();
   for (int i = tid; i < BQ * D; i += blockDim.x) {
     const int r = i / D;
-    if (r < n) p.out[static_cast<size_t>(g0 + r) * p.n_head * D + h * D + i % D] = O[i] / row_l[r];
+    if (r < n) StoreAttnOut(p, static_cast<size_t>(g0 + r) * p.n_head * D + h * D + i % D, O[i] / row_l[r]);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -296,6 +297,7 @@ struct CudaBackend::Impl {
   int last_graph_programmatic_edges = 0;
   void Products(const float* x_in, int n,
                 std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws);
+  void Gemm(const uint16_t* x16_in, int n, const DevMatrix& w, const cuda::MatOut& out);
   void Layers(int n, int n_dec, int n_tiles, bool one_token_each);
   void Output(int row0, int rows, Out out);
 };
@@ -453,16 +455,17 @@ Status CudaBackend::Impl::UploadWeights() {
     return g.fused ? static_cast<size_t>(m.t.info->size_bytes) : Align256(m.t.info->size_bytes);
   };
   for (const Group& g : groups) {
-    size_t bytes = 0;
+    size_t bytes = 0, group_elems = 0;
     for (const Pending& m : g.mats) {
       bytes += stride(g, m);
       const size_t e = static_cast<size_t>(m.t.rows * m.t.cols);
-      f16_total += Align256(e * 2);
+      group_elems += e;
       largest = std::max(largest, e);
       if (m.dst != &tok_embd || tied) weight_bytes_per_token += m.t.info->size_bytes;
       mats.push_back(m);
     }
     total += Align256(bytes);
+    f16_total += Align256(group_elems * 2);
   }
   for (const PendingVec& v : vecs) total += Align256(v.v.size() * sizeof(float));
   KINFER_RETURN_IF_ERROR(weights.Allocate(total, "weights"));
@@ -503,10 +506,18 @@ Status CudaBackend::Impl::UploadWeights() {
   const bool copies_fit = opt.gemm_min_tokens > 0 && opt.fp16_weight_copies && f16_total <= free_b / 4;
   if (copies_fit) {
     KINFER_RETURN_IF_ERROR(copies.Allocate(f16_total, "fp16 weight copies"));
-    for (const Pending& m : mats) {
-      uint16_t* p = copies.Take<uint16_t>(static_cast<size_t>(m.t.rows * m.t.cols));
-      cuda::DequantizeToF16(*m.dst, p, stream);
-      m.dst->f16 = p;
+    for (const Group& g : groups) {
+      size_t group_elems = 0;
+      for (const Pending& m : g.mats) group_elems += static_cast<size_t>(m.t.rows * m.t.cols);
+      uint16_t* p = copies.Take<uint16_t>(group_elems);
+      if (!p) return Internal("fp16 weight copy plan too small (a bug)");
+      // A group's copies back to back too: its fused matrix (gate|up) is one GEMM.
+      if (g.fused) g.fused->f16 = p;
+      for (const Pending& m : g.mats) {
+        cuda::DequantizeToF16(*m.dst, p, stream);
+        m.dst->f16 = p;
+        p += static_cast<size_t>(m.t.rows * m.t.cols);
+      }
     }
     if (tied) output.f16 = tok_embd.f16;
     fp16_bytes = static_cast<int64_t>(f16_total);
@@ -545,8 +556,9 @@ Status CudaBackend::Impl::PlanScratch() {
   k = scratch.Take<float>(t * dkv);
   v = scratch.Take<float>(t * dkv);
   attn = scratch.Take<float>(t * dq);
-  gate = scratch.Take<float>(t * ff);
-  up = scratch.Take<float>(t * ff);
+  // gate and up as one block: the fused gate|up GEMM writes [t][2 ff] across both.
+  gate = scratch.Take<float>(2 * t * ff);
+  up = gate ? gate + t * ff : nullptr;
   tmp = scratch.Take<float>(t * std::max(d, dq));
   xo = scratch.Take<float>(R * d);
   logits = scratch.Take<float>(R * nv);
@@ -606,42 +618,41 @@ Status CudaBackend::Impl::EnsureMeta(size_t elems) {
   return Status::Ok();
 }
 
-// Products of several matrices with the same input: the activations are quantized (or converted
-// to FP16) once per format. On the cuBLAS path `out` must be one part (beta = 1 accumulates).
+// Matrix-vector products of several matrices with the same input (fewer than gemm_min_tokens
+// rows): the activations are quantized (or rounded) once per format. The cuBLAS path takes its
+// FP16 activations from the op that makes them (RmsNormF16, SwiGluF16, AttnParams::out16) and
+// calls Gemm.
 void CudaBackend::Impl::Products(const float* x_in, int n,
                                  std::initializer_list<std::pair<const DevMatrix*, cuda::MatOut>> ws) {
-  const bool gemm = UseGemm(n);
+  assert(!UseGemm(n));
   bool have_fmt = false;
   cuda::ActFormat fmt = cuda::ActFormat::kF32;
-  bool have_x16 = false;
   for (const auto& [w, out] : ws) {
-    if (gemm) {
-      if (!have_x16) {
-        cuda::F32ToF16(x_in, x16, static_cast<int64_t>(n) * w->cols, stream);
-        have_x16 = true;
-      }
-      const uint16_t* w16 = w->f16;
-      if (!w16) {
-        cuda::DequantizeToF16(*w, w16_scratch, stream);
-        w16 = w16_scratch;
-      }
-      const float alpha = 1.0f, beta = out.accumulate ? 1.0f : 0.0f;
-      // Row-major W [rows][cols] is column-major [cols x rows]: Y^T = W * X^T.
-      const cublasStatus_t st = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w->rows), n,
-                   static_cast<int>(w->cols), &alpha, w16, CUDA_R_16F, static_cast<int>(w->cols),
-                   x16, CUDA_R_16F, static_cast<int>(w->cols), &beta, out.y[0], CUDA_R_32F,
-                   static_cast<int>(w->rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      if (st != CUBLAS_STATUS_SUCCESS && gemm_status == CUBLAS_STATUS_SUCCESS) gemm_status = st;
-    } else {
-      const cuda::ActFormat f = cuda::ActFormatFor(w->type);
-      if (!have_fmt || f != fmt) {
-        cuda::QuantizeActivations(f, x_in, n, w->cols, act, stream);
-        fmt = f;
-        have_fmt = true;
-      }
-      cuda::MatVec(*w, act, n, out, stream);
+    const cuda::ActFormat f = cuda::ActFormatFor(w->type);
+    if (!have_fmt || f != fmt) {
+      cuda::QuantizeActivations(f, x_in, n, w->cols, act, stream);
+      fmt = f;
+      have_fmt = true;
     }
+    cuda::MatVec(*w, act, n, out, stream);
   }
+}
+
+// out (one part; accumulate: beta = 1) = x16_in [n][w.cols] (FP16) x W^T on cuBLAS, from the
+// matrix's FP16 copy or, without copies, the scratch it is dequantized into first.
+void CudaBackend::Impl::Gemm(const uint16_t* x16_in, int n, const DevMatrix& w, const cuda::MatOut& out) {
+  const uint16_t* w16 = w.f16;
+  if (!w16) {
+    cuda::DequantizeToF16(w, w16_scratch, stream);
+    w16 = w16_scratch;
+  }
+  const float alpha = 1.0f, beta = out.accumulate ? 1.0f : 0.0f;
+  // Row-major W [rows][cols] is column-major [cols x rows]: Y^T = W * X^T.
+  const cublasStatus_t st = cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n,
+               static_cast<int>(w.cols), &alpha, w16, CUDA_R_16F, static_cast<int>(w.cols),
+               x16_in, CUDA_R_16F, static_cast<int>(w.cols), &beta, out.y[0], CUDA_R_32F,
+               static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS && gemm_status == CUBLAS_STATUS_SUCCESS) gemm_status = st;
 }
 
 // The layers over the step's n tokens; metadata already on the device.
@@ -686,6 +697,8 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   const size_t layer_elems = static_cast<size_t>(num_blocks) * block_size * dkv;
   using cuda::PlainOut;
   const bool gemm = UseGemm(n);
+  // On the cuBLAS path the attention kernels write the output product's FP16 activations.
+  ap.out16 = gemm ? x16 : nullptr;
   for (int l = 0; l < hp.n_layer; ++l) {
     const Layer& L = layers[l];
     // Attention block. The matrix-vector path: RmsNorm fused into the quantizer, one Q|K|V
@@ -704,6 +717,12 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
         cuda::RmsNormQuantize(cuda::ActFormatFor(L.wqkv.type), x, L.attn_norm, n, d, hp.rms_eps, act, stream);
         cuda::MatVec(L.wqkv, act, n, o, stream);
       }
+    } else if (gemm) {
+      // cuBLAS: RmsNorm writes the FP16 activations itself.
+      cuda::RmsNormF16(x, L.attn_norm, n, d, hp.rms_eps, x16, stream);
+      Gemm(x16, n, L.wq, PlainOut(q));
+      Gemm(x16, n, L.wk, PlainOut(k));
+      Gemm(x16, n, L.wv, PlainOut(v));
     } else {
       cuda::RmsNorm(x, L.attn_norm, n, d, hp.rms_eps, xn, stream);
       Products(xn, n, {{&L.wq, PlainOut(q)}, {&L.wk, PlainOut(k)}, {&L.wv, PlainOut(v)}});
@@ -730,6 +749,8 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     cuda::AttentionPrefill(ap, meta_dev + 6 * ms, meta_dev + 7 * ms, n_tiles, opt.tensor_core_attention, stream);
     if (ap.q8_out_on) {
       cuda::MatVec(L.wo, act, n, PlainOut(x, true), stream);
+    } else if (gemm) {
+      Gemm(x16, n, L.wo, PlainOut(x, true));
     } else {
       Products(attn, n, {{&L.wo, PlainOut(x, true)}});
     }
@@ -746,6 +767,15 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
         cuda::RmsNormQuantize(cuda::ActFormatFor(L.w_gate_up.type), x, L.ffn_norm, n, d, hp.rms_eps, act, stream);
         cuda::MatVec(L.w_gate_up, act, n, o, stream);
       }
+    } else if (gemm) {
+      cuda::RmsNormF16(x, L.ffn_norm, n, d, hp.rms_eps, x16, stream);
+      if (L.w_gate_up.f16) {
+        // One GEMM over gate|up: token t's gate row at gate + 2 ff t, its up row right after.
+        Gemm(x16, n, L.w_gate_up, PlainOut(gate));
+      } else {
+        Gemm(x16, n, L.w_gate, PlainOut(gate));
+        Gemm(x16, n, L.w_up, PlainOut(up));
+      }
     } else {
       cuda::RmsNorm(x, L.ffn_norm, n, d, hp.rms_eps, xn, stream);
       Products(xn, n, {{&L.w_gate, PlainOut(gate)}, {&L.w_up, PlainOut(up)}});
@@ -756,8 +786,12 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
       cuda::SwiGluQuantize(cuda::ActFormatFor(L.w_down.type), gate, up, n, hp.n_ff, act, stream);
       cuda::MatVec(L.w_down, act, n, PlainOut(x, true), stream);
     } else {
-      cuda::SwiGlu(gate, up, static_cast<int64_t>(n) * hp.n_ff, stream);
-      Products(gate, n, {{&L.w_down, PlainOut(x, true)}});
+      if (L.w_gate_up.f16) {
+        cuda::SwiGluF16(gate, gate + hp.n_ff, n, hp.n_ff, 2 * hp.n_ff, x16, stream);
+      } else {
+        cuda::SwiGluF16(gate, up, n, hp.n_ff, hp.n_ff, x16, stream);
+      }
+      Gemm(x16, n, L.w_down, PlainOut(x, true));
     }
   }
   (void)dq;
@@ -773,8 +807,13 @@ void CudaBackend::Impl::Output(int row0, int rows, Out out) {
                      rows, cuda::PlainOut(logits), from_blocks, stream);
   } else {
     cuda::GatherRows(x, meta_dev + 4 * ms + row0, rows, d, xo, stream);
-    cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
-    Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
+    if (UseGemm(rows)) {
+      cuda::RmsNormF16(xo, output_norm, rows, d, hp.rms_eps, x16, stream);
+      Gemm(x16, rows, output, cuda::PlainOut(logits));
+    } else {
+      cuda::RmsNorm(xo, output_norm, rows, d, hp.rms_eps, xo, stream);
+      Products(xo, rows, {{&output, cuda::PlainOut(logits)}});
+    }
   }
   if (out != Out::kLogits) {
     // Every pass's ids stay on the device (a chained step's embedding reads them); the step

@@ -52,6 +52,17 @@ __device__ __forceinline__ float HalfBitsToFloat(uint16_t h) {
 __device__ __forceinline__ uint16_t FloatToHalfBits(float f) {
   return __half_as_ushort(__float2half_rn(f));
 }
+// An activation for cuBLAS's FP16 inputs: saturated to FP16's range (+-65504), so that an
+// outlier activation of a larger model costs precision in one element instead of turning into
+// inf and then NaN logits; then rounded to nearest even.
+__device__ __forceinline__ uint16_t GemmInputBits(float f) {
+  return FloatToHalfBits(fminf(fmaxf(f, -65504.0f), 65504.0f));
+}
+// silu(g) * u with the CPU's floats (SwiGlu in runtime/model/ops.h).
+__device__ __forceinline__ float SwiGluValue(float g, float u) {
+  const float e = static_cast<float>(exp(-static_cast<double>(g)));
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+}
 __device__ __forceinline__ float Bf16BitsToFloat(uint16_t h) {
   return __uint_as_float(static_cast<uint32_t>(h) << 16);
 }

@@ -149,7 +149,19 @@ void DequantizeRows(GgmlType type, const void* data, size_t row_bytes, int64_t c
                     const int32_t* row_ids, int n, float* out, cudaStream_t stream,
                     const int32_t* chained_from = nullptr, int32_t* ids_out = nullptr);
 
+// cuBLAS's FP16 activations: y = x saturated to FP16's range (+-65504) and rounded to nearest
+// even (an outlier of a larger model loses precision instead of becoming inf, then NaN logits).
 void F32ToF16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+// The same straight from the op that makes them, in one launch instead of two, and without the
+// float rows' round trip through memory (the cuBLAS path's largest activation traffic at
+// prefill): bit for bit F32ToF16 of RmsNorm (n rows of d) or of SwiGlu. SwiGluF16 reads n rows
+// of ff, row t of gate at gate + t * row_stride (and of up likewise: row_stride 2 ff reads the
+// fused gate|up product's [n][2 ff] output with up = gate + ff), leaves them as they are, and
+// writes y16 [n][ff].
+void RmsNormF16(const float* x, const float* weight, int n, int d, float eps, uint16_t* y16,
+                cudaStream_t stream);
+void SwiGluF16(const float* gate, const float* up, int n, int ff, int64_t row_stride, uint16_t* y16,
+               cudaStream_t stream);
 
 // Mirrors runtime/model/ops.h: RmsNorm (sum of squares in double), RopeNormal (ggml's angle
 // recurrence; theta_scale = powf(base, -2/rope_dim) computed by the caller on the host, pos[t] the
@@ -268,6 +280,10 @@ struct AttnParams {
   const uint16_t* k = nullptr;       // this layer's keys
   const uint16_t* v = nullptr;       // this layer's values
   float* out = nullptr;              // [n_tok][n_head * head_dim]
+  // out16 (non-null): the output goes here instead of `out`, as cuBLAS's FP16 activations
+  // (F32ToF16 of what `out` would hold, bit for bit), so the output product needs no
+  // conversion launch and the float rows never reach memory. Every attention kernel.
+  uint16_t* out16 = nullptr;         // [n_tok][n_head * head_dim]
   const int32_t* tok_seq = nullptr;  // [n_tok]
   const int32_t* tok_pos = nullptr;  // [n_tok]
   const int32_t* seq_table_off = nullptr;

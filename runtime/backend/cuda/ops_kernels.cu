@@ -10,13 +10,18 @@ namespace {
 
 inline unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
 
+// A row op's result: the float itself, or cuBLAS's FP16 input (F32ToF16's bits).
+__device__ __forceinline__ void StoreRowOut(float* y, size_t i, float v) { y[i] = v; }
+__device__ __forceinline__ void StoreRowOut(uint16_t* y, size_t i, float v) { y[i] = GemmInputBits(v); }
+
 // One block per row. The sum of squares accumulates in double, as the CPU's.
-// y may be x (the output pass normalises in place), so neither is __restrict__.
+// A float y may be x (the output pass normalises in place), so neither is __restrict__.
+template <typename Out>
 __global__ void RmsNormKernel(const float* x, const float* __restrict__ w, int d, float eps,
-                              float* y) {
+                              Out* y) {
   AwaitPrecedingKernels();
   const float* xr = x + static_cast<size_t>(blockIdx.x) * d;
-  float* yr = y + static_cast<size_t>(blockIdx.x) * d;
+  Out* yr = y + static_cast<size_t>(blockIdx.x) * d;
   double s = 0.0;
   for (int i = threadIdx.x; i < d; i += blockDim.x) s += static_cast<double>(xr[i]) * xr[i];
 #pragma unroll
@@ -34,7 +39,7 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ w, int d
   }
   __syncthreads();
   const float scale = scale_sh;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) StoreRowOut(yr, i, __fmul_rn(__fmul_rn(xr[i], scale), w[i]));
 }
 
 // One thread per rotated pair. The angle follows ggml's recurrence theta_{i+1} = theta_i * scale
@@ -102,13 +107,21 @@ __global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, 
   }
 }
 
+// y = silu(g) * u over n floats, in place into g.
 __global__ void SwiGluKernel(float* __restrict__ g, const float* __restrict__ u, int64_t n) {
   AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float v = g[i];
-  const float e = static_cast<float>(exp(-static_cast<double>(v)));
-  g[i] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, e)), u[i]);
+  if (i < n) g[i] = SwiGluValue(g[i], u[i]);
+}
+
+// y16[t][c] = cuBLAS's FP16 of silu(g[t * stride + c]) * u[t * stride + c] for n rows of ff.
+__global__ void SwiGluF16Kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t n,
+                                int ff, int64_t stride, uint16_t* __restrict__ y) {
+  AwaitPrecedingKernels();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * ff) return;
+  const int64_t at = (i / ff) * stride + i % ff;
+  y[i] = GemmInputBits(SwiGluValue(g[at], u[at]));
 }
 
 __global__ void AddKernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
@@ -191,7 +204,14 @@ __global__ void ArgmaxKernel(const float* __restrict__ logits, int n_vocab, int3
 void RmsNorm(const float* x, const float* weight, int n, int d, float eps, float* y,
              cudaStream_t stream) {
   if (n <= 0) return;
-  RmsNormKernel<<<n, 256, 0, stream>>>(x, weight, d, eps, y);
+  RmsNormKernel<float><<<n, 256, 0, stream>>>(x, weight, d, eps, y);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void RmsNormF16(const float* x, const float* weight, int n, int d, float eps, uint16_t* y16,
+                cudaStream_t stream) {
+  if (n <= 0) return;
+  RmsNormKernel<uint16_t><<<n, 256, 0, stream>>>(x, weight, d, eps, y16);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 
@@ -218,6 +238,14 @@ void RopeWriteKv(float* q, float* k, const float* v, const int32_t* pos, const i
 void SwiGlu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   SwiGluKernel<<<Blocks(n, 256), 256, 0, stream>>>(gate, up, n);
+  KINFER_CUDA_LAUNCH_CHECK();
+}
+
+void SwiGluF16(const float* gate, const float* up, int n, int ff, int64_t row_stride, uint16_t* y16,
+               cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * ff;
+  if (total <= 0) return;
+  SwiGluF16Kernel<<<Blocks(total, 256), 256, 0, stream>>>(gate, up, n, ff, row_stride, y16);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 

@@ -148,11 +148,6 @@ __global__ void RmsNormQuantizeKernel(ActFormat fmt, const float* __restrict__ x
   RmsNormQuantizeRow(fmt, x + static_cast<size_t>(blockIdx.x) * d, w, d, eps, blockIdx.x, act);
 }
 
-__device__ __forceinline__ float SwiGluValue(float g, float u) {
-  const float e = static_cast<float>(exp(-static_cast<double>(g)));
-  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
-}
-
 // silu(gate) * up, quantized straight into act: a warp per 32-block (or 256-block), or a thread
 // per element for the float formats.
 __global__ void SwiGluQuantizeKernel(ActFormat fmt, const float* __restrict__ g,
@@ -641,12 +636,11 @@ __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ 
   out[i] = DequantElem(type, w + static_cast<size_t>(id) * row_bytes, c);
 }
 
-// Activations for cuBLAS: saturated to FP16's range (+-65504), so that an outlier activation of
-// a larger model costs precision in one element instead of turning into inf and then NaN logits.
+// Activations for cuBLAS (GemmInputBits: saturated to FP16's range, rounded).
 __global__ void F32ToF16Kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
   AwaitPrecedingKernels();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = FloatToHalfBits(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
+  if (i < n) y[i] = GemmInputBits(x[i]);
 }
 
 inline unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }

@@ -15,7 +15,7 @@
 //                                                                 tensor cores: FP16 products)
 //   fused kernels (RmsNorm+quantize, SwiGLU+quantize, RoPE+KV      exact against the unfused
 //   write, split / accumulating products, products computing      kernels' results
-//   their own activations)
+//   their own activations, RmsNorm / SwiGLU to cuBLAS's FP16)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -447,6 +447,25 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   cuda::AttentionDecode(p, nullptr);
   cuda::AttentionPrefill(p, tit.get(), tlt.get(), static_cast<int>(tiles_tc.size()), true, nullptr);
   EXPECT_LT(Nmse(out_tc.ToHost(), ref), 1e-5);
+  // FP16 output for cuBLAS (out16): F32ToF16 of the float output, bit for bit, from every kernel
+  // (tiled FMA, tensor cores, decode); the float output is then left alone.
+  for (const bool tc : {false, true}) {
+    DeviceBuffer<float> f(q.size()), untouched(std::vector<float>(q.size(), 7.0f));
+    DeviceBuffer<uint16_t> want16(q.size()), got16(q.size());
+    p.out = f.get();
+    cuda::AttentionDecode(p, nullptr);
+    cuda::AttentionPrefill(p, tc ? tit.get() : ti.get(), tc ? tlt.get() : tl.get(),
+                           static_cast<int>(tc ? tiles_tc.size() : tiles.size()), tc, nullptr);
+    cuda::F32ToF16(f.get(), want16.get(), static_cast<int64_t>(q.size()), nullptr);
+    p.out = untouched.get();
+    p.out16 = got16.get();
+    cuda::AttentionDecode(p, nullptr);
+    cuda::AttentionPrefill(p, tc ? tit.get() : ti.get(), tc ? tlt.get() : tl.get(),
+                           static_cast<int>(tc ? tiles_tc.size() : tiles.size()), tc, nullptr);
+    p.out16 = nullptr;
+    EXPECT_EQ(got16.ToHost(), want16.ToHost()) << "out16, tensor cores " << tc;
+    EXPECT_EQ(untouched.ToHost(), std::vector<float>(q.size(), 7.0f)) << "out16, tensor cores " << tc;
+  }
   // Every token through the decode kernel.
   p.out = out_all.get();
   p.tok_index = nullptr;
@@ -458,7 +477,8 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
 // The shared-K/V decode kernel for every group size it takes (1-8 query heads per KV head), both
 // head sizes, contexts from 1 to 1,500 positions, with and without splitting a token's positions
 // over several blocks, and the per-head kernel it replaces; all against the double reference.
-// Its Q8 output equals QuantizeActivations' of its float output bit for bit. Each configuration
+// Its Q8 output equals QuantizeActivations' of its float output bit for bit, and its FP16 output
+// (out16) F32ToF16's, split, unsplit and per head (SmolLM2's shape). Each configuration
 // runs twice on the same split counters: the second launch must find them reset and give the
 // same bits.
 TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
@@ -545,6 +565,18 @@ TEST_F(CudaKernelsTest, DecodeAttentionMatchesAReferenceForEveryShape) {
         cudaMemset(out.get(), 0, q.size() * sizeof(float));
         cuda::AttentionDecode(p, nullptr);
         EXPECT_EQ(out.ToHost(), first) << what << ": a second launch differs";
+        // FP16 output for cuBLAS: F32ToF16 of the float output, and the float output untouched.
+        // SmolLM2's shape only (the stores do not depend on it; variant 1 stores as variant 0
+        // does where that does not split).
+        if (variant == 1 || &sh != &shapes[0]) continue;
+        DeviceBuffer<uint16_t> want16(q.size()), got16(q.size());
+        cuda::F32ToF16(out.get(), want16.get(), static_cast<int64_t>(q.size()), nullptr);
+        cudaMemset(out.get(), 0, q.size() * sizeof(float));
+        p.out16 = got16.get();
+        cuda::AttentionDecode(p, nullptr);
+        p.out16 = nullptr;
+        EXPECT_EQ(got16.ToHost(), want16.ToHost()) << what << ": out16";
+        EXPECT_EQ(out.ToHost(), std::vector<float>(q.size(), 0.0f)) << what << ": out16 wrote out";
       }
       EXPECT_EQ(counters.ToHost(), std::vector<int32_t>(cuda::DecodeSplitBlocks(sm_count), 0))
           << "split counters left non-zero";
@@ -792,6 +824,50 @@ TEST_F(CudaKernelsTest, FusedKernelsEqualTheUnfusedOnes) {
   }
 }
 
+// The cuBLAS path's activations straight from RmsNorm and SwiGLU equal the float op followed by
+// F32ToF16, bit for bit, saturation at FP16's range included (some outputs here pass 65504).
+TEST_F(CudaKernelsTest, CublasInputsFromTheOpEqualTheOpThenF32ToF16) {
+  const int n = 3, d = 576, ff = 1536;
+  std::vector<float> x = RandomFloats(n * ff, 31, -3.0f, 3.0f);
+  std::vector<float> w = RandomFloats(d, 32);
+  std::vector<float> u = RandomFloats(n * ff, 33, -2.0f, 2.0f);
+  for (int i = 0; i < d; i += 7) w[i] *= 1e6f;   // RmsNorm outputs beyond 65504
+  for (int i = 0; i < n * ff; i += 5) u[i] *= 1e6f;  // and SwiGLU's
+  x[10] = -x[10] * 1e4f;
+  DeviceBuffer<float> xd(x), wd(w), ud(u), tmp(n * ff);
+  DeviceBuffer<uint16_t> fused(n * ff), plain(n * ff);
+  cuda::RmsNormF16(xd.get(), wd.get(), n, d, 1e-5f, fused.get(), nullptr);
+  cuda::RmsNorm(xd.get(), wd.get(), n, d, 1e-5f, tmp.get(), nullptr);
+  cuda::F32ToF16(tmp.get(), plain.get(), static_cast<int64_t>(n) * d, nullptr);
+  std::vector<uint16_t> a = fused.ToHost(), b = plain.ToHost();
+  a.resize(n * d);
+  b.resize(n * d);
+  EXPECT_EQ(a, b) << "RmsNormF16";
+  EXPECT_GT(std::count(b.begin(), b.end(), uint16_t{0x7bff}) + std::count(b.begin(), b.end(), uint16_t{0xfbff}), 0)
+      << "no output saturated";
+  cuda::SwiGluF16(xd.get(), ud.get(), n, ff, ff, fused.get(), nullptr);
+  DeviceBuffer<float> g(x);
+  cuda::SwiGlu(g.get(), ud.get(), static_cast<int64_t>(n) * ff, nullptr);
+  cuda::F32ToF16(g.get(), plain.get(), static_cast<int64_t>(n) * ff, nullptr);
+  a = fused.ToHost();
+  b = plain.ToHost();
+  EXPECT_EQ(a, b) << "SwiGluF16";
+  EXPECT_GT(std::count(b.begin(), b.end(), uint16_t{0x7bff}) + std::count(b.begin(), b.end(), uint16_t{0xfbff}), 0)
+      << "no output saturated";
+  EXPECT_EQ(xd.ToHost(), x) << "SwiGluF16 wrote its gate";
+  EXPECT_EQ(ud.ToHost(), u);
+  // Gate and up interleaved by rows, as the fused gate|up product writes them ([n][2 ff]).
+  std::vector<float> gu(2 * n * ff);
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(x.begin() + t * ff, ff, gu.begin() + 2 * t * ff);
+    std::copy_n(u.begin() + t * ff, ff, gu.begin() + (2 * t + 1) * ff);
+  }
+  DeviceBuffer<float> gud(gu);
+  DeviceBuffer<uint16_t> strided(n * ff);
+  cuda::SwiGluF16(gud.get(), gud.get() + ff, n, ff, 2 * ff, strided.get(), nullptr);
+  EXPECT_EQ(strided.ToHost(), b) << "SwiGluF16 over gate|up rows";
+}
+
 // MatVecFrom against the two launches it replaces, bit for bit: RmsNorm (of gathered rows) or
 // SwiGLU quantized by the quantizer kernels, then MatVec. Every weight type it takes; 1-11
 // tokens (one and two chunks of 8, part-filled); the grid capped (blocks looping over rows) or
@@ -957,6 +1033,8 @@ TEST_F(CudaKernelsTest, EmptyCallsLaunchNothing) {
   cuda::DequantizeToF16(none, h.get(), nullptr);
   cuda::DequantizeRows(GgmlType::kQ4_K, wd.get(), m.row_bytes, cols, ids.get(), 0, y.get(), nullptr);
   cuda::F32ToF16(x.get(), h.get(), 0, nullptr);
+  cuda::RmsNormF16(x.get(), x.get(), 0, static_cast<int>(cols), 1e-5f, h.get(), nullptr);
+  cuda::SwiGluF16(x.get(), x.get(), 0, static_cast<int>(cols), cols, h.get(), nullptr);
   cuda::ArgmaxRows(x.get(), 0, static_cast<int>(cols), ids.get(), nullptr);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
