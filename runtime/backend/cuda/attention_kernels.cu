@@ -26,6 +26,14 @@ __device__ __forceinline__ size_t CacheRow(const AttnParams& p, int seq, int pos
   return static_cast<size_t>(blk) * p.block_size + pos % p.block_size;
 }
 
+// Where token g's rows start: of q, and (rope_on) of k_new / v_new (AttnParams::qkv_row).
+__device__ __forceinline__ size_t QRow(const AttnParams& p, int g) {
+  return static_cast<size_t>(g) * (p.qkv_row > 0 ? p.qkv_row : static_cast<int64_t>(p.n_head) * p.head_dim);
+}
+__device__ __forceinline__ size_t KvNewRow(const AttnParams& p, int g) {
+  return static_cast<size_t>(g) * (p.qkv_row > 0 ? p.qkv_row : static_cast<int64_t>(p.n_head_kv) * p.head_dim);
+}
+
 // Element `at` of the attention output: a float in p.out, or cuBLAS's FP16 input in p.out16.
 __device__ __forceinline__ void StoreAttnOut(const AttnParams& p, size_t at, float v) {
   if (p.out16 != nullptr) {
@@ -48,7 +56,7 @@ __global__ void __launch_bounds__(128) AttnDecodeKernel(AttnParams p) {
   const int dkv = p.n_head_kv * D;
   const int kvh = h / (p.n_head / p.n_head_kv);
   float q[E];
-  const float* qg = p.q + static_cast<size_t>(g) * p.n_head * D + h * D + lane * E;
+  const float* qg = p.q + QRow(p, g) + h * D + lane * E;
 #pragma unroll
   for (int e = 0; e < E; ++e) q[e] = __half2float(__float2half_rn(qg[e]));
   float m = -FLT_MAX, l = 0.0f, acc[E];
@@ -170,7 +178,7 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
       }
     }
     if (slot == 0 && split == (npos - 1) / chunk) {
-      const size_t src = static_cast<size_t>(g) * dkv + kvh * D + tl * 8;
+      const size_t src = KvNewRow(p, g) + kvh * D + tl * 8;
       float kr[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) kr[e] = p.k_new[src + e];
@@ -187,7 +195,7 @@ __global__ void __launch_bounds__(128) AttnDecodeGqaKernel(AttnParams p) {
   float q[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
-    const float* qh = p.q + static_cast<size_t>(g) * p.n_head * D + (kvh * G + i) * D + tl * 8;
+    const float* qh = p.q + QRow(p, g) + (kvh * G + i) * D + tl * 8;
 #pragma unroll
     for (int e = 0; e < 8; ++e) q[i][e] = qh[e];
     if (p.rope_on) RopePairs(q[i], rc, rs, tl, p.rope_dim);
@@ -334,7 +342,7 @@ __global__ void __launch_bounds__(128) AttnPrefillKernel(AttnParams p, const int
   for (int i = tid; i < T * D; i += blockDim.x) {
     const int rr = i / D, k = i % D;
     const int gg = g0 + (rr < n ? rr : n - 1);
-    Qs[rr * DP + k] = __half2float(__float2half_rn(p.q[static_cast<size_t>(gg) * p.n_head * D + h * D + k]));
+    Qs[rr * DP + k] = __half2float(__float2half_rn(p.q[QRow(p, gg) + h * D + k]));
   }
   float o[DQ];
 #pragma unroll
@@ -463,7 +471,7 @@ __global__ void __launch_bounds__(128) AttnPrefillTcKernel(AttnParams p, const i
   for (int i = tid; i < BQ * D; i += blockDim.x) {
     const int r = i / D, c = i % D;
     const int gg = g0 + (r < n ? r : n - 1);
-    Qh[i] = __float2half_rn(p.q[static_cast<size_t>(gg) * p.n_head * D + h * D + c]);
+    Qh[i] = __float2half_rn(p.q[QRow(p, gg) + h * D + c]);
     O[i] = 0.0f;
   }
   if (tid < BQ) {

@@ -552,9 +552,10 @@ Status CudaBackend::Impl::PlanScratch() {
   KINFER_RETURN_IF_ERROR(scratch.Allocate(bytes, "activation scratch"));
   x = scratch.Take<float>(t * d);
   xn = scratch.Take<float>(t * std::max(d, dq));
-  q = scratch.Take<float>(t * dq);
-  k = scratch.Take<float>(t * dkv);
-  v = scratch.Take<float>(t * dkv);
+  // q, k and v as one block: the fused Q|K|V GEMM writes [t][dq + 2 dkv] across the three.
+  q = scratch.Take<float>(t * (dq + 2 * dkv));
+  k = q ? q + t * dq : nullptr;
+  v = q ? k + t * dkv : nullptr;
   attn = scratch.Take<float>(t * dq);
   // gate and up as one block: the fused gate|up GEMM writes [t][2 ff] across both.
   gate = scratch.Take<float>(2 * t * ff);
@@ -688,8 +689,6 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   // cache itself (one launch fewer a layer).
   const bool shared_kv = cuda::SharedKvDecodeApplies(ap);
   ap.rope_on = one_token_each && n_dec == n && shared_kv;
-  ap.k_new = k;
-  ap.v_new = v;
   ap.slot_rows = slots;
   ap.rope_dim = hp.rope_dim;
   ap.theta_scale = theta_scale;
@@ -701,6 +700,15 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
   ap.out16 = gemm ? x16 : nullptr;
   for (int l = 0; l < hp.n_layer; ++l) {
     const Layer& L = layers[l];
+    // On cuBLAS with back-to-back FP16 copies, Q|K|V is one GEMM: its q, k and v rows then lie
+    // in token rows of dq + 2 dkv floats, which RoPE and the attention read as they are.
+    const bool fused_qkv = gemm && L.wqkv.f16 != nullptr;
+    const int64_t qkv_row = fused_qkv ? dq + 2 * dkv : 0;
+    float* const kq = fused_qkv ? q + dq : k;
+    float* const vq = fused_qkv ? q + dq + dkv : v;
+    ap.qkv_row = qkv_row;
+    ap.k_new = kq;
+    ap.v_new = vq;
     // Attention block. The matrix-vector path: RmsNorm fused into the quantizer, one Q|K|V
     // product, RoPE fused with the cache write, the residual add fused into the output product.
     if (!gemm && L.wqkv.data) {
@@ -720,9 +728,13 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     } else if (gemm) {
       // cuBLAS: RmsNorm writes the FP16 activations itself.
       cuda::RmsNormF16(x, L.attn_norm, n, d, hp.rms_eps, x16, stream);
-      Gemm(x16, n, L.wq, PlainOut(q));
-      Gemm(x16, n, L.wk, PlainOut(k));
-      Gemm(x16, n, L.wv, PlainOut(v));
+      if (fused_qkv) {
+        Gemm(x16, n, L.wqkv, PlainOut(q));  // token t's q|k|v row at q + t (dq + 2 dkv)
+      } else {
+        Gemm(x16, n, L.wq, PlainOut(q));
+        Gemm(x16, n, L.wk, PlainOut(k));
+        Gemm(x16, n, L.wv, PlainOut(v));
+      }
     } else {
       cuda::RmsNorm(x, L.attn_norm, n, d, hp.rms_eps, xn, stream);
       Products(xn, n, {{&L.wq, PlainOut(q)}, {&L.wk, PlainOut(k)}, {&L.wv, PlainOut(v)}});
@@ -730,8 +742,8 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     uint16_t* kl = kc + l * layer_elems;
     uint16_t* vl = vc + l * layer_elems;
     if (!ap.rope_on) {
-      cuda::RopeWriteKv(q, k, v, pos, slots, n, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim,
-                        theta_scale, hp.rope_freq_scale, kl, vl, stream);
+      cuda::RopeWriteKv(q, kq, vq, pos, slots, n, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dim,
+                        theta_scale, hp.rope_freq_scale, kl, vl, stream, qkv_row);
     }
     ap.k = kl;
     ap.v = vl;

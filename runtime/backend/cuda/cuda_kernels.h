@@ -175,9 +175,12 @@ void AddInPlace(float* y, const float* x, int64_t n, cudaStream_t stream);
 
 // RoPE of q (n_head heads) and k (n_head_kv heads) and the K/V write into the cache, in one
 // launch: the same floats as RopeNormal on each, then WriteKv.
+// row_stride > 0: token t's rows of q, k and v start t * row_stride floats apart (a fused Q|K|V
+// product's output); 0: dense rows.
 void RopeWriteKv(float* q, float* k, const float* v, const int32_t* pos, const int32_t* slot_rows,
                  int n, int n_head, int n_head_kv, int head_dim, int rope_dim, float theta_scale,
-                 float freq_scale, uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream);
+                 float freq_scale, uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream,
+                 int64_t row_stride = 0);
 
 // Keys and values of n tokens (rows of n_embd_kv floats) into one layer of the paged FP16 cache:
 // row t goes to cache row slot_rows[t] (= block * block_size + slot).
@@ -276,7 +279,7 @@ void LogprobRows(const float* logits, int rows, int n_vocab, const DeviceDraw* d
 //
 //   k/v layer: [num_blocks][block_size][n_embd_kv] FP16; query head h reads kv head h / n_gqa.
 struct AttnParams {
-  const float* q = nullptr;          // [n_tok][n_head * head_dim]
+  const float* q = nullptr;          // [n_tok][n_head * head_dim] (rows qkv_row apart if set)
   const uint16_t* k = nullptr;       // this layer's keys
   const uint16_t* v = nullptr;       // this layer's values
   float* out = nullptr;              // [n_tok][n_head * head_dim]
@@ -325,6 +328,10 @@ struct AttnParams {
   bool rope_on = false;
   const float* k_new = nullptr;
   const float* v_new = nullptr;
+  // qkv_row > 0: token rows of q (and of k_new / v_new) are qkv_row floats apart, as a fused
+  // Q|K|V product writes them ([n_tok][n_head * head_dim + 2 n_head_kv * head_dim], q at the row's
+  // start, k_new and v_new after it). 0: dense rows.
+  int64_t qkv_row = 0;
   const int32_t* slot_rows = nullptr;
   uint16_t* k_cache = nullptr;
   uint16_t* v_cache = nullptr;

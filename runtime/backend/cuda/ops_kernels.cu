@@ -70,7 +70,7 @@ __global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, 
                                   const int32_t* __restrict__ pos, const int32_t* __restrict__ slot_rows,
                                   int n, int n_head, int n_head_kv, int head_dim, int rope_dim,
                                   float theta_scale, float freq_scale, uint16_t* __restrict__ kc,
-                                  uint16_t* __restrict__ vc) {
+                                  uint16_t* __restrict__ vc, int64_t row_stride) {
   AwaitPrecedingKernels();
   const int pairs = head_dim / 2;
   const int heads = n_head + n_head_kv;
@@ -82,7 +82,8 @@ __global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, 
   const bool is_q = hh < n_head;
   const int h = is_q ? hh : hh - n_head;
   const int nh = is_q ? n_head : n_head_kv;
-  float* row = (is_q ? q : k) + (static_cast<size_t>(t) * nh + h) * head_dim + 2 * i;
+  const int64_t stride = row_stride > 0 ? row_stride : static_cast<int64_t>(nh) * head_dim;
+  float* row = (is_q ? q : k) + static_cast<size_t>(t) * stride + h * head_dim + 2 * i;
   float x0 = row[0], x1 = row[1];
   if (i < rope_dim / 2) {
     float theta = __fmul_rn(static_cast<float>(pos[t]), freq_scale);
@@ -98,7 +99,7 @@ __global__ void RopeWriteKvKernel(float* __restrict__ q, float* __restrict__ k, 
   }
   if (!is_q) {
     const int dkv = n_head_kv * head_dim;
-    const size_t src = static_cast<size_t>(t) * dkv + h * head_dim + 2 * i;
+    const size_t src = static_cast<size_t>(t) * stride + h * head_dim + 2 * i;
     const size_t dst = static_cast<size_t>(slot_rows[t]) * dkv + h * head_dim + 2 * i;
     kc[dst] = FloatToHalfBits(x0);
     kc[dst + 1] = FloatToHalfBits(x1);
@@ -226,12 +227,13 @@ void RopeNormal(float* x, const int32_t* pos, int n, int n_heads, int head_dim, 
 
 void RopeWriteKv(float* q, float* k, const float* v, const int32_t* pos, const int32_t* slot_rows,
                  int n, int n_head, int n_head_kv, int head_dim, int rope_dim, float theta_scale,
-                 float freq_scale, uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream) {
+                 float freq_scale, uint16_t* k_layer, uint16_t* v_layer, cudaStream_t stream,
+                 int64_t row_stride) {
   const int64_t total = static_cast<int64_t>(n) * (n_head + n_head_kv) * (head_dim / 2);
   if (total <= 0) return;
   RopeWriteKvKernel<<<Blocks(total, 256), 256, 0, stream>>>(q, k, v, pos, slot_rows, n, n_head, n_head_kv,
                                                              head_dim, rope_dim, theta_scale, freq_scale,
-                                                             k_layer, v_layer);
+                                                             k_layer, v_layer, row_stride);
   KINFER_CUDA_LAUNCH_CHECK();
 }
 

@@ -367,7 +367,9 @@ TEST_F(CudaKernelsTest, ArgmaxOfShortAndAllMinusInfinityRows) {
 }
 
 // Attention over a paged cache with shuffled block tables, both kernels against a double-precision
-// reference computed from the same FP16 cache (query rounded to FP16 as the CPU does).
+// reference computed from the same FP16 cache (query rounded to FP16 as the CPU does); their
+// FP16 output for cuBLAS (out16) and queries read from a fused Q|K|V product's rows (qkv_row)
+// give the same bits as the float output and dense queries.
 TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   const int n_head = 9, n_kv = 3, hd = 64, bs = 16, nblocks = 64, dkv = n_kv * hd;
   std::mt19937 rng(4);
@@ -472,6 +474,30 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   p.n_tok = n_tok;
   cuda::AttentionDecode(p, nullptr);
   EXPECT_LT(Nmse(out_all.ToHost(), ref), 1e-6);
+  // Queries in a fused Q|K|V product's rows (qkv_row; K and V parts hold other numbers): the
+  // same bits from every kernel (tiled FMA, tensor cores, decode shared-K/V and per head).
+  const int dq = n_head * hd, row = dq + 2 * dkv;
+  std::vector<float> qkv = RandomFloats(static_cast<size_t>(n_tok) * row, 19);
+  for (int t = 0; t < n_tok; ++t) std::copy_n(q.begin() + t * dq, dq, qkv.begin() + t * row);
+  DeviceBuffer<float> qkvd(qkv);
+  for (int kernel = 0; kernel < 4; ++kernel) {
+    const bool tc = kernel == 1;
+    DeviceBuffer<float> dense(q.size()), strided(q.size());
+    p.per_head_decode = kernel == 3;
+    p.tok_index = kernel >= 2 ? nullptr : dd.get();
+    p.n_tok = kernel >= 2 ? n_tok : static_cast<int>(dec.size());
+    for (const bool fused : {false, true}) {
+      p.q = fused ? qkvd.get() : qd.get();
+      p.qkv_row = fused ? row : 0;
+      p.out = fused ? strided.get() : dense.get();
+      cuda::AttentionDecode(p, nullptr);
+      if (kernel < 2) {
+        cuda::AttentionPrefill(p, tc ? tit.get() : ti.get(), tc ? tlt.get() : tl.get(),
+                               static_cast<int>(tc ? tiles_tc.size() : tiles.size()), tc, nullptr);
+      }
+    }
+    EXPECT_EQ(strided.ToHost(), dense.ToHost()) << "fused Q|K|V rows, kernel " << kernel;
+  }
 }
 
 // The shared-K/V decode kernel for every group size it takes (1-8 query heads per KV head), both
@@ -784,6 +810,31 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
         EXPECT_EQ(outb.ToHost(), outa.ToHost()) << what;
         EXPECT_EQ(kcb.ToHost(), kca.ToHost()) << what;
         EXPECT_EQ(vcb.ToHost(), vca.ToHost()) << what;
+        // C: B on a fused Q|K|V product's rows (qkv_row), for SmolLM2's shape and a partial
+        // rotation inside a lane.
+        if (!split || (&sh != &shapes[0] && &sh != &shapes[3])) continue;
+        const int dq = sh.n_head * sh.hd, row = dq + 2 * dkv;
+        std::vector<float> qkv(static_cast<size_t>(n_tok) * row);
+        for (int t = 0; t < n_tok; ++t) {
+          std::copy_n(q.begin() + t * dq, dq, qkv.begin() + t * row);
+          std::copy_n(kn.begin() + t * dkv, dkv, qkv.begin() + t * row + dq);
+          std::copy_n(vn.begin() + t * dkv, dkv, qkv.begin() + t * row + dq + dkv);
+        }
+        DeviceBuffer<float> qkvd(qkv), outc(q.size());
+        DeviceBuffer<uint16_t> kcc(kc), vcc(vc);
+        p.q = qkvd.get();
+        p.k_new = qkvd.get() + dq;
+        p.v_new = qkvd.get() + dq + dkv;
+        p.qkv_row = row;
+        p.k = kcc.get();
+        p.v = vcc.get();
+        p.k_cache = kcc.get();
+        p.v_cache = vcc.get();
+        p.out = outc.get();
+        cuda::AttentionDecode(p, nullptr);
+        EXPECT_EQ(outc.ToHost(), outa.ToHost()) << what << ", fused Q|K|V rows";
+        EXPECT_EQ(kcc.ToHost(), kca.ToHost()) << what << ", fused Q|K|V rows";
+        EXPECT_EQ(vcc.ToHost(), vca.ToHost()) << what << ", fused Q|K|V rows";
       }
     }
   }
@@ -961,6 +1012,27 @@ TEST_F(CudaKernelsTest, RopeWithTheCacheWriteEqualsRopeThenWrite) {
   EXPECT_EQ(q1.ToHost(), q2.ToHost());
   EXPECT_EQ(kc1.ToHost(), kc2.ToHost());
   EXPECT_EQ(vc1.ToHost(), vc2.ToHost());
+  // On a fused Q|K|V product's rows (row_stride): the same q rows, the same cache.
+  const int dq = nh * hd, row = dq + 2 * dkv;
+  std::vector<float> qkv(n * row);
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(q.begin() + t * dq, dq, qkv.begin() + t * row);
+    std::copy_n(k.begin() + t * dkv, dkv, qkv.begin() + t * row + dq);
+    std::copy_n(v.begin() + t * dkv, dkv, qkv.begin() + t * row + dq + dkv);
+  }
+  DeviceBuffer<float> qkvd(qkv);
+  DeviceBuffer<uint16_t> kc3(rows * dkv), vc3(rows * dkv);
+  cuda::RopeWriteKv(qkvd.get(), qkvd.get() + dq, qkvd.get() + dq + dkv, pd.get(), sd.get(), n, nh, nkv,
+                    hd, hd, ts, 1.0f, kc3.get(), vc3.get(), nullptr, row);
+  const std::vector<float> fused = qkvd.ToHost(), q_dense = q1.ToHost();
+  for (int t = 0; t < n; ++t) {
+    EXPECT_TRUE(std::equal(q_dense.begin() + t * dq, q_dense.begin() + (t + 1) * dq, fused.begin() + t * row))
+        << "token " << t;
+    EXPECT_TRUE(std::equal(v.begin() + t * dkv, v.begin() + (t + 1) * dkv, fused.begin() + t * row + dq + dkv))
+        << "token " << t << ": v changed";
+  }
+  EXPECT_EQ(kc3.ToHost(), kc1.ToHost());
+  EXPECT_EQ(vc3.ToHost(), vc1.ToHost());
   // And the rotation itself is the CPU's (positions one after another from 5 for the first 3).
   std::vector<float> ref(q.begin(), q.begin() + 3 * nh * hd);
   RopeNormal(ref.data(), 3, nh, hd, hd, 5, 100000.0f, 1.0f);
