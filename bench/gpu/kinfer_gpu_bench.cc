@@ -28,8 +28,9 @@
 //   CudaBackendOptions::copy_stream off): the copy stream's gain; and single stream (128 and
 //   2,000 tokens of context), batch 64 and prefill_2048 with the batch-invariant kernels
 //   (*_batch_invariant: CudaBackendOptions::batch_invariant): their cost.
-// Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (quantized
-// weights once a step + the KV read by attention), as achieved TFLOP/s and GB/s against the
+// Beside each: the step's FLOPs (2 x weights x tokens + attention) and bytes moved (the weights
+// the step's products read, CudaBackend::WeightBytesRead: quantized on the matrix-vector path,
+// the FP16 copies on cuBLAS's; + the KV read by attention), as achieved TFLOP/s and GB/s against the
 // device's datasheet ceilings (DeviceCeilings: the H200's 990 TFLOP/s dense bf16 and 4.8 TB/s;
 // an H100's own where the device is one). Prints a table, writes JSON.
 #include <algorithm>
@@ -270,7 +271,7 @@ class Bench {
     r->seconds = Now() - t0;
     const double mean_ctx = ctx + warm + steps / 2.0;
     r->flops = steps * B * (2.0 * params_ + AttnFlops(mean_ctx));
-    r->bytes = steps * (static_cast<double>(b_->weight_bytes_per_token()) + B * KvBytes(mean_ctx));
+    r->bytes = steps * (static_cast<double>(b_->WeightBytesRead(B, B)) + B * KvBytes(mean_ctx));
     return Status::Ok();
   }
 
@@ -299,7 +300,7 @@ class Bench {
     r->seconds = Now() - t0;
     // Causal attention: token t attends t + 1 positions; mean (len + 1) / 2.
     r->flops = reps * (2.0 * params_ * len + len * AttnFlops((len + 1) / 2.0));
-    r->bytes = reps * (static_cast<double>(b_->weight_bytes_per_token()) + len * KvBytes((len + 1) / 2.0));
+    r->bytes = reps * (static_cast<double>(b_->WeightBytesRead(len, 1)) + len * KvBytes((len + 1) / 2.0));
     return Status::Ok();
   }
 
@@ -555,6 +556,8 @@ int Main(int argc, char** argv) {
                  d.sm_count, static_cast<long long>(d.l2_bytes));
     std::fprintf(out, "  \"model\": \"%s\", \"note\": \"%s\", \"params\": %.0f, \"weight_bytes_per_step\": %zu,\n",
                  model.c_str(), note.c_str(), bench.params(), be->weight_bytes_per_token());
+    std::fprintf(out, "  \"fp16_copy_bytes\": %lld, \"weight_bytes_read_batch_256\": %zu,\n",
+                 static_cast<long long>(be->fp16_copy_bytes()), be->WeightBytesRead(256, 256));
     std::fprintf(out,
                  "  \"graphs_captured\": %d, \"peak_flops\": %.0f, \"peak_bytes_per_s\": %.0f, "
                  "\"peak_source\": \"%s\", \"reported_bytes_per_s\": %.0f,\n",

@@ -7,8 +7,9 @@ the second of two measurements sharing a result.)"""
 import json
 import os
 import subprocess
+import sys
 
-from conftest import _model
+from conftest import ROOT, _model
 from sidecar_harness import binary
 
 
@@ -36,3 +37,49 @@ def test_the_benchmark_records_plain_and_chained_decode(tmp_path):
     for (name, batch), r in got.items():
         assert r["tokens"] == 4 * batch, r  # --tiny: 4 steps
         assert r["seconds"] > 0 and r["tokens_per_s"] > 0, r
+
+
+def _two_layer_model(src, dst, untied):
+    """The bundled model cut to its first two layers; untied: with an output.weight of its own (a
+    copy of the token embedding), as most larger models have."""
+    sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+    import gguf_pieces
+    buf = src.read_bytes()
+    h = gguf_pieces.parse(buf)
+    tensors = []
+    for t in h["tensors"]:
+        layer = gguf_pieces.layer_of(t["name"])
+        if layer is not None and layer >= 2:
+            continue
+        data = buf[h["data"] + t["offset"]:h["data"] + t["offset"] + t["size"]]
+        tensors.append((t, data))
+        if t["name"] == "token_embd.weight" and untied:
+            tensors.append((dict(t, name="output.weight"), data))
+    gguf_pieces.write(str(dst), h, tensors, 2)
+
+
+def _bench(model, out):
+    proc = subprocess.run(
+        [str(binary("kinfer-gpu-bench-emu")), "--model", str(model), "--tiny", "--only", "single_stream",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text())
+
+
+def test_an_untied_model_runs_and_its_embedding_gets_no_fp16_copy(tmp_path):
+    """A model with its own output matrix decodes on the CUDA backend (its products read
+    output.weight), and the token embedding, which only the lookup reads (quantized), gets no
+    FP16 copy: the copies take what the tied model's take, where the embedding is the output."""
+    tied, untied = tmp_path / "tied.gguf", tmp_path / "untied.gguf"
+    _two_layer_model(_model(), tied, untied=False)
+    _two_layer_model(_model(), untied, untied=True)
+    a = _bench(tied, tmp_path / "a.json")
+    b = _bench(untied, tmp_path / "b.json")
+    for doc in (a, b):
+        assert [(r["name"], r["batch"], r["tokens"]) for r in doc["results"]] == [("single_stream", 1, 4)], doc
+        assert doc["fp16_copy_bytes"] > 0
+    assert b["fp16_copy_bytes"] == a["fp16_copy_bytes"], (a, b)
+    # Both read their output matrix (the same bytes) once a step.
+    assert b["weight_bytes_per_step"] == a["weight_bytes_per_step"]
+    assert b["weight_bytes_read_batch_256"] == a["weight_bytes_read_batch_256"]

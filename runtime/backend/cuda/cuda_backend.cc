@@ -134,6 +134,11 @@ struct CudaBackend::Impl {
   Arena weights, copies, scratch;
   int64_t fp16_bytes = 0;
   size_t weight_bytes_per_token = 0;
+  // Bytes the products read, per path: the layers' matrices and the output matrix, quantized
+  // and as FP16 (WeightBytesRead).
+  size_t layer_q_bytes = 0, layer_f16_bytes = 0, output_q_bytes = 0, output_f16_bytes = 0;
+  bool have_f16_copies = false;
+  size_t WeightBytesRead(int tokens, int logits_rows) const;
   DevMatrix tok_embd, output;
   float* output_norm = nullptr;
   std::vector<Layer> layers;
@@ -447,26 +452,38 @@ Status CudaBackend::Impl::UploadWeights() {
   }
   std::vector<Pending> mats;
   size_t total = 0, f16_total = 0, largest = 0;
-  weight_bytes_per_token = 0;
+  layer_q_bytes = layer_f16_bytes = output_q_bytes = output_f16_bytes = 0;
+  have_f16_copies = false;
   // A fused group's matrices are one matrix, back to back; those of an unfused group (types
   // differ) each start 256-byte aligned, as the kernels' wide loads need whatever size the matrix
   // before has (a Q8_0 matrix of an odd number of rows ends 2 bytes off a 4-byte boundary).
   auto stride = [](const Group& g, const Pending& m) {
     return g.fused ? static_cast<size_t>(m.t.info->size_bytes) : Align256(m.t.info->size_bytes);
   };
+  // An untied model's token embedding is only looked up (DequantizeRows reads its quantized
+  // rows): no product reads it, so it gets no FP16 copy (1 GB saved for Llama-3-8B).
+  auto needs_f16 = [&](const Group& g) { return tied || g.mats[0].dst != &tok_embd; };
   for (const Group& g : groups) {
     size_t bytes = 0, group_elems = 0;
     for (const Pending& m : g.mats) {
       bytes += stride(g, m);
       const size_t e = static_cast<size_t>(m.t.rows * m.t.cols);
+      const size_t q = m.t.info->size_bytes;
       group_elems += e;
-      largest = std::max(largest, e);
-      if (m.dst != &tok_embd || tied) weight_bytes_per_token += m.t.info->size_bytes;
+      if (needs_f16(g)) largest = std::max(largest, e);
+      if (m.dst == &output || (m.dst == &tok_embd && tied)) {
+        output_q_bytes += q;
+        output_f16_bytes += e * 2;
+      } else if (m.dst != &tok_embd) {
+        layer_q_bytes += q;
+        layer_f16_bytes += e * 2;
+      }
       mats.push_back(m);
     }
     total += Align256(bytes);
-    f16_total += Align256(group_elems * 2);
+    if (needs_f16(g)) f16_total += Align256(group_elems * 2);
   }
+  weight_bytes_per_token = layer_q_bytes + output_q_bytes;
   for (const PendingVec& v : vecs) total += Align256(v.v.size() * sizeof(float));
   KINFER_RETURN_IF_ERROR(weights.Allocate(total, "weights"));
   for (const Group& g : groups) {
@@ -507,11 +524,12 @@ Status CudaBackend::Impl::UploadWeights() {
   if (copies_fit) {
     KINFER_RETURN_IF_ERROR(copies.Allocate(f16_total, "fp16 weight copies"));
     for (const Group& g : groups) {
+      if (!needs_f16(g)) continue;
       size_t group_elems = 0;
       for (const Pending& m : g.mats) group_elems += static_cast<size_t>(m.t.rows * m.t.cols);
       uint16_t* p = copies.Take<uint16_t>(group_elems);
       if (!p) return Internal("fp16 weight copy plan too small (a bug)");
-      // A group's copies back to back too: its fused matrix (gate|up) is one GEMM.
+      // A group's copies back to back too: its fused matrix (Q|K|V, gate|up) is one GEMM.
       if (g.fused) g.fused->f16 = p;
       for (const Pending& m : g.mats) {
         cuda::DequantizeToF16(*m.dst, p, stream);
@@ -521,6 +539,7 @@ Status CudaBackend::Impl::UploadWeights() {
     }
     if (tied) output.f16 = tok_embd.f16;
     fp16_bytes = static_cast<int64_t>(f16_total);
+    have_f16_copies = true;
   } else if (opt.gemm_min_tokens > 0) {
     // Take rounds up to 256 bytes: allocate the rounded size, or Take returns null.
     KINFER_RETURN_IF_ERROR(copies.Allocate(Align256(largest * 2), "fp16 matrix scratch"));
@@ -807,6 +826,21 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     }
   }
   (void)dq;
+}
+
+// Weights the products of a step read: the layers' at `tokens` rows, the output matrix once per
+// pass of at most R logits rows. Quantized on the matrix-vector path; on cuBLAS's, the FP16
+// copies, or without them the quantized matrix read and its FP16 scratch written and read.
+size_t CudaBackend::Impl::WeightBytesRead(int tokens, int logits_rows) const {
+  auto read = [&](size_t q, size_t f16, int n) -> size_t {
+    if (!UseGemm(n)) return q;
+    return have_f16_copies ? f16 : q + 2 * f16;
+  };
+  size_t bytes = tokens > 0 ? read(layer_q_bytes, layer_f16_bytes, tokens) : 0;
+  for (int row0 = 0; row0 < logits_rows; row0 += R) {
+    bytes += read(output_q_bytes, output_f16_bytes, std::min(R, logits_rows - row0));
+  }
+  return bytes;
 }
 
 // Logits rows [row0, row0 + rows) of the step (indices into meta's logit_rows), into the pinned
@@ -1392,6 +1426,9 @@ Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
 const CudaDeviceInfo& CudaBackend::device_info() const { return impl_->info; }
 int CudaBackend::max_batch_tokens() const { return impl_->T; }
 size_t CudaBackend::weight_bytes_per_token() const { return impl_->weight_bytes_per_token; }
+size_t CudaBackend::WeightBytesRead(int tokens, int logits_rows) const {
+  return impl_->WeightBytesRead(tokens, logits_rows);
+}
 int64_t CudaBackend::weights_device_bytes() const { return static_cast<int64_t>(impl_->weights.size()); }
 int64_t CudaBackend::fp16_copy_bytes() const { return impl_->fp16_bytes; }
 int64_t CudaBackend::scratch_device_bytes() const { return static_cast<int64_t>(impl_->scratch.size()); }

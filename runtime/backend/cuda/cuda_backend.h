@@ -140,6 +140,12 @@ class CudaBackend final : public ModelBackend {
   const CudaDeviceInfo& device_info() const;
   // Bytes of quantized weights read by one decode step (every matrix once, as the CPU counts).
   size_t weight_bytes_per_token() const;
+  // Bytes of weights the products of a step of `tokens` tokens and `logits_rows` logits rows
+  // read: every layer matrix once and the output matrix once per pass of logits rows, each in
+  // the form its path reads (quantized for the matrix-vector kernels; the FP16 copy for cuBLAS,
+  // or without copies the quantized matrix plus its FP16 scratch written and read). What a
+  // benchmark sets against the device's bandwidth.
+  size_t WeightBytesRead(int tokens, int logits_rows) const;
   // Device bytes: weights, fp16 copies, scratch; the KV cache.
   int64_t weights_device_bytes() const;
   int64_t fp16_copy_bytes() const;

@@ -192,6 +192,11 @@ TEST_F(CudaBackendTest, MatVecPathLogitsMatchTheCpu) {
   auto g = Cuda(o);
   ASSERT_NE(g, nullptr);
   CompareSteps(g.get(), kStepNmse, 4);
+  // Its products read the quantized weights once a step, the output matrix once a pass of
+  // logits rows.
+  EXPECT_EQ(g->WeightBytesRead(3, 3), g->weight_bytes_per_token());
+  EXPECT_EQ(g->WeightBytesRead(1, 0) + 2 * (g->weight_bytes_per_token() - g->WeightBytesRead(1, 0)),
+            g->WeightBytesRead(1, 300));  // 2 passes of at most 256 rows
 }
 
 TEST_F(CudaBackendTest, PerTokenAttentionForPromptsMatchesTheCpu) {
@@ -379,11 +384,19 @@ TEST_F(CudaBackendTest, CublasPathLogitsMatchTheCpu) {
   ASSERT_GE(g->graphs_captured(), 1);
   std::printf("decode step of 3 on cuBLAS: %d kernels\n", g->last_graph_kernels());
   EXPECT_EQ(g->last_graph_kernels(), 1 + 8 * g->hparams().n_layer + 3);
+  // The bytes its products read: every FP16 copy once (the tied embedding as the output
+  // matrix); without copies, the quantized matrices and their FP16 scratch written and read.
+  const LlamaHParams& hp = g->hparams();
+  const size_t d = hp.n_embd, dq = static_cast<size_t>(hp.n_head) * hp.head_dim, dkv = hp.n_embd_kv(),
+               ff = hp.n_ff;
+  const size_t f16 = 2 * (hp.n_layer * (d * dq + 2 * d * dkv + dq * d + 3 * d * ff) + d * hp.n_vocab);
+  EXPECT_EQ(g->WeightBytesRead(3, 3), f16);
   CudaBackendOptions s = o;
   s.fp16_weight_copies = false;  // dequantized into scratch before each product
   auto g2 = Cuda(s);
   ASSERT_NE(g2, nullptr);
   CompareSteps(g2.get(), kStepNmse, 1);
+  EXPECT_EQ(g2->WeightBytesRead(3, 3), g2->weight_bytes_per_token() + 2 * f16);
 }
 
 TEST_F(CudaBackendTest, GraphsGiveTheSameLogitsAsPlainLaunches) {
