@@ -825,7 +825,6 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
       Gemm(x16, n, L.w_down, PlainOut(x, true));
     }
   }
-  (void)dq;
 }
 
 // Weights the products of a step read: the layers' at `tokens` rows, the output matrix once per

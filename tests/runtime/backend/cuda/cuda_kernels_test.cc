@@ -174,6 +174,16 @@ cuda::AttnParams DecodeParams(const float* q, const uint16_t* k, const uint16_t*
   return p;
 }
 
+// Token t's rows of each part back to back (part i's row t is parts[i].second floats long), as
+// a fused product (Q|K|V, gate|up) writes them.
+std::vector<float> JoinRows(int n, std::initializer_list<std::pair<const std::vector<float>*, int>> parts) {
+  std::vector<float> out;
+  for (int t = 0; t < n; ++t) {
+    for (const auto& [v, w] : parts) out.insert(out.end(), v->begin() + t * w, v->begin() + (t + 1) * w);
+  }
+  return out;
+}
+
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override { KINFER_REQUIRE_CUDA(); }
@@ -477,9 +487,8 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesAReference) {
   // Queries in a fused Q|K|V product's rows (qkv_row; K and V parts hold other numbers): the
   // same bits from every kernel (tiled FMA, tensor cores, decode shared-K/V and per head).
   const int dq = n_head * hd, row = dq + 2 * dkv;
-  std::vector<float> qkv = RandomFloats(static_cast<size_t>(n_tok) * row, 19);
-  for (int t = 0; t < n_tok; ++t) std::copy_n(q.begin() + t * dq, dq, qkv.begin() + t * row);
-  DeviceBuffer<float> qkvd(qkv);
+  const std::vector<float> other = RandomFloats(static_cast<size_t>(n_tok) * 2 * dkv, 19);
+  DeviceBuffer<float> qkvd(JoinRows(n_tok, {{&q, dq}, {&other, 2 * dkv}}));
   for (int kernel = 0; kernel < 4; ++kernel) {
     const bool tc = kernel == 1;
     DeviceBuffer<float> dense(q.size()), strided(q.size());
@@ -814,13 +823,7 @@ TEST_F(CudaKernelsTest, DecodeAttentionWithRopeEqualsRopeThenAttention) {
         // rotation inside a lane.
         if (!split || (&sh != &shapes[0] && &sh != &shapes[3])) continue;
         const int dq = sh.n_head * sh.hd, row = dq + 2 * dkv;
-        std::vector<float> qkv(static_cast<size_t>(n_tok) * row);
-        for (int t = 0; t < n_tok; ++t) {
-          std::copy_n(q.begin() + t * dq, dq, qkv.begin() + t * row);
-          std::copy_n(kn.begin() + t * dkv, dkv, qkv.begin() + t * row + dq);
-          std::copy_n(vn.begin() + t * dkv, dkv, qkv.begin() + t * row + dq + dkv);
-        }
-        DeviceBuffer<float> qkvd(qkv), outc(q.size());
+        DeviceBuffer<float> qkvd(JoinRows(n_tok, {{&q, dq}, {&kn, dkv}, {&vn, dkv}})), outc(q.size());
         DeviceBuffer<uint16_t> kcc(kc), vcc(vc);
         p.q = qkvd.get();
         p.k_new = qkvd.get() + dq;
@@ -908,12 +911,7 @@ TEST_F(CudaKernelsTest, CublasInputsFromTheOpEqualTheOpThenF32ToF16) {
   EXPECT_EQ(xd.ToHost(), x) << "SwiGluF16 wrote its gate";
   EXPECT_EQ(ud.ToHost(), u);
   // Gate and up interleaved by rows, as the fused gate|up product writes them ([n][2 ff]).
-  std::vector<float> gu(2 * n * ff);
-  for (int t = 0; t < n; ++t) {
-    std::copy_n(x.begin() + t * ff, ff, gu.begin() + 2 * t * ff);
-    std::copy_n(u.begin() + t * ff, ff, gu.begin() + (2 * t + 1) * ff);
-  }
-  DeviceBuffer<float> gud(gu);
+  DeviceBuffer<float> gud(JoinRows(n, {{&x, ff}, {&u, ff}}));
   DeviceBuffer<uint16_t> strided(n * ff);
   cuda::SwiGluF16(gud.get(), gud.get() + ff, n, ff, 2 * ff, strided.get(), nullptr);
   EXPECT_EQ(strided.ToHost(), b) << "SwiGluF16 over gate|up rows";
@@ -1014,13 +1012,7 @@ TEST_F(CudaKernelsTest, RopeWithTheCacheWriteEqualsRopeThenWrite) {
   EXPECT_EQ(vc1.ToHost(), vc2.ToHost());
   // On a fused Q|K|V product's rows (row_stride): the same q rows, the same cache.
   const int dq = nh * hd, row = dq + 2 * dkv;
-  std::vector<float> qkv(n * row);
-  for (int t = 0; t < n; ++t) {
-    std::copy_n(q.begin() + t * dq, dq, qkv.begin() + t * row);
-    std::copy_n(k.begin() + t * dkv, dkv, qkv.begin() + t * row + dq);
-    std::copy_n(v.begin() + t * dkv, dkv, qkv.begin() + t * row + dq + dkv);
-  }
-  DeviceBuffer<float> qkvd(qkv);
+  DeviceBuffer<float> qkvd(JoinRows(n, {{&q, dq}, {&k, dkv}, {&v, dkv}}));
   DeviceBuffer<uint16_t> kc3(rows * dkv), vc3(rows * dkv);
   cuda::RopeWriteKv(qkvd.get(), qkvd.get() + dq, qkvd.get() + dq + dkv, pd.get(), sd.get(), n, nh, nkv,
                     hd, hd, ts, 1.0f, kc3.get(), vc3.get(), nullptr, row);
