@@ -141,8 +141,8 @@ void AutoscaleLoop::Run() {
 void AutoscaleLoop::Tick(autoscale::TimePoint now) {
   struct Work {
     std::string key;
-    Entry* entry;
-    int current;
+    Entry* entry = nullptr;
+    int current = 0;
     // pods source: the range of this service's pods in `endpoints`.
     size_t first = 0, count = 0;
     // prometheus source: the pods (name, ready) and the index of its queries in `prom_urls`
@@ -192,7 +192,10 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     } else if (isvc->status.desired_replicas) {
       current = *isvc->status.desired_replicas;
     }
-    Work w{key, entry, current};
+    Work w;
+    w.key = key;
+    w.entry = entry;
+    w.current = current;
     // The service's own Prometheus, else the operator-wide one (--metrics-source prometheus).
     std::optional<api::PrometheusSourceSpec> prom_spec;
     if (isvc->spec.autoscaling.metrics_source_type == "prometheus" &&

@@ -68,7 +68,9 @@ TEST(ChatTemplateTest, MalformedTemplatesFailAtParse) {
                           "{{ a b }}", "{% for in xs %}{% endfor %}"}) {
     auto t = ChatTemplate::Parse(src, "", "");
     EXPECT_FALSE(t.ok()) << src;
-    if (!t.ok()) EXPECT_NE(t.status().message().find("line 1"), std::string::npos) << t.status().message();
+    if (!t.ok()) {
+      EXPECT_NE(t.status().message().find("line 1"), std::string::npos) << t.status().message();
+    }
   }
 }
 
