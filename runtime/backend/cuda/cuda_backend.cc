@@ -137,7 +137,6 @@ struct CudaBackend::Impl {
   // Bytes the products read, per path: the layers' matrices and the output matrix, quantized
   // and as FP16 (WeightBytesRead).
   size_t layer_q_bytes = 0, layer_f16_bytes = 0, output_q_bytes = 0, output_f16_bytes = 0;
-  bool have_f16_copies = false;
   size_t WeightBytesRead(int tokens, int logits_rows) const;
   DevMatrix tok_embd, output;
   float* output_norm = nullptr;
@@ -453,7 +452,6 @@ Status CudaBackend::Impl::UploadWeights() {
   std::vector<Pending> mats;
   size_t total = 0, f16_total = 0, largest = 0;
   layer_q_bytes = layer_f16_bytes = output_q_bytes = output_f16_bytes = 0;
-  have_f16_copies = false;
   // A fused group's matrices are one matrix, back to back; those of an unfused group (types
   // differ) each start 256-byte aligned, as the kernels' wide loads need whatever size the matrix
   // before has (a Q8_0 matrix of an odd number of rows ends 2 bytes off a 4-byte boundary).
@@ -539,7 +537,6 @@ Status CudaBackend::Impl::UploadWeights() {
     }
     if (tied) output.f16 = tok_embd.f16;
     fp16_bytes = static_cast<int64_t>(f16_total);
-    have_f16_copies = true;
   } else if (opt.gemm_min_tokens > 0) {
     // Take rounds up to 256 bytes: allocate the rounded size, or Take returns null.
     KINFER_RETURN_IF_ERROR(copies.Allocate(Align256(largest * 2), "fp16 matrix scratch"));
@@ -725,6 +722,10 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
     const int64_t qkv_row = fused_qkv ? dq + 2 * dkv : 0;
     float* const kq = fused_qkv ? q + dq : k;
     float* const vq = fused_qkv ? q + dq + dkv : v;
+    // Likewise gate|up: token t's gate row at gate + 2 ff t, its up row right after.
+    const bool fused_gate_up = gemm && L.w_gate_up.f16 != nullptr;
+    const int64_t gate_up_row = fused_gate_up ? 2 * hp.n_ff : hp.n_ff;
+    float* const upq = fused_gate_up ? gate + hp.n_ff : up;
     ap.qkv_row = qkv_row;
     ap.k_new = kq;
     ap.v_new = vq;
@@ -800,8 +801,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
       }
     } else if (gemm) {
       cuda::RmsNormF16(x, L.ffn_norm, n, d, hp.rms_eps, x16, stream);
-      if (L.w_gate_up.f16) {
-        // One GEMM over gate|up: token t's gate row at gate + 2 ff t, its up row right after.
+      if (fused_gate_up) {
         Gemm(x16, n, L.w_gate_up, PlainOut(gate));
       } else {
         Gemm(x16, n, L.w_gate, PlainOut(gate));
@@ -817,11 +817,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
       cuda::SwiGluQuantize(cuda::ActFormatFor(L.w_down.type), gate, up, n, hp.n_ff, act, stream);
       cuda::MatVec(L.w_down, act, n, PlainOut(x, true), stream);
     } else {
-      if (L.w_gate_up.f16) {
-        cuda::SwiGluF16(gate, gate + hp.n_ff, n, hp.n_ff, 2 * hp.n_ff, x16, stream);
-      } else {
-        cuda::SwiGluF16(gate, up, n, hp.n_ff, hp.n_ff, x16, stream);
-      }
+      cuda::SwiGluF16(gate, upq, n, hp.n_ff, gate_up_row, x16, stream);
       Gemm(x16, n, L.w_down, PlainOut(x, true));
     }
   }
@@ -833,7 +829,7 @@ void CudaBackend::Impl::Layers(int n, int n_dec, int n_tiles, bool one_token_eac
 size_t CudaBackend::Impl::WeightBytesRead(int tokens, int logits_rows) const {
   auto read = [&](size_t q, size_t f16, int n) -> size_t {
     if (!UseGemm(n)) return q;
-    return have_f16_copies ? f16 : q + 2 * f16;
+    return w16_scratch ? q + 2 * f16 : f16;  // (the scratch exists only without copies)
   };
   size_t bytes = tokens > 0 ? read(layer_q_bytes, layer_f16_bytes, tokens) : 0;
   for (int row0 = 0; row0 < logits_rows; row0 += R) {
