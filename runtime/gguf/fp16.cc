@@ -1,4 +1,5 @@
-// IEEE binary16 and bfloat16 conversions, bit-exact and portable (no F16C needed).
+// IEEE binary16 and bfloat16 conversions, bit-exact and portable (no F16C needed): every input
+// (fp16.h inlines the normal range and calls these for the rest).
 //
 // Fp16ToFp32 is exact for every input (binary16 is a subset of binary32). Fp32ToFp16 rounds to
 // nearest, ties to even, like vcvtps2ph with imm8=0 and numpy's float16 cast: values whose
@@ -6,7 +7,7 @@
 // A NaN stays a NaN with its sign and the top 10 payload bits, quieted (bit 9 set), as F16C does.
 #include <cstring>
 
-#include "runtime/gguf/gguf_file.h"
+#include "runtime/gguf/fp16.h"
 
 namespace kinfer {
 namespace {
@@ -25,7 +26,9 @@ float BitsFloat(uint32_t u) {
 
 }  // namespace
 
-float Fp16ToFp32(ggml_fp16_t h) {
+namespace fp16_internal {
+
+float Fp16ToFp32Any(ggml_fp16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -41,7 +44,7 @@ float Fp16ToFp32(ggml_fp16_t h) {
   return BitsFloat(sign | (e << 23) | ((mant & 0x3FFu) << 13));
 }
 
-ggml_fp16_t Fp32ToFp16(float f) {
+ggml_fp16_t Fp32ToFp16Any(float f) {
   const uint32_t x = FloatBits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t exp = (x >> 23) & 0xFFu;
@@ -68,6 +71,8 @@ ggml_fp16_t Fp32ToFp16(float f) {
   if (rem > half || (rem == half && (h & 1u))) ++h;  // may become the smallest normal: correct
   return static_cast<ggml_fp16_t>(sign | h);
 }
+
+}  // namespace fp16_internal
 
 float Bf16ToFp32(ggml_bf16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
 

@@ -45,6 +45,7 @@
 
 #include "common/huge_pages.h"
 #include "common/status.h"
+#include "runtime/gguf/fp16.h"
 #include "runtime/gguf/ggml_types.h"
 
 namespace kinfer {
@@ -195,11 +196,6 @@ class GgufFile {
 // is written), `src` holds n / block_size blocks and `dst` holds n floats.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 
-// IEEE half and bfloat16 conversions. Fp16ToFp32 and Bf16ToFp32 are exact (subnormals, +-0,
-// +-inf, NaN payloads kept). Fp32ToFp16 rounds to nearest, ties to even (as F16C and numpy);
-// overflow gives +-inf, a NaN stays NaN with its sign and top payload bits, quieted.
-float Fp16ToFp32(ggml_fp16_t h);
-ggml_fp16_t Fp32ToFp16(float f);
-float Bf16ToFp32(ggml_bf16_t h);
+// IEEE half and bfloat16 conversions (Fp16ToFp32, Fp32ToFp16, Bf16ToFp32): runtime/gguf/fp16.h.
 
 }  // namespace kinfer

@@ -154,6 +154,30 @@ TEST(Fp16Test, DecodesSpecialValuesExactly) {
   EXPECT_EQ(Fp32ToFp16(FromBits(0xFFC00000u)), 0xFE00);
 }
 
+// The inline conversions (fp16.h: the normal range inline, the rest out of line) against the
+// out-of-line ones, which take every input: every half, and for both signs and every float
+// exponent, every rounding remainder (the low 13 bits) under kept bits that are even, odd and all
+// ones (where rounding up carries into the exponent, or to infinity).
+TEST(Fp16Test, InlineConversionsEqualTheOutOfLineOnesOnEveryRoundingCase) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    ASSERT_EQ(Bits(Fp16ToFp32(static_cast<uint16_t>(h))),
+              Bits(fp16_internal::Fp16ToFp32Any(static_cast<uint16_t>(h))))
+        << "half 0x" << std::hex << h;
+  }
+  const uint32_t kept[] = {0x000, 0x001, 0x002, 0x155, 0x2AA, 0x3FE, 0x3FF};
+  for (uint32_t sign = 0; sign < 2; ++sign) {
+    for (uint32_t exp = 0; exp < 256; ++exp) {
+      for (uint32_t hi : kept) {
+        for (uint32_t lo = 0; lo < 0x2000u; ++lo) {
+          const uint32_t bits = (sign << 31) | (exp << 23) | (hi << 13) | lo;
+          const float x = FromBits(bits);
+          ASSERT_EQ(Fp32ToFp16(x), fp16_internal::Fp32ToFp16Any(x)) << "x bits 0x" << std::hex << bits;
+        }
+      }
+    }
+  }
+}
+
 #if defined(__FLT16_MANT_DIG__)
 // Where the compiler has _Float16 (GCC 12 on x86-64), its conversions are a second reference.
 TEST(Fp16Test, AgreesWithCompilerFloat16OnRandomFloats) {

@@ -7,11 +7,8 @@
 #include <cstring>
 
 #include "runtime/backend/cuda/emu/cuda_emu.h"
+#include "runtime/gguf/fp16.h"
 
-namespace kinfer {
-float Fp16ToFp32(uint16_t h);  // runtime/gguf/gguf_file.h
-uint16_t Fp32ToFp16(float f);
-}  // namespace kinfer
 
 struct __half {
   uint16_t __x;
