@@ -611,14 +611,26 @@ __device__ float DequantElem(GgmlType type, const uint8_t* row, int c) {
   }
 }
 
+// kDequantPerThread consecutive elements a thread (16 bytes of FP16 written): one index division
+// per 8 elements. A one-time upload on a GPU; under the CUDA emulator, where each thread is a
+// call, an element a thread made the FP16 copies most of a backend's start-up.
+constexpr int kDequantPerThread = 8;
 __global__ void DequantizeToF16Kernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
                                       int64_t rows, int cols, uint16_t* __restrict__ out) {
   AwaitPrecedingKernels();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t r = i / cols;
-  const int c = static_cast<int>(i % cols);
-  out[i] = FloatToHalfBits(DequantElem(type, w + r * row_bytes, c));
+  const int64_t n = rows * cols;
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kDequantPerThread;
+  if (i0 >= n) return;
+  const int64_t end = i0 + kDequantPerThread < n ? i0 + kDequantPerThread : n;
+  int64_t r = i0 / cols;
+  int c = static_cast<int>(i0 % cols);
+  for (int64_t i = i0; i < end; ++i) {
+    out[i] = FloatToHalfBits(DequantElem(type, w + r * row_bytes, c));
+    if (++c == cols) {
+      c = 0;
+      ++r;
+    }
+  }
 }
 
 __global__ void DequantizeRowsKernel(GgmlType type, const uint8_t* __restrict__ w, size_t row_bytes,
@@ -759,7 +771,7 @@ void MatVecFrom(const DevMatrix& w, const ActSource& src, int64_t ntok, const Ma
 void DequantizeToF16(const DevMatrix& w, uint16_t* out, cudaStream_t stream) {
   const int64_t n = w.rows * w.cols;
   if (n <= 0) return;
-  DequantizeToF16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(
+  DequantizeToF16Kernel<<<Blocks(n, 256 * kDequantPerThread), 256, 0, stream>>>(
       w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, static_cast<int>(w.cols), out);
   KINFER_CUDA_LAUNCH_CHECK();
 }

@@ -266,29 +266,38 @@ TEST_F(CudaKernelsTest, MatVecMatchesTheCpuOnTheBundledModelsWeights) {
   }
 }
 
+// DequantizeRows (rows picked by id, to fp32) and DequantizeToF16 (the whole matrix) against the
+// host's DequantizeRow, bit for bit.
+void CheckDequantization(GgmlType t, int64_t rows, int64_t cols) {
+  SCOPED_TRACE(std::string(GgmlTypeName(t)) + " " + std::to_string(rows) + " x " + std::to_string(cols));
+  const std::vector<uint8_t> w = RandomMatrix(t, rows, cols, 5);
+  const size_t rb = RowBytes(t, cols);
+  DeviceBuffer<uint8_t> wd(w.data(), w.size());
+  const std::vector<int32_t> ids = {3, 0, static_cast<int32_t>(rows - 1), 3};
+  DeviceBuffer<int32_t> idd(ids);
+  DeviceBuffer<float> out(ids.size() * cols);
+  DeviceBuffer<uint16_t> h(rows * cols);
+  cuda::DequantizeRows(t, wd.get(), rb, cols, idd.get(), static_cast<int>(ids.size()), out.get(), nullptr);
+  cuda::DequantizeToF16(cuda::DevMatrix{t, wd.get(), rows, cols, rb, nullptr}, h.get(), nullptr);
+  const auto got = out.ToHost();
+  const auto got16 = h.ToHost();
+  std::vector<float> ref(cols);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    DequantizeRow(t, w.data() + ids[i] * rb, ref.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[i * cols + c], ref[c]) << c;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(t, w.data() + r * rb, ref.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got16[r * cols + c], Fp32ToFp16(ref[c])) << r << ", " << c;
+  }
+}
+
+// Also, for the types without blocks, 7 rows of 37 columns: DequantizeToF16's threads (8 elements
+// each) then cross row ends, and the last one holds fewer than 8.
 TEST_F(CudaKernelsTest, DequantizationIsBitExact) {
   for (GgmlType t : kAllTypes) {
-    const int64_t rows = 16, cols = 512;
-    const std::vector<uint8_t> w = RandomMatrix(t, rows, cols, 5);
-    const size_t rb = RowBytes(t, cols);
-    DeviceBuffer<uint8_t> wd(w.data(), w.size());
-    const std::vector<int32_t> ids = {3, 0, 15, 3};
-    DeviceBuffer<int32_t> idd(ids);
-    DeviceBuffer<float> out(ids.size() * cols);
-    DeviceBuffer<uint16_t> h(rows * cols);
-    cuda::DequantizeRows(t, wd.get(), rb, cols, idd.get(), static_cast<int>(ids.size()), out.get(), nullptr);
-    cuda::DequantizeToF16(cuda::DevMatrix{t, wd.get(), rows, cols, rb, nullptr}, h.get(), nullptr);
-    const auto got = out.ToHost();
-    const auto got16 = h.ToHost();
-    std::vector<float> ref(cols);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      DequantizeRow(t, w.data() + ids[i] * rb, ref.data(), cols);
-      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[i * cols + c], ref[c]) << GgmlTypeName(t) << " " << c;
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      DequantizeRow(t, w.data() + r * rb, ref.data(), cols);
-      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got16[r * cols + c], Fp32ToFp16(ref[c])) << GgmlTypeName(t);
-    }
+    CheckDequantization(t, 16, 512);
+    if (GgmlBlockSize(t) == 1) CheckDequantization(t, 7, 37);
   }
 }
 
