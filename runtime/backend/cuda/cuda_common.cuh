@@ -15,15 +15,27 @@ namespace kinfer::cuda {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// The butterfly sums. Under the CUDA emulator, where each shuffle switches every lane, the same
+// additions in the same order from one all-gather (kinfer_cudaemu::WarpButterflyReduce; addition
+// is commutative, so every lane ends with the same bits either way): the emulated products ran
+// several times faster. The emulator's tests check the two agree bit for bit.
 __device__ __forceinline__ float WarpSum(float v) {
+#if defined(KINFER_CUDA_EMULATION)
+  return ::kinfer_cudaemu::WarpButterflyReduce(kFullMask, v, [](float a, float b) { return a + b; });
+#else
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
   return v;
+#endif
 }
 __device__ __forceinline__ int WarpSumInt(int v) {
+#if defined(KINFER_CUDA_EMULATION)
+  return ::kinfer_cudaemu::WarpButterflyReduce(kFullMask, v, [](int a, int b) { return a + b; });
+#else
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
   return v;
+#endif
 }
 __device__ __forceinline__ float WarpMax(float v) {
 #pragma unroll

@@ -257,6 +257,11 @@ void SyncThreads();
 void WarpSync(unsigned mask);
 // Publishes this lane's 8 bytes for the warp's next shuffle and returns lane `src`'s.
 uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width);  // kind: ShuffleKind
+// A warp-wide reduction: publishes this lane's 8 bytes and returns reduce(all 32 lanes' bytes),
+// computed once per warp (by the first lane to run on) with one switch of each lane instead of
+// one per shuffle. Full warps only; the rules of a shuffle hold (each lane must take part and not
+// have exited). `reduce` must give every lane's result (the same for all).
+uint64_t WarpReduce(unsigned mask, uint64_t bits, uint64_t (*reduce)(const uint64_t* all));
 void* DynamicShared();
 // A broken rule inside a kernel: reported once and made the context's sticky error.
 [[noreturn]] void KernelFault(const std::string& what);
@@ -318,6 +323,34 @@ T ShuffleValue(unsigned mask, T v, int kind, int arg, int width) {
   return out;
 }
 enum ShuffleKind { kShflIdx = 0, kShflXor = 1, kShflDown = 2, kShflUp = 3 };
+
+// What `for (o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(mask, v, o))` returns, from one
+// all-gather: the same operations on the same values in the same order. For a commutative `op`
+// (an add; not fmaxf, whose choice between +0 and -0 may follow the operand order) every lane
+// ends with the same value, the pairs combined level by level as here.
+// `Op`: a lambda without captures.
+template <typename T, typename Op>
+uint64_t ButterflyOfAll(const uint64_t* all) {
+  const Op op{};
+  T t[32];
+  for (int i = 0; i < 32; ++i) std::memcpy(&t[i], &all[i], sizeof(T));
+  for (int o = 16; o > 0; o >>= 1) {
+    for (int i = 0; i < o; ++i) t[i] = op(t[i], t[i + o]);
+  }
+  uint64_t bits = 0;
+  std::memcpy(&bits, &t[0], sizeof(T));
+  return bits;
+}
+template <typename T, typename Op>
+T WarpButterflyReduce(unsigned mask, T v, Op) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "reduction of a type over 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = WarpReduce(mask, bits, &ButterflyOfAll<T, Op>);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
 
 }  // namespace kinfer_cudaemu
 

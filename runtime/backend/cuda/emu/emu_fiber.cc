@@ -6,7 +6,6 @@
 
 #if defined(__x86_64__)
 
-extern "C" void kinfer_cudaemu_switch(void** save_sp, void* new_sp);
 extern "C" void kinfer_cudaemu_trampoline();
 
 // Callee-saved registers (System V): rbx, rbp, r12-r15. MXCSR and the x87 control word are not
@@ -64,8 +63,6 @@ void MakeFiber(FiberContext* ctx, void* stack, size_t size, void (*entry)(void*)
   s[7] = reinterpret_cast<uint64_t>(&kinfer_cudaemu_trampoline);  // return address
   ctx->sp = s;
 }
-
-void SwitchFiber(FiberContext* from, FiberContext* to) { kinfer_cudaemu_switch(&from->sp, to->sp); }
 
 }  // namespace kinfer_cudaemu
 

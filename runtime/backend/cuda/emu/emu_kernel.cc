@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct WarpState {
   int live = 0;
   int waiting = 0;
   uint64_t slot[2][32] = {};
+  // WarpReduce's result for the collective numbered k (each lane counts its shuffles), kept in
+  // [k & 1] with reduced_k = k + 1 (0: none yet in this block).
+  uint64_t reduced[2] = {};
+  uint32_t reduced_k[2] = {};
 };
 
 struct BlockRun {
@@ -143,7 +148,7 @@ ThreadState& Self(const char* what) {
 // rule (a warp's lanes at the same shuffle), so both sides of the switch return through the same
 // frames and the CPU predicts the returns. Through the scheduler every return mispredicted, which
 // made a switch cost ~30 ns. The scheduler runs only when no thread can, or on a fault.
-void Park(ThreadState& t) {
+[[gnu::always_inline]] inline void Park(ThreadState& t) {
   BlockRun& r = *tl_run;
   if (!r.faulted && r.head < r.runq.size()) {
     ThreadState& next = r.threads[r.runq[r.head++]];
@@ -246,10 +251,10 @@ void SyncThreads() {
   Park(t);
 }
 
-void WarpSync(unsigned mask) {
-  ThreadState& t = Self("__syncwarp");
-  BlockRun& r = *tl_run;
-  WarpState& w = r.warps[t.warp];
+namespace {
+
+// `t` arrives at a warp-level sync of its warp `w` and returns once every live lane has.
+[[gnu::always_inline]] inline void WarpArrive(ThreadState& t, BlockRun& r, WarpState& w, unsigned mask) {
   const unsigned all = w.lanes == 32 ? 0xffffffffu : ((1u << w.lanes) - 1u);
   if (mask != 0xffffffffu && mask != all) {
     KernelFault("a warp-level sync with a partial mask (" + std::to_string(mask) + "), which the emulator does not model");
@@ -261,6 +266,14 @@ void WarpSync(unsigned mask) {
   Park(t);
 }
 
+}  // namespace
+
+void WarpSync(unsigned mask) {
+  ThreadState& t = Self("__syncwarp");
+  BlockRun& r = *tl_run;
+  WarpArrive(t, r, r.warps[t.warp], mask);
+}
+
 uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width) {
   ThreadState& t = Self("a shuffle");
   BlockRun& r = *tl_run;
@@ -268,7 +281,7 @@ uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width) {
   if (width <= 0 || width > 32 || (width & (width - 1)) != 0) KernelFault("shuffle width " + std::to_string(width));
   const uint32_t k = t.shuffles++;
   w.slot[k & 1u][t.lane] = bits;
-  WarpSync(mask);
+  WarpArrive(t, r, w, mask);
   const int seg = t.lane & ~(width - 1), in = t.lane - seg;
   int src = t.lane;
   switch (kind) {
@@ -286,6 +299,28 @@ uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width) {
                 (s.run == ThreadRun::kDone ? ", which has exited" : ", which did not take part"));
   }
   return w.slot[k & 1u][src];
+}
+
+uint64_t WarpReduce(unsigned mask, uint64_t bits, uint64_t (*reduce)(const uint64_t* all)) {
+  ThreadState& t = Self("a warp reduction");
+  BlockRun& r = *tl_run;
+  WarpState& w = r.warps[t.warp];
+  if (w.lanes != 32) KernelFault("a warp reduction in a partial warp of " + std::to_string(w.lanes) + " lanes");
+  const uint32_t k = t.shuffles++;
+  w.slot[k & 1u][t.lane] = bits;
+  WarpArrive(t, r, w, mask);
+  if (w.reduced_k[k & 1u] != k + 1) {  // the first lane of the warp to run on
+    for (int i = 0; i < 32; ++i) {
+      const ThreadState& s = r.threads[w.first + i];
+      if (s.shuffles <= k) {
+        KernelFault("a warp reduction reads lane " + std::to_string(i) +
+                    (s.run == ThreadRun::kDone ? ", which has exited" : ", which did not take part"));
+      }
+    }
+    w.reduced[k & 1u] = reduce(w.slot[k & 1u]);
+    w.reduced_k[k & 1u] = k + 1;
+  }
+  return w.reduced[k & 1u];
 }
 
 namespace {
@@ -336,6 +371,7 @@ void StartBlock(BlockRun& r, const LaunchConfig& cfg, uint3 block) {
   for (WarpState& w : r.warps) {
     w.live = w.lanes;
     w.waiting = 0;
+    w.reduced_k[0] = w.reduced_k[1] = 0;
   }
   if (cfg.smem) std::memset(r.dynamic_shared, 0xff, cfg.smem);  // uninitialized shared memory reads as NaN
 }

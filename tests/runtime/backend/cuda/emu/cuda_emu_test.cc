@@ -8,7 +8,10 @@
 #include <cublas_v2.h>
 #include <mma.h>
 
+#include <cmath>
+#include <cstring>
 #include <numeric>
+#include <random>
 #include <vector>
 
 namespace {
@@ -40,6 +43,28 @@ __global__ void WarpSumKernel(const float* x, float* out) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int lane = threadIdx.x & 31;
   if (lane == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+}
+
+// Every lane's result of the xor butterfly, by shuffles and by WarpButterflyReduce (what the
+// backend's WarpSum and WarpSumInt run under the emulator).
+__global__ void ButterflyKernel(const float* x, const int* xi, float* shfl, float* gathered, int* shfl_i,
+                                int* gathered_i) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = x[i];
+  int vi = xi[i];
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+    vi += __shfl_xor_sync(0xffffffffu, vi, o);
+  }
+  shfl[i] = v;
+  shfl_i[i] = vi;
+  gathered[i] = ::kinfer_cudaemu::WarpButterflyReduce(0xffffffffu, x[i], [](float a, float b) { return a + b; });
+  gathered_i[i] = ::kinfer_cudaemu::WarpButterflyReduce(0xffffffffu, xi[i], [](int a, int b) { return a + b; });
+}
+
+__global__ void GatherExitedLaneKernel(int* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = ::kinfer_cudaemu::WarpButterflyReduce(0xffffffffu, 1, [](int a, int b) { return a + b; });
 }
 
 // Block sum through shared memory: correct only with both barriers.
@@ -137,6 +162,47 @@ TEST(CudaEmuRulesTest, WarpShufflesReduceEachWarp) {
   }
   cudaFree(dx);
   cudaFree(dout);
+}
+
+// Floats over 12 orders of magnitude, so that the order of the additions shows in the bits.
+TEST(CudaEmuRulesTest, AnAllGatherButterflyEqualsTheShufflesBitForBit) {
+  const int n = 8 * 32;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-20, 20), big(-1000000, 1000000);
+  std::vector<float> x(n);
+  std::vector<int> xi(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::ldexp(mant(rng), expo(rng));
+    xi[i] = big(rng);
+  }
+  float* dx = DeviceCopy(x);
+  int* dxi = DeviceCopy(xi);
+  float* d_shfl = DeviceCopy(std::vector<float>(n, 0.0f));
+  float* d_gath = DeviceCopy(std::vector<float>(n, 0.0f));
+  int* d_shfl_i = DeviceCopy(std::vector<int>(n, 0));
+  int* d_gath_i = DeviceCopy(std::vector<int>(n, 0));
+  Launch("ButterflyKernel", ButterflyKernel, dim3(2), dim3(128))(dx, dxi, d_shfl, d_gath, d_shfl_i, d_gath_i);
+  const std::vector<float> shfl = HostCopy(d_shfl, n), gath = HostCopy(d_gath, n);
+  const std::vector<int> shfl_i = HostCopy(d_shfl_i, n), gath_i = HostCopy(d_gath_i, n);
+  int lanes_differing_from_lane0 = 0;
+  for (int i = 0; i < n; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &shfl[i], 4);
+    std::memcpy(&b, &gath[i], 4);
+    EXPECT_EQ(a, b) << "thread " << i;
+    EXPECT_EQ(shfl_i[i], gath_i[i]) << "thread " << i;
+    lanes_differing_from_lane0 += shfl[i] != shfl[i & ~31];
+  }
+  EXPECT_EQ(lanes_differing_from_lane0, 0);
+  // The order matters here: summing warp 0 left to right gives other bits.
+  float serial = 0.0f;
+  for (int i = 0; i < 32; ++i) serial += x[i];
+  EXPECT_NE(serial, shfl[0]) << "the values do not show the order of the additions";
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dxi), static_cast<void*>(d_shfl),
+                  static_cast<void*>(d_gath), static_cast<void*>(d_shfl_i), static_cast<void*>(d_gath_i)}) {
+    cudaFree(p);
+  }
 }
 
 TEST(CudaEmuRulesTest, BarriersOrderSharedMemoryAndAMissingOneShows) {
@@ -487,6 +553,20 @@ TEST(CudaEmuFaultDeathTest, BrokenRulesAreNamedAndSticky) {
         std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "reads lane 3, which has exited");
+  EXPECT_EXIT(
+      {
+        int* d = DeviceCopy(std::vector<int>(32, 0));
+        Launch("GatherExitedLaneKernel", GatherExitedLaneKernel, dim3(1), dim3(32))(d);
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "a warp reduction reads lane 5, which has exited");
+  EXPECT_EXIT(
+      {
+        int* d = DeviceCopy(std::vector<int>(48, 0));
+        Launch("GatherExitedLaneKernel", GatherExitedLaneKernel, dim3(1), dim3(48))(d);
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "a warp reduction in a partial warp of 16 lanes");
   EXPECT_EXIT(
       {
         int* d = DeviceCopy(std::vector<int>(8, 0));
