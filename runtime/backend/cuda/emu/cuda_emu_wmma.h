@@ -66,12 +66,19 @@ template <int M, int N, int K, typename LA, typename LB>
 void mma_sync(fragment<accumulator, M, N, K, float, void>& d, const fragment<matrix_a, M, N, K, half, LA>& a,
               const fragment<matrix_b, M, N, K, half, LB>& b, const fragment<accumulator, M, N, K, float, void>& c) {
   __syncwarp();
-  float out[M * N];
+  // Each lane computes the tile: the halves widened once, then each row's 16 sums over k in order
+  // (the j loop innermost, which the compiler can vectorize; each element's additions keep their
+  // order).
+  float fa[M * K], fb[K * N], out[M * N];
+  for (int i = 0; i < M * K; ++i) fa[i] = __half2float(a.x[i]);
+  for (int i = 0; i < K * N; ++i) fb[i] = __half2float(b.x[i]);
   for (int i = 0; i < M; ++i) {
-    for (int j = 0; j < N; ++j) {
-      float s = c.x[i * N + j];
-      for (int k = 0; k < K; ++k) s += __half2float(a.x[i * K + k]) * __half2float(b.x[k * N + j]);
-      out[i * N + j] = s;
+    float* o = out + i * N;
+    for (int j = 0; j < N; ++j) o[j] = c.x[i * N + j];
+    for (int k = 0; k < K; ++k) {
+      const float aik = fa[i * K + k];
+      const float* bk = fb + k * N;
+      for (int j = 0; j < N; ++j) o[j] += aik * bk[j];
     }
   }
   for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
