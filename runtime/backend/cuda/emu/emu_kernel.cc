@@ -266,6 +266,15 @@ namespace {
   Park(t);
 }
 
+// A fault unless lane `lane` of `w` published its value for the warp's collective number k.
+void CheckLaneTookPart(const BlockRun& r, const WarpState& w, int lane, uint32_t k, const char* what) {
+  const ThreadState& s = r.threads[w.first + lane];
+  if (s.shuffles <= k) {
+    KernelFault(std::string(what) + " reads lane " + std::to_string(lane) +
+                (s.run == ThreadRun::kDone ? ", which has exited" : ", which did not take part"));
+  }
+}
+
 }  // namespace
 
 void WarpSync(unsigned mask) {
@@ -293,11 +302,7 @@ uint64_t Shuffle(unsigned mask, uint64_t bits, int kind, int arg, int width) {
   }
   if (src == t.lane) return bits;
   if (src >= w.lanes) KernelFault("a shuffle reads lane " + std::to_string(src) + " of a warp of " + std::to_string(w.lanes));
-  const ThreadState& s = r.threads[w.first + src];
-  if (s.shuffles <= k) {
-    KernelFault("a shuffle reads lane " + std::to_string(src) +
-                (s.run == ThreadRun::kDone ? ", which has exited" : ", which did not take part"));
-  }
+  CheckLaneTookPart(r, w, src, k, "a shuffle");
   return w.slot[k & 1u][src];
 }
 
@@ -310,13 +315,7 @@ uint64_t WarpReduce(unsigned mask, uint64_t bits, uint64_t (*reduce)(const uint6
   w.slot[k & 1u][t.lane] = bits;
   WarpArrive(t, r, w, mask);
   if (w.reduced_k[k & 1u] != k + 1) {  // the first lane of the warp to run on
-    for (int i = 0; i < 32; ++i) {
-      const ThreadState& s = r.threads[w.first + i];
-      if (s.shuffles <= k) {
-        KernelFault("a warp reduction reads lane " + std::to_string(i) +
-                    (s.run == ThreadRun::kDone ? ", which has exited" : ", which did not take part"));
-      }
-    }
+    for (int i = 0; i < 32; ++i) CheckLaneTookPart(r, w, i, k, "a warp reduction");
     w.reduced[k & 1u] = reduce(w.slot[k & 1u]);
     w.reduced_k[k & 1u] = k + 1;
   }
