@@ -403,31 +403,36 @@ bool RunKernel(const LaunchConfig& cfg, const KernelBody& body, std::string* fau
   BlockRun* outer = tl_run;
   tl_run = &r;
   bool ok = true;
-  for (unsigned bz = 0; bz < cfg.grid.z && ok; ++bz) {
-    for (unsigned by = 0; by < cfg.grid.y && ok; ++by) {
-      for (unsigned bx = 0; bx < cfg.grid.x && ok; ++bx) {
-        StartBlock(r, cfg, uint3{bx, by, bz});
-        while (r.next_direct < n) {
-          ThreadState& t = r.threads[r.next_direct++];
-          tl_thread = &t;
-          try {
-            (*r.body)();
-          } catch (const KernelAbandoned&) {
-            break;  // r.faulted is set
-          }
-          ThreadDone(r, t);
-          if (!r.direct) {
-            // t switched the block to fibers and is now done: the scheduler finishes the block.
-            SwitchFiber(&r.launcher, &r.scheduler);
-            break;
-          }
-        }
-        tl_thread = nullptr;
-        if (r.faulted) {
-          *fault = r.fault;
-          ok = false;
-        }
+  // A GPU promises no order among a grid's blocks (they run at once, in any order). The blocks
+  // run here one at a time from the last to the first, so a kernel that counts on a lower block
+  // having run (reading in one launch what another block writes) gets a wrong result here rather
+  // than the right one by luck.
+  const uint64_t blocks = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;
+  for (uint64_t left = blocks; left > 0 && ok; --left) {
+    const uint64_t b = left - 1;
+    const auto bx = static_cast<unsigned>(b % cfg.grid.x);
+    const auto by = static_cast<unsigned>(b / cfg.grid.x % cfg.grid.y);
+    const auto bz = static_cast<unsigned>(b / (uint64_t{cfg.grid.x} * cfg.grid.y));
+    StartBlock(r, cfg, uint3{bx, by, bz});
+    while (r.next_direct < n) {
+      ThreadState& t = r.threads[r.next_direct++];
+      tl_thread = &t;
+      try {
+        (*r.body)();
+      } catch (const KernelAbandoned&) {
+        break;  // r.faulted is set
       }
+      ThreadDone(r, t);
+      if (!r.direct) {
+        // t switched the block to fibers and is now done: the scheduler finishes the block.
+        SwitchFiber(&r.launcher, &r.scheduler);
+        break;
+      }
+    }
+    tl_thread = nullptr;
+    if (r.faulted) {
+      *fault = r.fault;
+      ok = false;
     }
   }
   tl_run = outer;

@@ -133,6 +133,11 @@ __global__ void WmmaKernel(const half* a, const half* b, float* c) {
 
 __global__ void AddOneKernel(int* x) { x[threadIdx.x] += 1; }
 
+// Wrong on a GPU: block b reads what block b - 1 writes in the same launch.
+__global__ void ChainKernel(int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = blockIdx.x == 0 ? 1 : out[blockIdx.x - 1] + 1;
+}
+
 class CudaEmuTest : public ::testing::Test {
  protected:
   void TearDown() override { cudaGetLastError(); }
@@ -145,6 +150,16 @@ TEST(CudaEmuRulesTest, IndicesCoverTheGridExactlyOnce) {
   std::vector<int> want(n);
   std::iota(want.begin(), want.end(), 0);
   EXPECT_EQ(HostCopy(d, n), want);
+  cudaFree(d);
+}
+
+TEST(CudaEmuRulesTest, BlocksDoNotRunInIndexOrder) {
+  const int n = 8;
+  int* d = DeviceCopy(std::vector<int>(n, 0));
+  Launch("ChainKernel", ChainKernel, dim3(n), dim3(32))(d);
+  std::vector<int> as_if_in_order(n);
+  std::iota(as_if_in_order.begin(), as_if_in_order.end(), 1);
+  EXPECT_NE(HostCopy(d, n), as_if_in_order) << "a kernel counting on block order should not pass";
   cudaFree(d);
 }
 
