@@ -15,44 +15,32 @@ std::string FormatValue(double v) {
   return std::string(buf, res.ptr);
 }
 
-std::string EscapeLabelValue(std::string_view v) {
+namespace {
+
+// The text format's escapes: a backslash and a line feed always, a double quote in label values
+// only (HELP text keeps its quotes).
+std::string Escape(std::string_view v, bool quote) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
+    } else {
+      out += c;
     }
   }
   return out;
 }
 
-std::string EscapeHelp(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view v) { return Escape(v, true); }
+
+std::string EscapeHelp(std::string_view v) { return Escape(v, false); }
 
 namespace {
 
