@@ -282,6 +282,10 @@ void Engine::Loop() {
       }
       if (stopping_) break;
       inbox.swap(inbox_);
+      // Submit counts these as waiting from now on: otherwise, until the next PublishStats, they
+      // are in neither inbox_ nor waiting_, Submit lets more in than max_queued_requests, and
+      // the scheduler refuses them once queued instead.
+      waiting_.store(waiting_.load() + static_cast<int64_t>(inbox.size()));
     }
     Admit(&inbox);
     for (auto& [id, a] : active_) {

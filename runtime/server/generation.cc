@@ -80,19 +80,8 @@ class RequestTimer {
   int completion_tokens_ = 0;
 };
 
-const char* StatusLabelFor(FinishReason r) {
-  switch (r) {
-    case FinishReason::kCancelled:
-      return kStatusCancelled;
-    case FinishReason::kError:
-      return kStatusError;
-    default:
-      return kStatusOk;
-  }
-}
-
 HttpResponse Reject(RuntimeMetrics* m, const Status& s, const ErrorDetail& d) {
-  m->CountRequest(IsRetryable(s.code()) ? kStatusRejected : kStatusInvalid);
+  m->CountRequest(RequestStatusLabel(FinishReason::kError, s));
   return ErrorResponse(s, d);
 }
 
@@ -195,7 +184,7 @@ struct Outcome {
   bool failed() const {
     return finish == FinishReason::kError || finish == FinishReason::kCancelled;
   }
-  const char* status_label() const { return StatusLabelFor(finish); }
+  const char* status_label() const { return RequestStatusLabel(finish, error); }
   // The error to answer with. REQUIRES: failed().
   Status ToStatus(bool stopping) const {
     if (finish == FinishReason::kCancelled) {

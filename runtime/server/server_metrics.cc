@@ -2,7 +2,23 @@
 
 #include <algorithm>
 
+#include "common/http_errors.h"
+
 namespace kinfer {
+
+const char* RequestStatusLabel(FinishReason finish, const Status& error) {
+  switch (finish) {
+    case FinishReason::kCancelled:
+      return kStatusCancelled;
+    case FinishReason::kError: {
+      if (IsRetryable(error.code())) return kStatusRejected;
+      const int http = HttpStatusFor(error.code());
+      return http >= 400 && http < 500 ? kStatusInvalid : kStatusError;
+    }
+    default:
+      return kStatusOk;
+  }
+}
 
 const std::vector<double>& TtftBuckets() {
   static const std::vector<double> b = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,

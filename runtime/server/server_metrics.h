@@ -20,6 +20,12 @@ inline constexpr char kStatusError[] = "error";          // the engine failed th
 inline constexpr char kStatusInvalid[] = "invalid";      // rejected with a 4xx
 inline constexpr char kStatusRejected[] = "rejected";    // 503: queue full, not ready, stopping
 
+// The status label of a request that ended with `finish`, and `error` where it failed. A request
+// refused before or after it reached the engine's queue counts alike: `rejected` for capacity
+// (a retryable 503: the waiting queue full, the server stopping), `invalid` for the request's own
+// fault (a 4xx); only a failure inside the engine (a 5xx) is `error`.
+const char* RequestStatusLabel(FinishReason finish, const Status& error);
+
 class RuntimeMetrics {
  public:
   // Registers every family in `registry`, which must outlive this object.

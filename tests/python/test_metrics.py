@@ -1,11 +1,12 @@
 """/metrics: content, counters moving with traffic, and `promtool check metrics`."""
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from conftest import metric_value
+from conftest import metric_value, start_runtime, stop_runtime
 
 NAMES = [
     "kinfer_runtime_requests_total", "kinfer_runtime_prompt_tokens_total",
@@ -54,6 +55,33 @@ def test_invalid_requests_are_counted(server):
     requests.post(server.url + "/v1/chat/completions", json={"messages": []})
     after = metric_value(scrape(server), "kinfer_runtime_requests_total", 'status="invalid"')
     assert after == before + 1
+
+
+def test_a_full_waiting_queue_counts_as_rejected_not_as_an_engine_error():
+    # One running and one waiting request at most: of eight sent at once, the engine refuses
+    # the rest once queued (503, "too many waiting requests"), which is load shedding.
+    srv = start_runtime(["--max-running", "1", "--max-queued", "1"])
+    try:
+        before = scrape(srv)
+        body = {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(
+                lambda _: requests.post(srv.url + "/v1/completions", json=body, timeout=120), range(8)))
+        refused = [a for a in answers if a.status_code == 503]
+        assert refused, [a.status_code for a in answers]
+        assert all(a.status_code in (200, 503) for a in answers), [a.status_code for a in answers]
+        for a in refused:
+            assert a.headers.get("Retry-After")
+            assert a.json()["error"]["type"] == "overloaded_error"
+        after = scrape(srv)
+        name = "kinfer_runtime_requests_total"
+        assert metric_value(after, name, 'status="rejected"') - \
+            metric_value(before, name, 'status="rejected"') == len(refused)
+        assert metric_value(after, name, 'status="ok"') - \
+            metric_value(before, name, 'status="ok"') == len(answers) - len(refused)
+        assert metric_value(after, name, 'status="error"') == metric_value(before, name, 'status="error"')
+    finally:
+        stop_runtime(srv)
 
 
 def test_promtool_check_metrics(server):
