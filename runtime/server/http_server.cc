@@ -11,6 +11,7 @@
 
 #include "common/http/server_session.h"
 #include "common/http_errors.h"
+#include "common/request_path.h"
 #include "runtime/server/http_types.h"
 #include "runtime/server/openai_protocol.h"
 #include "runtime/server/router.h"
@@ -20,32 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kIoWaitTick = std::chrono::milliseconds(100);
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// The path with %XX sequences decoded; nullopt when a '%' is not followed by two hex digits.
-std::optional<std::string> DecodePath(std::string_view raw) {
-  std::string out;
-  out.reserve(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] != '%') {
-      out.push_back(raw[i]);
-      continue;
-    }
-    if (i + 2 >= raw.size()) return std::nullopt;
-    const int hi = HexValue(raw[i + 1]);
-    const int lo = HexValue(raw[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out.push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
-  }
-  return out;
-}
 
 std::string HeaderOf(const ServerSession::Request& req, std::string_view name) {
   auto it = req.find(name);
@@ -267,7 +242,7 @@ void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) 
   const ServerSession::Request& req = session->request();
   HttpRequest in;
   in.method = std::string(req.method_string());
-  std::optional<std::string> path = DecodePath(session->path());
+  std::optional<std::string> path = RoutedPath(session->path());
   if (!path) {
     session->ReplyError(400, "malformed request target: a '%' not followed by two hex digits");
     return;

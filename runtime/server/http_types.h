@@ -20,7 +20,7 @@ struct ErrorDetail;
 
 struct HttpRequest {
   std::string method;           // "GET", "POST", ...
-  std::string path;             // decoded path without query, e.g. "/v1/chat/completions"
+  std::string path;             // RoutedPath of the target (common/request_path.h): "/v1/models"
   std::string body;             // raw bytes (size already checked against --max-body-bytes)
   std::string priority_header;  // x-kinfer-priority, "" when absent
   std::string tenant_header;    // x-kinfer-tenant: the prefix-cache isolation key

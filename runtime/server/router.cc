@@ -101,8 +101,7 @@ HttpResponse Router::Handle(const HttpRequest& request) {
 }
 
 HttpResponse Router::Dispatch(const HttpRequest& req) {
-  std::string path = req.path;
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string& path = req.path;  // trailing slashes already dropped (RoutedPath)
 
   const Route* match = nullptr;
   std::string allow;

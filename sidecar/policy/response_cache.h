@@ -65,7 +65,7 @@ CacheKey MakeCacheKey(std::string_view model, std::string_view normalized_reques
 // What IsCacheable() needs to know about a request; views into the caller's request.
 struct CacheableRequest {
   std::optional<double> temperature;  // absent means the API default (1.0): not deterministic
-  std::optional<int64_t> seed;
+  std::optional<uint64_t> seed;
   std::string_view cache_control;  // the raw Cache-Control header, empty when absent
   bool stream = false;
   bool proxy_buffers_stream = false;  // the proxy collects the full stream before replying

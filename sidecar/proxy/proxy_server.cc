@@ -11,6 +11,7 @@
 
 #include "common/http_errors.h"
 #include "common/metrics/metrics.h"
+#include "common/request_path.h"
 #include "sidecar/proxy/sse_first_token.h"
 
 namespace kinfer {
@@ -51,10 +52,12 @@ bool IsPassThroughPath(std::string_view path) {
 
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
-  Exchange(std::shared_ptr<ServerSession> session, ProxyServer* server, bool policy)
+  // `path`: the request's RoutedPath (the upstream still gets the target as the client wrote it).
+  Exchange(std::shared_ptr<ServerSession> session, ProxyServer* server, bool policy, std::string path)
       : session_(std::move(session)),
         server_(server),
         policy_(policy),
+        path_(std::move(path)),
         arrival_(server->Now()),
         backoff_(server->ioc_) {}
 
@@ -95,11 +98,11 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   std::shared_ptr<ServerSession> session_;
   ProxyServer* server_;
   bool policy_;
+  std::string path_;  // RoutedPath
   SidecarCore::TimePoint arrival_;
   SidecarCore::TimePoint started_{};
   State state_ = State::kNew;
   uint64_t id_ = 0;
-  std::string path_;
   RequestInfo info_;
   SidecarCore::Route route_;
   std::optional<CacheKey> cache_key_;
@@ -119,7 +122,6 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
 void Exchange::Begin() {
   const auto& req = session_->request();
-  path_ = std::string(session_->path());
   if (!policy_) {
     if (server_->draining_) {
       session_->ReplyError(503, "the sidecar is shutting down", 1);
@@ -480,7 +482,13 @@ void Exchange::Complete(SidecarCore::Result result) {
 
 void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
   const auto& req = session->request();
-  std::string_view path = session->path();
+  // Routed as the runtime routes it, so that no way of writing a policy path passes the policies.
+  const std::optional<std::string> routed = RoutedPath(session->path());
+  if (!routed) {
+    session->ReplyError(400, "malformed request target: a '%' not followed by two hex digits");
+    return;
+  }
+  const std::string& path = *routed;
   const bool get = req.method() == http::verb::get;
   if (get && path == "/health") {
     session->ReplyJson(200, R"({"status":"ok"})");
@@ -502,7 +510,7 @@ void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
       session->ReplyMethodNotAllowed("POST", path);
       return;
     }
-    auto exchange = std::make_shared<Exchange>(session, this, policy);
+    auto exchange = std::make_shared<Exchange>(session, this, policy, path);
     // The session holds the exchange while it answers; a client that leaves cancels it.
     session->Hold(exchange, [ex = exchange.get()] { ex->OnClientGone(); });
     exchange->Begin();

@@ -107,23 +107,33 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
     }
     info.stream = it->get<bool>();
   }
+  info.responses = info.body.contains("input") && !info.body.contains("messages") &&
+                   !info.body.contains("prompt");
+  // The limit the runtime generates to: a Responses body's `max_output_tokens` (its `max_tokens`
+  // is no field of that API); otherwise `max_completion_tokens` where it is set, else
+  // `max_tokens`. Another precedence would let a client show the policies a small limit and
+  // have the runtime generate a large one.
   std::optional<int64_t> max_tokens;
-  const char* max_tokens_field = "max_tokens";
+  const char* max_tokens_field = info.responses ? "max_output_tokens" : "max_tokens";
   if (Status s = ReadNumber(info.body, max_tokens_field, &max_tokens); !s.ok()) {
     return field_error(max_tokens_field, s);
   }
-  info.responses = info.body.contains("input") && !info.body.contains("messages") &&
-                   !info.body.contains("prompt");
-  if (!max_tokens) {
-    max_tokens_field = info.responses ? "max_output_tokens" : "max_completion_tokens";
-    if (Status s = ReadNumber(info.body, max_tokens_field, &max_tokens); !s.ok()) {
-      return field_error(max_tokens_field, s);
+  bool completion_limit = false;  // max_completion_tokens is the limit
+  if (!info.responses) {
+    std::optional<int64_t> completion;
+    if (Status s = ReadNumber(info.body, "max_completion_tokens", &completion); !s.ok()) {
+      return field_error("max_completion_tokens", s);
+    }
+    if (completion) {
+      max_tokens = completion;
+      max_tokens_field = "max_completion_tokens";
+      completion_limit = true;
     }
   }
   // 0 only scores a prompt (completions' echo: the runtime generates nothing), as the runtime.
   const auto echo = info.body.find("echo");
-  const bool scoring = max_tokens && *max_tokens == 0 && echo != info.body.end() &&
-                       echo->is_boolean() && echo->get<bool>();
+  const bool scoring = max_tokens && *max_tokens == 0 && !info.responses && !completion_limit &&
+                       echo != info.body.end() && echo->is_boolean() && echo->get<bool>();
   if (max_tokens && *max_tokens < 1 && !scoring) {
     return field_error(max_tokens_field,
                        InvalidArgument(std::string(max_tokens_field) + ": must be >= 1"));
@@ -133,8 +143,11 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   if (Status s = ReadNumber(info.body, "temperature", &info.temperature); !s.ok()) {
     return field_error("temperature", s);
   }
-  if (Status s = ReadNumber(info.body, "seed", &info.seed); !s.ok()) {
-    return field_error("seed", s);
+  // Any 64-bit integer, signed or not, as the runtime takes it (a negative one reinterpreted as
+  // unsigned); only its presence matters here (the cache).
+  if (auto it = info.body.find("seed"); it != info.body.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return field_error("seed", InvalidArgument("seed: must be an integer"));
+    info.seed = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
   }
 
   info.api_key = ApiKeyFrom(header);

@@ -3,8 +3,9 @@
 //
 // Contract:
 //  * ParseRequestInfo accepts a body that is a JSON object (anything else is INVALID_ARGUMENT with
-//    a message fit for a 400 body). It reads `model`, `stream`, `max_tokens` (or
-//    `max_completion_tokens`, or the Responses API's `max_output_tokens`), `temperature`, `seed`;
+//    a message fit for a 400 body). It reads `model`, `stream`, the token limit as the runtime
+//    does (`max_completion_tokens` where set, else `max_tokens`; the Responses API's
+//    `max_output_tokens` only), `temperature`, `seed` (any 64-bit integer, signed or not);
 //    a body with `input` and neither `messages` nor `prompt` is a Responses API request
 //    (`responses`: the degrade cap is written as `max_output_tokens`); a field of the wrong type is
 //    INVALID_ARGUMENT naming it (the upstream would reject it too; the sidecar does so before
@@ -54,7 +55,7 @@ struct RequestInfo {
   bool stream = false;
   int64_t max_tokens = 0;  // 0 = the client set none; 1 for a scoring request (0 with echo)
   std::optional<double> temperature;
-  std::optional<int64_t> seed;
+  std::optional<uint64_t> seed;
 
   int priority = 0;                    // class index, 0 = most important
   std::string api_key;                 // "" when none

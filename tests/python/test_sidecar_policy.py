@@ -2,6 +2,7 @@
 deadlines, the circuit breaker with fallback and recovery, the response cache, retries, and the
 signals (/metrics passes promtool, /stats)."""
 import concurrent.futures as cf
+import http.client
 import json
 import shutil
 import signal
@@ -58,6 +59,28 @@ def test_token_rate_limit(fake, make_sidecar):
     # More than the burst can never pass: 429 without Retry-After.
     r = post_chat(sc.url, chat_body(max_tokens=5000))
     assert r.status_code == 429 and "retry-after" not in r.headers
+
+
+def test_no_way_of_writing_a_request_passes_the_policies(fake, make_sidecar):
+    # The runtime serves a path with a trailing slash or %XX escapes as the path itself, and
+    # generates to max_completion_tokens over max_tokens (a Responses body: max_output_tokens
+    # only). The sidecar must judge what the runtime will run: here, more tokens than the burst.
+    sc = make_sidecar({"rate_limits": {"default": {"tokens_per_second": 100, "token_burst": 400}}})
+    big = json.dumps(chat_body(max_tokens=5000))
+    for path in ["/v1/chat/completions", "/v1/chat/completions/", "/v1/chat/completions//",
+                 "/v1/chat/%63ompletions", "/v1/chat/completions%2F", "/v1/completions/"]:
+        r = requests.post(sc.url + path, data=big, headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 429, (path, r.status_code, r.text)
+    conn = http.client.HTTPConnection("127.0.0.1", sc.port, timeout=30)  # requests would re-quote "%6"
+    conn.request("POST", "/v1/chat/%6", body=big, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 400 and json.loads(r.read())["error"]["message"]
+    conn.close()
+    assert post_chat(sc.url, chat_body(max_tokens=1, max_completion_tokens=5000)).status_code == 429
+    r = requests.post(sc.url + "/v1/responses", json={"model": "primary", "input": "hello", "max_tokens": 1,
+                                                      "max_output_tokens": 5000}, timeout=30)
+    assert r.status_code == 429, r.text
+    assert fake.stats()["requests"] == 0
 
 
 def test_queue_full_and_deadline_give_503(fake, make_sidecar):

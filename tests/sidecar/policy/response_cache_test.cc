@@ -212,7 +212,7 @@ TEST(ResponseCacheConfigTest, ValidateRejectsNonsense) {
 
 // A request with temperature 0 unless told otherwise (all fields spelled out: no designated
 // initializers, which -Wmissing-field-initializers flags).
-CacheableRequest Req(std::optional<double> temperature = 0.0, std::optional<int64_t> seed = {},
+CacheableRequest Req(std::optional<double> temperature = 0.0, std::optional<uint64_t> seed = {},
                      std::string_view cache_control = {}, bool stream = false,
                      bool buffered = false) {
   CacheableRequest r;

@@ -139,8 +139,9 @@ TEST_F(RequestInfoTest, NegativeMaxTokensIsRefusedNamingTheField) {
   // 2^63 does not wrap to a negative int64.
   EXPECT_EQ(ErrorOf(R"({"max_tokens":9223372036854775808})"),
             "max_tokens: must be at most 9223372036854775807");
-  EXPECT_EQ(ErrorOf(R"({"seed":18446744073709551615})"),
-            "seed: must be at most 9223372036854775807");
+  // A seed is any 64-bit integer, signed or not, as the runtime reads it.
+  EXPECT_EQ(MustParse(R"({"seed":18446744073709551615})").seed, uint64_t{18446744073709551615u});
+  EXPECT_EQ(MustParse(R"({"seed":-1})").seed, uint64_t{18446744073709551615u});
   EXPECT_EQ(ErrorOf(R"({"max_completion_tokens":-1})").rfind("max_completion_tokens:", 0), 0u);
 }
 
@@ -149,9 +150,21 @@ TEST_F(RequestInfoTest, MaxCompletionTokensIsReadWhenMaxTokensIsAbsent) {
   EXPECT_EQ(MustParse(R"({"max_tokens":null,"max_completion_tokens":41})").max_tokens, 41);
 }
 
-TEST_F(RequestInfoTest, MaxTokensWinsOverMaxCompletionTokens) {
-  EXPECT_EQ(MustParse(R"({"max_tokens":30,"max_completion_tokens":40})").max_tokens, 30);
-  EXPECT_EQ(MustParse(R"({"max_completion_tokens":40,"max_tokens":30})").max_tokens, 30);
+// The runtime generates to max_completion_tokens where both are set; the policies must count
+// that, not a smaller max_tokens beside it.
+TEST_F(RequestInfoTest, MaxCompletionTokensWinsOverMaxTokensAsInTheRuntime) {
+  EXPECT_EQ(MustParse(R"({"max_tokens":1,"max_completion_tokens":40})").max_tokens, 40);
+  EXPECT_EQ(MustParse(R"({"max_completion_tokens":40,"max_tokens":1})").max_tokens, 40);
+  EXPECT_EQ(MustParse(R"({"max_tokens":30,"max_completion_tokens":null})").max_tokens, 30);
+  EXPECT_EQ(ErrorOf(R"({"max_tokens":30,"max_completion_tokens":0})"), "max_completion_tokens: must be >= 1");
+  // Scoring is max_tokens 0 with echo only.
+  EXPECT_EQ(ErrorOf(R"({"prompt":"x","max_completion_tokens":0,"echo":true})"),
+            "max_completion_tokens: must be >= 1");
+  // The degrade cap replaces both with the one the runtime then reads.
+  RequestInfo info = MustParse(R"({"messages":[],"max_tokens":1,"max_completion_tokens":40})");
+  json out = json::parse(RewriteBody(info, "", 4));
+  EXPECT_EQ(out["max_tokens"], 4);
+  EXPECT_FALSE(out.contains("max_completion_tokens"));
 }
 
 TEST_F(RequestInfoTest, AResponsesBodyIsReadByItsOwnFieldNames) {
@@ -171,6 +184,9 @@ TEST_F(RequestInfoTest, AResponsesBodyIsReadByItsOwnFieldNames) {
   EXPECT_FALSE(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").responses);
   EXPECT_EQ(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").max_tokens, 0);
   EXPECT_FALSE(MustParse(R"({"prompt":"x"})").responses);
+  // max_tokens is not a Responses field: the runtime ignores it, and so do the policies.
+  EXPECT_EQ(MustParse(R"({"input":"hi","max_tokens":1,"max_output_tokens":32})").max_tokens, 32);
+  EXPECT_EQ(MustParse(R"({"input":"hi","max_tokens":1})").max_tokens, 0);
 }
 
 // ---- priority ----
