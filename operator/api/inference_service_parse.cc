@@ -392,17 +392,23 @@ void ReadResources(FieldReader r, ResourcesSpec* res) {
   r.Int("gpus", &res->gpus, 0, 16);
   r.String("gpuResourceName", &res->gpu_resource_name, 253);
   if (r.ok()) {
-    // [prefix/]name: a DNS subdomain prefix and a name of [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?
+    // An extended resource: prefix/name, a DNS subdomain outside kubernetes.io and a name of
+    // [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?. Without the prefix it would name a standard
+    // resource ("cpu", "memory") and overwrite the container's own request of it.
     const std::string& n = res->gpu_resource_name;
     const size_t slash = n.find('/');
+    const std::string_view prefix =
+        slash == std::string::npos ? std::string_view() : std::string_view(n).substr(0, slash);
     const std::string_view name =
-        slash == std::string::npos ? std::string_view(n) : std::string_view(n).substr(slash + 1);
-    bool ok = !name.empty() && name.size() <= 63 && IsAlnum(name.front()) && IsAlnum(name.back()) &&
-              std::all_of(name.begin(), name.end(), [](char ch) {
-                return IsAlnum(ch) || ch == '-' || ch == '_' || ch == '.';
-              });
-    if (slash != std::string::npos) ok = ok && IsDnsSubdomain(std::string_view(n).substr(0, slash));
-    if (!ok) r.Fail("gpuResourceName", "'" + n + "' is not a resource name (vendor.com/name)");
+        slash == std::string::npos ? std::string_view() : std::string_view(n).substr(slash + 1);
+    const bool ok = IsDnsSubdomain(prefix) && prefix != "kubernetes.io" && !prefix.ends_with(".kubernetes.io") &&
+                    !name.empty() && name.size() <= 63 && IsAlnum(name.front()) && IsAlnum(name.back()) &&
+                    std::all_of(name.begin(), name.end(), [](char ch) {
+                      return IsAlnum(ch) || ch == '-' || ch == '_' || ch == '.';
+                    });
+    if (!ok) {
+      r.Fail("gpuResourceName", "'" + n + "' is not an extended resource name (vendor.com/name, as nvidia.com/gpu)");
+    }
   }
   r.Quantity("cpu", &res->cpu);
   r.Quantity("memory", &res->memory);

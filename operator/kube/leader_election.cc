@@ -1,5 +1,7 @@
 #include "operator/kube/leader_election.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <ctime>
 #include <utility>
@@ -270,6 +272,18 @@ const Client* LeaderElector::client() const {
   return own_client_ != nullptr ? own_client_.get() : client_;
 }
 
+void LeaderElector::LogFailure(const char* doing, const Status& status) {
+  // Every retry fails alike while the cause lasts (RBAC, a missing namespace): the first failure
+  // and each new message are logged at once, a lasting one again every 30 s.
+  const std::string message = status.ToString();
+  const auto now = std::chrono::steady_clock::now();
+  if (message == last_failure_ && now - last_failure_logged_ < std::chrono::seconds(30)) return;
+  last_failure_ = message;
+  last_failure_logged_ = now;
+  spdlog::warn("leader election: {} the Lease {}/{} failed: {}", doing, config_.lease_namespace,
+               config_.lease_name, message);
+}
+
 bool LeaderElector::Attempt() {
   using Clock = LeaderElectionCore::Clock;
   Clock::time_point now = Clock::now();
@@ -295,11 +309,17 @@ bool LeaderElector::Attempt() {
         core_.OnReadFailed(Clock::now());
       }
     }
+    if (!read.ok() && !IsNotFound(read.status())) LogFailure("reading", read.status());
     if (plan.action != LeaderElectionCore::Plan::Action::kNone) {
       StatusOr<json> written =
           plan.action == LeaderElectionCore::Plan::Action::kCreate
               ? client()->Create(resources::kLeases, config_.lease_namespace, plan.body)
               : client()->Update(resources::kLeases, config_.lease_namespace, plan.body);
+      // Another candidate writing first (a conflict) is the election working, not a failure.
+      if (!written.ok() && !IsConflict(written.status()) && !IsAlreadyExists(written.status())) {
+        LogFailure(plan.action == LeaderElectionCore::Plan::Action::kCreate ? "creating" : "updating",
+                   written.status());
+      }
       std::lock_guard<std::mutex> l(mu_);
       core_.OnWriteResult(written.ok() ? std::optional<json>(*written) : std::nullopt,
                           Clock::now());

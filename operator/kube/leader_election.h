@@ -189,6 +189,9 @@ class LeaderElector {
   bool Attempt();
   const Client* client() const;
   std::chrono::milliseconds NextWait();
+  // A failed read or write of the Lease, logged (a warning); repeats of one message at most
+  // every 30 s. Elector thread only.
+  void LogFailure(const char* doing, const Status& status);
 
   const LeaderElectionConfig config_;
   const Client* client_;                // the caller's; used when own_client_ is null
@@ -197,6 +200,8 @@ class LeaderElector {
   std::function<void()> on_stopped_leading_;
   std::thread thread_;
   std::mt19937_64 rng_;  // elector thread only
+  std::string last_failure_;                          // elector thread only
+  std::chrono::steady_clock::time_point last_failure_logged_;  // elector thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

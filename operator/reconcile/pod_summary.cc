@@ -15,16 +15,20 @@ enum class Problem { kNone, kChecksum, kNotFound, kDownload, kImagePull, kCrashL
 std::string Str(const json& v) { return v.is_string() ? v.get<std::string>() : std::string(); }
 
 // The exit code and message of a terminated state (current or last), if any.
+// A container's failed exit: its current state's, or, while it waits to run again (a restart's
+// back-off), its last state's. A container that has since completed, or runs again, has none:
+// the kubelet keeps the old failure in lastState after a retry succeeds.
 bool Terminated(const json& status, int* code, std::string* message) {
-  for (const char* which : {"state", "lastState"}) {
-    const json& t = At(status, {which, "terminated"});
-    if (t.is_object() && t.contains("exitCode") && t["exitCode"].is_number_integer()) {
-      *code = t["exitCode"].get<int>();
-      *message = Str(t.value("message", json()));
-      if (*code != 0) return true;
-    }
-  }
-  return false;
+  auto failed = [&](const json& t) {
+    if (!t.is_object() || !t.contains("exitCode") || !t["exitCode"].is_number_integer()) return false;
+    *code = t["exitCode"].get<int>();
+    *message = Str(t.value("message", json()));
+    return *code != 0;
+  };
+  const json& now = At(status, {"state", "terminated"});
+  if (now.is_object()) return failed(now);
+  if (At(status, {"state", "running"}).is_object()) return false;
+  return failed(At(status, {"lastState", "terminated"}));
 }
 
 Problem ContainerProblem(const json& status, bool init, std::string* detail) {

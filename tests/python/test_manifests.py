@@ -415,6 +415,8 @@ INVALID = [
     ("slo without value", _minimal, [("spec.slo", {})], "spec.slo.ttftP99Seconds: Required"),
     ("bad gpu resource name", _minimal, [("spec.resources.gpuResourceName", "nvidia gpu")],
      "spec.resources.gpuResourceName"),
+    ("gpu resource not domain-qualified", _minimal, [("spec.resources.gpuResourceName", "cpu")],
+     "spec.resources.gpuResourceName"),
     ("bad cpu quantity", _minimal, [("spec.resources.cpu", "four")], "spec.resources.cpu"),
     ("name not DNS-1035", _minimal, [("metadata.name", "1-model")], "DNS-1035 label"),
     ("name too long", _minimal, [("metadata.name", "a" * 53)], "at most 52 characters"),

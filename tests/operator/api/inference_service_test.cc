@@ -350,6 +350,22 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
          s["resources"] = {{"gpuResourceName", "nvidia.com/"}};
        },
        "spec.resources.gpuResourceName:"},
+      // A standard resource's name would overwrite the runtime container's own request of it.
+      {"gpu resource named cpu",
+       [](json& s) {
+         s["resources"] = {{"gpus", 1}, {"gpuResourceName", "cpu"}, {"cpu", "4"}};
+       },
+       "spec.resources.gpuResourceName: 'cpu' is not an extended resource name"},
+      {"gpu resource named memory",
+       [](json& s) {
+         s["resources"] = {{"gpuResourceName", "memory"}};
+       },
+       "spec.resources.gpuResourceName:"},
+      {"gpu resource in kubernetes.io",
+       [](json& s) {
+         s["resources"] = {{"gpuResourceName", "kubernetes.io/gpu"}};
+       },
+       "spec.resources.gpuResourceName:"},
   };
   for (const BadSpec& c : cases) {
     const std::string error = ParseError(minimal, c.edit);

@@ -112,5 +112,33 @@ TEST(PodSummaryTest, CountsReadinessAndProblems) {
   EXPECT_EQ(s.first_problem, "pod b: container fetch-model: ModelChecksumMismatch: x");
 }
 
+// The kubelet keeps a failed try in lastState after the retry succeeds (or while it runs): only
+// a container waiting to run again is judged by its last exit.
+TEST(PodSummaryTest, AModelInitContainerThatFailedOnceThenCompletedIsNoProblem) {
+  const json failed_before = {{"terminated", {{"exitCode", kExitModelNotFound}, {"message", "model file not found"}}}};
+  std::vector<json> pods;
+  pods.push_back(Pod("done", true,
+                     {{"initContainerStatuses",
+                       {{{"name", "verify-model"},
+                         {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}},
+                         {"lastState", failed_before}}}}}));
+  pods.push_back(Pod("retrying", false,
+                     {{"initContainerStatuses",
+                       {{{"name", "fetch-model"},
+                         {"state", {{"running", {{"startedAt", "2026-12-07T00:00:00Z"}}}}},
+                         {"lastState", failed_before}}}}}));
+  PodSummary s = SummarizePods(pods);
+  EXPECT_EQ(s.model_not_found, 0);
+  EXPECT_EQ(s.first_problem, "");
+  pods.push_back(Pod("backing-off", false,
+                     {{"initContainerStatuses",
+                       {{{"name", "verify-model"},
+                         {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}},
+                         {"lastState", failed_before}}}}}));
+  s = SummarizePods(pods);
+  EXPECT_EQ(s.model_not_found, 1);
+  EXPECT_EQ(s.first_problem, "pod backing-off: container verify-model: model file not found");
+}
+
 }  // namespace
 }  // namespace kinfer::reconcile
