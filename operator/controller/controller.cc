@@ -390,6 +390,11 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
                         [this](const kube::ResourceType& rt, const std::string& n,
                                const std::string& o) { return Cached(rt, n, o); }};
   reconcile::ReconcileResult r;
+  const std::string now = reconcile::FormatRfc3339(std::chrono::system_clock::now());
+  // The first write the API server refused. The objects after it wait for the retry, but the
+  // status still goes out, with the failure as its Degraded condition.
+  Status write_error;
+  std::string write_failure;
   for (int attempt = 0; attempt < 2; ++attempt) {
     reconcile::Observed obs;
     Status st = reader.Read(rs::kConfigMaps, ns, name + "-sidecar", &obs.config_map);
@@ -407,27 +412,24 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     if (!pods.empty()) obs.pods = reconcile::SummarizePods(pods);
     if (decision) obs.autoscaler_desired_replicas = decision->desired;
 
-    r = reconcile::ReconcileStep(*object, obs, options_.planner, decision,
-                                 reconcile::FormatRfc3339(std::chrono::system_clock::now()));
+    r = reconcile::ReconcileStep(*object, obs, options_.planner, decision, now);
     if (!r.spec_error.ok()) break;
 
     bool already_exists = false;
     for (const reconcile::ObjectPlan* p : r.plan.Objects()) {
       Status ast = ApplyObject(*p, *object, &already_exists, &out.writes);
       if (!ast.ok()) {
-        out.status = ast;
-        out.retry_after = kube::ErrorOf(ast).retry_after;
+        write_error = ast;
+        write_failure = std::string(reconcile::ActionName(p->action)) + " " + p->kind + " " +
+                        p->name + ": " + ast.message();
         spdlog::warn("reconcile {}: {} {} {}: {}", key, reconcile::ActionName(p->action), p->kind,
                      p->name, ast.ToString());
-        Emit(*object, kEventWarning, "ApiError",
-             std::string(reconcile::ActionName(p->action)) + " " + p->kind + " " + p->name + ": " +
-                 ast.message());
-        metrics_->reconcile_errors.Get().Inc();
-        return finish("error");
+        Emit(*object, kEventWarning, "ApiError", write_failure);
+        break;
       }
       if (already_exists) break;
     }
-    if (!already_exists) break;
+    if (!write_error.ok() || !already_exists) break;
     if (attempt == 1) {
       out.status = Unavailable("objects appeared while reconciling; retrying");
       metrics_->reconcile_errors.Get().Inc();
@@ -445,7 +447,18 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     for (const std::string& c : r.plan.conflicts) {
       Emit(*object, kEventWarning, "ReconcileError", c);
     }
+    out.blocked = !r.plan.conflicts.empty();
   }
+  if (!write_error.ok()) {
+    r.status = reconcile::WithWriteFailure(*object, r.status, write_failure, now);
+    r.status_changed = At(*object, {"status"}) != r.status;
+  }
+  auto failed_write = [&] {
+    out.status = write_error;
+    out.retry_after = kube::ErrorOf(write_error).retry_after;
+    metrics_->reconcile_errors.Get().Inc();
+    return finish("error");
+  };
 
   if (r.status_changed) {
     const std::optional<int> old_desired = IntAt(*object, {"status", "desiredReplicas"});
@@ -463,13 +476,16 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
                  std::to_string(*new_desired) + (reason.empty() ? "" : " (" + reason + ")"));
       }
     } else if (kube::IsConflict(st)) {
-      out.conflict = true;  // the watch brings the newer object
       metrics_->api_write_errors
           .WithLabels({"update_status", rs::kInferenceServices.plural, "Conflict"})
           .Inc();
+      if (!write_error.ok()) return failed_write();  // retried with backoff, the status with it
+      out.conflict = true;  // the watch brings the newer object
       return finish("requeue");
     } else if (kube::IsNotFound(st)) {
       return finish("success");
+    } else if (!write_error.ok()) {
+      return failed_write();  // the object's write failure is the one to retry on
     } else {
       out.status = st;
       out.retry_after = kube::ErrorOf(st).retry_after;
@@ -480,6 +496,7 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
       return finish("error");
     }
   }
+  if (!write_error.ok()) return failed_write();
   return finish(out.invalid_spec ? "invalid_spec" : "success");
 }
 
@@ -494,6 +511,7 @@ void Controller::Worker() {
       metrics_->queue_retries.Get().Inc();
     } else {
       queue_.Forget(*key);
+      if (o.blocked) queue_.AddAfter(*key, options_.conflict_recheck);
     }
     queue_.Done(*key);
   }

@@ -58,6 +58,10 @@ struct ControllerOptions {
   kube::BackoffPolicy backoff;
   // Informer settings (backoff, server-side watch timeout); ns and selectors are set per informer.
   kube::WatchOptions watch;
+  // How soon a service blocked by an object not its own (ReconcileError) is looked at again. The
+  // caches watch only labelled objects, so that object's deletion (what the condition asks for)
+  // sends no event.
+  std::chrono::milliseconds conflict_recheck{10000};
 };
 
 // What one reconcile did (for the worker, metrics and tests).
@@ -66,6 +70,7 @@ struct ReconcileOutcome {
   bool found = true;          // the InferenceService was in the cache
   bool invalid_spec = false;  // spec_error: status written, no requeue
   bool conflict = false;      // a 409 on status: requeue at once
+  bool blocked = false;       // another's object blocks one of ours: look again after conflict_recheck
   int writes = 0;             // creates, patches, deletes and status writes that succeeded
   std::optional<std::chrono::seconds> retry_after;
 };

@@ -96,6 +96,7 @@ void PlanObject(ObjectPlan& p, const std::optional<json>& observed, const api::O
     p.reason = "controlled by " + ref->value("kind", "?") + " " + ref->value("name", "?") +
                " (uid " + ref->value("uid", "?") + "); not touched";
     conflicts.push_back(Describe(p) + " is " + p.reason);
+    p.conflict = true;
     return;
   }
   json patch = json::object();
@@ -286,6 +287,7 @@ ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed,
         "its selector differs and is immutable; delete the Deployment to let the operator recreate "
         "it";
     plan.conflicts.push_back(Describe(plan.deployment) + ": " + plan.deployment.reason);
+    plan.deployment.conflict = true;
   } else {
     PlanObject(plan.deployment, observed.deployment, owner, plan.conflicts,
                [&](json& patch, const json& obs, std::string* reasons) {

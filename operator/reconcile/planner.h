@@ -81,6 +81,9 @@ struct ObjectPlan {
   nlohmann::json patch;
   // Why this action ("created", "template hash 1a2b... -> 3c4d...", "replicas 2 -> 3", "in sync").
   std::string reason;
+  // The object of this name is not ours to manage (another controller's, or an immutable selector
+  // that differs): listed in ReconcilePlan::conflicts; its status says nothing of this service.
+  bool conflict = false;
 };
 
 struct ReconcilePlan {

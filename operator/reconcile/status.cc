@@ -200,7 +200,7 @@ json ComputeStatus(const api::InferenceService& isvc, const Observed& observed,
   if (observed.pods) {
     total = observed.pods->total;
     ready = observed.pods->ready;
-  } else if (observed.deployment) {
+  } else if (observed.deployment && !plan.deployment.conflict) {  // another's counts its own pods
     total = IntAt(*observed.deployment, {"status", "replicas"});
     ready = IntAt(*observed.deployment, {"status", "readyReplicas"});
   }
@@ -253,6 +253,29 @@ json ComputeInvalidSpecStatus(const json& object, const Status& error, std::stri
   SetCondition(
       &s.conditions,
       Make(kConditionScalingActive, "False", "InvalidSpec", "the spec cannot be served", gen), now);
+  s.conditions = Ordered(std::move(s.conditions));
+  return api::ToJson(s);
+}
+
+json WithWriteFailure(const json& object, const json& status, std::string_view message,
+                      std::string_view now) {
+  const json& generation = At(object, {"metadata", "generation"});
+  const int64_t gen = generation.is_number_integer() ? generation.get<int64_t>() : 0;
+  // The transition time as the stored status would give it, then set over the computed one.
+  std::vector<api::Condition> stored = api::ParseInferenceServiceStatus(At(object, {"status"})).conditions;
+  SetCondition(&stored, Make(kConditionDegraded, "True", "ApiError", std::string(message), gen), now);
+  api::InferenceServiceStatus s = api::ParseInferenceServiceStatus(status);
+  for (const api::Condition& c : stored) {
+    if (c.type != kConditionDegraded) continue;
+    bool replaced = false;
+    for (api::Condition& mine : s.conditions) {
+      if (mine.type == kConditionDegraded) {
+        mine = c;
+        replaced = true;
+      }
+    }
+    if (!replaced) s.conditions.push_back(c);
+  }
   s.conditions = Ordered(std::move(s.conditions));
   return api::ToJson(s);
 }

@@ -47,6 +47,13 @@ nlohmann::json ComputeStatus(const api::InferenceService& isvc, const Observed& 
 nlohmann::json ComputeInvalidSpecStatus(const nlohmann::json& object, const Status& error,
                                         std::string_view now);
 
+// `status` (ComputeStatus's for `object`) when a write to the API server failed this reconcile:
+// Degraded True with reason ApiError and `message`, the rest as computed. The condition keeps the
+// stored one's lastTransitionTime while it stays True, so a lasting failure computes the same
+// status at every retry: one status write, not one a retry.
+nlohmann::json WithWriteFailure(const nlohmann::json& object, const nlohmann::json& status,
+                                std::string_view message, std::string_view now);
+
 // "2006-01-02T15:04:05Z" (UTC, whole seconds: metav1.Time's precision).
 std::string FormatRfc3339(std::chrono::system_clock::time_point t);
 

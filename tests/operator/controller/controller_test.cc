@@ -310,6 +310,66 @@ TEST_F(ControllerTest, AnUnlabelledObjectOfTheSameNameIsAdopted) {
   EXPECT_TRUE(WaitUntil([&] { return IsReady("adopt"); }));
 }
 
+// A Deployment of the same name that is not ours (another selector): ReconcileError, as long as
+// it stands, and its pods do not make the service Ready. Deleting it, as the condition says, is
+// noticed without any event (the caches watch only our labelled objects).
+TEST_F(ControllerTest, AForeignDeploymentBlocksUntilDeletedAndCountsForNothing) {
+  const json foreign = json::parse(R"({
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "blocked", "namespace": "default"},
+    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}},
+             "template": {"metadata": {"labels": {"app": "x"}},
+                          "spec": {"containers": [{"name": "c", "image": "example/x:1"}]}}}})");
+  ASSERT_TRUE(client_->Create(rs::kDeployments, "default", foreign).ok());
+  ControllerOptions o;
+  o.conflict_recheck = milliseconds(200);
+  StartController(o);
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("blocked")).ok());
+  std::string reason;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto isvc = Get(rs::kInferenceServices, "blocked");
+    return isvc && Condition(*isvc, "Degraded", &reason) == "True" && reason == "ReconcileError";
+  }));
+  std::this_thread::sleep_for(milliseconds(500));  // the foreign Deployment's pods get ready
+  EXPECT_NE(Condition(*Get(rs::kInferenceServices, "blocked"), "Ready"), "True");
+  ASSERT_TRUE(client_->Delete(rs::kDeployments, "default", "blocked").ok());
+  EXPECT_TRUE(WaitUntil([&] {
+    auto d = Get(rs::kDeployments, "blocked");
+    return d && Find(*d, {"metadata", "labels", "serving.kinfer.dev/inferenceservice"}) != nullptr;
+  }));
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("blocked"); }));
+  auto isvc = Get(rs::kInferenceServices, "blocked");
+  EXPECT_EQ(Condition(*isvc, "Degraded", &reason), "False") << reason;
+}
+
+// A write the API server keeps refusing (RBAC without PodDisruptionBudgets, say) still leaves a
+// status saying so, written once, not once a retry; fixing it recovers.
+TEST_F(ControllerTest, AWriteThatKeepsFailingIsInTheStatusWrittenOnce) {
+  StartController();
+  server_->Post("/_test/faults", {{"nextErrors", 1000000},
+                                  {"nextErrorCode", 403},
+                                  {"verbs", {"create"}},
+                                  {"resources", {"configmaps"}}});
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("denied")).ok());
+  std::string reason;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto isvc = Get(rs::kInferenceServices, "denied");
+    return isvc && Condition(*isvc, "Degraded", &reason) == "True" && reason == "ApiError";
+  }));
+  auto isvc = Get(rs::kInferenceServices, "denied");
+  EXPECT_EQ(Condition(*isvc, "Ready"), "False");
+  const json* selector = Find(*isvc, {"status", "selector"});
+  ASSERT_NE(selector, nullptr);
+  EXPECT_EQ(*selector, "serving.kinfer.dev/inferenceservice=denied");
+  const double status_writes = metrics_->api_writes.WithLabels({"update_status", "inferenceservices"}).Value();
+  std::this_thread::sleep_for(milliseconds(1500));  // retries with backoff (5 ms .. 500 ms here)
+  EXPECT_GE(metrics_->reconcile_errors.Get().Value(), 3);
+  EXPECT_EQ(metrics_->api_writes.WithLabels({"update_status", "inferenceservices"}).Value(), status_writes);
+  server_->Post("/_test/faults", {{"clear", true}});
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("denied"); }));
+  EXPECT_EQ(Condition(*Get(rs::kInferenceServices, "denied"), "Degraded", &reason), "False") << reason;
+}
+
 TEST_F(ControllerTest, InjectedErrorsAndConflictsConverge) {
   StartController();
   // The next 3 creates of Deployments fail with 500, status updates meet 409s, and patches are
@@ -371,7 +431,9 @@ TEST_F(ControllerTest, ManyInferenceServicesConvergeAndGoQuiet) {
   StartController();
   json items = json::array();
   for (int i = 0; i < 1000; ++i) {
-    json o = Isvc("m" + std::to_string(i));
+    std::string name = "m";
+    name += std::to_string(i);  // ("m" + std::to_string(i) meets a GCC 12 -Wrestrict false positive)
+    json o = Isvc(name);
     items.push_back(o);
   }
   server_->Post("/_test/objects", {{"items", items}});
