@@ -379,8 +379,11 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
   KINFER_RETURN_IF_ERROR(GetBool(obj, "echo", &r->echo, d));
   if (r->max_tokens == 0 && !(r->echo && r->kind == ApiKind::kCompletion)) {
     return Invalid(d, "max_tokens",
-                   "'max_tokens' must be >= 1 (0 only with 'echo': score the prompt, generate "
-                   "nothing)");
+                   r->kind == ApiKind::kCompletion
+                       ? "'max_tokens' must be >= 1 (0 only with 'echo': score the prompt, generate "
+                         "nothing)"
+                       : "'max_tokens' must be >= 1 (0 with 'echo' scores a prompt on "
+                         "/v1/completions only)");
   }
   KINFER_RETURN_IF_ERROR(ParseLogitBias(obj, &s.logit_bias, d));
   if (const json* tools = Field(obj, "tools");

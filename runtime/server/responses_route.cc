@@ -28,12 +28,24 @@ class TranslatingSink : public ChunkSink {
   ResponsesStreamTranslator& t_;
 };
 
-// A chat error response with its param named as the Responses request names it.
+// A chat error response with its param named as the Responses request names it, in the param
+// and in the message ("'max_completion_tokens' must be ..." reads "'max_output_tokens' ...").
 HttpResponse RenameErrorParam(HttpResponse resp) {
   json body = json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_object() && body.contains("error") && body["error"].is_object() &&
       body["error"].contains("param") && body["error"]["param"].is_string()) {
-    body["error"]["param"] = ResponsesParam(body["error"]["param"].get<std::string>());
+    json& error = body["error"];
+    const std::string chat = error["param"].get<std::string>();
+    const std::string renamed = ResponsesParam(chat);
+    error["param"] = renamed;
+    if (renamed != chat && error.contains("message") && error["message"].is_string()) {
+      std::string message = error["message"].get<std::string>();
+      const std::string from = "'" + chat + "'", to = "'" + renamed + "'";
+      for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
+        message.replace(at, from.size(), to);
+      }
+      error["message"] = message;
+    }
     resp.body = DumpJson(body);
   }
   return resp;

@@ -92,6 +92,13 @@ def test_bad_request(server, name, path, body, status, param):
     check_error(server, post_raw(server, path, body), status, param)
 
 
+def test_scoring_on_chat_says_it_is_for_completions_only(server):
+    r = requests.post(server.url + CHAT, json={"messages": [{"role": "user", "content": "hi"}],
+                                               "echo": True, "max_tokens": 0}, timeout=30)
+    assert r.status_code == 400
+    assert "/v1/completions only" in r.json()["error"]["message"], r.text
+
+
 def test_unknown_model_is_404_model_not_found(server):
     r = requests.post(server.url + CHAT, json={"model": "gpt-4", "messages": MSG})
     err = check_error(server, r, 404, "model", "model_not_found")

@@ -158,6 +158,10 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
         err = resp.json()["error"]
         assert err["param"] == param, (extra, err)
         assert err["type"] == "invalid_request_error" and err["message"]
+        # The message names the Responses field too, never the chat one it was translated to.
+        assert "max_completion_tokens" not in err["message"] and "'max_tokens'" not in err["message"], err
+        if param == "max_output_tokens":
+            assert "'max_output_tokens'" in err["message"], err
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="Hi")
     # Nothing is stored, so nothing can be retrieved or deleted: a 404 that says so.
