@@ -1,6 +1,6 @@
 // Boost.Asio/Beast for kinfer's HTTP code, with the names the tree uses for them (net, beast,
-// http, tcp). Targets that include it link kinfer_http_server, which defines
-// BOOST_BEAST_USE_STD_STRING_VIEW so that Beast's string views are std::string_view.
+// http, tcp). BOOST_BEAST_USE_STD_STRING_VIEW is defined for every target (the top
+// CMakeLists.txt), so that Beast's string views are std::string_view in every file of a binary.
 #pragma once
 
 #include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp needs std::exchange

@@ -1,59 +1,98 @@
 #include "operator/controller/http_endpoints.h"
 
-#include <cpprest/http_listener.h>
+#include <spdlog/spdlog.h>
 
+#include <optional>
+#include <thread>
+
+#include "common/http/server_session.h"
 #include "common/metrics/metrics.h"
+#include "common/request_path.h"
 
 namespace kinfer::controller {
 
-namespace http = web::http;
-using web::http::experimental::listener::http_listener;
-
-StatusOr<std::string> ListenUrl(const std::string& address) {
-  if (address.empty() || address == "0") return std::string();
+StatusOr<ListenAddress> ParseListenAddress(const std::string& address) {
+  if (address.empty() || address == "0") return ListenAddress{};
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
     return InvalidArgument("bind address '" + address + "': want HOST:PORT, :PORT or 0");
   }
   std::string host = address.substr(0, colon);
   const std::string port = address.substr(colon + 1);
-  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
       std::stol(port) < 1 || std::stol(port) > 65535) {
     return InvalidArgument("bind address '" + address + "': port must be 1-65535");
   }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.empty()) host = "0.0.0.0";
-  return "http://" + host + ":" + port;
+  if (host == "localhost") host = "127.0.0.1";
+  return ListenAddress{host, static_cast<uint16_t>(std::stol(port))};
 }
+
+namespace {
+
+http::response<http::string_body> Text(http::status status, std::string body) {
+  http::response<http::string_body> res{status, 11};
+  res.set(http::field::content_type, "text/plain");
+  res.body() = std::move(body);
+  return res;
+}
+
+// One listening address: /metrics, the probes, or both.
+class EndpointHandler : public SessionHandler {
+ public:
+  EndpointHandler(const HttpEndpointsOptions* options, bool metrics, bool probes)
+      : options_(options), metrics_(metrics), probes_(probes) {}
+
+  SessionLimits Limits() const override {
+    SessionLimits l;
+    l.max_body_bytes = 64 * 1024;  // GETs: nothing to read
+    return l;
+  }
+
+  void OnRequest(const std::shared_ptr<ServerSession>& session) override {
+    const std::optional<std::string> path = RoutedPath(session->path());
+    if (!path) {
+      session->Reply(Text(http::status::bad_request, "malformed request target\n"));
+      return;
+    }
+    const http::verb method = session->request().method();
+    if (method != http::verb::get && method != http::verb::head) {
+      session->ReplyMethodNotAllowed("GET, HEAD", *path);
+      return;
+    }
+    if (metrics_ && *path == "/metrics") {
+      http::response<http::string_body> res{http::status::ok, 11};
+      res.set(http::field::content_type, metrics::kTextContentType);
+      res.body() = options_->metrics_text ? options_->metrics_text() : "";
+      session->Reply(std::move(res));
+    } else if (probes_ && (*path == "/healthz" || *path == "/livez")) {
+      const bool ok = !options_->healthy || options_->healthy();
+      session->Reply(ok ? Text(http::status::ok, "ok\n") : Text(http::status::internal_server_error, "unhealthy\n"));
+    } else if (probes_ && *path == "/readyz") {
+      const bool ok = !options_->ready || options_->ready();
+      session->Reply(ok ? Text(http::status::ok, "ok\n")
+                        : Text(http::status::internal_server_error, "informer caches not synced\n"));
+    } else {
+      session->Reply(Text(http::status::not_found, "not found\n"));
+    }
+  }
+
+ private:
+  const HttpEndpointsOptions* options_;
+  const bool metrics_, probes_;
+};
+
+}  // namespace
 
 struct HttpEndpoints::Impl {
   HttpEndpointsOptions options;
-  std::vector<std::unique_ptr<http_listener>> listeners;
-
-  void Handle(http::http_request req, bool metrics, bool probes) const {
-    const std::string path = req.relative_uri().path();
-    if (req.method() != http::methods::GET && req.method() != http::methods::HEAD) {
-      req.reply(http::status_codes::MethodNotAllowed, "GET only\n", "text/plain");
-      return;
-    }
-    if (metrics && path == "/metrics") {
-      req.reply(http::status_codes::OK, options.metrics_text ? options.metrics_text() : "",
-                kinfer::metrics::kTextContentType);
-      return;
-    }
-    if (probes && (path == "/healthz" || path == "/livez")) {
-      const bool ok = !options.healthy || options.healthy();
-      req.reply(ok ? http::status_codes::OK : http::status_codes::InternalError,
-                ok ? "ok\n" : "unhealthy\n", "text/plain");
-      return;
-    }
-    if (probes && path == "/readyz") {
-      const bool ok = !options.ready || options.ready();
-      req.reply(ok ? http::status_codes::OK : http::status_codes::InternalError,
-                ok ? "ok\n" : "informer caches not synced\n", "text/plain");
-      return;
-    }
-    req.reply(http::status_codes::NotFound, "not found\n", "text/plain");
-  }
+  // Declared before the io_context: a session the io_context still holds when it is destroyed
+  // points at its handler.
+  std::vector<std::unique_ptr<EndpointHandler>> handlers;
+  net::io_context ioc{1};
+  std::vector<std::unique_ptr<SessionAcceptor>> acceptors;
+  std::thread io_thread;
 };
 
 HttpEndpoints::HttpEndpoints(HttpEndpointsOptions options) : impl_(std::make_unique<Impl>()) {
@@ -63,45 +102,44 @@ HttpEndpoints::HttpEndpoints(HttpEndpointsOptions options) : impl_(std::make_uni
 HttpEndpoints::~HttpEndpoints() { Stop(); }
 
 Status HttpEndpoints::Start() {
-  StatusOr<std::string> metrics_url = ListenUrl(impl_->options.metrics_address);
-  if (!metrics_url.ok()) return metrics_url.status();
-  StatusOr<std::string> probe_url = ListenUrl(impl_->options.probe_address);
-  if (!probe_url.ok()) return probe_url.status();
+  StatusOr<ListenAddress> metrics_at = ParseListenAddress(impl_->options.metrics_address);
+  if (!metrics_at.ok()) return metrics_at.status();
+  StatusOr<ListenAddress> probes_at = ParseListenAddress(impl_->options.probe_address);
+  if (!probes_at.ok()) return probes_at.status();
   struct Want {
-    std::string url;
+    ListenAddress at;
     bool metrics, probes;
   };
   std::vector<Want> wants;
-  if (!metrics_url->empty() && *metrics_url == *probe_url) {
-    wants.push_back({*metrics_url, true, true});
+  if (!metrics_at->off() && *metrics_at == *probes_at) {
+    wants.push_back({*metrics_at, true, true});
   } else {
-    if (!metrics_url->empty()) wants.push_back({*metrics_url, true, false});
-    if (!probe_url->empty()) wants.push_back({*probe_url, false, true});
+    if (!metrics_at->off()) wants.push_back({*metrics_at, true, false});
+    if (!probes_at->off()) wants.push_back({*probes_at, false, true});
   }
   for (const Want& w : wants) {
-    auto l = std::make_unique<http_listener>(w.url);
-    const Impl* impl = impl_.get();
-    const bool m = w.metrics, p = w.probes;
-    l->support([impl, m, p](http::http_request req) { impl->Handle(std::move(req), m, p); });
-    try {
-      l->open().wait();
-    } catch (const std::exception& e) {
+    impl_->handlers.push_back(std::make_unique<EndpointHandler>(&impl_->options, w.metrics, w.probes));
+    auto acceptor = std::make_unique<SessionAcceptor>(impl_->ioc, impl_->handlers.back().get());
+    if (Status st = acceptor->Listen(w.at.host, w.at.port); !st.ok()) {
       Stop();
-      return Unavailable("cannot listen on " + w.url + ": " + e.what());
+      return st;
     }
-    impl_->listeners.push_back(std::move(l));
+    impl_->acceptors.push_back(std::move(acceptor));
   }
+  if (!impl_->acceptors.empty()) impl_->io_thread = std::thread([impl = impl_.get()] { impl->ioc.run(); });
   return Status::Ok();
 }
 
 void HttpEndpoints::Stop() {
-  for (auto& l : impl_->listeners) {
-    try {
-      l->close().wait();
-    } catch (const std::exception&) {
-    }
+  if (impl_->io_thread.joinable()) {
+    net::post(impl_->ioc, [impl = impl_.get()] {
+      for (auto& a : impl->acceptors) a->Close();
+    });
+    impl_->ioc.stop();
+    impl_->io_thread.join();
+  } else {
+    for (auto& a : impl_->acceptors) a->Close();
   }
-  impl_->listeners.clear();
 }
 
 }  // namespace kinfer::controller

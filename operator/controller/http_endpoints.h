@@ -1,4 +1,5 @@
-// The operator's HTTP endpoints (cpprestsdk listeners): GET /metrics on the metrics address and
+// The operator's HTTP endpoints (common/http's Beast sessions, as the runtime's and the sidecar's:
+// keep-alive, pipelining, limits and timeouts alike): GET /metrics on the metrics address and
 // GET /healthz, /readyz on the probe address (both on one listener when the addresses are the
 // same). Addresses are controller-runtime's form: ":8080" (all interfaces), "HOST:PORT", or "0"
 // (off).
@@ -7,9 +8,10 @@
 // /readyz:  200 "ok" while `ready()` (the informer caches hold their first lists), else 500 with
 //           the reason. A standby replica (not leader) is ready: it serves metrics and waits.
 //
-// Thread safety: Start/Stop from one thread; the callbacks run on cpprestsdk's pool.
+// Thread safety: Start/Stop from one thread; the callbacks run on the endpoints' io thread.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,9 +29,17 @@ struct HttpEndpointsOptions {
   std::function<bool()> ready;
 };
 
-// ":8080" -> "http://0.0.0.0:8080"; "127.0.0.1:9" -> "http://127.0.0.1:9"; "0" or "" -> "".
-// INVALID_ARGUMENT for anything else.
-StatusOr<std::string> ListenUrl(const std::string& address);
+struct ListenAddress {
+  std::string host;  // an IP address; "" with port 0: off
+  uint16_t port = 0;
+  bool off() const { return port == 0; }
+  bool operator==(const ListenAddress&) const = default;
+};
+
+// ":8080" -> 0.0.0.0:8080; "127.0.0.1:9"; "[::1]:9" -> ::1:9; "localhost:9" -> 127.0.0.1:9;
+// "0" or "" -> off. INVALID_ARGUMENT for anything else (a host that is not an IP address is
+// refused when the endpoints start).
+StatusOr<ListenAddress> ParseListenAddress(const std::string& address);
 
 class HttpEndpoints {
  public:

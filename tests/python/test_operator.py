@@ -6,8 +6,10 @@ The controller's behaviour in depth (conflicts, faults, watch drops, restarts, a
 services) is pinned by tests/operator/controller/controller_test.cc; this file checks the program
 a user runs.
 """
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -98,6 +100,16 @@ def test_reconciles_an_inference_service_and_serves_probes_and_metrics(api, tmp_
     try:
         op.wait_ready()
         assert op.get("/healthz").text == "ok\n"
+        # Pipelined requests on one connection are answered in order; a POST is a 405.
+        with socket.create_connection(("127.0.0.1", op.probe_port), timeout=5) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", got)
+        assert statuses == [b"200", b"200", b"405"], got
+        assert op.get("/nope").status_code == 404
         api.ok(api.post(APIS, isvc("chat")))
         wait_until(lambda: ready_condition(api, "chat") == "True", 15, "chat Ready")
         dep = api.ok(api.get(f"{DEPLOYMENTS}/chat"))

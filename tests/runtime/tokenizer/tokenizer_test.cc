@@ -21,7 +21,10 @@ const char* const kFixtureFiles[] = {
 
 std::string Show(const std::vector<int32_t>& ids) {
   std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(ids[i]);  // (a const char* + std::string here meets a GCC 12 -Wrestrict false positive)
+  }
   return s + "]";
 }
 
