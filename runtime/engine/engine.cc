@@ -26,6 +26,18 @@ size_t InputPosition(const ScheduledSeq& item) {
   return static_cast<size_t>(item.start) + static_cast<size_t>(item.length) - 1;
 }
 
+// The position of the input token of an item's first sampled row: a draft's rows start at the
+// item's first position, one per position; otherwise the one row is the last position's.
+size_t FirstRowInput(const ScheduledSeq& item) {
+  return item.draft.empty() ? InputPosition(item) : static_cast<size_t>(item.start);
+}
+
+// The output index (0: the first generated token) of the token the row whose input is at
+// `input` draws: its random number's (Sampler::Seek).
+uint64_t OutputIndex(const GenerationRequest& req, size_t input) {
+  return static_cast<uint64_t>(input + 1 - req.prompt_tokens.size());
+}
+
 // A request's draw settings with a mask, to ask a backend whether it takes masked draws.
 DrawParams MaskedProbe(const Sampler& s) {
   static constexpr uint64_t kAll = ~uint64_t{0};
@@ -111,8 +123,6 @@ struct Engine::Active {
   // prompt_logprobs: those of prompt positions [1, prompt_scored), until the first token's event.
   std::vector<TokenLogprob> prompt_lps;
   size_t prompt_scored = 1;
-  // The distributions the draft offered to the scheduler was drawn from (empty: deterministic).
-  std::vector<TokenDistribution> draft_probs;
   // EngineOptions::stream_interval: what is held back from the stream (`holding`), and whether
   // an event with tokens has gone out.
   StreamEvent held;
@@ -589,26 +599,17 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
   const bool want_lp = a.req.sampling.logprobs >= 0;
   out->id = item.id;
   out->accepted = 0;
-  // Draft position j is checked against the target's logits at the position before it; every
-  // accepted draft token is emitted as it is (its stop rules apply), the first rejection emits the
-  // target's own token there, and a fully accepted draft earns one more token from the last row.
-  // A sampled draft's k tokens take 2k + 1 PRNG outputs whatever is accepted (as drawing every
-  // row on the backend does): the rows not reached are skipped.
-  size_t draws_taken = 0;
+  // Row j draws the token after position start + j exactly as without a draft (the sampler's
+  // random number is its output index's); draft token j is kept when that draw is it, and then
+  // emitted as it is (its stop rules apply). The first draw that differs is emitted in the
+  // draft's place, and a fully kept draft earns one more token from the last row.
+  a.sampler.Seek(OutputIndex(a.req, FirstRowInput(item)));
   for (size_t j = 0;; ++j) {
     const std::span<float> row(rows + j * nv, nv);
     TokenLogprob lp;
-    int32_t tok;
-    bool accepted = false;
     if (a.generated < a.req.min_tokens) SuppressEnd(a, row);
-    if (j < item.draft.size()) {
-      const TokenDistribution* q = j < a.draft_probs.size() ? &a.draft_probs[j] : nullptr;
-      tok = a.sampler.Verify(row, a.history, item.draft[j], q, &accepted, want_lp ? &lp : nullptr);
-      draws_taken += 2;
-    } else {
-      tok = a.sampler.Sample(row, a.history, want_lp ? &lp : nullptr);
-      draws_taken += 1;
-    }
+    const int32_t tok = a.sampler.Sample(row, a.history, want_lp ? &lp : nullptr);
+    const bool accepted = j < item.draft.size() && tok == item.draft[j];
     const bool ended = EmitToken(a, tok, want_lp ? &lp : nullptr);
     if (ended || !accepted) {
       out->token = tok;
@@ -617,19 +618,14 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
     }
     ++out->accepted;
   }
-  if (!item.draft.empty()) {
-    a.sampler.SkipDraws(static_cast<int>(2 * item.draft.size() + 1 - draws_taken));
-  }
-  a.draft_probs.clear();
 }
 
 void Engine::EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int32_t> toks,
                         std::span<const DrawParams> draws, SampledToken* out) {
   out->id = item.id;
   out->accepted = 0;
-  // SampleItem's walk: row j's token accepts draft token j when it is that token (the row was
-  // drawn with the draft to verify: DrawParams::draft); the first rejection, or the row after a
-  // fully accepted draft, ends it. Every row's PRNG outputs were taken when it was planned.
+  // SampleItem's walk: row j's token (drawn as without a draft) keeps draft token j when it is
+  // that token; the first that differs, or the row after a fully kept draft, ends it.
   for (size_t j = 0; j < toks.size(); ++j) {
     const int32_t tok = toks[j];
     const DrawParams& d = draws[j];
@@ -651,13 +647,11 @@ void Engine::EmitChosen(Active& a, const ScheduledSeq& item, std::span<const int
     }
     ++out->accepted;
   }
-  a.draft_probs.clear();
 }
 
 void Engine::ProposeDrafts() {
   if (num_spec_ == 0) return;
   for (auto& [id, a] : active_) {
-    a->draft_probs.clear();
     if (a->spec_tokens <= 0 || a->finished) continue;
     std::optional<SeqView> v = scheduler_->Find(id);
     if (!v || !v->decoding) continue;
@@ -668,10 +662,11 @@ void Engine::ProposeDrafts() {
     dr.history = v->tokens;
     dr.max_tokens = std::min(a->spec_tokens, room);
     dr.sampling = &a->req.sampling;
+    dr.seed = a->sampler.seed();
+    dr.first_index = OutputIndex(a->req, v->tokens.size() - 1);
     dr.max_positions = static_cast<int>(a->req.prompt_tokens.size()) + a->req.max_tokens;
     DraftProposal d = proposer_->Propose(dr);
     if (d.tokens.empty()) continue;
-    a->draft_probs = std::move(d.probs);
     scheduler_->SetDraft(id, std::move(d.tokens));
   }
 }
@@ -775,16 +770,16 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   }
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
   // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. A
-  // prompt-lookup draft is verified there too: each of its rows is drawn with its draft token,
-  // and Emit walks them as Sampler::Verify would. A constraint (JSON mode, a grammar) goes with
+  // draft is verified there too: each of its rows is drawn as without a draft, and Emit keeps
+  // draft tokens while they are what was drawn (SampleItem's walk). A constraint (JSON mode, a grammar) goes with
   // the draw as a mask, which needs its state after the row's input token, so not with a
   // draft. Planned ahead of its input (inputs_pending: the step before draws it), the row's
   // mask is left to FinishLateMasks, once the token is back and before the step is launched
   // (so such a step is never chained). When only some rows
   // are the backend's, and no item has several rows (a draft, a scored prompt), the step is
   // mixed: the backend draws those, and only the others' logits come back, to be sampled here.
-  // Planned ahead, a step with rows for the host is left unprepared (no random numbers taken):
-  // it is launched only after the step before is emitted, and prepared again then.
+  // Planned ahead, a step with rows for the host is left unprepared: it is launched only after
+  // the step before is emitted, and prepared again then.
   w.backend = false;
   w.mixed = false;
   w.host_rows.clear();
@@ -798,15 +793,13 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
     si.host = -1;
     if (si.active == nullptr) continue;
     const Sampler& smp = si.active->sampler;
-    // A draft model's sampled draft needs its distributions q for the residual: the host's.
-    const bool q_draft = !si.item->draft.empty() && !si.active->draft_probs.empty();
     // A constraint's mask needs the grammar's state after the row's input token: known now,
     // or (planned ahead) once the step before has drawn it.
     const bool masked = !smp.IsPlainDraw();
     const bool input_known = si.active->history.size() > InputPosition(*si.item);
     const bool mask_ready = smp.MaskGoesWithTheDraw() && si.item->draft.empty() &&
                             (input_known || inputs_pending);
-    if (q_draft || (masked && !mask_ready) ||
+    if ((masked && !mask_ready) ||
         si.active->history.size() < (si.item->draft.empty() ? InputPosition(*si.item)
                                                              : si.item->start + size_t{1}) ||  // (cannot happen)
         !backend_->CanSample(masked ? MaskedProbe(smp) : smp.draw_params())) {
@@ -849,7 +842,8 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
       drafted_history_.insert(drafted_history_.end(), item.draft.begin(), item.draft.end());
       seq = drafted_history_;
     }
-    const size_t first_input = item.draft.empty() ? InputPosition(item) : static_cast<size_t>(item.start);
+    const size_t first_input = FirstRowInput(item);
+    a.sampler.Seek(OutputIndex(a.req, first_input));
     for (size_t j = 0; j <= item.draft.size(); ++j) {
       const size_t input = first_input + j;
       // min_tokens: the row's token is the (input + 1 - prompt)-th generated one, whatever the
@@ -862,8 +856,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
         banned_.insert(banned_.end(), a.req.stop_tokens.begin(), a.req.stop_tokens.end());
         banned = banned_;
       }
-      const int32_t draft = j < item.draft.size() ? item.draft[j] : -1;
-      w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned, draft));
+      w.draws.push_back(a.sampler.NextDraw(seq.first(input - offset), vocab, &w.adjust, banned));
       w.adjust_end.push_back(w.adjust.size());
       if (!a.sampler.IsPlainDraw()) {  // (one row: a constraint's item has no draft here)
         if (a.history.size() > input) {

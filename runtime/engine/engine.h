@@ -35,15 +35,16 @@
 // Speculative decoding (docs/batching.md): for each decoding sequence that asks for it, the engine
 // thread asks its DraftProposer (n-gram prompt lookup, or a draft model) for up to k tokens before
 // each step and offers them to the Scheduler (SetDraft); the step computes the sequence's last
-// token and the draft together (k + 1 logits rows), and the engine verifies the draft position by
-// position with the request's Sampler (Sampler::Verify): greedy output is token for token what it
-// is without drafts, and sampled output keeps its distribution.
+// token and the draft together (k + 1 logits rows), and the engine draws each row as it would
+// without a draft, keeping draft tokens while they are what was drawn (runtime/sample/sampler.h,
+// "Speculative decoding"): the output, greedy or seeded, is token for token what it is without
+// drafts, whatever the drafts' lengths.
 //
 // Determinism: with batch_invariant (the default) the matrix products take the same kernels for a
 // row whatever else is in the step and every token takes the same (batch-path) attention
-// numerics, so a
-// request's tokens do not depend on what it was batched with, on prefix-cache hits or on
-// preemption: same seed, same output.
+// numerics, and a sampled token's random number is its output index's (Sampler), so a request's
+// tokens do not depend on what it was batched with, on prefix-cache hits, on preemption or on
+// speculation: same seed, same output.
 #pragma once
 
 #include <atomic>

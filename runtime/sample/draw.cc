@@ -94,45 +94,27 @@ void TruncateCandidates(const DrawParams& p, DrawCandidates* cand) {
 
 int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
                       std::vector<double>* probs_scratch) {
-  DrawParams p;
-  p.temperature = temperature;
-  p.uniform = uniform;
-  return PickOrVerify(c, p, probs_scratch);
-}
-
-int32_t PickOrVerify(const DrawCandidates& c, const DrawParams& p, std::vector<double>* probs_scratch) {
   assert(!c.empty());
-  // One survivor: it is drawn, and a draft is kept exactly when it is this one.
   if (c.size() == 1) return c[0].second;
   const float max_logit = MaxLogit(c);
-  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  const double inv_t = 1.0 / static_cast<double>(temperature);
   std::vector<double>& probs = *probs_scratch;
   probs.resize(c.size());
-  // The others' total, and a draft's probability apart (0 when none, or it did not survive).
-  double rest = 0.0, qd = 0.0;
+  double total = 0.0;
   for (size_t i = 0; i < c.size(); ++i) {
-    const double pr = std::exp(static_cast<double>(c[i].first - max_logit) * inv_t);
-    probs[i] = pr;
-    if (c[i].second == p.draft) {
-      qd = pr;
-    } else {
-      rest += pr;
-    }
+    probs[i] = std::exp(static_cast<double>(c[i].first - max_logit) * inv_t);
+    total += probs[i];
   }
-  // Accept with probability p(draft) / 1: u x total < q(draft).
-  if (qd > 0.0 && p.accept_uniform * (rest + qd) < qd) return p.draft;
-  const double u = p.uniform * rest;
+  const double u = uniform * total;
   double cum = 0.0;
   for (size_t i = 0; i < c.size(); ++i) {
-    if (c[i].second == p.draft) continue;
     cum += probs[i];
     if (u < cum) return c[i].second;
   }
   for (size_t i = c.size(); i-- > 0;) {
-    if (probs[i] > 0.0 && c[i].second != p.draft) return c[i].second;
+    if (probs[i] > 0.0) return c[i].second;
   }
-  // Nothing else has any probability: a draft was then accepted above.
-  return p.draft >= 0 ? p.draft : c[0].second;
+  return c[0].second;
 }
 
 void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCandidates* cand) {
@@ -172,7 +154,7 @@ int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandid
   if (p.temperature <= 0.0f) return ArgmaxLowestId(logits);
   FillCandidates(logits, p, c);
   TruncateCandidates(p, c);  // top-k is then already done: the k best, best first
-  return PickOrVerify(*c, p, probs);
+  return PickCandidate(*c, p.temperature, p.uniform, probs);
 }
 
 }  // namespace kinfer

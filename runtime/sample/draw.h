@@ -6,13 +6,9 @@
 //   top-k -> top-p (over the temperature-1 probabilities) -> min-p -> temperature -> softmax
 //   -> the first survivor whose cumulative probability passes `uniform` (inverse CDF).
 //
-//   With a draft token to verify (DrawParams::draft, a deterministic draft such as prompt
-//   lookup's: q = 1 at the draft), the rejection rule of Leviathan et al. 2023 on the same
-//   survivors: the draft is kept when `accept_uniform` x total < its probability; otherwise the
-//   survivors without it are drawn from with `uniform` (the residual max(0, p - q), renormalised).
-//   Greedy: the argmax, which keeps the draft exactly when it is the draft. So the token is the
-//   draft iff it was accepted, and draft tokens kept plus the token after them follow the plain
-//   rule's distribution.
+//   A speculative draft is verified outside this rule: its row is drawn exactly as without a
+//   draft, and the draft token is kept when the draw is that token (runtime/sample/sampler.h,
+//   "Speculative decoding").
 //
 // Survivor order, which decides which token a given uniform picks: best first (larger logit, then
 // lower id) when top-k or top-p cut, else id order. Probabilities are in double; the logit
@@ -54,11 +50,7 @@ struct DrawParams {
   int top_k = 0;             // <= 0 or >= vocabulary: off
   float top_p = 1.0f;        // >= 1: off
   float min_p = 0.0f;        // <= 0: off
-  double uniform = 0.0;      // in [0, 1): the request's one PRNG output for this token
-  // A draft token verified at this row (see above; -1: none), and its test's PRNG output in
-  // [0, 1) (unused when greedy; `uniform` then draws the residual).
-  int32_t draft = -1;
-  double accept_uniform = 0.0;
+  double uniform = 0.0;      // in [0, 1): the request's random number for this token
   // The logit bias and penalties, applied to the row before the rule (ApplyLogitAdjustments):
   // distinct ids in ascending order, pointing into the caller's storage (a backend copies them
   // while the call that takes them runs). Empty with count_input false: none.
@@ -113,12 +105,6 @@ void TruncateCandidates(const DrawParams& p, DrawCandidates* c);
 // probability is not zero.
 int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
                       std::vector<double>* probs);
-
-// p's pick among the survivors c at p.temperature (> 0): PickCandidate's (which is this with no
-// draft), or with p.draft >= 0 the verification above (the draft, or the residual's pick; the
-// residual's rounding fallback is its last survivor whose probability is not zero). *probs is
-// scratch. REQUIRES: c non-empty.
-int32_t PickOrVerify(const DrawCandidates& c, const DrawParams& p, std::vector<double>* probs);
 
 // The whole rule. REQUIRES: logits non-empty, no NaN. c and probs are scratch.
 int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c,

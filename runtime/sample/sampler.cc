@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "runtime/sample/penalties.h"
 
@@ -13,6 +14,13 @@ namespace {
 // Best first: larger logit, then lower id (the order of the logprobs' top list).
 bool Better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// SplitMix64's output function (Steele, Lea and Flood 2014).
+uint64_t SplitMix64Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 uint64_t RandomSeed() {
@@ -25,7 +33,15 @@ uint64_t RandomSeed() {
 Sampler::Sampler(const SamplingParams& params, std::unique_ptr<TokenConstraint> constraint)
     : params_(params),
       constraint_(std::move(constraint)),
-      rng_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
+      seed_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
+
+double SeededUniform(uint64_t seed, uint64_t index) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  // The seed is mixed once first, so that nearby seeds (n choices take seed, seed + 1, ...) are
+  // far-apart streams, not the same stream shifted.
+  const uint64_t z = SplitMix64Mix(SplitMix64Mix(seed) + (index + 1) * kGolden);
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
 
 void Sampler::Adjust(std::span<float> logits, std::span<const int32_t> history) {
   AdjustLogits(params_, history, logits);
@@ -59,29 +75,19 @@ DrawParams Sampler::draw_params() const {
   return d;
 }
 
-DrawParams Sampler::NextDraw(int32_t draft) {
+DrawParams Sampler::NextDraw() {
   DrawParams d = draw_params();
-  d.draft = draft;
-  if (d.temperature > 0.0f) {
-    if (draft >= 0) d.accept_uniform = Uniform01();  // the test's, then the draw's
-    d.uniform = Uniform01();
-  }
+  if (d.temperature > 0.0f) d.uniform = SeededUniform(seed_, index_);
+  ++index_;
   return d;
 }
 
 DrawParams Sampler::NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
-                             std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned,
-                             int32_t draft) {
-  DrawParams d = NextDraw(draft);
+                             std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned) {
+  DrawParams d = NextDraw();
   LogitAdjustments(params_, before_input, n_vocab, adjust, &d, banned);
   return d;
 }
-
-void Sampler::SkipDraws(int n) {
-  if (params_.temperature > 0.0f && n > 0) rng_.discard(static_cast<unsigned long long>(n));
-}
-
-double Sampler::Uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history,
                         TokenLogprob* lp) {
@@ -89,99 +95,6 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> histor
   Adjust(logits, history);
 
   const int32_t chosen = DrawToken(logits, NextDraw(), &candidates_, &probs_);
-  if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
-  return Chose(chosen);
-}
-
-double ProbabilityOf(const TokenDistribution& d, int32_t id) {
-  auto it =
-      std::lower_bound(d.begin(), d.end(), id,
-                       [](const std::pair<int32_t, double>& e, int32_t v) { return e.first < v; });
-  return it != d.end() && it->first == id ? it->second : 0.0;
-}
-
-void Sampler::SurvivorDistribution(TokenDistribution* out) {
-  const auto& c = candidates_;
-  out->clear();
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (const auto& e : c) max_logit = std::max(max_logit, e.first);
-  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
-  double total = 0.0;
-  for (const auto& [logit, id] : c) {
-    const double p = std::exp(static_cast<double>(logit - max_logit) * inv_t);
-    if (p > 0.0) {
-      out->emplace_back(id, p);
-      total += p;
-    }
-  }
-  for (auto& e : *out) e.second /= total;
-  std::sort(out->begin(), out->end());
-}
-
-void Sampler::Distribution(std::span<float> logits, std::span<const int32_t> history,
-                           TokenDistribution* out) {
-  assert(!logits.empty());
-  Adjust(logits, history);
-  if (params_.temperature <= 0.0f) {
-    out->assign(1, {ArgmaxLowestId(logits), 1.0});
-    return;
-  }
-  FillCandidates(logits, draw_params(), &candidates_);
-  TruncateCandidates(draw_params(), &candidates_);
-  SurvivorDistribution(out);
-}
-
-int32_t Sampler::DrawFrom(const TokenDistribution& d) { return DrawWith(d, Uniform01()); }
-
-int32_t Sampler::DrawWith(const TokenDistribution& d, double uniform) {
-  assert(!d.empty());
-  double total = 0.0;
-  for (const auto& e : d) total += e.second;
-  const double u = uniform * total;
-  double cum = 0.0;
-  for (const auto& [id, p] : d) {
-    cum += p;
-    if (u < cum) return id;
-  }
-  for (size_t i = d.size(); i-- > 0;) {
-    if (d[i].second > 0.0) return d[i].first;
-  }
-  return d[0].first;
-}
-
-int32_t Sampler::Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
-                        const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp) {
-  assert(!logits.empty());
-  int32_t chosen;
-  if (params_.temperature <= 0.0f) {
-    Adjust(logits, history);
-    chosen = ArgmaxLowestId(logits);
-    *accepted = chosen == draft;
-  } else if (draft_dist == nullptr) {
-    Adjust(logits, history);
-    chosen = DrawToken(logits, NextDraw(draft), &candidates_, &probs_);
-    *accepted = chosen == draft;
-  } else {
-    thread_local TokenDistribution p;
-    Distribution(logits, history, &p);
-    const double test = Uniform01(), draw = Uniform01();
-    const double px = ProbabilityOf(p, draft);
-    const double qx = ProbabilityOf(*draft_dist, draft);
-    // Accept with probability min(1, p/q): u < p/q  <=>  u * q < p (q > 0 for a drawn draft).
-    *accepted = px > 0.0 && (qx <= 0.0 || test * qx < px);
-    if (*accepted) {
-      chosen = draft;
-    } else {
-      thread_local TokenDistribution residual;
-      residual.clear();
-      for (const auto& [id, pi] : p) {
-        const double qi = ProbabilityOf(*draft_dist, id);
-        if (pi > qi) residual.emplace_back(id, pi - qi);
-      }
-      // p == q leaves nothing (and then rejection cannot happen); fall back to p itself.
-      chosen = DrawWith(residual.empty() ? p : residual, draw);
-    }
-  }
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
   return Chose(chosen);
 }

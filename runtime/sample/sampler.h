@@ -1,8 +1,8 @@
 // Sampler: turns one step's logits into one token id, llama.cpp-style.
 //
 // Thread safety: none. A Sampler belongs to one request and is used from the one thread that runs
-// that request's decode steps. It holds the request's PRNG and some scratch buffers; nothing is
-// shared.
+// that request's decode steps. It holds the request's seed, its output index and some scratch
+// buffers; nothing is shared.
 //
 // The chain, in llama.cpp's order (common_sampler's default order, with temperature last):
 //
@@ -12,7 +12,7 @@
 //
 //   * logit_bias (OpenAI): each listed token's bias is added to its logit.
 //   * constraint (token_constraint.h; none by default): tokens that may not come next get -inf;
-//     the token drawn is then passed to it (Sample and Verify), so it follows the text.
+//     the token drawn is then passed to it (Sample), so it follows the text.
 //   * penalties (see penalties.h): over the last penalty_last_n tokens of the history, repetition
 //   as
 //     llama.cpp's repeat_penalty (logit > 0 ? logit / p : logit * p), then frequency and presence
@@ -31,17 +31,27 @@
 // After the penalties, the chain is DrawToken's rule (runtime/sample/draw.h), stated once for the
 // host and the devices.
 //
-// Randomness: std::mt19937_64 (its output sequence is fixed by the C++ standard) seeded from
-// params.seed, or from std::random_device when unset. Every sampled token (temperature > 0) takes
-// exactly one 64-bit output, mapped to [0, 1) with 53 bits, even when truncation leaves one
-// candidate, so the stream does not depend on the logits; the same seed, logits and history give
-// the same tokens on every platform with IEEE floats. Greedy steps (temperature == 0) consume no
-// randomness.
+// Randomness: counter-based. The random number for a request's output token i is a pure
+// function of (seed, i): SeededUniform below, SplitMix64's mixing over the seed and the index,
+// 53 bits mapped to [0, 1). The seed is params.seed, or one from std::random_device when unset.
+// So a token's draw depends on nothing but its logits, its history, the seed and its index: not
+// on how the engine got there (batching, chunking, preemption and recomputation, speculative
+// drafts of any length and how many of them were kept, host or device draws). Greedy draws
+// (temperature == 0) read no random number.
+//
+// Speculative decoding: a draft token is verified by drawing its row exactly as if there were no
+// draft, and kept when the draw is that token; the first draw that differs is emitted in its
+// place. Every emitted token is then the token plain decoding draws, so the output is the same
+// text with or without drafts (lossless by construction, for any proposer). For a deterministic
+// draft (prompt lookup, a greedy draft model: q = 1 at the draft) this is exactly the rejection
+// rule of Leviathan et al. 2023: kept with probability p(draft), and on rejection a token from p
+// without the draft, renormalised. A draft model that samples uses the same seed and index, so
+// its token for index i is drawn with the same random number as the target's (SeededUniform):
+// where its distribution is close to the target's, the two draws coincide.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <span>
 #include <utility>
 #include <vector>
@@ -53,13 +63,10 @@
 
 namespace kinfer {
 
-// A probability distribution over token ids as a sparse list of (id, p), sorted by id, p > 0,
-// summing to 1: what a Sampler draws from after penalties, truncation and temperature (greedy:
-// one entry).
-using TokenDistribution = std::vector<std::pair<int32_t, double>>;
-
-// p(id) in `d` (binary search); 0 when absent.
-double ProbabilityOf(const TokenDistribution& d, int32_t id);
+// The random number in [0, 1) of output token `index` of a request seeded with `seed` (53 bits):
+// SplitMix64's output mixing of the seed's own mix plus (index + 1) times its golden-ratio
+// increment. Pure; the same on every platform.
+double SeededUniform(uint64_t seed, uint64_t index);
 
 // The log-softmax of `logits` at `token` into *lp (token, logprob, rank; text left empty), and,
 // when top > 0, the `top` most likely tokens, best first, ties to the lowest id. REQUIRES: logits
@@ -98,34 +105,8 @@ class Sampler {
   // Returns the token id, in [0, logits.size()).
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history, TokenLogprob* lp);
 
-  // The distribution Sample() would draw the next token from, without drawing (no randomness is
-  // consumed). `logits` and `history` as for Sample(); logits are left holding the post-penalty
-  // logits. Greedy (temperature <= 0): {argmax, 1}.
-  void Distribution(std::span<float> logits, std::span<const int32_t> history,
-                    TokenDistribution* out);
-
-  // Draws a token from `d` (one PRNG output). REQUIRES: d non-empty.
-  int32_t DrawFrom(const TokenDistribution& d);
-
-  // Speculative verification of a draft token at this position (the rejection rule of Leviathan
-  // et al. 2023 and Chen et al. 2023), so that accepted drafts plus the returned tokens follow
-  // exactly the distribution Sample() gives:
-  //   * greedy (temperature <= 0): the target's argmax; accepted iff it equals `draft`. Consumes no
-  //     randomness, so greedy output is the same token for token with and without drafts.
-  //   * a deterministic draft (`draft_dist` null: q = 1 at `draft`, as n-gram lookup): DrawToken's
-  //     verification (runtime/sample/draw.h) with the params NextDraw(..., draft) gives, so that a
-  //     backend that draws the row gets the same token from the same two PRNG outputs;
-  //   * otherwise, with p this sampler's distribution (as Distribution()) and q the draft's
-  //     (`draft_dist`): accept `draft` with probability min(1, p(draft) / q(draft)); else return
-  //     a token drawn from the residual max(0, p - q), renormalised.
-  //   Unless greedy, two PRNG outputs, the test's then the residual draw's, whether or not the
-  //   draft is accepted (SkipDraws below keeps a stream whose later rows went unused in step).
-  // *accepted says which happened; the returned token is `draft` when accepted. lp as Sample().
-  int32_t Verify(std::span<float> logits, std::span<const int32_t> history, int32_t draft,
-                 const TokenDistribution* draft_dist, bool* accepted, TokenLogprob* lp);
-
   // True when Sample() reads nothing but the raw logits, the history and, unless greedy, one
-  // PRNG output: no constraint (a logit bias and penalties are fine: the draw lists them,
+  // random number: no constraint (a logit bias and penalties are fine: the draw lists them,
   // NextDraw below; so are logprobs: the draw asks for them, DrawParams::logprobs). Such a
   // token can be drawn where the logits are (ModelBackend::ForwardBatchSample: on the device)
   // without the logits reaching the host.
@@ -144,40 +125,32 @@ class Sampler {
   void Accepted(int32_t token) { Chose(token); }
   // This request's draw settings (uniform 0; logprobs as asked, logprobs_out null).
   DrawParams draw_params() const;
-  // draw_params() with the uniform the next Sample() would take, consumed (one PRNG output;
-  // none when greedy). For a plain draw, DrawToken(logits, NextDraw()) is what Sample(logits)
-  // would have returned, and the stream goes on as if it had been called. With draft >= 0, the
-  // row verifies that deterministic draft token (DrawParams::draft): unless greedy, two PRNG
-  // outputs, accept_uniform's then uniform's, as Verify takes them.
-  DrawParams NextDraw(int32_t draft = -1);
+  // draw_params() with the random number of the next output token (index(); greedy: none),
+  // and index() moves past it. DrawToken(logits, NextDraw()) is what Sample(logits) would have
+  // returned for a plain draw.
+  DrawParams NextDraw();
   // NextDraw() with the logit bias and penalties as entries a backend applies
   // (LogitAdjustments, runtime/sample/penalties.h): `before_input` is the history before the
   // row's input token (the backend counts that one), the entries are appended to *adjust, and
   // the returned params' adjust span is left empty for the caller to point at them. For a plain
   // draw, DrawToken on the row after ApplyLogitAdjustments is what Sample(row, history) would
   // have returned (with `banned`'s logits set to -infinity first: LogitAdjustments').
-  // draft as NextDraw(draft).
   DrawParams NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
-                      std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {},
-                      int32_t draft = -1);
+                      std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {});
 
-  // Moves the PRNG past n draws that were planned but not taken (none when greedy): Verify's
-  // two outputs per draft row not reached and Sample's one for the row after the draft, so that
-  // a verification walk that stops early leaves the stream where drawing every row (a backend's
-  // NextDraw per row) leaves it.
-  void SkipDraws(int n);
+  // The output index (0: the first generated token) whose random number the next Sample() or
+  // NextDraw() takes. It starts at 0 and each of them moves it on by one; Seek sets it, so a
+  // caller that drew rows it did not keep (a rejected draft's) goes back to the first unkept.
+  uint64_t index() const { return index_; }
+  void Seek(uint64_t index) { index_ = index; }
+  // The seed in use (params.seed, or the random one chosen when it was unset).
+  uint64_t seed() const { return seed_; }
 
   const SamplingParams& params() const { return params_; }
 
  private:
   // Fills lp from the post-penalty logits.
   void FillLogprobs(std::span<const float> logits, int32_t chosen, TokenLogprob* lp);
-  // The survivors' probabilities at params_.temperature, into out (sorted by id).
-  void SurvivorDistribution(TokenDistribution* out);
-  // A uniform double in [0, 1) from one PRNG output.
-  double Uniform01();
-  // DrawFrom's pick with a given uniform in [0, 1).
-  static int32_t DrawWith(const TokenDistribution& d, double uniform);
 
   // The logits before truncation: AdjustLogits, then the constraint's mask.
   void Adjust(std::span<float> logits, std::span<const int32_t> history);
@@ -186,7 +159,8 @@ class Sampler {
 
   SamplingParams params_;
   std::unique_ptr<TokenConstraint> constraint_;
-  std::mt19937_64 rng_;
+  uint64_t seed_;
+  uint64_t index_ = 0;
   // Scratch reused across steps: (logit, id) pairs of the tokens still in the running.
   DrawCandidates candidates_;
   std::vector<double> probs_;

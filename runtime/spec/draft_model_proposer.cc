@@ -24,8 +24,7 @@ DraftProposal DraftModelProposer::Propose(const DraftRequest& request) {
   if (!st.sampler) {
     SamplingParams p = request.sampling != nullptr ? *request.sampling : SamplingParams{};
     if (request.sampling == nullptr) p.temperature = 0.0f;
-    // Its own stream of randomness: the target's draws stay what they would be without drafts.
-    if (p.seed) p.seed = *p.seed ^ 0x9e3779b97f4a7c15ull;
+    p.seed = request.seed;  // the target's random numbers: the draws coincide where p ~ q
     p.logprobs = -1;
     st.sampler = std::make_unique<Sampler>(p);
   }
@@ -44,14 +43,11 @@ DraftProposal DraftModelProposer::Propose(const DraftRequest& request) {
     return out;
   }
   st.computed.assign(h.begin(), h.end());
-  const bool greedy = st.sampler->params().temperature <= 0.0f;
   std::vector<int32_t> context(h.begin(), h.end());
+  st.sampler->Seek(request.first_index);
   for (int j = 0; j < k; ++j) {
-    TokenDistribution q;
-    st.sampler->Distribution(logits, context, &q);
-    const int32_t t = greedy ? q[0].first : st.sampler->DrawFrom(q);
+    const int32_t t = st.sampler->Sample(logits, context, nullptr);
     out.tokens.push_back(t);
-    if (!greedy) out.probs.push_back(std::move(q));
     context.push_back(t);
     if (j + 1 == k) break;
     const int32_t one[1] = {t};

@@ -3,11 +3,12 @@
 // Each sequence keeps its own contiguous KV cache in the draft model (sized to the sequence's
 // max_positions at its first proposal). A proposal first brings that cache up to the sequence's
 // history (keeping the longest common prefix with what it computed last time, so accepted drafts
-// are not recomputed), then runs the draft model one token at a time: greedily when the request
-// is greedy, else drawing from the draft's own distribution with the request's sampling settings
-// (the distributions go with the draft for the rejection rule). Every token takes the prompt-path
-// numerics, as the batching engine's target does, so a draft model that is the target itself
-// proposes exactly the target's greedy tokens (a test).
+// are not recomputed), then runs the draft model one token at a time, drawing each token with the
+// request's sampling settings (greedy when the request is) and the random number the target's
+// draw at that output index takes (DraftRequest::seed, first_index; runtime/sample/sampler.h):
+// where the two models' distributions are close, their draws coincide and the draft is kept.
+// Every token takes the prompt-path numerics, as the batching engine's target does, so a draft
+// model that is the target itself proposes exactly the target's tokens, greedy or seeded (tests).
 //
 // Thread safety: none; the engine thread calls it, and the draft model is not used concurrently
 // (it may be the target LlamaModel itself: both run on the engine thread, one after the other).

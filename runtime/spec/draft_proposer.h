@@ -1,13 +1,15 @@
 // Speculative decoding's proposers: cheap guesses of the tokens that follow a sequence, which the
-// engine verifies against the target model in one batched step (runtime/sched SetDraft, the
-// Sampler's Verify). A wrong guess costs only the compute of its positions; the output is the
-// target's either way (lossless).
+// engine verifies against the target model in one batched step (runtime/sched SetDraft): each row
+// is drawn as without a draft, and draft tokens are kept while they are what was drawn
+// (runtime/sample/sampler.h). A wrong guess costs only the compute of its positions; the output is
+// the target's either way (lossless).
 //
 //   NgramProposer       prompt lookup (vLLM's "ngram", llama.cpp's lookup decoding): the tokens
 //                       that followed the latest earlier occurrence of the sequence's last n tokens.
 //                       Deterministic drafts (q = 1 at the draft). No model, no state.
-//   DraftModelProposer  a second, smaller model sharing the target's vocabulary proposes greedily
-//                       or by sampling (then with its distributions q, for the rejection rule).
+//   DraftModelProposer  a second, smaller model sharing the target's vocabulary draws what it
+//                       expects the target to draw: with the request's sampling settings and the
+//                       target's random numbers.
 //
 // Thread safety: none. The engine thread owns its proposer.
 #pragma once
@@ -26,13 +28,16 @@ struct DraftRequest {
   std::span<const int32_t> history;   // prompt then generated tokens, non-empty
   int max_tokens = 0;                 // propose at most this many
   const SamplingParams* sampling = nullptr;  // the request's; null = greedy
+  // The request's seed (Sampler::seed) and the output index of the first token to propose: a
+  // proposer that samples draws token j with SeededUniform(seed, first_index + j), the random
+  // number the target's draw there takes.
+  uint64_t seed = 0;
+  uint64_t first_index = 0;
   int max_positions = 0;              // the sequence never grows past this (prompt + max_tokens)
 };
 
 struct DraftProposal {
   std::vector<int32_t> tokens;
-  // Empty for deterministic drafts; else one distribution per token, the one it was drawn from.
-  std::vector<TokenDistribution> probs;
 };
 
 class DraftProposer {

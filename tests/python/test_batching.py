@@ -9,7 +9,7 @@ import openai
 import pytest
 import requests
 
-from conftest import metric_value
+from conftest import metric_value, start_runtime, stop_runtime
 
 PROMPTS = ["What is the capital of France?", "Name three colors.", "Write a haiku about rain.",
            "List the first five prime numbers.", "What does a CPU do?", "Say hello in Spanish.",
@@ -149,9 +149,9 @@ def test_speculative_decoding_is_lossless_and_counted(client, server):
 
 
 def test_sampled_speculative_decoding_is_reproducible_with_a_seed(client, server):
-    """A seeded sampled request with prompt-lookup drafts (verified with the draw, two random
-    numbers a draft row whatever is accepted) gives the same text each time, and its drafts are
-    verified, some accepted."""
+    """A seeded sampled request with prompt-lookup drafts gives the same text each time, and the
+    text it gives without drafts (each row is drawn as without a draft, with its output index's
+    random number); its drafts are verified, some accepted."""
     def counters():
         text = scrape(server)
         return (metric_value(text, "kinfer_runtime_spec_decode_num_draft_tokens_total"),
@@ -166,6 +166,8 @@ def test_sampled_speculative_decoding_is_reproducible_with_a_seed(client, server
     again = client.chat.completions.create(**args)
     assert first.choices[0].message.content == again.choices[0].message.content
     assert first.usage.completion_tokens == again.usage.completion_tokens
+    plain = client.chat.completions.create(**{**args, "extra_body": {"speculative": False}})
+    assert plain.choices[0].message.content == first.choices[0].message.content
     assert d1 > d0 and a1 > a0, "no draft was verified or none accepted"
     assert a1 - a0 <= d1 - d0
     streamed = "".join(c.choices[0].delta.content or ""
@@ -179,3 +181,35 @@ def test_bad_speculative_field_is_a_400_naming_it(client, server):
             model=server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
             extra_body={"speculative": {"n_max": "four"}})
     assert e.value.body["param"] == "speculative.n_max"
+
+
+# A long prompt whose answers copy from it: prompt lookup drafts, and three choices of ~330
+# positions each (with their drafts) do not fit a 512-position cache at once.
+TOWN = ("The town was founded in 1642 by settlers who arrived on three ships. They built a wooden "
+        "church, a mill and a row of stone cottages along the shore. In 1789 a great storm "
+        "destroyed half of the fleet; the survivors formed a cooperative that still exists "
+        "today. ") * 4 + "Summarize the document in one sentence:"
+
+
+def test_a_seeded_choice_under_kv_pressure_is_the_single_request_with_its_seed():
+    """`n` = 3 with seed 1234 in a cache too small for the three with their drafts: choice 2 is
+    the single request with seed 1236, with speculation and without. Drafts cut to the free KV
+    blocks change how many tokens a step confirms, never which (found 2026-12-07: they did)."""
+    srv = start_runtime(["--ctx-size", "512", "--kv-cache-tokens", "512", "--spec-default"])
+    try:
+        url = srv.url + "/v1/completions"
+        body = {"model": srv.model, "prompt": TOWN, "max_tokens": 32, "temperature": 0.9,
+                "ignore_eos": True}
+        for _ in range(2):
+            multi = requests.post(url, json={**body, "n": 3, "seed": 1234}, timeout=120)
+            assert multi.status_code == 200, multi.text
+            single = requests.post(url, json={**body, "seed": 1236}, timeout=120).json()
+            plain = requests.post(url, json={**body, "seed": 1236, "speculative": False},
+                                  timeout=120).json()
+            text = multi.json()["choices"][2]["text"]
+            assert text == single["choices"][0]["text"]
+            assert text == plain["choices"][0]["text"]
+        page = requests.get(srv.url + "/metrics", timeout=5).text
+        assert metric_value(page, "kinfer_runtime_spec_decode_num_draft_tokens_total") > 0
+    finally:
+        stop_runtime(srv)

@@ -1006,8 +1006,6 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       cuda::DeviceDraw& d = draws_host[r];
       d = cuda::DeviceDraw{};
       d.uniform = p.uniform;
-      d.accept_uniform = p.accept_uniform;
-      d.draft = p.draft >= 0 && p.draft < hp.n_vocab ? p.draft : -1;  // (out of range: none to keep)
       d.temperature = p.temperature;
       d.top_p = p.top_p;
       d.min_p = p.min_p;

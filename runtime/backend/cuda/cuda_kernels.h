@@ -203,10 +203,6 @@ void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaSt
 constexpr int kMaxTopK = 64;
 struct DeviceDraw {
   double uniform = 0.0;  // in [0, 1)
-  // A draft token verified at this row (DrawParams::draft; -1: none, else < n_vocab) and its
-  // test's uniform in [0, 1).
-  double accept_uniform = 0.0;
-  int draft = -1;
   float temperature = 0.0f;
   float top_p = 1.0f;      // >= 1: off
   float min_p = 0.0f;      // > 0: on
@@ -242,8 +238,7 @@ constexpr int kAdjustInts = 3;  // int32s per entry
 void AdjustLogitsRows(float* logits, int rows, int n_vocab, const DeviceDraw* draws,
                       const int32_t* meta, const int32_t* input_ids, cudaStream_t stream);
 
-// out[r] = the token draws[r] picks from logits row r (one block per row), or with a draft to
-// verify, DrawToken's verification: the draft, or the residual's pick. With the same logits,
+// out[r] = the token draws[r] picks from logits row r (one block per row). With the same logits,
 // the host's DrawToken gives the same token, unless the uniform (or top_p x the total) falls
 // within rounding of a boundary between two tokens (probabilities are summed in a different
 // grouping). The same row and settings always give the same token.

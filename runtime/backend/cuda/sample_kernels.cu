@@ -137,11 +137,11 @@ __device__ uint32_t LargestKey(uint32_t lo, uint32_t hi, P pred) {
 // its contiguous run of ids, thread 0 turns the counts into offsets, and the thread whose run
 // holds the r-th walks it. -1 when there are fewer than r.
 __device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, const Cut& c, int r,
-                          CutShared& sh, int skip = -1) {
+                          CutShared& sh) {
   const int chunk = (n + blockDim.x - 1) / blockDim.x;
   const int b = min(n, static_cast<int>(threadIdx.x) * chunk), e = min(n, b + chunk);
   int cnt = 0;
-  for (int i = b; i < e; ++i) cnt += OrderKey(row[i]) == key && InCut(c, key, i) && i != skip;
+  for (int i = b; i < e; ++i) cnt += OrderKey(row[i]) == key && InCut(c, key, i);
   sh.count[threadIdx.x] = cnt;
   if (threadIdx.x == 0) sh.found = -1;
   __syncthreads();
@@ -158,7 +158,7 @@ __device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, co
   if (r > before && r <= before + cnt) {
     int seen = before;
     for (int i = b; i < e; ++i) {
-      if (OrderKey(row[i]) == key && InCut(c, key, i) && i != skip && ++seen == r) {
+      if (OrderKey(row[i]) == key && InCut(c, key, i) && ++seen == r) {
         sh.found = i;
         break;
       }
@@ -170,13 +170,12 @@ __device__ int NthIdAtKey(const float* __restrict__ row, int n, uint32_t key, co
   return found;
 }
 
-// The tokens of cut c at or above key k (strict: above), counted or weighed by w(value); token
-// `skip` left out.
+// The tokens of cut c at or above key k (strict: above), counted or weighed by w(value).
 template <typename W>
 __device__ double CutMass(const float* __restrict__ row, int n, const Cut& c, uint32_t k,
-                          bool strict, W w, CutShared& sh, int skip = -1) {
+                          bool strict, W w, CutShared& sh) {
   return RowSum(row, n, [&](uint32_t key, int i, float v) {
-    return (strict ? key > k : key >= k) && InCut(c, key, i) && i != skip ? w(v) : 0.0;
+    return (strict ? key > k : key >= k) && InCut(c, key, i) ? w(v) : 0.0;
   }, sh);
 }
 
@@ -222,50 +221,43 @@ __device__ __noinline__ int SampleByCuts(const float* __restrict__ row, int n, c
     const uint32_t kt = OrderKey(mx + dr.log_min_p);
     if (kt > cut.key && kt <= kmx) cut = Cut{kt, INT_MAX};
   }
-  // The draw: the first survivor, best first, whose cumulative probability passes uniform. A
-  // draft to verify is kept when the test passes, and otherwise left out of the walk (skip).
+  // The draw: the first survivor, best first, whose cumulative probability passes uniform.
   const double inv_t = 1.0 / static_cast<double>(dr.temperature);
   const auto q = [mx, inv_t](float v) { return exp(static_cast<double>(v - mx) * inv_t); };
-  const int skip = dr.draft;
-  const double rest = CutMass(row, n, cut, cut.key, false, q, sh, skip);
-  if (skip >= 0) {
-    const float vd = row[skip];
-    const double qd = InCut(cut, OrderKey(vd), skip) ? q(vd) : 0.0;
-    if (qd > 0.0 && dr.accept_uniform * (rest + qd) < qd) return skip;
-  }
-  const double u = dr.uniform * rest;
-  const auto passes = [&](uint32_t key) { return CutMass(row, n, cut, key, false, q, sh, skip) > u; };
+  const double total = CutMass(row, n, cut, cut.key, false, q, sh);
+  const double u = dr.uniform * total;
+  const auto passes = [&](uint32_t key) { return CutMass(row, n, cut, key, false, q, sh) > u; };
   if (passes(cut.key)) {
     uint32_t lo = cut.key;
     const uint32_t hint = OrderKey(mx - 40.0f * dr.temperature);
     if (hint > lo && passes(hint)) lo = hint;
     const uint32_t w = LargestKey(lo, kmx, passes);
-    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh, skip)) -
-                     static_cast<int>(CutMass(row, n, cut, w, true, one, sh, skip));
+    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh)) -
+                     static_cast<int>(CutMass(row, n, cut, w, true, one, sh));
     const double qw = q(KeyValue(w));
-    double cum = CutMass(row, n, cut, w, true, q, sh, skip);
+    double cum = CutMass(row, n, cut, w, true, q, sh);
     int r = 0;
     do {
       cum += qw;
       ++r;
     } while (!(u < cum) && r < ties);
-    return NthIdAtKey(row, n, w, cut, r, sh, skip);
+    return NthIdAtKey(row, n, w, cut, r, sh);
   }
   // Rounding left uniform x total at or past the end: the last survivor whose probability is not
-  // zero (the lowest key with q > 0, its highest id in the cut), the draft aside.
+  // zero (the lowest key with q > 0, its highest id in the cut).
   uint32_t kz = UINT32_MAX;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = row[i];
     const uint32_t key = OrderKey(v);
-    if (InCut(cut, key, i) && i != skip && q(v) > 0.0 && key < kz) kz = key;
+    if (InCut(cut, key, i) && q(v) > 0.0 && key < kz) kz = key;
   }
   kz = BlockReduce(kz, MinOp(), sh.key);
   int last = -1;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    if (OrderKey(row[i]) == kz && InCut(cut, kz, i) && i != skip && i > last) last = i;
+    if (OrderKey(row[i]) == kz && InCut(cut, kz, i) && i > last) last = i;
   }
   last = BlockReduce(last, MaxOp(), sh.id);
-  return last >= 0 ? last : skip;  // (nothing else has any probability: the draft was kept)
+  return last;  // (the maximum's q is 1, so there is one)
 }
 
 // ---- top k in three passes -----------------------------------------------------------------
@@ -498,40 +490,28 @@ __global__ void __launch_bounds__(kSampleThreads)
       while (n < keep && !(cv[n] < threshold)) ++n;
       keep = n;
     }
-    if (keep <= 1) {  // (a draft to verify is then kept exactly when it is this one)
+    if (keep <= 1) {
       out[blockIdx.x] = ci[0];
       return;
     }
-    // As DrawToken's PickOrVerify: a draft to verify is summed apart, kept when the test
-    // passes, and otherwise left out of the walk.
+    // As DrawToken's PickCandidate.
     double p[kMaxTopK];
-    double rest = 0.0, qd = 0.0;
-    int skip = -1;
+    double total = 0.0;
     for (int j = 0; j < keep; ++j) {
       p[j] = exp(static_cast<double>(cv[j] - mx) * inv_t);
-      if (ci[j] == dr.draft) {
-        qd = p[j];
-        skip = j;
-      } else {
-        rest += p[j];
-      }
+      total += p[j];
     }
-    if (qd > 0.0 && dr.accept_uniform * (rest + qd) < qd) {
-      out[blockIdx.x] = dr.draft;
-      return;
-    }
-    const double u = dr.uniform * rest;
+    const double u = dr.uniform * total;
     double cum = 0.0;
     int pick = -1;
     for (int j = 0; j < keep && pick < 0; ++j) {
-      if (j == skip) continue;
       cum += p[j];
       if (u < cum) pick = j;
     }
     for (int j = keep; pick < 0 && j-- > 0;) {
-      if (p[j] > 0.0 && j != skip) pick = j;
+      if (p[j] > 0.0) pick = j;
     }
-    out[blockIdx.x] = ci[pick < 0 ? (skip >= 0 ? skip : 0) : pick];
+    out[blockIdx.x] = ci[pick < 0 ? 0 : pick];
     return;
   }
 
@@ -543,13 +523,11 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float threshold = mx + dr.log_min_p;
   const int chunk = (n_vocab + blockDim.x - 1) / blockDim.x;
   const int b = min(n_vocab, static_cast<int>(threadIdx.x) * chunk), e = min(n_vocab, b + chunk);
-  // A draft to verify is summed apart (qd), kept when the test passes, and otherwise left out.
-  const int skip = dr.draft;
   double sum = 0.0;
   int last_nonzero = -1;
   for (int i = b; i < e; ++i) {
     const float v = row[i];
-    if ((min_p && v < threshold) || i == skip) continue;
+    if (min_p && v < threshold) continue;
     const double pr = exp(static_cast<double>(v - mx) * inv_t);
     sum += pr;
     if (pr > 0.0) last_nonzero = i;
@@ -567,14 +545,6 @@ __global__ void __launch_bounds__(kSampleThreads)
     total_sh = acc;
   }
   __syncthreads();
-  if (skip >= 0) {
-    const float vd = row[skip];
-    const double qd = min_p && vd < threshold ? 0.0 : exp(static_cast<double>(vd - mx) * inv_t);
-    if (qd > 0.0 && dr.accept_uniform * (total_sh + qd) < qd) {
-      if (threadIdx.x == 0) out[blockIdx.x] = skip;
-      return;  // (the same answer for every thread)
-    }
-  }
   const double u = dr.uniform * total_sh;
   const double lo = offset[threadIdx.x];
   const double hi = threadIdx.x + 1 < blockDim.x ? offset[threadIdx.x + 1] : total_sh;
@@ -583,7 +553,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     int pick = -1;
     for (int i = b; i < e && pick < 0; ++i) {
       const float v = row[i];
-      if ((min_p && v < threshold) || i == skip) continue;
+      if (min_p && v < threshold) continue;
       cum += exp(static_cast<double>(v - mx) * inv_t);
       if (u < cum) pick = i;
     }
@@ -596,7 +566,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   __shared__ int warp_max[32];
   const int fallback = BlockMaxInt(last_nonzero, warp_max);
   if (threadIdx.x == 0) {
-    out[blockIdx.x] = picked != INT_MAX ? picked : fallback >= 0 ? fallback : skip >= 0 ? skip : 0;
+    out[blockIdx.x] = picked != INT_MAX ? picked : fallback >= 0 ? fallback : 0;
   }
 }
 

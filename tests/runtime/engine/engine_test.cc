@@ -360,11 +360,11 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       }
     }
   }
-  // A prompt-lookup draft is verified by the backend: a row per position, each drawn with its
-  // draft token to verify (greedy: the argmax; sampled: the rejection rule from the row's two
-  // uniforms), after the row's entries, with the draft before it in the penalty window, walked
-  // as Sampler::Verify walks them. The same tokens and logprobs as the host's verification,
-  // whose walk skips the uniforms of the rows it did not reach.
+  // A prompt-lookup draft is verified by the backend: a row per position, each drawn as without
+  // a draft (its output index's random number), after the row's entries, with the draft before
+  // it in the penalty window, and walked as the host walks them (draft tokens kept while they
+  // are what was drawn). The same tokens and logprobs as the host's verification, and the same
+  // tokens as without speculation.
   {
     GenerationRequest copy = Greedy(
         "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape.", 24);
@@ -383,16 +383,19 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     copy_hot_adjusted.sampling.temperature = 0.6f;
     copy_hot_adjusted.sampling.top_k = 40;
     copy_hot_adjusted.sampling.top_p = 0.95f;
-    copy_hot_adjusted.sampling.seed = 21;
+    copy_hot_adjusted.sampling.seed = 5;  // (one whose text copies the list: it drafts)
     for (const GenerationRequest* r : {&copy, &copy_adjusted, &copy_hot, &copy_hot_adjusted}) {
       SCOPED_TRACE(::testing::Message() << "temperature " << r->sampling.temperature
                                         << " logprobs " << r->sampling.logprobs);
-      Counts on_n, off_n;
+      Counts on_n, off_n, plain_n;
       const std::vector<Collected> on = run(true, false, {*r}, &on_n, false, true);
       const std::vector<Collected> off = run(false, false, {*r}, &off_n, false, true);
+      const std::vector<Collected> plain = run(true, false, {*r}, &plain_n);
       ASSERT_EQ(on.size(), 1u);
       ASSERT_EQ(off.size(), 1u);
+      ASSERT_EQ(plain.size(), 1u);
       EXPECT_EQ(on[0].tokens, off[0].tokens);
+      EXPECT_EQ(on[0].tokens, plain[0].tokens);
       EXPECT_EQ(on[0].text, off[0].text);
       EXPECT_EQ(on[0].tokens.size(), 24u);
       ASSERT_EQ(on[0].logprobs.size(), off[0].logprobs.size());
@@ -406,14 +409,14 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
       EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);  // every step drawn by the backend
       EXPECT_GE(on_n.drafted_rows, 4);  // its drafts' rows among them (two drafts at least)
     }
-    // A draft model's sampled draft comes with its distributions q, which the residual needs:
-    // its steps are the host's (the target drafting for itself: every draft is accepted).
+    // A draft model's sampled draft is verified the same way, on the backend too.
     Counts on_n, off_n;
     const std::vector<Collected> on = run(true, false, {copy_hot}, &on_n, false, true, model_);
     const std::vector<Collected> off = run(false, false, {copy_hot}, &off_n, false, true, model_);
     EXPECT_EQ(on[0].tokens, off[0].tokens);
     EXPECT_EQ(on[0].tokens.size(), 24u);
-    EXPECT_LT(on_n.sample_steps, on_n.logits_steps);
+    EXPECT_EQ(on_n.sample_steps, on_n.logits_steps);
+    EXPECT_GE(on_n.drafted_rows, 4);
   }
   // A constraint's mask goes with the draw (DrawParams::mask; TokenConstraint::AppendAllowed):
   // JSON mode and a schema's grammar, greedy and sampled, alone and beside the others, step by

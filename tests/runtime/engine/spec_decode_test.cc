@@ -1,8 +1,9 @@
 // Speculative decoding in the engine on the real model (issue 3, item 6): n-gram (prompt lookup)
 // drafts are verified in one step and greedy output is token for token the same with them on and
 // off, alone and batched; a draft model that is the target itself has every draft accepted; with
-// sampling, the same seed gives the same output and the draft-model's drafts are all accepted;
-// max_tokens and stop rules hold exactly when a draft overshoots them.
+// sampling, the same seed gives the same output as without speculation, also when the KV cache is
+// too small for every draft (drafts cut to what fits, preemption), and the draft model's drafts
+// are all accepted; max_tokens and stop rules hold exactly when a draft overshoots them.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -212,10 +213,48 @@ TEST_F(SpecDecodeTest, SampledOutputWithADraftModelIsSeededAndEveryDraftIsAccept
   const Result second = Drain(**b);
   EXPECT_EQ(first.tokens, second.tokens);
   EXPECT_EQ(first.completion_tokens, 32);
+  EXPECT_EQ(first.tokens, Run(Options(false), r).tokens);  // the text without speculation
   const EngineStats st = SettledStats(e);
   EXPECT_GT(st.spec_draft_tokens, 0);
-  // p == q exactly (the same model, the same numerics): the rejection rule accepts everything.
+  // The same model, the same numerics and the target's random numbers: the draft model draws
+  // what the target draws, every time.
   EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+}
+
+// A seeded, sampled request's text does not depend on speculation or on load: drafts cut short
+// by a small KV cache (Scheduler::ScheduleDrafts) or dropped by preemption change how many tokens
+// a step confirms, never which. (Before random numbers were keyed by output index, a draft row
+// took two and a plain row one, so a cut draft changed the text.)
+TEST_F(SpecDecodeTest, SeededSampledOutputIsTheSameWithoutSpeculationAndUnderKvPressure) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = Prompts()[static_cast<size_t>(i) % Prompts().size()];
+    r.sampling.temperature = 0.9f;
+    if (i % 2 == 1) r.sampling.top_k = 40;
+    if (i % 3 == 2) r.sampling.top_p = 0.9f;
+    r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  std::vector<Result> solo;
+  for (const GenerationRequest& r : reqs) solo.push_back(Run(Options(false), r));
+  EngineOptions tight = Options(true);
+  tight.context_length = 512;
+  tight.kv_cache_tokens = 512;  // six sequences of ~100 positions, with drafts: not all fit
+  Engine e(model_, tokenizer_, tight);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const GenerationRequest& r : reqs) {
+    auto s = e.Submit(r);
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(Drain(*streams[i]).tokens, solo[i].tokens) << "request " << i;
+  }
+  const EngineStats st = SettledStats(e);
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  EXPECT_GT(st.spec_draft_tokens, st.spec_accepted_tokens);  // some drafts were wrong
 }
 
 TEST_F(SpecDecodeTest, MaxTokensAndStopStringsHoldExactlyUnderSpeculation) {
@@ -253,7 +292,6 @@ TEST_F(SpecDecodeTest, DraftModelProposerProposesTheTargetsGreedyContinuation) {
   dr.max_positions = static_cast<int>(history.size()) + 16;
   DraftProposal d = p.Propose(dr);
   ASSERT_EQ(d.tokens.size(), 4u);
-  EXPECT_TRUE(d.probs.empty());  // greedy drafts are deterministic
   EXPECT_EQ(d.tokens, std::vector<int32_t>(plain.tokens.begin() + 1, plain.tokens.begin() + 5));
   // Two accepted, then the target's own token: the next proposal continues from there.
   history.insert(history.end(), plain.tokens.begin() + 1, plain.tokens.begin() + 4);
@@ -264,6 +302,35 @@ TEST_F(SpecDecodeTest, DraftModelProposerProposesTheTargetsGreedyContinuation) {
   EXPECT_EQ(p.num_sequences(), 1u);
   p.Release(7);
   EXPECT_EQ(p.num_sequences(), 0u);
+}
+
+// Sampling, the proposer draws token j with the target's random number for output index
+// first_index + j: the target itself as the draft model proposes the target's seeded tokens.
+TEST_F(SpecDecodeTest, DraftModelProposerSamplesWithTheTargetsRandomNumbers) {
+  DraftModelProposer p(model_);
+  GenerationRequest r = Prompts()[4];
+  r.sampling.temperature = 2.0f;  // many likely tokens: another seed draws others
+  r.sampling.seed = 99;
+  r.max_tokens = 12;
+  const Result plain = Run(Options(false), r);
+  ASSERT_EQ(plain.tokens.size(), 12u);
+  std::vector<int32_t> history = r.prompt_tokens;
+  history.insert(history.end(), plain.tokens.begin(), plain.tokens.begin() + 3);
+  DraftRequest dr;
+  dr.seq = 1;
+  dr.history = history;
+  dr.max_tokens = 5;
+  dr.sampling = &r.sampling;
+  dr.seed = 99;
+  dr.first_index = 3;
+  dr.max_positions = static_cast<int>(r.prompt_tokens.size()) + r.max_tokens;
+  EXPECT_EQ(p.Propose(dr).tokens,
+            std::vector<int32_t>(plain.tokens.begin() + 3, plain.tokens.begin() + 8));
+  // Another seed's numbers propose another continuation.
+  dr.seq = 2;
+  dr.seed = 100;
+  EXPECT_NE(p.Propose(dr).tokens,
+            std::vector<int32_t>(plain.tokens.begin() + 3, plain.tokens.begin() + 8));
 }
 
 }  // namespace

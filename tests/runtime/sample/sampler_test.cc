@@ -141,16 +141,42 @@ TEST(SamplerTest, TopKOneEqualsGreedy) {
   }
 }
 
-// The uniform a fresh mt19937_64(seed) gives after `skip` outputs, as Sampler maps it.
-double UniformAfter(uint64_t seed, int skip) {
-  std::mt19937_64 g(seed);
-  g.discard(static_cast<unsigned long long>(skip));
-  return static_cast<double>(g() >> 11) * 0x1.0p-53;
+TEST(SamplerTest, SeededUniformIsSplitMix64OverTheMixedSeedAndTheIndex) {
+  // Pinned values, computed apart (Python, 64-bit arithmetic) from the rule sampler.h states:
+  // the same seed gives the same text on every platform and in every later version that keeps
+  // the rule.
+  struct Pin {
+    uint64_t seed, index, bits53;
+  };
+  const Pin pins[] = {{0, 0, 7956156453446585ull},
+                      {42, 0, 5369361458086087ull},
+                      {42, 7, 1377140798157388ull},
+                      {~uint64_t{0}, 123456789, 6041546424892937ull}};
+  for (const Pin& p : pins) {
+    EXPECT_EQ(SeededUniform(p.seed, p.index), static_cast<double>(p.bits53) * 0x1.0p-53)
+        << "seed " << p.seed << " index " << p.index;
+  }
+  // Uniform over [0, 1) by index and by seed, and neighbouring seeds (n's choices: seed + j) are
+  // not one stream shifted.
+  std::vector<int> by_index(16, 0), by_seed(16, 0);
+  int shifted = 0;
+  for (uint64_t i = 0; i < 32000; ++i) {
+    const double u = SeededUniform(7, i), v = SeededUniform(1000 + i, 3);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    ++by_index[static_cast<size_t>(u * 16)];
+    ++by_seed[static_cast<size_t>(v * 16)];
+    shifted += SeededUniform(8, i) == SeededUniform(7, i + 1);
+  }
+  const std::vector<double> flat(16, 1.0 / 16);
+  EXPECT_LT(ChiSquare(by_index, flat), 37.7);  // 15 degrees of freedom, p = 0.001
+  EXPECT_LT(ChiSquare(by_seed, flat), 37.7);
+  EXPECT_EQ(shifted, 0);
 }
 
-TEST(SamplerTest, EverySampledTokenTakesOnePrngOutputEvenWithOneSurvivor) {
-  // top_k 1 leaves one candidate; the stream still moves on by one output per token, so the
-  // draws that follow do not depend on how many candidates the logits left.
+TEST(SamplerTest, EachTokensRandomNumberIsItsOutputIndexs) {
+  // top_k 1 leaves one candidate; the index still moves on by one per token, so a token's draw
+  // does not depend on how many candidates the logits before it left.
   const auto logits = RandomLogits(500, 4);
   SamplingParams p = Seeded(77, 1.0f);
   p.top_k = 1;
@@ -159,13 +185,31 @@ TEST(SamplerTest, EverySampledTokenTakesOnePrngOutputEvenWithOneSurvivor) {
     auto l = logits;
     s.Sample(l, {}, nullptr);
   }
-  const TokenDistribution halves = {{0, 0.5}, {1, 0.5}};
-  EXPECT_EQ(s.DrawFrom(halves), UniformAfter(77, 3) < 0.5 ? 0 : 1);
-  // Greedy takes none.
+  EXPECT_EQ(s.index(), 3u);
+  EXPECT_EQ(s.NextDraw().uniform, SeededUniform(77, 3));
+  s.Seek(41);
+  EXPECT_EQ(s.NextDraw().uniform, SeededUniform(77, 41));
+  EXPECT_EQ(s.index(), 42u);
+  EXPECT_EQ(s.seed(), 77u);
+  // Greedy reads none, but its tokens still count.
   Sampler g(Seeded(77, 0.0f));
   auto l = logits;
   g.Sample(l, {}, nullptr);
-  EXPECT_EQ(g.DrawFrom(halves), UniformAfter(77, 0) < 0.5 ? 0 : 1);
+  EXPECT_EQ(g.index(), 1u);
+  EXPECT_EQ(g.NextDraw().uniform, 0.0);
+  // Drawing rows past the ones kept (a rejected draft's) and seeking back gives the draw the
+  // first unkept row would have had on a sampler that never went past it.
+  Sampler walked(Seeded(5, 0.8f)), plain(Seeded(5, 0.8f));
+  for (uint64_t i = 0; i < 30; ++i) {
+    auto a = RandomLogits(300, 900 + i, 2.0f), b = a;
+    const int32_t want = plain.Sample(a, {}, nullptr);
+    for (int extra = 0; extra < static_cast<int>(i % 4); ++extra) walked.NextDraw();
+    walked.Seek(i);
+    EXPECT_EQ(walked.Sample(b, {}, nullptr), want) << "index " << i;
+  }
+  // An unset seed is chosen once, and kept.
+  Sampler r{SamplingParams{}};
+  EXPECT_EQ(r.seed(), r.seed());
 }
 
 TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {

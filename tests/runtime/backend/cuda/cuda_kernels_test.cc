@@ -1162,10 +1162,6 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   DrawCandidates cand;
   std::vector<double> probs;
   int round = 0;
-  // Then each row verifies a draft (DrawParams::draft): the row's best token, the token its plain
-  // draw picks, a token of no note, or a leader, with test uniforms that keep and reject.
-  int kept = 0, rejected = 0;
-  for (bool verify : {false, true})
   for (bool mixed : {false, true}) {
     for (size_t ci = 0; ci < (mixed ? 1 : std::size(cases)); ++ci, ++round) {
       std::vector<DrawParams> ps(rows);
@@ -1186,19 +1182,6 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
         d.min_p = p.min_p;
         d.log_min_p = p.min_p > 0.0f ? std::log(p.min_p) : 0.0f;
         d.top_k = p.top_k;
-        if (!verify) continue;
-        const std::span<const float> row(&l[static_cast<size_t>(r) * nv], nv);
-        switch ((r + round) % 4) {
-          case 0: p.draft = ArgmaxLowestId(row); break;
-          case 1: p.draft = DrawToken(row, p, &cand, &probs); break;
-          case 2: p.draft = (r * 7919 + round * 131) % nv; break;
-          default: p.draft = (100 + r) % nv; break;
-        }
-        p.accept_uniform = u[(round * rows + r + 5 * rows) % u.size()];
-        if (r % 6 == 1) p.accept_uniform = 0.0;       // kept whenever it survives
-        if (r % 6 == 4) p.accept_uniform = 0.999999;  // rejected unless it is nearly all
-        d.draft = p.draft;
-        d.accept_uniform = p.accept_uniform;
       }
       DeviceBuffer<cuda::DeviceDraw> dd(ds);
       cuda::SampleRows(ld.get(), rows, nv, dd.get(), out.get(), nullptr);
@@ -1208,14 +1191,10 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
         const int32_t want = DrawToken(row, ps[r], &cand, &probs);
         EXPECT_EQ(got[r], want)
             << "row " << r << " t " << ps[r].temperature << " k " << ps[r].top_k << " top_p "
-            << ps[r].top_p << " min_p " << ps[r].min_p << " u " << ps[r].uniform << " draft "
-            << ps[r].draft << " accept_u " << ps[r].accept_uniform;
-        if (verify && ps[r].temperature > 0.0f) (want == ps[r].draft ? kept : rejected) += 1;
+            << ps[r].top_p << " min_p " << ps[r].min_p << " u " << ps[r].uniform;
       }
     }
   }
-  EXPECT_GT(kept, 60);
-  EXPECT_GT(rejected, 60);
 }
 
 // The logit bias and penalties as the backend applies them (entries in the step's metadata, the
