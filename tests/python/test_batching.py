@@ -158,7 +158,7 @@ def test_sampled_speculative_decoding_is_reproducible_with_a_seed(client, server
                 metric_value(text, "kinfer_runtime_spec_decode_num_accepted_tokens_total"))
 
     args = dict(model=server.model, messages=[{"role": "user", "content": COPY_PROMPT}],
-                temperature=0.6, top_p=0.95, seed=17, max_tokens=40,
+                temperature=0.6, top_p=0.95, seed=4, max_tokens=40,  # (seed 4 copies)
                 extra_body={"speculative": True})
     d0, a0 = counters()
     first = client.chat.completions.create(**args)
@@ -183,12 +183,16 @@ def test_bad_speculative_field_is_a_400_naming_it(client, server):
     assert e.value.body["param"] == "speculative.n_max"
 
 
-# A long prompt whose answers copy from it: prompt lookup drafts, and three choices of ~330
-# positions each (with their drafts) do not fit a 512-position cache at once.
-TOWN = ("The town was founded in 1642 by settlers who arrived on three ships. They built a wooden "
-        "church, a mill and a row of stone cottages along the shore. In 1789 a great storm "
-        "destroyed half of the fleet; the survivors formed a cooperative that still exists "
-        "today. ") * 4 + "Summarize the document in one sentence:"
+# A long prompt (about 330 tokens) whose answers copy from it: prompt lookup drafts, and three
+# choices with their drafts do not fit a 512-position cache at once.
+TOWN = ("You are a careful assistant. The following is a detailed reference document about the "
+        "history of a small coastal town, its harbour, its fishing fleet, its festivals and the "
+        "families that lived there. The town was founded in 1642 by settlers who arrived on three "
+        "ships. They built a wooden church, a mill and a row of stone cottages along the shore. "
+        "Over the next century the harbour was dredged twice, a lighthouse was raised on the "
+        "northern cliff, and the market square became the centre of trade for the whole valley. "
+        "In 1789 a great storm destroyed half of the fleet; the survivors formed a cooperative "
+        "that still exists today. ") * 3 + "Summarize the document in one sentence:"
 
 
 def test_a_seeded_choice_under_kv_pressure_is_the_single_request_with_its_seed():
@@ -198,8 +202,7 @@ def test_a_seeded_choice_under_kv_pressure_is_the_single_request_with_its_seed()
     srv = start_runtime(["--ctx-size", "512", "--kv-cache-tokens", "512", "--spec-default"])
     try:
         url = srv.url + "/v1/completions"
-        body = {"model": srv.model, "prompt": TOWN, "max_tokens": 32, "temperature": 0.9,
-                "ignore_eos": True}
+        body = {"model": srv.model, "prompt": TOWN, "max_tokens": 32, "temperature": 0.9}
         for _ in range(2):
             multi = requests.post(url, json={**body, "n": 3, "seed": 1234}, timeout=120)
             assert multi.status_code == 200, multi.text

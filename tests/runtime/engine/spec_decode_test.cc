@@ -240,8 +240,9 @@ TEST_F(SpecDecodeTest, SeededSampledOutputIsTheSameWithoutSpeculationAndUnderKvP
   std::vector<Result> solo;
   for (const GenerationRequest& r : reqs) solo.push_back(Run(Options(false), r));
   EngineOptions tight = Options(true);
-  tight.context_length = 512;
-  tight.kv_cache_tokens = 512;  // six sequences of ~100 positions, with drafts: not all fit
+  tight.context_length = 256;
+  tight.kv_cache_tokens = 256;  // six sequences of ~90 positions, with drafts: not all fit
+  tight.max_batch_tokens = 24;  // nor do six decodes with 4 drafts each in one step
   Engine e(model_, tokenizer_, tight);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const GenerationRequest& r : reqs) {
@@ -255,6 +256,7 @@ TEST_F(SpecDecodeTest, SeededSampledOutputIsTheSameWithoutSpeculationAndUnderKvP
   const EngineStats st = SettledStats(e);
   EXPECT_GT(st.spec_accepted_tokens, 0);
   EXPECT_GT(st.spec_draft_tokens, st.spec_accepted_tokens);  // some drafts were wrong
+  EXPECT_GT(st.preemptions, 0);  // the cache was that tight (4 here on 2026-12-07)
 }
 
 TEST_F(SpecDecodeTest, MaxTokensAndStopStringsHoldExactlyUnderSpeculation) {
