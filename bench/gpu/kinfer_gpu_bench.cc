@@ -162,7 +162,6 @@ class Bench {
     std::vector<DrawnLogprobs> lps(static_cast<size_t>(B));  // kDeviceLogprobs' reports
     std::vector<uint64_t> mask;                              // kDeviceMasked's
     DrawCandidates cand;
-    std::vector<double> probs;
     double t0 = 0;
     const int warm = 3;
     if (pick == Pick::kChained) {
@@ -211,7 +210,7 @@ class Bench {
           d.top_k = nucleus ? 0 : 40;
           d.top_p = nucleus ? 0.9f : 0.95f;
           d.min_p = nucleus ? 0.0f : 0.05f;
-          d.uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+          d.noise_key = rng_();
         }
         if (pick == Pick::kDevicePenalized) {
           SamplingParams pen;
@@ -251,14 +250,14 @@ class Bench {
         } else if (pick == Pick::kMixed) {
           const std::vector<int32_t> host = {0};
           KINFER_RETURN_IF_ERROR(b_->ForwardBatchSampleMixed(seqs, draws, host, &ids, &logits));
-          ids[0] = DrawToken(std::span<const float>(logits.data(), hp_.n_vocab), draws[0], &cand, &probs);
+          ids[0] = DrawToken(std::span<const float>(logits.data(), hp_.n_vocab), draws[0], &cand);
         } else {
           KINFER_RETURN_IF_ERROR(b_->ForwardBatch(seqs, &logits));
           const size_t nv = hp_.n_vocab;
           ids.resize(B);
           for (int i = 0; i < B; ++i) {
             ids[i] = DrawToken(std::span<const float>(logits.data() + i * nv, nv), draws[i],
-                               &cand, &probs);
+                               &cand);
           }
         }
       }

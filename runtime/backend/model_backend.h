@@ -100,12 +100,11 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     }
     tokens->resize(n);
     thread_local DrawCandidates candidates;
-    thread_local std::vector<double> probs;
     thread_local std::vector<int32_t> inputs;
     RowInputTokens(seqs, &inputs);
     for (size_t r = 0; r < n; ++r) {
       (*tokens)[r] = DrawRow(std::span<float>(logits.data() + r * nv, nv), rows[r], inputs[r],
-                             &candidates, &probs);
+                             &candidates);
     }
     return Status::Ok();
   }
@@ -131,7 +130,6 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     tokens->assign(n, -1);
     host_logits->resize(host_rows.size() * nv);
     thread_local DrawCandidates candidates;
-    thread_local std::vector<double> probs;
     thread_local std::vector<int32_t> inputs;
     RowInputTokens(seqs, &inputs);
     size_t h = 0;
@@ -141,7 +139,7 @@ class ModelBackend {  // one thread (the engine thread) calls everything
         std::copy(row.begin(), row.end(), host_logits->begin() + static_cast<std::ptrdiff_t>(h * nv));
         ++h;
       } else {
-        (*tokens)[r] = DrawRow(row, rows[r], inputs[r], &candidates, &probs);
+        (*tokens)[r] = DrawRow(row, rows[r], inputs[r], &candidates);
       }
     }
     return Status::Ok();
@@ -200,10 +198,10 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // One row's draw on the host, as ForwardBatchSample's contract states it: its entries and its
   // mask applied (the row is scratch), DrawToken, and its logprobs written when asked.
   static int32_t DrawRow(std::span<float> row, const DrawParams& p, int32_t input,
-                         DrawCandidates* candidates, std::vector<double>* probs) {
+                         DrawCandidates* candidates) {
     if (p.adjusted()) ApplyLogitAdjustments(p, input, row);
     if (p.masked()) ApplyTokenMask(p.mask, p.mask_fallback, row);
-    const int32_t token = DrawToken(row, p, candidates, probs);
+    const int32_t token = DrawToken(row, p, candidates);
     if (p.wants_logprobs()) DrawnLogprobsOf(row, token, p.logprobs, p.logprobs_out);
     return token;
   }

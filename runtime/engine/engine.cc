@@ -33,7 +33,7 @@ size_t FirstRowInput(const ScheduledSeq& item) {
 }
 
 // The output index (0: the first generated token) of the token the row whose input is at
-// `input` draws: its random number's (Sampler::Seek).
+// `input` draws: its noise key's (Sampler::Seek).
 uint64_t OutputIndex(const GenerationRequest& req, size_t input) {
   return static_cast<uint64_t>(input + 1 - req.prompt_tokens.size());
 }
@@ -600,7 +600,7 @@ void Engine::SampleItem(Active& a, const ScheduledSeq& item, float* rows, Sample
   out->id = item.id;
   out->accepted = 0;
   // Row j draws the token after position start + j exactly as without a draft (the sampler's
-  // random number is its output index's); draft token j is kept when that draw is it, and then
+  // noise key is its output index's); draft token j is kept when that draw is it, and then
   // emitted as it is (its stop rules apply). The first draw that differs is emitted in the
   // draft's place, and a fully kept draft earns one more token from the last row.
   a.sampler.Seek(OutputIndex(a.req, FirstRowInput(item)));

@@ -42,7 +42,7 @@
 //
 // Determinism: with batch_invariant (the default) the matrix products take the same kernels for a
 // row whatever else is in the step and every token takes the same (batch-path) attention
-// numerics, and a sampled token's random number is its output index's (Sampler), so a request's
+// numerics, and a sampled token's noise key is its output index's (Sampler), so a request's
 // tokens do not depend on what it was batched with, on prefix-cache hits, on preemption or on
 // speculation: same seed, same output.
 #pragma once

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/sample/draw_noise.h"
+
 namespace kinfer {
 namespace {
 
@@ -92,29 +94,24 @@ void TruncateCandidates(const DrawParams& p, DrawCandidates* cand) {
   }
 }
 
-int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
-                      std::vector<double>* probs_scratch) {
+int32_t PickCandidate(const DrawCandidates& c, float temperature, uint64_t noise_key) {
   assert(!c.empty());
   if (c.size() == 1) return c[0].second;
   const float max_logit = MaxLogit(c);
   const double inv_t = 1.0 / static_cast<double>(temperature);
-  std::vector<double>& probs = *probs_scratch;
-  probs.resize(c.size());
-  double total = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    probs[i] = std::exp(static_cast<double>(c[i].first - max_logit) * inv_t);
-    total += probs[i];
+  int32_t best = -1;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (const auto& [logit, id] : c) {
+    const double scaled = static_cast<double>(logit - max_logit) * inv_t;
+    // (A token this far behind cannot win: kMaxGumbelNoise bounds every noise.)
+    if (best >= 0 && scaled + kMaxGumbelNoise < best_score) continue;
+    const double score = scaled + GumbelNoise(noise_key, id);
+    if (best < 0 || score > best_score || (score == best_score && id < best)) {
+      best = id;
+      best_score = score;
+    }
   }
-  const double u = uniform * total;
-  double cum = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    cum += probs[i];
-    if (u < cum) return c[i].second;
-  }
-  for (size_t i = c.size(); i-- > 0;) {
-    if (probs[i] > 0.0) return c[i].second;
-  }
-  return c[0].second;
+  return best;
 }
 
 void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCandidates* cand) {
@@ -148,13 +145,12 @@ void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCand
   std::sort_heap(c.begin(), c.end(), Better);  // best first
 }
 
-int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c,
-                  std::vector<double>* probs) {
+int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c) {
   assert(!logits.empty());
   if (p.temperature <= 0.0f) return ArgmaxLowestId(logits);
   FillCandidates(logits, p, c);
   TruncateCandidates(p, c);  // top-k is then already done: the k best, best first
-  return PickCandidate(*c, p.temperature, p.uniform, probs);
+  return PickCandidate(*c, p.temperature, p.noise_key);
 }
 
 }  // namespace kinfer

@@ -3,16 +3,18 @@
 // ModelBackend::ForwardBatchSample, and the reference the CUDA sampler is tested against.
 //
 //   temperature <= 0: the argmax, ties to the lowest id. Otherwise, in llama.cpp's order:
-//   top-k -> top-p (over the temperature-1 probabilities) -> min-p -> temperature -> softmax
-//   -> the first survivor whose cumulative probability passes `uniform` (inverse CDF).
+//   top-k -> top-p (over the temperature-1 probabilities) -> min-p -> then the survivor with the
+//   largest (logit - max) / temperature + GumbelNoise(noise_key, id) (runtime/sample/draw_noise.h;
+//   ties, which take equal doubles, to the lowest id): Gumbel-max, a draw from the softmax at the
+//   temperature over the survivors, as vLLM draws (its exponential race is the same rule).
 //
 //   A speculative draft is verified outside this rule: its row is drawn exactly as without a
 //   draft, and the draft token is kept when the draw is that token (runtime/sample/sampler.h,
 //   "Speculative decoding").
 //
-// Survivor order, which decides which token a given uniform picks: best first (larger logit, then
-// lower id) when top-k or top-p cut, else id order. Probabilities are in double; the logit
-// differences to the maximum are taken in float, as llama.cpp does.
+// Which survivors there are does not depend on their order; the pick does not either (each token
+// has its own noise). Scores and top-p's probabilities are in double; the logit differences to
+// the maximum are taken in float, as llama.cpp does.
 //
 // Pure and thread-compatible: no state but the caller's scratch.
 #pragma once
@@ -50,7 +52,7 @@ struct DrawParams {
   int top_k = 0;             // <= 0 or >= vocabulary: off
   float top_p = 1.0f;        // >= 1: off
   float min_p = 0.0f;        // <= 0: off
-  double uniform = 0.0;      // in [0, 1): the request's random number for this token
+  uint64_t noise_key = 0;    // the draw's key (DrawKey(seed, output index); draw_noise.h)
   // The logit bias and penalties, applied to the row before the rule (ApplyLogitAdjustments):
   // distinct ids in ascending order, pointing into the caller's storage (a backend copies them
   // while the call that takes them runs). Empty with count_input false: none.
@@ -96,18 +98,16 @@ int32_t ArgmaxLowestId(std::span<const float> logits);
 // row. TruncateCandidates on the result leaves what it leaves on every token.
 void FillCandidates(std::span<const float> logits, const DrawParams& p, DrawCandidates* c);
 
-// Applies top-k, top-p and min-p (p's fields; temperature and uniform unused) to *c, which holds
-// every token in id order on entry; leaves the survivors in the order stated above.
+// Applies top-k, top-p and min-p (p's fields; temperature and noise_key unused) to *c, which holds
+// every token in id order on entry; leaves the survivors best first when top-k or top-p cut, else
+// in id order.
 void TruncateCandidates(const DrawParams& p, DrawCandidates* c);
 
-// The survivor that `uniform` picks at `temperature` (> 0). *probs is scratch. REQUIRES: c
-// non-empty. Rounding that leaves the uniform at or past the end picks the last survivor whose
-// probability is not zero.
-int32_t PickCandidate(const DrawCandidates& c, float temperature, double uniform,
-                      std::vector<double>* probs);
+// The survivor the Gumbel-max rule picks at `temperature` (> 0) with `noise_key`. REQUIRES: c
+// non-empty.
+int32_t PickCandidate(const DrawCandidates& c, float temperature, uint64_t noise_key);
 
-// The whole rule. REQUIRES: logits non-empty, no NaN. c and probs are scratch.
-int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c,
-                  std::vector<double>* probs);
+// The whole rule. REQUIRES: logits non-empty, no NaN. c is scratch.
+int32_t DrawToken(std::span<const float> logits, const DrawParams& p, DrawCandidates* c);
 
 }  // namespace kinfer

@@ -16,13 +16,6 @@ bool Better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-// SplitMix64's output function (Steele, Lea and Flood 2014).
-uint64_t SplitMix64Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint64_t RandomSeed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
@@ -34,14 +27,6 @@ Sampler::Sampler(const SamplingParams& params, std::unique_ptr<TokenConstraint> 
     : params_(params),
       constraint_(std::move(constraint)),
       seed_(params.seed.has_value() ? *params.seed : RandomSeed()) {}
-
-double SeededUniform(uint64_t seed, uint64_t index) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
-  // The seed is mixed once first, so that nearby seeds (n choices take seed, seed + 1, ...) are
-  // far-apart streams, not the same stream shifted.
-  const uint64_t z = SplitMix64Mix(SplitMix64Mix(seed) + (index + 1) * kGolden);
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
 
 void Sampler::Adjust(std::span<float> logits, std::span<const int32_t> history) {
   AdjustLogits(params_, history, logits);
@@ -77,7 +62,7 @@ DrawParams Sampler::draw_params() const {
 
 DrawParams Sampler::NextDraw() {
   DrawParams d = draw_params();
-  if (d.temperature > 0.0f) d.uniform = SeededUniform(seed_, index_);
+  if (d.temperature > 0.0f) d.noise_key = DrawKey(seed_, index_);
   ++index_;
   return d;
 }
@@ -94,7 +79,7 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> histor
   assert(!logits.empty());
   Adjust(logits, history);
 
-  const int32_t chosen = DrawToken(logits, NextDraw(), &candidates_, &probs_);
+  const int32_t chosen = DrawToken(logits, NextDraw(), &candidates_);
   if (params_.logprobs >= 0 && lp != nullptr) FillLogprobs(logits, chosen, lp);
   return Chose(chosen);
 }

@@ -31,13 +31,12 @@
 // After the penalties, the chain is DrawToken's rule (runtime/sample/draw.h), stated once for the
 // host and the devices.
 //
-// Randomness: counter-based. The random number for a request's output token i is a pure
-// function of (seed, i): SeededUniform below, SplitMix64's mixing over the seed and the index,
-// 53 bits mapped to [0, 1). The seed is params.seed, or one from std::random_device when unset.
-// So a token's draw depends on nothing but its logits, its history, the seed and its index: not
-// on how the engine got there (batching, chunking, preemption and recomputation, speculative
-// drafts of any length and how many of them were kept, host or device draws). Greedy draws
-// (temperature == 0) read no random number.
+// Randomness: counter-based (runtime/sample/draw_noise.h). The draw of a request's i-th generated
+// token takes the key DrawKey(seed, i), and each token id its own Gumbel noise under that key; the
+// seed is params.seed, or one from std::random_device when unset. So a token's draw depends on
+// nothing but its logits, its history, the seed and its index: not on how the engine got there
+// (batching, chunking, preemption and recomputation, speculative drafts of any length and how many
+// of them were kept, host or device draws). Greedy draws (temperature == 0) use no noise.
 //
 // Speculative decoding: a draft token is verified by drawing its row exactly as if there were no
 // draft, and kept when the draw is that token; the first draw that differs is emitted in its
@@ -45,9 +44,9 @@
 // text with or without drafts (lossless by construction, for any proposer). For a deterministic
 // draft (prompt lookup, a greedy draft model: q = 1 at the draft) this is exactly the rejection
 // rule of Leviathan et al. 2023: kept with probability p(draft), and on rejection a token from p
-// without the draft, renormalised. A draft model that samples uses the same seed and index, so
-// its token for index i is drawn with the same random number as the target's (SeededUniform):
-// where its distribution is close to the target's, the two draws coincide.
+// without the draft, renormalised. A draft model that samples draws its token for index i with
+// the same key, so with the same noise per token id (a Gumbel coupling): where its distribution
+// q is close to the target's p, the two draws nearly always coincide.
 #pragma once
 
 #include <cstdint>
@@ -58,15 +57,11 @@
 
 #include "runtime/engine/request.h"
 #include "runtime/sample/draw.h"
+#include "runtime/sample/draw_noise.h"
 #include "runtime/sample/sampling_params.h"
 #include "runtime/sample/token_constraint.h"
 
 namespace kinfer {
-
-// The random number in [0, 1) of output token `index` of a request seeded with `seed` (53 bits):
-// SplitMix64's output mixing of the seed's own mix plus (index + 1) times its golden-ratio
-// increment. Pure; the same on every platform.
-double SeededUniform(uint64_t seed, uint64_t index);
 
 // The log-softmax of `logits` at `token` into *lp (token, logprob, rank; text left empty), and,
 // when top > 0, the `top` most likely tokens, best first, ties to the lowest id. REQUIRES: logits
@@ -105,8 +100,8 @@ class Sampler {
   // Returns the token id, in [0, logits.size()).
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history, TokenLogprob* lp);
 
-  // True when Sample() reads nothing but the raw logits, the history and, unless greedy, one
-  // random number: no constraint (a logit bias and penalties are fine: the draw lists them,
+  // True when Sample() reads nothing but the raw logits, the history and, unless greedy, its
+  // noise key: no constraint (a logit bias and penalties are fine: the draw lists them,
   // NextDraw below; so are logprobs: the draw asks for them, DrawParams::logprobs). Such a
   // token can be drawn where the logits are (ModelBackend::ForwardBatchSample: on the device)
   // without the logits reaching the host.
@@ -123,10 +118,10 @@ class Sampler {
   // A token drawn elsewhere (a backend's draw, with this sampler's mask if any): the constraint
   // follows it, as Sample's own draw does.
   void Accepted(int32_t token) { Chose(token); }
-  // This request's draw settings (uniform 0; logprobs as asked, logprobs_out null).
+  // This request's draw settings (noise_key 0; logprobs as asked, logprobs_out null).
   DrawParams draw_params() const;
-  // draw_params() with the random number of the next output token (index(); greedy: none),
-  // and index() moves past it. DrawToken(logits, NextDraw()) is what Sample(logits) would have
+  // draw_params() with the noise key of the next output token (DrawKey(seed(), index()); greedy:
+  // none), and index() moves past it. DrawToken(logits, NextDraw()) is what Sample(logits) would have
   // returned for a plain draw.
   DrawParams NextDraw();
   // NextDraw() with the logit bias and penalties as entries a backend applies
@@ -138,7 +133,7 @@ class Sampler {
   DrawParams NextDraw(std::span<const int32_t> before_input, int32_t n_vocab,
                       std::vector<LogitAdjust>* adjust, std::span<const int32_t> banned = {});
 
-  // The output index (0: the first generated token) whose random number the next Sample() or
+  // The output index (0: the first generated token) whose noise key the next Sample() or
   // NextDraw() takes. It starts at 0 and each of them moves it on by one; Seek sets it, so a
   // caller that drew rows it did not keep (a rejected draft's) goes back to the first unkept.
   uint64_t index() const { return index_; }
@@ -163,7 +158,6 @@ class Sampler {
   uint64_t index_ = 0;
   // Scratch reused across steps: (logit, id) pairs of the tokens still in the running.
   DrawCandidates candidates_;
-  std::vector<double> probs_;
 };
 
 }  // namespace kinfer

@@ -24,7 +24,7 @@ DraftProposal DraftModelProposer::Propose(const DraftRequest& request) {
   if (!st.sampler) {
     SamplingParams p = request.sampling != nullptr ? *request.sampling : SamplingParams{};
     if (request.sampling == nullptr) p.temperature = 0.0f;
-    p.seed = request.seed;  // the target's random numbers: the draws coincide where p ~ q
+    p.seed = request.seed;  // the target's noise: the draws coincide where p ~ q
     p.logprobs = -1;
     st.sampler = std::make_unique<Sampler>(p);
   }

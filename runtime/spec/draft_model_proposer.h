@@ -4,8 +4,8 @@
 // max_positions at its first proposal). A proposal first brings that cache up to the sequence's
 // history (keeping the longest common prefix with what it computed last time, so accepted drafts
 // are not recomputed), then runs the draft model one token at a time, drawing each token with the
-// request's sampling settings (greedy when the request is) and the random number the target's
-// draw at that output index takes (DraftRequest::seed, first_index; runtime/sample/sampler.h):
+// request's sampling settings (greedy when the request is) and the noise the target's draw at
+// that output index takes (DraftRequest::seed, first_index; runtime/sample/draw_noise.h):
 // where the two models' distributions are close, their draws coincide and the draft is kept.
 // Every token takes the prompt-path numerics, as the batching engine's target does, so a draft
 // model that is the target itself proposes exactly the target's tokens, greedy or seeded (tests).

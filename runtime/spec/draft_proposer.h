@@ -9,7 +9,7 @@
 //                       Deterministic drafts (q = 1 at the draft). No model, no state.
 //   DraftModelProposer  a second, smaller model sharing the target's vocabulary draws what it
 //                       expects the target to draw: with the request's sampling settings and the
-//                       target's random numbers.
+//                       target's noise (runtime/sample/draw_noise.h).
 //
 // Thread safety: none. The engine thread owns its proposer.
 #pragma once
@@ -29,8 +29,8 @@ struct DraftRequest {
   int max_tokens = 0;                 // propose at most this many
   const SamplingParams* sampling = nullptr;  // the request's; null = greedy
   // The request's seed (Sampler::seed) and the output index of the first token to propose: a
-  // proposer that samples draws token j with SeededUniform(seed, first_index + j), the random
-  // number the target's draw there takes.
+  // proposer that samples draws token j with the key DrawKey(seed, first_index + j), the one the
+  // target's draw there takes (runtime/sample/draw_noise.h).
   uint64_t seed = 0;
   uint64_t first_index = 0;
   int max_positions = 0;              // the sequence never grows past this (prompt + max_tokens)

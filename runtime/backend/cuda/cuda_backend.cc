@@ -1005,7 +1005,7 @@ Status CudaBackend::Impl::EnqueueStep(std::span<const SequenceBatch> seqs, Out o
       greedy = greedy && !(p.temperature > 0.0f) && !p.adjusted() && !p.wants_logprobs();
       cuda::DeviceDraw& d = draws_host[r];
       d = cuda::DeviceDraw{};
-      d.uniform = p.uniform;
+      d.noise_key = p.noise_key;
       d.temperature = p.temperature;
       d.top_p = p.top_p;
       d.min_p = p.min_p;

@@ -202,7 +202,7 @@ void ArgmaxRows(const float* logits, int rows, int n_vocab, int32_t* out, cudaSt
 // vocabulary, bisect the row's logits (SampleRows' kernel says how).
 constexpr int kMaxTopK = 64;
 struct DeviceDraw {
-  double uniform = 0.0;  // in [0, 1)
+  uint64_t noise_key = 0;  // DrawParams::noise_key
   float temperature = 0.0f;
   float top_p = 1.0f;      // >= 1: off
   float min_p = 0.0f;      // > 0: on
@@ -239,9 +239,10 @@ void AdjustLogitsRows(float* logits, int rows, int n_vocab, const DeviceDraw* dr
                       const int32_t* meta, const int32_t* input_ids, cudaStream_t stream);
 
 // out[r] = the token draws[r] picks from logits row r (one block per row). With the same logits,
-// the host's DrawToken gives the same token, unless the uniform (or top_p x the total) falls
-// within rounding of a boundary between two tokens (probabilities are summed in a different
-// grouping). The same row and settings always give the same token.
+// the host's DrawToken gives the same token, unless top_p x the total falls within rounding of a
+// boundary between two tokens (probabilities are summed in a different grouping), or two
+// survivors' scores are within the device's last bit of each other (its double log may differ
+// from the host's by one ulp). The same row and settings always give the same token.
 void SampleRows(const float* logits, int rows, int n_vocab, const DeviceDraw* draws, int32_t* out,
                 cudaStream_t stream);
 

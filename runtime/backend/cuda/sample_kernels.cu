@@ -7,6 +7,7 @@
 
 #include "runtime/backend/cuda/cuda_common.cuh"
 #include "runtime/backend/cuda/cuda_kernels.h"
+#include "runtime/sample/draw_noise.h"
 
 namespace kinfer::cuda {
 namespace {
@@ -33,6 +34,57 @@ __device__ int BlockMaxInt(int v, int* shared32) {
 
 constexpr int kSampleThreads = 256;
 
+// ---- the draw: Gumbel-max over the survivors (runtime/sample/draw.h) -----------------------
+
+// (s, i) wins over (s2, i2): i2 is none (-1), or a larger score, or an equal one and a lower id.
+__device__ __forceinline__ bool Beats(double s, int i, double s2, int i2) {
+  return i >= 0 && (i2 < 0 || s > s2 || (s == s2 && i < i2));
+}
+// Folds token i into a thread's best (s, id): its score rounded as DrawToken rounds it (the logit
+// difference in float, then two double operations, not fused), unless it trails by more than any
+// noise can make up (it cannot win anywhere then: the block's best is at least this thread's).
+__device__ __forceinline__ void Consider(float v, float mx, double inv_t, uint64_t key, int i,
+                                         double* s, int* id) {
+  const double scaled = __dmul_rn(static_cast<double>(v - mx), inv_t);
+  if (*id >= 0 && scaled + kMaxGumbelNoise < *s) return;
+  const double score = __dadd_rn(scaled, GumbelNoise(key, i));
+  if (Beats(score, i, *s, *id)) {
+    *s = score;
+    *id = i;
+  }
+}
+// The block's best (score, id) of every thread's (id -1: none); every thread gets the id. sv and
+// si hold 33 entries. The order is total over distinct ids, so the butterfly's grouping does
+// not matter.
+__device__ int BlockBest(double s, int id, double* sv, int* si) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double os = __shfl_xor_sync(kFullMask, s, o);
+    const int oi = __shfl_xor_sync(kFullMask, id, o);
+    if (Beats(os, oi, s, id)) {
+      s = os;
+      id = oi;
+    }
+  }
+  if (lane == 0) {
+    sv[warp] = s;
+    si[warp] = id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < nwarps; ++w) {
+      if (Beats(sv[w], si[w], s, id)) {
+        s = sv[w];
+        id = si[w];
+      }
+    }
+    si[32] = id;
+  }
+  __syncthreads();
+  return si[32];
+}
+
 // ---- cuts: the rows the k rounds cannot take ------------------------------------------------
 //
 // Top-p over more than kMaxTopK tokens (top_k 0 with top_p < 1) and top-k above kMaxTopK. Each
@@ -46,8 +98,7 @@ constexpr int kSampleThreads = 256;
 //          the survivors' total; the tied tokens are added one by one until it does, as
 //          DrawToken's walk adds them;
 //   min-p: a threshold on the logit, so the cut moves up to it;
-//   draw:  the largest key whose temperature mass at or above it exceeds uniform x the total,
-//          then the tied token that the walk stops at.
+//   draw:  Gumbel-max over the tokens in the cut (a block-wide best).
 // Every sum is a fixed per-thread order and a fixed tree, so a row always gives the same token;
 // it differs from DrawToken's order only in rounding (the caveat SampleRows states).
 
@@ -92,16 +143,9 @@ __device__ T BlockReduce(T v, Op op, T* part) {
 struct SumOp {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
-struct MinOp {
-  __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return a < b ? a : b; }
-};
-struct MaxOp {
-  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
-};
 
 struct CutShared {
   double sum[33];
-  uint32_t key[33];
   int id[33];
   int count[kSampleThreads];
   int found;
@@ -221,43 +265,15 @@ __device__ __noinline__ int SampleByCuts(const float* __restrict__ row, int n, c
     const uint32_t kt = OrderKey(mx + dr.log_min_p);
     if (kt > cut.key && kt <= kmx) cut = Cut{kt, INT_MAX};
   }
-  // The draw: the first survivor, best first, whose cumulative probability passes uniform.
+  // The draw: Gumbel-max over the cut.
   const double inv_t = 1.0 / static_cast<double>(dr.temperature);
-  const auto q = [mx, inv_t](float v) { return exp(static_cast<double>(v - mx) * inv_t); };
-  const double total = CutMass(row, n, cut, cut.key, false, q, sh);
-  const double u = dr.uniform * total;
-  const auto passes = [&](uint32_t key) { return CutMass(row, n, cut, key, false, q, sh) > u; };
-  if (passes(cut.key)) {
-    uint32_t lo = cut.key;
-    const uint32_t hint = OrderKey(mx - 40.0f * dr.temperature);
-    if (hint > lo && passes(hint)) lo = hint;
-    const uint32_t w = LargestKey(lo, kmx, passes);
-    const int ties = static_cast<int>(CutMass(row, n, cut, w, false, one, sh)) -
-                     static_cast<int>(CutMass(row, n, cut, w, true, one, sh));
-    const double qw = q(KeyValue(w));
-    double cum = CutMass(row, n, cut, w, true, q, sh);
-    int r = 0;
-    do {
-      cum += qw;
-      ++r;
-    } while (!(u < cum) && r < ties);
-    return NthIdAtKey(row, n, w, cut, r, sh);
-  }
-  // Rounding left uniform x total at or past the end: the last survivor whose probability is not
-  // zero (the lowest key with q > 0, its highest id in the cut).
-  uint32_t kz = UINT32_MAX;
+  double best = 0.0;
+  int bi = -1;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = row[i];
-    const uint32_t key = OrderKey(v);
-    if (InCut(cut, key, i) && q(v) > 0.0 && key < kz) kz = key;
+    if (InCut(cut, OrderKey(v), i)) Consider(v, mx, inv_t, dr.noise_key, i, &best, &bi);
   }
-  kz = BlockReduce(kz, MinOp(), sh.key);
-  int last = -1;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    if (OrderKey(row[i]) == kz && InCut(cut, kz, i) && i > last) last = i;
-  }
-  last = BlockReduce(last, MaxOp(), sh.id);
-  return last;  // (the maximum's q is 1, so there is one)
+  return BlockBest(best, bi, sh.sum, sh.id);
 }
 
 // ---- top k in three passes -----------------------------------------------------------------
@@ -408,10 +424,10 @@ __device__ __noinline__ void BestByRounds(const float* __restrict__ row, int n_v
 //      or where it declines, and for greedy rows and whole-vocabulary draws (k = 1: the
 //      maximum), k rounds of a block-wide argmax, each over the elements ranked after the
 //      previous round's winner (no membership tests).
-//   2. top k: thread 0 applies top-p, min-p and the draw over the k, in double, in that order.
-//   3. the whole vocabulary (in id order, as DrawToken keeps it when nothing sorts): each thread
-//      sums the probabilities of a contiguous chunk of ids; thread 0 turns the sums into chunk
-//      offsets; the thread whose chunk holds uniform x total walks it to the token.
+//   2. top k: thread 0 applies top-p, min-p and the draw (Gumbel-max) over the k, in double, in
+//      that order.
+//   3. the whole vocabulary: each thread's best score over its ids (min-p a threshold on the
+//      logit), then the block's best.
 //   4. top-p over the whole vocabulary, or top-k above kMaxTopK: one round (the maximum), then
 //      SampleByCuts.
 
@@ -495,79 +511,27 @@ __global__ void __launch_bounds__(kSampleThreads)
       return;
     }
     // As DrawToken's PickCandidate.
-    double p[kMaxTopK];
-    double total = 0.0;
-    for (int j = 0; j < keep; ++j) {
-      p[j] = exp(static_cast<double>(cv[j] - mx) * inv_t);
-      total += p[j];
-    }
-    const double u = dr.uniform * total;
-    double cum = 0.0;
-    int pick = -1;
-    for (int j = 0; j < keep && pick < 0; ++j) {
-      cum += p[j];
-      if (u < cum) pick = j;
-    }
-    for (int j = keep; pick < 0 && j-- > 0;) {
-      if (p[j] > 0.0) pick = j;
-    }
-    out[blockIdx.x] = ci[pick < 0 ? 0 : pick];
+    double top = 0.0;
+    int bi = -1;
+    for (int j = 0; j < keep; ++j) Consider(cv[j], mx, inv_t, dr.noise_key, ci[j], &top, &bi);
+    out[blockIdx.x] = bi;
     return;
   }
 
-  // The whole vocabulary, min-p as a threshold on the logit.
-  __shared__ double offset[kSampleThreads];
-  __shared__ double total_sh;
-  __shared__ int pick_sh;
+  // The whole vocabulary, min-p as a threshold on the logit: each thread's best over its ids,
+  // then the block's.
+  __shared__ double sv[33];
+  __shared__ int si[33];
   const bool min_p = dr.min_p > 0.0f && n_vocab > 1;
   const float threshold = mx + dr.log_min_p;
-  const int chunk = (n_vocab + blockDim.x - 1) / blockDim.x;
-  const int b = min(n_vocab, static_cast<int>(threadIdx.x) * chunk), e = min(n_vocab, b + chunk);
-  double sum = 0.0;
-  int last_nonzero = -1;
-  for (int i = b; i < e; ++i) {
+  double top = 0.0;
+  int bi = -1;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
     const float v = row[i];
-    if (min_p && v < threshold) continue;
-    const double pr = exp(static_cast<double>(v - mx) * inv_t);
-    sum += pr;
-    if (pr > 0.0) last_nonzero = i;
+    if (!(min_p && v < threshold)) Consider(v, mx, inv_t, dr.noise_key, i, &top, &bi);
   }
-  offset[threadIdx.x] = sum;
-  if (threadIdx.x == 0) pick_sh = INT_MAX;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double acc = 0.0;
-    for (int t = 0; t < blockDim.x; ++t) {
-      const double v = offset[t];
-      offset[t] = acc;
-      acc += v;
-    }
-    total_sh = acc;
-  }
-  __syncthreads();
-  const double u = dr.uniform * total_sh;
-  const double lo = offset[threadIdx.x];
-  const double hi = threadIdx.x + 1 < blockDim.x ? offset[threadIdx.x + 1] : total_sh;
-  if (u >= lo && u < hi) {
-    double cum = lo;
-    int pick = -1;
-    for (int i = b; i < e && pick < 0; ++i) {
-      const float v = row[i];
-      if (min_p && v < threshold) continue;
-      cum += exp(static_cast<double>(v - mx) * inv_t);
-      if (u < cum) pick = i;
-    }
-    if (pick < 0) pick = last_nonzero;  // rounding within the chunk
-    if (pick >= 0) atomicMin(&pick_sh, pick);
-  }
-  __syncthreads();
-  const int picked = pick_sh;
-  // Rounding that leaves u at or past the end: the last token whose probability is not zero.
-  __shared__ int warp_max[32];
-  const int fallback = BlockMaxInt(last_nonzero, warp_max);
-  if (threadIdx.x == 0) {
-    out[blockIdx.x] = picked != INT_MAX ? picked : fallback >= 0 ? fallback : 0;
-  }
+  const int picked = BlockBest(top, bi, sv, si);
+  if (threadIdx.x == 0) out[blockIdx.x] = picked;
 }
 
 // ---- the logit bias and penalties -----------------------------------------------------------

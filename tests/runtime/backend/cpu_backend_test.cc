@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/model/llama_model.h"
+#include "runtime/sample/draw_noise.h"
 #include "tests/runtime/backend/backend_test_util.h"
 
 namespace kinfer {
@@ -78,7 +79,7 @@ TEST_F(CpuBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalvesOneAtATime) {
   greedy.temperature = 0.0f;
   DrawParams hot;
   hot.temperature = 1.0f;
-  hot.uniform = 0.37f;
+  hot.noise_key = DrawKey(37, 0);
   std::vector<int32_t> got, want;
   EXPECT_EQ(backend_->FinishSample(&got).code(), StatusCode::kFailedPrecondition);
   for (const DrawParams& p : {greedy, hot}) {
@@ -120,7 +121,7 @@ TEST_F(CpuBackendTest, AChainedStepTakesItsTokensFromTheLaunchedStepsDraws) {
   const std::vector<int32_t> ta = {0}, tb = {1};
   DrawParams hot;
   hot.temperature = 0.9f;
-  hot.uniform = 0.61f;
+  hot.noise_key = DrawKey(61, 0);
   DrawParams greedy;
   greedy.temperature = 0.0f;
   const std::vector<DrawParams> draws = {hot, greedy};
@@ -182,7 +183,7 @@ TEST_F(CpuBackendTest, AMixedStepDrawsSomeRowsAndHandsBackTheOthersLogits) {
   const std::vector<int32_t> ta = {0}, tb = {1}, tc = {2};
   DrawParams hot;
   hot.temperature = 0.9f;
-  hot.uniform = 0.61f;
+  hot.noise_key = DrawKey(61, 0);
   const std::vector<DrawParams> draws = {hot, DrawParams{}, hot};
   std::vector<SequenceBatch> step(3);
   step[0].tokens = a;

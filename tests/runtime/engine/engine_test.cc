@@ -361,7 +361,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     }
   }
   // A prompt-lookup draft is verified by the backend: a row per position, each drawn as without
-  // a draft (its output index's random number), after the row's entries, with the draft before
+  // a draft (its output index's noise key), after the row's entries, with the draft before
   // it in the penalty window, and walked as the host walks them (draft tokens kept while they
   // are what was drawn). The same tokens and logprobs as the host's verification, and the same
   // tokens as without speculation.
@@ -378,7 +378,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
     copy_adjusted.min_tokens = 20;
     GenerationRequest copy_hot = copy;  // a sampled draft
     copy_hot.sampling.temperature = 0.7f;
-    copy_hot.sampling.seed = 9;
+    copy_hot.sampling.seed = 2;  // (one whose text copies the list: it drafts)
     GenerationRequest copy_hot_adjusted = copy_adjusted;  // sampled, truncated and adjusted
     copy_hot_adjusted.sampling.temperature = 0.6f;
     copy_hot_adjusted.sampling.top_k = 40;
@@ -435,6 +435,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   GenerationRequest json_hot = hot;
   json_hot.json_object = true;
   json_hot.sampling.logprobs = 2;
+  json_hot.sampling.seed = 2;  // (one whose object starts within the 12 tokens)
   {
     Counts plain_n;
     const std::vector<Collected> plain = run(false, false, {greedy}, &plain_n);

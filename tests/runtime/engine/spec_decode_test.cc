@@ -216,14 +216,14 @@ TEST_F(SpecDecodeTest, SampledOutputWithADraftModelIsSeededAndEveryDraftIsAccept
   EXPECT_EQ(first.tokens, Run(Options(false), r).tokens);  // the text without speculation
   const EngineStats st = SettledStats(e);
   EXPECT_GT(st.spec_draft_tokens, 0);
-  // The same model, the same numerics and the target's random numbers: the draft model draws
+  // The same model, the same numerics and the target's noise: the draft model draws
   // what the target draws, every time.
   EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
 }
 
 // A seeded, sampled request's text does not depend on speculation or on load: drafts cut short
 // by a small KV cache (Scheduler::ScheduleDrafts) or dropped by preemption change how many tokens
-// a step confirms, never which. (Before random numbers were keyed by output index, a draft row
+// a step confirms, never which. (Before the draw's noise was keyed by output index, a draft row
 // took two and a plain row one, so a cut draft changed the text.)
 TEST_F(SpecDecodeTest, SeededSampledOutputIsTheSameWithoutSpeculationAndUnderKvPressure) {
   std::vector<GenerationRequest> reqs;
@@ -306,9 +306,9 @@ TEST_F(SpecDecodeTest, DraftModelProposerProposesTheTargetsGreedyContinuation) {
   EXPECT_EQ(p.num_sequences(), 0u);
 }
 
-// Sampling, the proposer draws token j with the target's random number for output index
+// Sampling, the proposer draws token j with the target's noise key for output index
 // first_index + j: the target itself as the draft model proposes the target's seeded tokens.
-TEST_F(SpecDecodeTest, DraftModelProposerSamplesWithTheTargetsRandomNumbers) {
+TEST_F(SpecDecodeTest, DraftModelProposerSamplesWithTheTargetsNoise) {
   DraftModelProposer p(model_);
   GenerationRequest r = Prompts()[4];
   r.sampling.temperature = 2.0f;  // many likely tokens: another seed draws others
@@ -328,7 +328,7 @@ TEST_F(SpecDecodeTest, DraftModelProposerSamplesWithTheTargetsRandomNumbers) {
   dr.max_positions = static_cast<int>(r.prompt_tokens.size()) + r.max_tokens;
   EXPECT_EQ(p.Propose(dr).tokens,
             std::vector<int32_t>(plain.tokens.begin() + 3, plain.tokens.begin() + 8));
-  // Another seed's numbers propose another continuation.
+  // Another seed's noise proposes another continuation.
   dr.seq = 2;
   dr.seed = 100;
   EXPECT_NE(p.Propose(dr).tokens,

@@ -141,40 +141,7 @@ TEST(SamplerTest, TopKOneEqualsGreedy) {
   }
 }
 
-TEST(SamplerTest, SeededUniformIsSplitMix64OverTheMixedSeedAndTheIndex) {
-  // Pinned values, computed apart (Python, 64-bit arithmetic) from the rule sampler.h states:
-  // the same seed gives the same text on every platform and in every later version that keeps
-  // the rule.
-  struct Pin {
-    uint64_t seed, index, bits53;
-  };
-  const Pin pins[] = {{0, 0, 7956156453446585ull},
-                      {42, 0, 5369361458086087ull},
-                      {42, 7, 1377140798157388ull},
-                      {~uint64_t{0}, 123456789, 6041546424892937ull}};
-  for (const Pin& p : pins) {
-    EXPECT_EQ(SeededUniform(p.seed, p.index), static_cast<double>(p.bits53) * 0x1.0p-53)
-        << "seed " << p.seed << " index " << p.index;
-  }
-  // Uniform over [0, 1) by index and by seed, and neighbouring seeds (n's choices: seed + j) are
-  // not one stream shifted.
-  std::vector<int> by_index(16, 0), by_seed(16, 0);
-  int shifted = 0;
-  for (uint64_t i = 0; i < 32000; ++i) {
-    const double u = SeededUniform(7, i), v = SeededUniform(1000 + i, 3);
-    ASSERT_GE(u, 0.0);
-    ASSERT_LT(u, 1.0);
-    ++by_index[static_cast<size_t>(u * 16)];
-    ++by_seed[static_cast<size_t>(v * 16)];
-    shifted += SeededUniform(8, i) == SeededUniform(7, i + 1);
-  }
-  const std::vector<double> flat(16, 1.0 / 16);
-  EXPECT_LT(ChiSquare(by_index, flat), 37.7);  // 15 degrees of freedom, p = 0.001
-  EXPECT_LT(ChiSquare(by_seed, flat), 37.7);
-  EXPECT_EQ(shifted, 0);
-}
-
-TEST(SamplerTest, EachTokensRandomNumberIsItsOutputIndexs) {
+TEST(SamplerTest, EachTokensNoiseKeyIsItsOutputIndexs) {
   // top_k 1 leaves one candidate; the index still moves on by one per token, so a token's draw
   // does not depend on how many candidates the logits before it left.
   const auto logits = RandomLogits(500, 4);
@@ -186,9 +153,9 @@ TEST(SamplerTest, EachTokensRandomNumberIsItsOutputIndexs) {
     s.Sample(l, {}, nullptr);
   }
   EXPECT_EQ(s.index(), 3u);
-  EXPECT_EQ(s.NextDraw().uniform, SeededUniform(77, 3));
+  EXPECT_EQ(s.NextDraw().noise_key, DrawKey(77, 3));
   s.Seek(41);
-  EXPECT_EQ(s.NextDraw().uniform, SeededUniform(77, 41));
+  EXPECT_EQ(s.NextDraw().noise_key, DrawKey(77, 41));
   EXPECT_EQ(s.index(), 42u);
   EXPECT_EQ(s.seed(), 77u);
   // Greedy reads none, but its tokens still count.
@@ -196,7 +163,7 @@ TEST(SamplerTest, EachTokensRandomNumberIsItsOutputIndexs) {
   auto l = logits;
   g.Sample(l, {}, nullptr);
   EXPECT_EQ(g.index(), 1u);
-  EXPECT_EQ(g.NextDraw().uniform, 0.0);
+  EXPECT_EQ(g.NextDraw().noise_key, 0u);
   // Drawing rows past the ones kept (a rejected draft's) and seeking back gives the draw the
   // first unkept row would have had on a sampler that never went past it.
   Sampler walked(Seeded(5, 0.8f)), plain(Seeded(5, 0.8f));
@@ -231,14 +198,13 @@ TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
     Sampler host(p), device(p);
     EXPECT_TRUE(host.IsPlainDraw());
     DrawCandidates cand;
-    std::vector<double> probs;
     for (uint64_t step = 0; step < 40; ++step) {
       auto logits = RandomLogits(3000, 100 + step, 2.0f);
       const std::vector<float> raw = logits;
       const DrawParams d = device.NextDraw();
       EXPECT_EQ(d.temperature, c.t);
       EXPECT_EQ(d.top_k, c.k);
-      EXPECT_EQ(host.Sample(logits, {}, nullptr), DrawToken(raw, d, &cand, &probs))
+      EXPECT_EQ(host.Sample(logits, {}, nullptr), DrawToken(raw, d, &cand))
           << "t " << c.t << " k " << c.k << " top_p " << c.top_p << " step " << step;
     }
   }
@@ -265,7 +231,6 @@ TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
   EXPECT_TRUE(host.IsPlainDraw());
   std::vector<int32_t> history = {5, 3, 17, 9, 9};
   DrawCandidates cand;
-  std::vector<double> probs;
   int differs = 0;
   for (uint64_t step = 0; step < 60; ++step) {
     auto logits = RandomLogits(3000, 500 + step, 2.0f);
@@ -274,10 +239,10 @@ TEST(SamplerTest, NextDrawAndDrawTokenAreWhatSampleDoes) {
     DrawParams d = device.NextDraw(std::span<const int32_t>(history).first(history.size() - 1),
                                    3000, &list);
     d.adjust = list;
-    const int32_t plain = DrawToken(row, d, &cand, &probs);
+    const int32_t plain = DrawToken(row, d, &cand);
     ApplyLogitAdjustments(d, history.back(), row);
     const int32_t want = host.Sample(logits, history, nullptr);
-    EXPECT_EQ(DrawToken(row, d, &cand, &probs), want) << "step " << step;
+    EXPECT_EQ(DrawToken(row, d, &cand), want) << "step " << step;
     differs += want != plain;
     history.push_back(want);
   }

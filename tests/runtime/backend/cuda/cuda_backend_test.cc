@@ -15,6 +15,7 @@
 // but in the test that compares the two (Cuda()): about 7 minutes on 2 cores instead of hours.
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/sample/draw.h"
+#include "runtime/sample/draw_noise.h"
 #include "runtime/sample/penalties.h"
 #include "runtime/sample/sampler.h"
 
@@ -494,20 +495,19 @@ TEST_F(CudaBackendTest, DeviceArgmaxIsTheHostArgmax) {
     }
     draws[r].temperature = 0.9f;
     draws[r].top_k = 40;
-    draws[r].uniform = r == 1 ? 0.999 : 0.3;
+    draws[r].noise_key = DrawKey(r, 0);
   }
   std::vector<int32_t> drawn;
   ASSERT_TRUE(g->ForwardBatchSample(std::span<const SequenceBatch>(&s, 1), draws, &drawn).ok());
   ASSERT_EQ(drawn.size(), 3u);
   int moved = 0;
   DrawCandidates cand;
-  std::vector<double> probs;
   for (size_t r = 0; r < 3; ++r) {
     std::vector<float> row(l.begin() + static_cast<std::ptrdiff_t>(r) * nv,
                            l.begin() + static_cast<std::ptrdiff_t>(r + 1) * nv);
     ApplyLogitAdjustments(draws[r], p[p.size() - 3 + r], row);
     if (draws[r].masked()) ApplyTokenMask(draws[r].mask, draws[r].mask_fallback, row);
-    EXPECT_EQ(drawn[r], DrawToken(row, draws[r], &cand, &probs)) << "row " << r;
+    EXPECT_EQ(drawn[r], DrawToken(row, draws[r], &cand)) << "row " << r;
     if (r == 0) {
       EXPECT_EQ(drawn[r], Argmax(row.data(), nv));
       EXPECT_EQ(drawn[r] % 2, 0);  // the mask's
@@ -549,7 +549,6 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
   ThreePrompts tp = Prompts();
   std::mt19937_64 rng(21);
   DrawCandidates cand;
-  std::vector<double> probs;
   for (int step = 0; step < Steps(6, 3); ++step) {
     const std::vector<SequenceBatch> seqs = tp.Step(step);
     std::vector<float> l;
@@ -558,7 +557,7 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
     std::vector<DrawParams> draws(rows);
     for (size_t r = 0; r < rows; ++r) {
       draws[r] = kinds[(r + step) % kinds.size()];
-      draws[r].uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      draws[r].noise_key = rng();
     }
     std::vector<int32_t> ids;
     const Status st = g->ForwardBatchSample(seqs, draws, &ids);  // the same step again
@@ -566,7 +565,7 @@ TEST_F(CudaBackendTest, DeviceSamplingIsTheHostRuleOnTheStepsLogits) {
     ASSERT_EQ(ids.size(), rows);
     for (size_t r = 0; r < rows; ++r) {
       const std::span<const float> row(l.data() + r * nv, nv);
-      EXPECT_EQ(ids[r], DrawToken(row, draws[r], &cand, &probs)) << "step " << step << " row " << r;
+      EXPECT_EQ(ids[r], DrawToken(row, draws[r], &cand)) << "step " << step << " row " << r;
     }
     for (size_t i = 0; i < tp.toks.size(); ++i) tp.Append(i, ids[step == 0 ? 2 * i + 1 : i]);
   }
@@ -604,7 +603,7 @@ TEST_F(CudaBackendTest, ALaunchedStepIsForwardBatchSampleInTwoHalves) {
       std::vector<DrawParams> draws(rows);
       for (size_t r = 0; r < rows; ++r) {
         draws[r] = kinds[(r + step) % kinds.size()];
-        draws[r].uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+        draws[r].noise_key = rng();
       }
       std::vector<int32_t> want, got;
       ASSERT_TRUE(g->ForwardBatchSample(seqs, draws, &want).ok());
@@ -661,7 +660,7 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
       DrawParams d;
       d.temperature = (r + k) % 3 == 0 ? 0.0f : 0.8f;
       d.top_k = 40;
-      d.uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      d.noise_key = rng();
       if ((r + k) % 4 != 3) {
         d.logprobs = static_cast<int>((r + k) % 4) * 3;
         d.logprobs_out = &lps_got[k][r];
@@ -702,7 +701,6 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
   std::vector<std::vector<int32_t>> want(steps), got(steps);
   const size_t nv = static_cast<size_t>(ref->hparams().n_vocab);
   DrawCandidates candidates;
-  std::vector<double> probs;
   std::vector<std::vector<std::vector<LogitAdjust>>> lists(steps);
   int adjusted = 0, changed = 0;
   for (size_t k = 0; k < steps; ++k) {
@@ -727,13 +725,13 @@ TEST_F(CudaBackendTest, ChainedStepsTakeTheirTokensFromTheStepBeforeOnTheDevice)
     ASSERT_EQ(logits.size(), order[k].size() * nv);
     for (size_t r = 0; r < order[k].size(); ++r) {
       const std::span<float> row(logits.data() + r * nv, nv);
-      const int32_t plain = DrawToken(row, draws[k][r], &candidates, &probs);
+      const int32_t plain = DrawToken(row, draws[k][r], &candidates);
       if (draws[k][r].adjusted()) {
         const int i = order[k][r];
         ApplyLogitAdjustments(draws[k][r], toks[i][pos[i] - 1], row);
         ++adjusted;
       }
-      want[k].push_back(DrawToken(row, draws[k][r], &candidates, &probs));
+      want[k].push_back(DrawToken(row, draws[k][r], &candidates));
       changed += want[k].back() != plain;
       if (draws[k][r].wants_logprobs()) {
         DrawnLogprobsOf(row, want[k].back(), draws[k][r].logprobs, &lps_want[k][r]);
@@ -803,12 +801,11 @@ TEST_F(CudaBackendTest, AMixedStepDrawsOnTheDeviceAndHandsBackOnlyTheHostRowsLog
   DrawParams hot;
   hot.temperature = 0.8f;
   hot.top_k = 40;
-  hot.uniform = 0.37;
+  hot.noise_key = DrawKey(37, 0);
   std::vector<std::vector<int32_t>> toks = prompts;
   std::vector<int> pos(3, 0);
   const size_t nv = static_cast<size_t>(ref->hparams().n_vocab);
   DrawCandidates candidates;
-  std::vector<double> probs;
   for (size_t k = 0; k < sizes.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "step " << k);
     std::vector<SequenceBatch> seqs;
@@ -834,7 +831,7 @@ TEST_F(CudaBackendTest, AMixedStepDrawsOnTheDeviceAndHandsBackOnlyTheHostRowsLog
     size_t h = 0;
     for (int r = 0; r < sizes[k]; ++r) {
       const std::span<const float> row(logits.data() + static_cast<size_t>(r) * nv, nv);
-      const int32_t drawn = DrawToken(row, draws[static_cast<size_t>(r)], &candidates, &probs);
+      const int32_t drawn = DrawToken(row, draws[static_cast<size_t>(r)], &candidates);
       if (h < host[k].size() && host[k][h] == r) {
         EXPECT_EQ(tokens[static_cast<size_t>(r)], -1) << "row " << r;
         EXPECT_TRUE(std::equal(row.begin(), row.end(), host_logits.begin() + static_cast<std::ptrdiff_t>(h * nv)))

@@ -34,6 +34,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/ops.h"
 #include "runtime/sample/draw.h"
+#include "runtime/sample/draw_noise.h"
 #include "runtime/sample/penalties.h"
 #include "runtime/sample/sampler.h"
 #include "tests/runtime/backend/backend_test_util.h"
@@ -1117,10 +1118,10 @@ TEST_F(CudaKernelsTest, EmptyCallsLaunchNothing) {
 }
 
 // The device sampler against the host's rule (DrawToken, which the Sampler runs), on the same
-// logits and uniforms: greedy rows, top-k with top-p and min-p, whole-vocabulary draws with and
+// logits and noise keys: greedy rows, top-k with top-p and min-p, whole-vocabulary draws with and
 // without min-p, top-p over the whole vocabulary and top-k above kMaxTopK (the bisecting path),
-// ties, signed zeros, -inf, probabilities that underflow, the rounding fallback, peaked rows
-// whose nucleus is among the 64 best, several settings in one launch.
+// ties, signed zeros, -inf, probabilities that underflow, peaked rows whose nucleus is among the
+// 64 best, several settings in one launch.
 TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   const int rows = 24, nv = 49152;
   std::vector<float> l = RandomFloats(static_cast<size_t>(rows) * nv, 51, -5.0f, 5.0f);
@@ -1143,7 +1144,6 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
                                                : 20.0f - 0.35f * static_cast<float>(j);
     }
   }
-  const std::vector<float> u = RandomFloats(rows * 8, 52, 0.0f, 0.999999f);
   DeviceBuffer<float> ld(l);
   DeviceBuffer<int32_t> out(rows);
   struct Case {
@@ -1160,7 +1160,6 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
                         {1.3f, 100, 0.8f, 0.0f}, {0.8f, 1000, 1.0f, 0.1f}, {2.0f, 30000, 0.99f, 0.0f},
                         {0.05f, 0, 0.999f, 0.0f}};
   DrawCandidates cand;
-  std::vector<double> probs;
   int round = 0;
   for (bool mixed : {false, true}) {
     for (size_t ci = 0; ci < (mixed ? 1 : std::size(cases)); ++ci, ++round) {
@@ -1173,10 +1172,9 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
         p.top_k = c.k;
         p.top_p = c.top_p;
         p.min_p = c.min_p;
-        p.uniform = u[(round * rows + r) % u.size()];
-        if (r == 7 || r == 11 || r == 15) p.uniform = 1.0;  // uniform x total at the end: the fallback
+        p.noise_key = DrawKey(static_cast<uint64_t>(round), static_cast<uint64_t>(r));
         cuda::DeviceDraw& d = ds[r];  // as CudaBackend fills it
-        d.uniform = p.uniform;
+        d.noise_key = p.noise_key;
         d.temperature = p.temperature;
         d.top_p = p.top_p;
         d.min_p = p.min_p;
@@ -1188,10 +1186,10 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
       const auto got = out.ToHost();
       for (int r = 0; r < rows; ++r) {
         const std::span<const float> row(&l[static_cast<size_t>(r) * nv], nv);
-        const int32_t want = DrawToken(row, ps[r], &cand, &probs);
+        const int32_t want = DrawToken(row, ps[r], &cand);
         EXPECT_EQ(got[r], want)
             << "row " << r << " t " << ps[r].temperature << " k " << ps[r].top_k << " top_p "
-            << ps[r].top_p << " min_p " << ps[r].min_p << " u " << ps[r].uniform;
+            << ps[r].top_p << " min_p " << ps[r].min_p << " key " << ps[r].noise_key;
       }
     }
   }

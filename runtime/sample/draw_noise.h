@@ -1,0 +1,59 @@
+// The draw's randomness, counter-based: pure functions of the request's seed, the output token's
+// index and a token id, the same on the host and in the CUDA kernels (which include this header).
+//
+//   DrawKey(seed, i)        the key of a request's i-th generated token (i from 0);
+//   GumbelNoise(key, id)    token id's Gumbel(0, 1) noise in that draw: -log(-log(u)), with u the
+//                           52 high bits of SplitMix64's mixing of the key and the id, centred:
+//                           (bits + 1/2) / 2^52, never 0 or 1 (with 53 bits the largest would
+//                           round to 1 and its noise be infinite).
+//
+// A sampled draw (runtime/sample/draw.h) picks the survivor with the largest
+// (logit - max) / temperature + GumbelNoise(key, id): the Gumbel-max trick, exactly the softmax's
+// distribution over the survivors. So a token's draw depends on its logits and (seed, index)
+// alone, and two models drawing the same index with the same key (a draft model and its target)
+// pick the same token whenever their scores' maxima coincide: where their distributions are close,
+// nearly always.
+//
+// SplitMix64's output function is Steele, Lea and Flood's (2014); the seed is mixed once first so
+// that nearby seeds (n's choices: seed, seed + 1, ...) are unrelated, not one stream shifted.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KINFER_HOST_DEVICE __host__ __device__
+#else
+#define KINFER_HOST_DEVICE
+#endif
+
+namespace kinfer {
+
+inline constexpr uint64_t kSplitMix64Gamma = 0x9e3779b97f4a7c15ull;
+
+KINFER_HOST_DEVICE inline uint64_t SplitMix64Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+KINFER_HOST_DEVICE inline uint64_t DrawKey(uint64_t seed, uint64_t index) {
+  return SplitMix64Mix(SplitMix64Mix(seed) + (index + 1) * kSplitMix64Gamma);
+}
+
+// u in [2^-53, 1 - 2^-53]: (52 bits + 1/2) / 2^52, exact in a double.
+KINFER_HOST_DEVICE inline double NoiseUniform(uint64_t key, int32_t id) {
+  const uint64_t z = SplitMix64Mix(key + (static_cast<uint64_t>(static_cast<uint32_t>(id)) + 1) *
+                                             kSplitMix64Gamma);
+  return (static_cast<double>(z >> 12) + 0.5) * 0x1.0p-52;
+}
+
+KINFER_HOST_DEVICE inline double GumbelNoise(uint64_t key, int32_t id) {
+  return -log(-log(NoiseUniform(key, id)));
+}
+
+// No noise exceeds this (u <= 1 - 2^-53 gives -log(-log(u)) < 36.8): a survivor whose scaled
+// logit trails the best score so far by more cannot win, and its noise need not be computed.
+inline constexpr double kMaxGumbelNoise = 37.5;
+
+}  // namespace kinfer
