@@ -103,9 +103,9 @@ int32_t PickCandidate(const DrawCandidates& c, float temperature, uint64_t noise
   double best_score = -std::numeric_limits<double>::infinity();
   for (const auto& [logit, id] : c) {
     const double scaled = static_cast<double>(logit - max_logit) * inv_t;
-    // (A token this far behind cannot win: kMaxGumbelNoise bounds every noise.)
-    if (best >= 0 && scaled + kMaxGumbelNoise < best_score) continue;
-    const double score = scaled + GumbelNoise(noise_key, id);
+    const double u = NoiseUniform(noise_key, id);
+    if (best >= 0 && !MayReach(scaled, u, best_score)) continue;  // (it cannot win)
+    const double score = scaled + GumbelOf(u);
     if (best < 0 || score > best_score || (score == best_score && id < best)) {
       best = id;
       best_score = score;

@@ -48,12 +48,19 @@ KINFER_HOST_DEVICE inline double NoiseUniform(uint64_t key, int32_t id) {
   return (static_cast<double>(z >> 12) + 0.5) * 0x1.0p-52;
 }
 
+KINFER_HOST_DEVICE inline double GumbelOf(double u) { return -log(-log(u)); }
+
 KINFER_HOST_DEVICE inline double GumbelNoise(uint64_t key, int32_t id) {
-  return -log(-log(NoiseUniform(key, id)));
+  return GumbelOf(NoiseUniform(key, id));
 }
 
-// No noise exceeds this (u <= 1 - 2^-53 gives -log(-log(u)) < 36.8): a survivor whose scaled
-// logit trails the best score so far by more cannot win, and its noise need not be computed.
-inline constexpr double kMaxGumbelNoise = 37.5;
+// False only when a token whose scaled logit is `scaled` and whose uniform is `u` cannot reach
+// the score `best`: -log(u) >= 1 - u >= exp(scaled - best) (1 + 2^-20) puts its score at least
+// 2^-21 below best, far beyond rounding. One exp instead of two logs: the draw computes the noise
+// of the few tokens that pass (a survivor far behind the leader passes about exp(scaled - best)
+// of the time).
+KINFER_HOST_DEVICE inline bool MayReach(double scaled, double u, double best) {
+  return 1.0 - u < exp(scaled - best) * (1.0 + 0x1.0p-20);
+}
 
 }  // namespace kinfer

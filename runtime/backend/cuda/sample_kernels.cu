@@ -41,13 +41,14 @@ __device__ __forceinline__ bool Beats(double s, int i, double s2, int i2) {
   return i >= 0 && (i2 < 0 || s > s2 || (s == s2 && i < i2));
 }
 // Folds token i into a thread's best (s, id): its score rounded as DrawToken rounds it (the logit
-// difference in float, then two double operations, not fused), unless it trails by more than any
-// noise can make up (it cannot win anywhere then: the block's best is at least this thread's).
+// difference in float, then two double operations, not fused), unless MayReach says it cannot
+// reach this thread's best (nor then the block's, which is at least this thread's).
 __device__ __forceinline__ void Consider(float v, float mx, double inv_t, uint64_t key, int i,
                                          double* s, int* id) {
   const double scaled = __dmul_rn(static_cast<double>(v - mx), inv_t);
-  if (*id >= 0 && scaled + kMaxGumbelNoise < *s) return;
-  const double score = __dadd_rn(scaled, GumbelNoise(key, i));
+  const double u = NoiseUniform(key, i);
+  if (*id >= 0 && !MayReach(scaled, u, *s)) return;
+  const double score = __dadd_rn(scaled, GumbelOf(u));
   if (Beats(score, i, *s, *id)) {
     *s = score;
     *id = i;
