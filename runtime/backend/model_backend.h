@@ -73,7 +73,7 @@ class ModelBackend {  // one thread (the engine thread) calls everything
     }
     return Status::Ok();
   }
-  // Whether ForwardBatchSample draws rows with these settings (the uniform aside). The default,
+  // Whether ForwardBatchSample draws rows with these settings (the noise key aside). The default,
   // on the host, draws any, and so does the CUDA backend's kernel (docs/cuda.md); a backend
   // whose device sampler covers less says so here, and the engine samples those on the host.
   virtual bool CanSample(const DrawParams& p) const { return true; }

@@ -139,7 +139,7 @@ struct EngineOptions {
   // draft model's sampled draft, with its distributions q, needs the host) that
   // ModelBackend::CanSample takes run ForwardBatchSample: on
   // CUDA the draw runs on the device and only token ids cross PCIe instead of n_vocab floats per
-  // sequence. Same rule, same uniforms, same tokens either way.
+  // sequence. Same rule, same noise keys, same tokens either way.
   bool backend_sampling = true;
   // A thread of the engine's own (EventPump) pushes each step's events to their streams, waking
   // their readers, while the engine thread goes on to the next step; off, the engine thread

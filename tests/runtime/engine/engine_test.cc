@@ -251,7 +251,7 @@ TEST_F(EngineTest, PlainDrawsTakeTheBackendsSamplerWithTheSameTokens) {
   truncated.sampling.top_p = 0.95f;
   truncated.sampling.min_p = 0.05f;
   truncated.sampling.seed = 11;
-  GenerationRequest one_left = greedy;  // top-k 1: one survivor, a uniform consumed all the same
+  GenerationRequest one_left = greedy;  // top-k 1: one survivor, its index counted all the same
   one_left.sampling.temperature = 1.0f;
   one_left.sampling.top_k = 1;
   one_left.sampling.seed = 5;
