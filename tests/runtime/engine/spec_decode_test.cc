@@ -99,6 +99,18 @@ class SpecDecodeTest : public ::testing::Test {
         Chat("Count from one to fifteen in words, separated by commas.", 48),
     };
   }
+  // Submits every request to `e` at once, then drains each in turn.
+  static std::vector<Result> RunTogether(Engine& e, const std::vector<GenerationRequest>& reqs) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerationRequest& r : reqs) {
+      auto s = e.Submit(r);
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      if (s.ok()) streams.push_back(*s);
+    }
+    std::vector<Result> out;
+    for (auto& s : streams) out.push_back(Drain(*s));
+    return out;
+  }
   Result Run(EngineOptions o, GenerationRequest r) {
     Engine e(model_, tokenizer_, o);
     auto s = e.Submit(std::move(r));
@@ -165,14 +177,10 @@ TEST_F(SpecDecodeTest, ConcurrentSpeculatingRequestsEachProduceTheirSoloTokens) 
   std::vector<Result> solo;
   for (const GenerationRequest& r : Prompts()) solo.push_back(Run(Options(false), r));
   Engine e(model_, tokenizer_, Options(true));
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const GenerationRequest& r : reqs) {
-    auto s = e.Submit(r);
-    ASSERT_TRUE(s.ok());
-    streams.push_back(*s);
-  }
-  for (size_t i = 0; i < streams.size(); ++i) {
-    EXPECT_EQ(Drain(*streams[i]).tokens, solo[i % solo.size()].tokens) << "request " << i;
+  const std::vector<Result> together = RunTogether(e, reqs);
+  ASSERT_EQ(together.size(), reqs.size());
+  for (size_t i = 0; i < together.size(); ++i) {
+    EXPECT_EQ(together[i].tokens, solo[i % solo.size()].tokens) << "request " << i;
   }
   const EngineStats st = SettledStats(e);
   EXPECT_GT(st.spec_accepted_tokens, 0);
@@ -244,14 +252,10 @@ TEST_F(SpecDecodeTest, SeededSampledOutputIsTheSameWithoutSpeculationAndUnderKvP
   tight.kv_cache_tokens = 256;  // six sequences of ~90 positions, with drafts: not all fit
   tight.max_batch_tokens = 24;  // nor do six decodes with 4 drafts each in one step
   Engine e(model_, tokenizer_, tight);
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const GenerationRequest& r : reqs) {
-    auto s = e.Submit(r);
-    ASSERT_TRUE(s.ok());
-    streams.push_back(*s);
-  }
-  for (size_t i = 0; i < streams.size(); ++i) {
-    EXPECT_EQ(Drain(*streams[i]).tokens, solo[i].tokens) << "request " << i;
+  const std::vector<Result> together = RunTogether(e, reqs);
+  ASSERT_EQ(together.size(), reqs.size());
+  for (size_t i = 0; i < together.size(); ++i) {
+    EXPECT_EQ(together[i].tokens, solo[i].tokens) << "request " << i;
   }
   const EngineStats st = SettledStats(e);
   EXPECT_GT(st.spec_accepted_tokens, 0);
