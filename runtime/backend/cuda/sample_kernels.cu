@@ -373,51 +373,30 @@ __device__ __noinline__ bool TopKByThreshold(const float* __restrict__ row, int 
 // it; cv and ci (shared) are complete on return.
 __device__ __noinline__ void BestByRounds(const float* __restrict__ row, int n_vocab, int rounds,
                                           float* cv, int* ci) {
-  __shared__ float wv[32];
-  __shared__ int wi[32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
+  __shared__ double sv[33];
+  __shared__ int si[33];
   float last_v = FLT_MAX;
   int last_i = -1;
   for (int j = 0; j < rounds; ++j) {
     float best = -FLT_MAX;
-    int bi = n_vocab;
+    int bi = -1;
     for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
       const float v = row[i];
       const bool after = j == 0 || Before(last_v, last_i, v, i);
-      if (after && (bi == n_vocab || Before(v, i, best, bi))) {
+      if (after && (bi < 0 || Before(v, i, best, bi))) {
         best = v;
         bi = i;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFullMask, best, o);
-      const int oi = __shfl_xor_sync(kFullMask, bi, o);
-      if (oi != n_vocab && (bi == n_vocab || Before(ov, oi, best, bi))) {
-        best = ov;
-        bi = oi;
-      }
-    }
-    if (lane == 0) {
-      wv[warp] = best;
-      wi[warp] = bi;
-    }
-    __syncthreads();
+    // (Floats widen exactly, so Beats over the doubles is Before over the floats.)
+    last_i = BlockBest(best, bi, sv, si);
+    last_v = row[last_i];
     if (threadIdx.x == 0) {
-      for (int w = 1; w < nwarps; ++w) {
-        if (wi[w] != n_vocab && (bi == n_vocab || Before(wv[w], wi[w], best, bi))) {
-          best = wv[w];
-          bi = wi[w];
-        }
-      }
-      cv[j] = best;
-      ci[j] = bi;
+      cv[j] = last_v;
+      ci[j] = last_i;
     }
-    __syncthreads();
-    last_v = cv[j];
-    last_i = ci[j];
-    __syncthreads();
   }
+  __syncthreads();
 }
 
 // One block of kSampleThreads per row, DrawToken's rule (runtime/sample/draw.h):
