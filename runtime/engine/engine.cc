@@ -771,9 +771,9 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   // A step whose every sampled sequence is a plain draw that the backend takes is drawn where
   // the logits are (EngineOptions::backend_sampling): on CUDA only the ids come back. A
   // draft is verified there too: each of its rows is drawn as without a draft, and Emit keeps
-  // draft tokens while they are what was drawn (SampleItem's walk). A constraint (JSON mode, a grammar) goes with
-  // the draw as a mask, which needs its state after the row's input token, so not with a
-  // draft. Planned ahead of its input (inputs_pending: the step before draws it), the row's
+  // draft tokens while they are what was drawn (SampleItem's walk). A constraint (JSON mode, a
+  // grammar) goes with the draw as a mask, which needs its state after the row's input token,
+  // so not with a draft. Planned ahead of its input (inputs_pending: the step before draws it), the row's
   // mask is left to FinishLateMasks, once the token is back and before the step is launched
   // (so such a step is never chained). When only some rows
   // are the backend's, and no item has several rows (a draft, a scored prompt), the step is

@@ -121,8 +121,8 @@ class Sampler {
   // This request's draw settings (noise_key 0; logprobs as asked, logprobs_out null).
   DrawParams draw_params() const;
   // draw_params() with the noise key of the next output token (DrawKey(seed(), index()); greedy:
-  // none), and index() moves past it. DrawToken(logits, NextDraw()) is what Sample(logits) would have
-  // returned for a plain draw.
+  // none), and index() moves past it. DrawToken(logits, NextDraw()) is what Sample(logits)
+  // would have returned for a plain draw.
   DrawParams NextDraw();
   // NextDraw() with the logit bias and penalties as entries a backend applies
   // (LogitAdjustments, runtime/sample/penalties.h): `before_input` is the history before the
