@@ -773,11 +773,11 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
   // draft is verified there too: each of its rows is drawn as without a draft, and Emit keeps
   // draft tokens while they are what was drawn (SampleItem's walk). A constraint (JSON mode, a
   // grammar) goes with the draw as a mask, which needs its state after the row's input token,
-  // so not with a draft. Planned ahead of its input (inputs_pending: the step before draws it), the row's
-  // mask is left to FinishLateMasks, once the token is back and before the step is launched
-  // (so such a step is never chained). When only some rows
-  // are the backend's, and no item has several rows (a draft, a scored prompt), the step is
-  // mixed: the backend draws those, and only the others' logits come back, to be sampled here.
+  // so not with a draft. Planned ahead of its input (inputs_pending: the step before draws it),
+  // the row's mask is left to FinishLateMasks, once the token is back and before the step is
+  // launched (so such a step is never chained). When only some rows are the backend's, and no
+  // item has several rows (a draft, a scored prompt), the step is mixed: the backend draws
+  // those, and only the others' logits come back, to be sampled here.
   // Planned ahead, a step with rows for the host is left unprepared: it is launched only after
   // the step before is emitted, and prepared again then.
   w.backend = false;

@@ -100,16 +100,9 @@ int32_t PickCandidate(const DrawCandidates& c, float temperature, uint64_t noise
   const float max_logit = MaxLogit(c);
   const double inv_t = 1.0 / static_cast<double>(temperature);
   int32_t best = -1;
-  double best_score = -std::numeric_limits<double>::infinity();
+  double best_score = 0.0;
   for (const auto& [logit, id] : c) {
-    const double scaled = static_cast<double>(logit - max_logit) * inv_t;
-    const double u = NoiseUniform(noise_key, id);
-    if (best >= 0 && !MayReach(scaled, u, best_score)) continue;  // (it cannot win)
-    const double score = scaled + GumbelOf(u);
-    if (best < 0 || score > best_score || (score == best_score && id < best)) {
-      best = id;
-      best_score = score;
-    }
+    FoldDraw(static_cast<double>(logit - max_logit) * inv_t, noise_key, id, &best_score, &best);
   }
   return best;
 }

@@ -63,4 +63,24 @@ KINFER_HOST_DEVICE inline bool MayReach(double scaled, double u, double best) {
   return 1.0 - u < exp(scaled - best) * (1.0 + 0x1.0p-20);
 }
 
+// (score, id) wins over (best, best_id): best_id is none (-1), or a larger score, or an equal one
+// and a lower id. A total order over distinct ids.
+KINFER_HOST_DEVICE inline bool DrawBeats(double score, int32_t id, double best, int32_t best_id) {
+  return id >= 0 && (best_id < 0 || score > best || (score == best && id < best_id));
+}
+
+// Gumbel-max's step, the host's and the kernel's alike: folds token `id`, whose scaled logit
+// (logit - max) / temperature the caller rounded, into the best so far (*best, *best_id; -1:
+// none) under `key`, unless MayReach says it cannot reach it.
+KINFER_HOST_DEVICE inline void FoldDraw(double scaled, uint64_t key, int32_t id, double* best,
+                                        int32_t* best_id) {
+  const double u = NoiseUniform(key, id);
+  if (*best_id >= 0 && !MayReach(scaled, u, *best)) return;
+  const double score = scaled + GumbelOf(u);  // (no product here for a compiler to fuse)
+  if (DrawBeats(score, id, *best, *best_id)) {
+    *best = score;
+    *best_id = id;
+  }
+}
+
 }  // namespace kinfer

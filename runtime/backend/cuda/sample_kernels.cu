@@ -36,23 +36,13 @@ constexpr int kSampleThreads = 256;
 
 // ---- the draw: Gumbel-max over the survivors (runtime/sample/draw.h) -----------------------
 
-// (s, i) wins over (s2, i2): i2 is none (-1), or a larger score, or an equal one and a lower id.
-__device__ __forceinline__ bool Beats(double s, int i, double s2, int i2) {
-  return i >= 0 && (i2 < 0 || s > s2 || (s == s2 && i < i2));
-}
-// Folds token i into a thread's best (s, id): its score rounded as DrawToken rounds it (the logit
-// difference in float, then two double operations, not fused), unless MayReach says it cannot
-// reach this thread's best (nor then the block's, which is at least this thread's).
+// Folds token i into a thread's best (s, id) (FoldDraw, runtime/sample/draw_noise.h): its scaled
+// logit rounded as DrawToken rounds it (the difference in float, then a product that __dmul_rn
+// keeps from being fused). A token that MayReach rules out for this thread's best cannot reach
+// the block's either, which is at least this thread's.
 __device__ __forceinline__ void Consider(float v, float mx, double inv_t, uint64_t key, int i,
                                          double* s, int* id) {
-  const double scaled = __dmul_rn(static_cast<double>(v - mx), inv_t);
-  const double u = NoiseUniform(key, i);
-  if (*id >= 0 && !MayReach(scaled, u, *s)) return;
-  const double score = __dadd_rn(scaled, GumbelOf(u));
-  if (Beats(score, i, *s, *id)) {
-    *s = score;
-    *id = i;
-  }
+  FoldDraw(__dmul_rn(static_cast<double>(v - mx), inv_t), key, i, s, id);
 }
 // The block's best (score, id) of every thread's (id -1: none); every thread gets the id. sv and
 // si hold 33 entries. The order is total over distinct ids, so the butterfly's grouping does
@@ -63,7 +53,7 @@ __device__ int BlockBest(double s, int id, double* sv, int* si) {
   for (int o = 16; o > 0; o >>= 1) {
     const double os = __shfl_xor_sync(kFullMask, s, o);
     const int oi = __shfl_xor_sync(kFullMask, id, o);
-    if (Beats(os, oi, s, id)) {
+    if (DrawBeats(os, oi, s, id)) {
       s = os;
       id = oi;
     }
@@ -75,7 +65,7 @@ __device__ int BlockBest(double s, int id, double* sv, int* si) {
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < nwarps; ++w) {
-      if (Beats(sv[w], si[w], s, id)) {
+      if (DrawBeats(sv[w], si[w], s, id)) {
         s = sv[w];
         id = si[w];
       }
@@ -388,7 +378,7 @@ __device__ __noinline__ void BestByRounds(const float* __restrict__ row, int n_v
         bi = i;
       }
     }
-    // (Floats widen exactly, so Beats over the doubles is Before over the floats.)
+    // (Floats widen exactly, so DrawBeats over the doubles is Before over the floats.)
     last_i = BlockBest(best, bi, sv, si);
     last_v = row[last_i];
     if (threadIdx.x == 0) {
