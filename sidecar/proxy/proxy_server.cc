@@ -115,6 +115,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool sse_ = false;
   bool response_started_ = false;
   bool first_token_seen_ = false;
+  SidecarCore::TimePoint first_token_at_{};
   SseFirstTokenDetector first_token_;
   int status_ = 0;
   http::response<http::string_body> buffered_;
@@ -344,6 +345,7 @@ void Exchange::OnData(std::string_view data, std::function<void()> next) {
   if (!first_token_seen_ && streaming_ && (!sse_ || first_token_.Feed(data))) {
     first_token_seen_ = true;
     auto now = server_->Now();
+    first_token_at_ = now;
     double ttft = Seconds(now - arrival_);
     if (policy_) {
       metrics().ObserveTtft(info_.priority, ttft);
@@ -446,7 +448,8 @@ void Exchange::OnDone(UpstreamError error) {
   }
   CountResponse(status_);
   const Result result = SidecarCore::ResultForUpstreamStatus(
-      status_, session_->request().count("x-kinfer-timeout") != 0);
+      status_, session_->request().count("x-kinfer-timeout") != 0,
+      buffered_.count(http::field::retry_after) != 0);
   if (result == Result::kFailure) metrics().CountUpstreamError("status_5xx");
   Complete(result);
 }
@@ -474,7 +477,9 @@ void Exchange::Complete(SidecarCore::Result result) {
   if (!policy_) return;
   metrics().ObserveE2e(info_.priority, Seconds(now - arrival_));
   if (was_upstream) {
-    server_->Run(core().OnFinished(id_, route_, result, now - started_, now));
+    std::optional<SidecarCore::Duration> ttft;
+    if (streaming_ && first_token_seen_) ttft = first_token_at_ - started_;
+    server_->Run(core().OnFinished(id_, route_, result, now - started_, now, ttft));
   }
 }
 

@@ -141,7 +141,6 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
                   breaker_->RetryAfter(now));
   }
   if (d.kind != DegradeKind::kNone) {
-    metrics_->CountDegraded(p, d.header_value());
     v.route.degraded = std::string(d.header_value());
     if (d.uses_fallback()) {
       v.route.model = config_.fallback_model;
@@ -156,13 +155,21 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
     v.cache_key = std::move(key);  // only an undegraded answer may be stored for this key
   }
 
+  if (v.route.fallback_upstream) {
+    // Served elsewhere: the primary's queue (which the deadline trigger found too long) is no
+    // place to wait, and the fallback's own overload answers for itself.
+    metrics_->CountDegraded(p, d.header_value());
+    on_fallback_upstream_.insert(id);
+    v.action = Action::kStart;
+    return v;
+  }
   AdmissionQueue::AdmitResult a = admission_.Admit(id, p, deadline, now);
   switch (a.outcome) {
     case AdmissionQueue::Outcome::kStartNow:
-      v.action = Action::kStart;
-      return v;
     case AdmissionQueue::Outcome::kQueued:
-      v.action = Action::kQueued;
+      // Counted once it is served: a degraded request the queue refuses is a rejection only.
+      if (d.kind != DegradeKind::kNone) metrics_->CountDegraded(p, d.header_value());
+      v.action = a.outcome == AdmissionQueue::Outcome::kStartNow ? Action::kStart : Action::kQueued;
       v.displaced = a.displaced;
       return v;
     case AdmissionQueue::Outcome::kRejected:
@@ -189,20 +196,25 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Ro
   return std::nullopt;
 }
 
-SidecarCore::Result SidecarCore::ResultForUpstreamStatus(int http_status, bool client_deadline) {
+SidecarCore::Result SidecarCore::ResultForUpstreamStatus(int http_status, bool client_deadline,
+                                                         bool shed) {
   if (http_status == 504 && client_deadline) return Result::kIgnored;
+  if (http_status == 429 || (http_status == 503 && shed)) return Result::kIgnored;
   return http_status >= 500 ? Result::kFailure : Result::kSuccess;
 }
 
 AdmissionQueue::Dispatch SidecarCore::OnFinished(RequestId id, const Route& route, Result result,
-                                                 Duration upstream_time, TimePoint now) {
+                                                 Duration upstream_time, TimePoint now,
+                                                 std::optional<Duration> time_to_first_token) {
   if (!route.fallback_upstream && breaker_permits_.erase(id) != 0) {
+    const Duration call_time = time_to_first_token.value_or(upstream_time);
     switch (result) {
-      case Result::kSuccess: breaker_->OnSuccess(upstream_time, now); break;
-      case Result::kFailure: breaker_->OnFailure(upstream_time, now); break;
+      case Result::kSuccess: breaker_->OnSuccess(call_time, now); break;
+      case Result::kFailure: breaker_->OnFailure(call_time, now); break;
       case Result::kIgnored: breaker_->OnIgnored(); break;
     }
   }
+  if (on_fallback_upstream_.erase(id) != 0) return {};
   // Only successful, undegraded calls teach the queue how long the primary takes to serve.
   Duration sample = (result == Result::kSuccess && !route.rewrite()) ? upstream_time
                                                                       : Duration::zero();
@@ -224,7 +236,9 @@ void SidecarCore::StoreInCache(const CacheKey& key, CachedResponse response, Tim
 }
 
 bool SidecarCore::Ready(TimePoint now) {
-  return !draining_ && breaker_->state(now) != CircuitBreaker::State::kOpen;
+  if (draining_) return false;
+  return breaker_->state(now) != CircuitBreaker::State::kOpen ||
+         (config_.has_fallback_upstream && !config_.fallback_model.empty());
 }
 
 void SidecarCore::UpdateGauges(TimePoint now) {

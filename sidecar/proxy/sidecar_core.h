@@ -85,8 +85,10 @@ class SidecarCore {
   // request that carried the client's own deadline (x-kinfer-timeout, which the runtime enforces
   // end to end): the client's time ran out, which says nothing of the upstream's health, and
   // counting it let one client open the breaker for everyone with short deadlines. The sidecar's
-  // own upstream_timeout is still a failure.
-  static Result ResultForUpstreamStatus(int http_status, bool client_deadline);
+  // own upstream_timeout is still a failure. Likewise a 429, or a 503 that carries Retry-After
+  // (`shed`), is the upstream shedding load as designed, not failing: counting it let an overload
+  // burst open the breaker (and so take the pod out of its Service) on a healthy runtime.
+  static Result ResultForUpstreamStatus(int http_status, bool client_deadline, bool shed = false);
 
   // REQUIRES: config.Validate().ok().
   SidecarCore(const SidecarConfig& config, SidecarMetrics* metrics);
@@ -99,10 +101,14 @@ class SidecarCore {
   // caller then answers 503 and calls OnFinished(kIgnored).
   std::optional<Duration> OnStart(RequestId id, const Route& route, int priority, TimePoint now);
 
-  // A started request ended. `upstream_time` is the time spent on the upstream (0 when unknown).
+  // A started request ended. `upstream_time` is the time spent on the upstream (0 when unknown):
+  // it teaches the queue how long a slot stays busy. The breaker judges a call slow on
+  // `time_to_first_token` when given (a stream: a long, healthy generation is not a slow call),
+  // else on `upstream_time`.
   // Returns the queued requests to start now and those that expired meanwhile (answer 503).
   AdmissionQueue::Dispatch OnFinished(RequestId id, const Route& route, Result result,
-                                      Duration upstream_time, TimePoint now);
+                                      Duration upstream_time, TimePoint now,
+                                      std::optional<Duration> time_to_first_token = std::nullopt);
 
   // A queued request's client went away. False when it is not queued.
   bool Cancel(RequestId id) { return admission_.Cancel(id); }
@@ -118,10 +124,14 @@ class SidecarCore {
   // Draining: new arrivals get 503; queued and in-flight requests finish.
   void StartDraining() { draining_ = true; }
   bool draining() const { return draining_; }
-  // Requests queued or in flight.
-  size_t outstanding() const { return admission_.queued() + admission_.in_flight(); }
+  // Requests queued or in flight (on the fallback upstream too).
+  size_t outstanding() const {
+    return admission_.queued() + admission_.in_flight() + on_fallback_upstream_.size();
+  }
 
-  // Ready to take traffic: not draining and the breaker not OPEN.
+  // Ready to take traffic: not draining, and the breaker not OPEN unless a fallback upstream
+  // serves meanwhile (the pod still answers, degraded; taking it out of its Service would only
+  // turn those answers into connection errors).
   bool Ready(TimePoint now);
   // Gauges refreshed for a scrape.
   void UpdateGauges(TimePoint now);
@@ -152,6 +162,9 @@ class SidecarCore {
   // the breaker, so a refused start's OnFinished(kIgnored) cannot hand back a HALF_OPEN probe
   // permit it never took.
   std::unordered_set<RequestId> breaker_permits_;
+  // Degraded requests sent to the fallback upstream: it has its own capacity and its own 503s, so
+  // they neither wait in nor count against the primary's admission queue.
+  std::unordered_set<RequestId> on_fallback_upstream_;
   RetryBudget retry_budget_;
   LatencyWindow ttft_window_;
   bool draining_ = false;

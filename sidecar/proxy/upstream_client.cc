@@ -1,12 +1,25 @@
 #include "sidecar/proxy/upstream_client.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <limits>
 
 namespace kinfer {
 
 namespace {
 constexpr size_t kChunkBytes = 16 * 1024;
+
+// An idle keep-alive connection is usable when the upstream has neither closed it (a FIN or RST
+// waiting: recv gives 0 or an error) nor sent anything unasked (a stray byte would be read as the
+// next response). Nothing waiting (EAGAIN) is the healthy case.
+bool StillUsable(tcp::socket& socket) {
+  if (!socket.is_open()) return false;
+  char byte;
+  ssize_t got = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
+}  // namespace
 
 std::string_view UpstreamErrorName(UpstreamError e) {
   switch (e) {
@@ -31,7 +44,7 @@ std::shared_ptr<UpstreamPool::Connection> UpstreamPool::Acquire(bool* reused) {
   while (!idle_.empty()) {
     std::shared_ptr<Connection> conn = std::move(idle_.back());
     idle_.pop_back();
-    if (conn->stream.socket().is_open()) {
+    if (StillUsable(conn->stream.socket())) {
       *reused = true;
       return conn;
     }
@@ -134,7 +147,10 @@ void UpstreamCall::ReadHeader() {
                           [self = shared_from_this(), conn = conn_](beast::error_code ec, size_t) {
                             if (self->done_) return;
                             if (ec) {
-                              if (!self->MaybeReconnect()) self->Fail(UpstreamError::kReset);
+                              // The request was written: the upstream may have read it and
+                              // acted on it, so it is not replayed here (a POST is not
+                              // idempotent); the retry policy decides.
+                              self->Fail(UpstreamError::kReset);
                               return;
                             }
                             self->got_header_ = true;

@@ -8,8 +8,10 @@
 //    on_data zero or more times, then on_done exactly once. on_data gets a `next` callback: the
 //    next read starts only when it is called, so a slow client slows the upstream read
 //    (backpressure, bounded memory).
-//  * A pooled connection that fails before any response byte (the upstream closed an idle
-//    keep-alive connection) is replaced by a fresh one once, transparently.
+//  * A pooled connection is checked before reuse (a close or a stray byte from the upstream
+//    discards it), and one whose request cannot be written (the upstream closed it meanwhile) is
+//    replaced by a fresh one once, transparently. Once the request is written it is never sent
+//    again here: a failure before the response header is kReset, for the retry policy to judge.
 //  * Cancel() closes the connection; on_done then reports kCancelled (unless already done).
 //  * A connection goes back to the pool only after a complete response that allows keep-alive.
 #pragma once
@@ -96,7 +98,7 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
   void Write();
   void ReadHeader();
   void ReadBody();
-  // A failure before any response byte on a reused connection: retry once on a fresh one.
+  // A failed write on a reused connection: send once more on a fresh one.
   bool MaybeReconnect();
   void Fail(UpstreamError error);
   void Finish(UpstreamError error);

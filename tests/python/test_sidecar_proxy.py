@@ -156,6 +156,28 @@ def test_upstream_errors_map_to_gateway_statuses(fake, sidecar):
     assert r.status_code == 500  # the upstream's own error passes through
 
 
+def test_a_request_the_upstream_read_is_never_sent_twice(fake):
+    # The upstream reads the request and then drops a reused keep-alive connection without an
+    # answer. It may have acted on the POST, so the sidecar must not replay it (Go's net/http
+    # and Envoy without retry_on: reset do not); with retries off, exactly one upstream request.
+    sc = Sidecar(fake.url, {"cache": {"enabled": False}, "retries": {"enabled": False}})
+    try:
+        with requests.Session() as session:  # one client connection: the sidecar pools its own
+            assert session.post(sc.url + "/v1/chat/completions", json=chat_body(),
+                                timeout=10).status_code == 200
+            fake.reset()
+            r = session.post(sc.url + "/v1/chat/completions", json=chat_body(),
+                             headers={"x-fake-reset": "1"}, timeout=10)
+        assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_reset"
+        stats = fake.stats()
+        assert stats["requests"] == 1 and stats["aborted"] == 1, stats
+        fake.reset()
+        r = post_chat(sc.url)
+        assert r.status_code == 200, r.text
+    finally:
+        sc.stop()
+
+
 def test_health_and_ready(fake, sidecar):
     assert requests.get(sidecar.url + "/health", timeout=5).json() == {"status": "ok"}
     assert requests.get(sidecar.url + "/ready", timeout=5).status_code == 200

@@ -393,7 +393,11 @@ TEST_F(SidecarCoreBreakerTest, FewerFailuresKeepItClosed) {
 TEST_F(SidecarCoreBreakerTest, ClientDeadline504sDoNotOpenTheBreaker) {
   using R = SidecarCore::Result;
   EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(200, true), R::kSuccess);
-  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(429, false), R::kSuccess);
+  // Load shed by the upstream (429, or 503 with Retry-After) is not a failure of it.
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(429, false), R::kIgnored);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(503, false, /*shed=*/true), R::kIgnored);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(503, false, /*shed=*/false), R::kFailure);
+  EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(500, false, /*shed=*/true), R::kFailure);
   EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(500, true), R::kFailure);
   EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(503, true), R::kFailure);
   EXPECT_EQ(SidecarCore::ResultForUpstreamStatus(504, false), R::kFailure);
@@ -419,6 +423,7 @@ TEST_F(SidecarCoreBreakerTest, OpenBreakerRoutesToTheFallbackUpstream) {
   config_.has_fallback_upstream = true;
   Init();
   Trip();
+  EXPECT_TRUE(core_->Ready(now_));  // the fallback answers: the pod stays in its Service
 
   Verdict v = Arrive(10, Info(kDeterministic));
   ASSERT_EQ(v.action, Action::kStart) << v.reason;
@@ -456,6 +461,25 @@ TEST_F(SidecarCoreBreakerTest, OpenBreakerWithoutFallbackUpstreamRejects503) {
   EXPECT_EQ(RetryAfterSeconds(*v.retry_after), 8);
   EXPECT_EQ(Metric(R"(kinfer_sidecar_rejected_total{class="standard",reason="breaker_open"})"), 1);
   EXPECT_EQ(core_->outstanding(), 0u);
+}
+
+// A stream's call is judged slow on its time to first token: four healthy 2 s generations
+// that began within 10 ms keep the breaker closed; four 2 s waits for a first token open it.
+TEST_F(SidecarCoreBreakerTest, StreamsAreSlowByTimeToFirstTokenOnly) {
+  UseSmallBreaker();
+  config_.breaker.slow_call_duration = seconds(1);
+  config_.breaker.slow_call_rate_threshold = 100;
+  Init();
+  auto stream = [&](SidecarCore::RequestId id, std::optional<nanoseconds> ttft) {
+    Verdict v = Arrive(id, Info());
+    ASSERT_EQ(v.action, Action::kStart) << v.reason;
+    ASSERT_FALSE(core_->OnStart(id, v.route, 1, now_).has_value());
+    core_->OnFinished(id, v.route, Result::kSuccess, seconds(2), now_, ttft);
+  };
+  for (SidecarCore::RequestId id = 1; id <= 4; ++id) stream(id, milliseconds(10));
+  EXPECT_TRUE(core_->Ready(now_));
+  for (SidecarCore::RequestId id = 5; id <= 8; ++id) stream(id, std::nullopt);
+  EXPECT_FALSE(core_->Ready(now_));
 }
 
 TEST_F(SidecarCoreBreakerTest, HalfOpenProbeSuccessClosesTheBreaker) {
@@ -545,6 +569,47 @@ TEST_F(SidecarCoreTest, SloBreachDegradesLowerClassesWithTheirCap) {
 
   EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="slo"})"), 1);
   EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="batch",reason="slo"})"), 1);
+}
+
+// The deadline trigger: the expected wait (1 s per request, one slot busy) is past a 500 ms
+// deadline. With a fallback upstream the request goes there at once, outside the primary's
+// queue; without one, degrading cannot make it start sooner, so it is a rejection only.
+TEST_F(SidecarCoreTest, DeadlineAtRiskIsServedByTheFallbackUpstreamOutsideTheQueue) {
+  config_.admission.max_concurrency = 1;
+  config_.admission.initial_service_time = seconds(1);
+  config_.fallback_model = "small";
+  config_.fallback_upstream_text = "http://127.0.0.1:9000";
+  config_.fallback_upstream = {.host = "127.0.0.1", .port = 9000, .base_path = ""};
+  config_.has_fallback_upstream = true;
+  Init();
+  ASSERT_EQ(Arrive(1, Info()).action, Action::kStart);  // holds the primary's only slot
+  ASSERT_FALSE(core_->OnStart(1, {}, 1, now_).has_value());
+
+  Verdict v = Arrive(2, Info(kSampled, {{"x-kinfer-timeout", "500ms"}}));
+  ASSERT_EQ(v.action, Action::kStart) << v.reason;
+  EXPECT_EQ(v.route.degraded, "deadline");
+  EXPECT_EQ(v.route.model, "small");
+  EXPECT_TRUE(v.route.fallback_upstream);
+  EXPECT_EQ(core_->outstanding(), 2u);
+  ASSERT_FALSE(core_->OnStart(2, v.route, 1, now_).has_value());
+  EXPECT_TRUE(core_->OnFinished(2, v.route, Result::kSuccess, milliseconds(80), now_).start.empty());
+  EXPECT_EQ(core_->outstanding(), 1u);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="deadline"})"), 1);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_rejected_total{class="standard",reason="deadline_unreachable"})"), -1);
+}
+
+TEST_F(SidecarCoreTest, DeadlineAtRiskWithoutAFallbackUpstreamIsARejectionOnly) {
+  config_.admission.max_concurrency = 1;
+  config_.admission.initial_service_time = seconds(1);
+  config_.fallback_model = "small";  // on the primary: the same queue
+  Init();
+  ASSERT_EQ(Arrive(1, Info()).action, Action::kStart);
+  Verdict v = Arrive(2, Info(kSampled, {{"x-kinfer-timeout", "500ms"}}));
+  ASSERT_EQ(v.action, Action::kReject);
+  EXPECT_EQ(v.http_status, 503);
+  EXPECT_EQ(v.reason, "deadline_unreachable");
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="deadline"})"), -1);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_rejected_total{class="standard",reason="deadline_unreachable"})"), 1);
 }
 
 TEST_F(SidecarCoreTest, SloBreachUsesTheFallbackModelOnThePrimary) {
