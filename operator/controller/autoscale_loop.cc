@@ -9,6 +9,7 @@
 #include "operator/autoscale/metrics_collector.h"
 #include "operator/autoscale/prometheus_query.h"
 #include "operator/reconcile/object_diff.h"
+#include "operator/reconcile/pod_summary.h"
 
 #include <future>
 
@@ -23,6 +24,7 @@ struct AutoscaleLoop::Entry {
   std::optional<int> last_desired;
   double published_load = -1;
   double published_p99 = -1;
+  std::optional<bool> published_missing;  // the ScalingActive status the last publish gave
   autoscale::TimePoint last_publish{};
   std::optional<autoscale::TimePoint> last_ttft_query;  // prometheus source only
   explicit Entry(autoscale::Autoscaler s) : scaler(std::move(s)) {}
@@ -208,7 +210,10 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     w.prometheus = prom_spec.has_value();
     if (!w.prometheus) w.first = endpoints.size();
     for (const json& pod : controller_->Pods(md.namespace_name, md.name)) {
-      if (!At(pod, {"metadata", "deletionTimestamp"}).is_null()) continue;
+      if (!At(pod, {"metadata", "deletionTimestamp"}).is_null() ||
+          reconcile::PodTerminated(pod)) {
+        continue;
+      }
       autoscale::PodEndpoint ep;
       ep.pod = pod["metadata"].value("name", "");
       ep.ready = PodReady(pod);
@@ -316,13 +321,18 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     autoscale::Decision d = w.entry->scaler.Tick(now, w.current, samples);
     metrics_->autoscaler_decisions.WithLabels({d.reason}).Inc();
     const double p99 = d.p99_ttft_panic.value_or(0);
-    bool publish = !w.entry->last_desired || *w.entry->last_desired != d.desired;
+    // ScalingActive follows whether metrics are missing: a change there is published at once
+    // (a NetworkPolicy that blocks the scrape shows within a tick, not at the next resync).
+    const bool missing = d.reason == "metrics_missing";
+    bool publish = !w.entry->last_desired || *w.entry->last_desired != d.desired ||
+                   w.entry->published_missing != missing;
     if (!publish && now - w.entry->last_publish >= options_.status_refresh &&
         (Moved(w.entry->published_load, d.observed_load) || Moved(w.entry->published_p99, p99))) {
       publish = true;
     }
     if (publish) {
       w.entry->last_desired = d.desired;
+      w.entry->published_missing = missing;
       w.entry->published_load = d.observed_load;
       w.entry->published_p99 = p99;
       w.entry->last_publish = now;

@@ -64,8 +64,13 @@ Problem ContainerProblem(const json& status, bool init, std::string* detail) {
 
 }  // namespace
 
+bool PodTerminated(const json& pod) {
+  const json& phase = At(pod, {"status", "phase"});
+  return phase.is_string() && (phase == "Failed" || phase == "Succeeded");
+}
+
 void AddPod(const json& pod, PodSummary* s) {
-  if (!pod.is_object()) return;
+  if (!pod.is_object() || PodTerminated(pod)) return;
   if (!At(pod, {"metadata", "deletionTimestamp"}).is_null()) {
     ++s->terminating;
     return;

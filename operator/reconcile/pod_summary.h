@@ -35,7 +35,12 @@ struct PodSummary {
   std::string first_problem;
 };
 
-// Adds one pod object to `summary`.
+// A pod in a terminal phase (Failed, e.g. evicted, or Succeeded): it serves nothing and never
+// will, and the kubelet leaves it until someone deletes it. Like the ReplicaSet controller's
+// active-pod filter, it counts neither as a replica nor as capacity on its way.
+bool PodTerminated(const nlohmann::json& pod);
+
+// Adds one pod object to `summary` (a terminated pod adds nothing).
 void AddPod(const nlohmann::json& pod, PodSummary* summary);
 // SummarizePods(pods) = AddPod of each.
 PodSummary SummarizePods(const std::vector<nlohmann::json>& pods);

@@ -573,6 +573,72 @@ TEST_F(ControllerTest, TheAutoscalerScalesOnTheSidecarsQueue) {
             0);
 }
 
+// Two evicted pods (phase Failed, never deleted) beside the one serving pod: they are neither
+// replicas nor capacity on its way, so the overload scales up at once (they held every decision
+// at scale_up_pending and showed as 3 replicas). Then the page goes away: ScalingActive turns
+// False MetricsMissing within a few ticks, though the replica count and load stay as they were.
+TEST_F(ControllerTest, EvictedPodsAreNotCapacityAndMissingMetricsShowAtOnce) {
+  std::unique_ptr<FakeSidecarPage> page = OnAFreePort<FakeSidecarPage>();
+  ASSERT_NE(page, nullptr) << "no free loopback port for the sidecar page";
+  const int port = page->port();
+  page->Set(16, 0);  // twice the target of 8 on one pod
+  StartController();
+  AutoscaleLoopOptions ao;
+  ao.interval = milliseconds(100);
+  ao.address_of = [port](const json&) { return "127.0.0.1:" + std::to_string(port); };
+  loop_ = std::make_unique<AutoscaleLoop>(controller_.get(), ao, metrics_.get());
+  ASSERT_TRUE(
+      client_
+          ->Create(rs::kInferenceServices, "default",
+                   Isvc("evict",
+                        {{"autoscaling",
+                          {{"minReplicas", 1}, {"maxReplicas", 2}, {"stableWindowSeconds", 6}}}}))
+          .ok());
+  ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "evict").has_value(); }));
+  auto add_pod = [&](const std::string& name, const json& status) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", name},
+                  {"namespace", "default"},
+                  {"labels", {{"serving.kinfer.dev/inferenceservice", "evict"}}}}},
+                {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "x"}}}}}}};
+    ASSERT_TRUE(client_->Create(rs::kPods, "default", pod).ok());
+    ASSERT_TRUE(client_->MergePatch(rs::kPods, "default", name, {{"status", status}}, "status").ok());
+  };
+  add_pod("evict-0", {{"phase", "Running"},
+                      {"podIP", "127.0.0.1"},
+                      {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}});
+  for (const char* name : {"evict-gone-1", "evict-gone-2"}) {
+    add_pod(name, {{"phase", "Failed"},
+                   {"reason", "Evicted"},
+                   {"conditions", {{{"type", "Ready"}, {"status", "False"}}}}});
+  }
+  loop_->Start();
+  ASSERT_TRUE(WaitUntil([&] { return (*Get(rs::kDeployments, "evict"))["spec"]["replicas"] == 2; },
+                        milliseconds(10000)))
+      << "evicted pods held the scale-up";
+  json isvc;
+  ASSERT_TRUE(WaitUntil([&] {
+    isvc = *Get(rs::kInferenceServices, "evict");
+    std::string reason;
+    return Condition(isvc, "ScalingActive", &reason) == "True" && reason == "AutoscalerActive";
+  }));
+  EXPECT_EQ(isvc["status"].value("replicas", -1), 1) << isvc["status"].dump();
+
+  page.reset();  // the scrape fails from now on
+  std::string reason;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Condition(*Get(rs::kInferenceServices, "evict"), "ScalingActive", &reason) ==
+                   "False" &&
+               reason == "MetricsMissing";
+      },
+      milliseconds(5000)))
+      << reason;
+  EXPECT_EQ((*Get(rs::kDeployments, "evict"))["spec"]["replicas"], 2);  // frozen, not shrunk
+}
+
 // A fake Prometheus HTTP API: answers /api/v1/query with one series per pod for the queue-depth
 // and in-flight queries (and TTFT buckets), and records the PromQL it was asked.
 class FakePrometheus {
