@@ -116,6 +116,7 @@ struct Engine::Active {
   int generated = 0;
   bool started = false;  // the scheduler has planned it at least once
   double queue_seconds = -1;
+  int cached_tokens = 0;  // prompt tokens the prefix cache served at its first admission
   bool first_event = true;
   bool cancel_sent = false;
   bool finished = false;  // its final event is pushed
@@ -494,6 +495,7 @@ void Engine::Finish(Active& a, FinishReason reason, Status error) {
   ev.finish = reason;
   ev.error = std::move(error);
   ev.prompt_tokens = static_cast<int>(a.req.prompt_tokens.size());
+  ev.cached_prompt_tokens = a.cached_tokens;
   ev.completion_tokens = a.generated;
   if (a.first_event) {
     ev.queue_seconds =
@@ -545,6 +547,7 @@ bool Engine::EmitToken(Active& a, int32_t tok, TokenLogprob* lp) {
   if (reason != FinishReason::kNone) {
     ev.finish = reason;
     ev.prompt_tokens = static_cast<int>(req.prompt_tokens.size());
+    ev.cached_prompt_tokens = a.cached_tokens;
     ev.completion_tokens = a.generated;
     a.finished = true;
   }
@@ -732,6 +735,7 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
       if (a != nullptr && !a->started) {
         a->started = true;
         a->queue_seconds = std::chrono::duration<double>(now - a->enqueued).count();
+        a->cached_tokens = v->cached_tokens;
       }
       SequenceBatch b;
       if (item.draft.empty()) {

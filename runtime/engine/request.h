@@ -81,6 +81,7 @@ struct StreamEvent {
   double queue_seconds = -1.0;
   // Filled on the final event:
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // of those, served from the prefix cache (at first admission)
   int completion_tokens = 0;
 };
 
@@ -97,6 +98,7 @@ inline void AppendStreamEvent(StreamEvent* into, StreamEvent next) {
   into->finish = next.finish;
   into->error = std::move(next.error);
   into->prompt_tokens = next.prompt_tokens;
+  into->cached_prompt_tokens = next.cached_prompt_tokens;
   into->completion_tokens = next.completion_tokens;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/http_errors.h"
+#include "common/utf8.h"
 #include "runtime/server/cancel_registry.h"
 #include "runtime/server/choice_streams.h"
 #include "runtime/server/served_model.h"
@@ -45,7 +46,11 @@ class RequestTimer {
       m_->queue_time.Observe(ev.queue_seconds);
       queue_seen_ = true;
     }
-    if (ev.finish != FinishReason::kNone) completion_tokens_ += ev.completion_tokens;
+    if (ev.finish != FinishReason::kNone) {
+      completion_tokens_ += ev.completion_tokens;
+      // A prompt's cached tokens are its first choice's (the others reuse that one's prefix).
+      if (choice % per_prompt_ == 0) cached_prompt_tokens_ += ev.cached_prompt_tokens;
+    }
     size_t n = ev.tokens.size();
     if (n == 0) return;
     std::optional<Clock::time_point>& last = last_[static_cast<size_t>(choice)];
@@ -62,6 +67,11 @@ class RequestTimer {
 
   int prompt_tokens() const { return prompt_tokens_; }
   int completion_tokens() const { return completion_tokens_; }  // every choice's, so far
+  // Usage: every prompt's and every choice's tokens (`cached`: the prefix cache's, per prompt).
+  Usage usage(bool score_only) const {
+    return Usage{prompt_tokens_, score_only ? 0 : completion_tokens_, cached_prompt_tokens_};
+  }
+  void set_choices_per_prompt(int n) { per_prompt_ = std::max(n, 1); }
 
   void Finish(const char* status) {
     m_->prompt_tokens.Inc(prompt_tokens_);
@@ -78,6 +88,8 @@ class RequestTimer {
   bool queue_seen_ = false;
   int prompt_tokens_ = 0;
   int completion_tokens_ = 0;
+  int cached_prompt_tokens_ = 0;
+  int per_prompt_ = 1;
 };
 
 HttpResponse Reject(RuntimeMetrics* m, const Status& s, const ErrorDetail& d) {
@@ -156,7 +168,8 @@ Echo MakeEcho(const ParsedRequest& r, const CompletionPrompt* p, const std::vect
   e.on = r.echo && p != nullptr;
   if (!e.on) return e;
   e.score_only = r.max_tokens.has_value() && *r.max_tokens == 0;
-  e.text = p->is_ids ? tok.Decode(prompt, /*special=*/false) : p->text;
+  // Special tokens rendered, as the echoed tokens are (and as a string prompt holds them).
+  e.text = p->is_ids ? tok.Decode(prompt, /*special=*/true) : p->text;
   if (r.logprobs && !prompt.empty()) {
     TokenLogprob t;
     t.token = prompt[0];
@@ -308,7 +321,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
       for (ChoiceOutput& c : choices) c.logprobs = nullptr;
     }
   }
-  Usage usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()};
+  Usage usage = timer.usage(score_only);
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
                                        : CompletionJson(meta, choices, usage);
   if (r.prompt_logprobs >= 0) {
@@ -435,7 +448,7 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
         std::vector<TokenLogprob> head = echo.Logprobs(ev.prompt_logprobs);
         send(CompletionChunkJson(meta, echo.text, r.logprobs ? &head : nullptr, 0,
                                  FinishReason::kNone, iu, i));
-        offset = echo.text.size();
+        offset = utf8::CharCount(echo.text);
       }
     }
     if (score_only && !outcome.failed()) {
@@ -454,7 +467,7 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
       const std::vector<TokenLogprob>* lp = r.logprobs ? &ev.logprobs : nullptr;
       send(chat ? ChatChunkJson(meta, false, &ev.text, lp, FinishReason::kNone, iu, i)
                 : CompletionChunkJson(meta, ev.text, lp, offset, FinishReason::kNone, iu, i));
-      offset += ev.text.size();
+      offset += utf8::CharCount(ev.text);  // never splits a character
     }
     if (ev.finish == FinishReason::kNone) continue;
     outcome.Add(ev);
@@ -477,7 +490,7 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
     sink.Write(SseEvent(ErrorBodyFor(outcome.ToStatus(ctx.stopping->load()))));
   } else if (iu) {
     send(UsageChunkJson(meta, chat ? "chat.completion.chunk" : "text_completion",
-                        Usage{timer.prompt_tokens(), score_only ? 0 : timer.completion_tokens()}));
+                        timer.usage(score_only)));
   }
   if (!client_gone) sink.Write(kSseDone);
 }
@@ -578,6 +591,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                      .count();
   meta.model = model.name();
   RequestTimer timer(m, request.received, engine_requests, prompt_tokens);
+  timer.set_choices_per_prompt(r.generations());
   spdlog::debug("{}: {} prompt(s), {} prompt tokens, max_tokens {}, n {}, stream {}", meta.id,
                 num_prompts, prompt_tokens, budgets[0], r.n, r.stream);
 

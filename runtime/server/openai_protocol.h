@@ -206,6 +206,7 @@ struct ResponseMeta {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // of prompt_tokens, served from the prefix cache
 };
 
 // A fresh response id: prefix + 24 random hex digits.
@@ -269,6 +270,12 @@ nlohmann::json UsageChunkJson(const ResponseMeta& meta, std::string_view object,
 //   chat:        {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
 //   completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
 nlohmann::json ChatLogprobsJson(const std::vector<TokenLogprob>& lps);
+// Completions: `text_offset` is in characters (code points), as OpenAI and vLLM give it, so that
+// text[offset:] starts where the token's text does: `text_offset` is the characters before the
+// first of `lps`; a token that ends inside a character gets that character's start. A token
+// whose bytes are not UTF-8 on their own (part of a character) is written "bytes:\xNN..." in
+// `tokens` and as a `top_logprobs` key, as OpenAI writes it, so that distinct tokens stay distinct.
+std::string CompletionTokenText(const std::string& piece);
 nlohmann::json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_offset);
 // vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...]: null
 // for the first prompt token (nothing predicts it), then for each later one (`scored`, in

@@ -4,6 +4,9 @@
 
 #include "runtime/server/openai_protocol.h"
 
+#include "common/utf8.h"
+#include "runtime/tokenizer/unicode.h"
+
 namespace kinfer {
 namespace {
 
@@ -12,7 +15,8 @@ using json = nlohmann::json;
 json UsageJson(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json Bytes(const std::string& s) {
@@ -70,20 +74,36 @@ json ChatLogprobsJson(const std::vector<TokenLogprob>& lps) {
   return {{"content", std::move(content)}};
 }
 
+std::string CompletionTokenText(const std::string& piece) {
+  if (IsValidUtf8(piece)) return piece;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "bytes:";
+  for (unsigned char c : piece) {  // printable ASCII as it is, as Python writes bytes
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+      continue;
+    }
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
 json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_offset) {
   json tokens = json::array(), token_lps = json::array(), tops = json::array(),
        offsets = json::array();
-  size_t offset = text_offset;
+  utf8::CharCounter chars;
   for (const TokenLogprob& t : lps) {
-    tokens.push_back(t.text);
+    tokens.push_back(CompletionTokenText(t.text));
     const bool unscored = std::isnan(t.logprob);  // an echo's first prompt token
     token_lps.push_back(unscored ? json(nullptr) : json(SafeLogprob(t.logprob)));
     json top = json::object();
-    for (const TopLogprob& alt : t.top) top[alt.text] = SafeLogprob(alt.logprob);
+    for (const TopLogprob& alt : t.top) top[CompletionTokenText(alt.text)] = SafeLogprob(alt.logprob);
     // OpenAI's top_logprobs is null per token when no alternatives were asked for.
     tops.push_back(t.top.empty() || unscored ? json(nullptr) : std::move(top));
-    offsets.push_back(offset);
-    offset += t.text.size();
+    offsets.push_back(text_offset + chars.count());
+    chars.Feed(t.text);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_lps)},

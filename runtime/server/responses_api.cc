@@ -131,8 +131,13 @@ Status Tools(const ojson& tools, ojson* out, ErrorDetail* d) {
 json UsageJson(const json& chat_usage) {
   const int64_t in = chat_usage.value("prompt_tokens", int64_t{0});
   const int64_t out = chat_usage.value("completion_tokens", int64_t{0});
+  int64_t cached = 0;
+  if (auto d = chat_usage.find("prompt_tokens_details");
+      d != chat_usage.end() && d->is_object()) {
+    cached = d->value("cached_tokens", int64_t{0});
+  }
   return {{"input_tokens", in},
-          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", cached}}},
           {"output_tokens", out},
           {"output_tokens_details", {{"reasoning_tokens", 0}}},
           {"total_tokens", in + out}};

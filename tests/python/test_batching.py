@@ -42,10 +42,15 @@ def test_second_turn_hits_the_prefix_cache(client, server):
     before = metric_value(scrape(server), "kinfer_runtime_prefix_cache_hits_total")
     second = first + [{"role": "assistant", "content": answer},
                       {"role": "user", "content": "Give me an example."}]
-    client.chat.completions.create(model=server.model, messages=second, temperature=0,
-                                   max_tokens=8)
+    r = client.chat.completions.create(model=server.model, messages=second, temperature=0,
+                                       max_tokens=8)
     text = scrape(server)
-    assert metric_value(text, "kinfer_runtime_prefix_cache_hits_total") >= before + 16
+    hits = metric_value(text, "kinfer_runtime_prefix_cache_hits_total") - before
+    assert hits >= 16
+    # The usage says how much of the prompt the cache served, as OpenAI's does.
+    assert r.usage.prompt_tokens_details.cached_tokens == hits
+    resp = client.responses.create(model=server.model, input=second, max_output_tokens=1)
+    assert resp.usage.input_tokens_details.cached_tokens >= hits
     assert metric_value(text, "kinfer_runtime_kv_blocks") > 0
 
 

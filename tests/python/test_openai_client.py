@@ -314,6 +314,52 @@ def test_completion_echo_with_prompt_logprobs(client, server):
     assert plain.choices[0].text == c.text and plain.choices[0].logprobs is None
 
 
+def test_text_offsets_are_characters_and_split_characters_are_bytes(client, server):
+    # OpenAI's and vLLM's text_offset index the text's characters: text[offset:] starts with the
+    # token's text. Tokens that are part of a character (the emoji's bytes) are "bytes:\\xNN"
+    # strings, so that k alternatives stay k distinct keys.
+    text = "Café crème brûlée, with 😀 and 😃 for dessert"
+    for stream in (False, True):
+        r = client.completions.create(model=server.model, prompt=text, max_tokens=3,
+                                      temperature=0, logprobs=5, echo=True, stream=stream)
+        if stream:
+            full, tokens, offsets = "", [], []
+            for ch in r:
+                if ch.choices:
+                    full += ch.choices[0].text
+                    if ch.choices[0].logprobs:
+                        tokens += ch.choices[0].logprobs.tokens
+                        offsets += ch.choices[0].logprobs.text_offset
+        else:
+            c = r.choices[0]
+            full, tokens, offsets = c.text, c.logprobs.tokens, c.logprobs.text_offset
+            tops = c.logprobs.top_logprobs
+            assert all(len(t) == 5 for t in tops[1:]), tops  # no two alternatives share a key
+        assert full.startswith(text)
+        assert offsets == sorted(offsets) and offsets[-1] <= len(full)
+        split = [i for i, t in enumerate(tokens) if t.startswith("bytes:")]
+        assert split, tokens  # the emoji are split over byte tokens
+        for tok, off in zip(tokens, offsets):
+            if not tok.startswith("bytes:"):
+                assert full[off:off + len(tok)] == tok, (stream, tok, off, full[off:off + 12])
+
+
+def test_echo_of_token_ids_matches_its_tokens(client, server):
+    # An id prompt with a special token: the echoed text holds what the echoed tokens say.
+    ids = requests.post(server.url + "/tokenize", json={"content": "<|im_start|>Hi there",
+                                                        "add_special": False,
+                                                        "parse_special": True},
+                        timeout=30).json()["tokens"]
+    r = client.completions.create(model=server.model, prompt=ids, max_tokens=2, temperature=0,
+                                  logprobs=0, echo=True)
+    c = r.choices[0]
+    assert c.text.startswith("<|im_start|>Hi there"), c.text
+    assert "".join(c.logprobs.tokens) == c.text
+    assert c.logprobs.text_offset[-1] < len(c.text)
+    assert ids[0] != requests.post(server.url + "/tokenize", json={"content": "<"},
+                                   timeout=30).json()["tokens"][0]  # it is one special token
+
+
 def test_vllm_prompt_logprobs(client, server):
     # vLLM's prompt_logprobs: per prompt token after the first, its logprob and rank with the
     # `prompt_logprobs` most likely alternatives; the same numbers as the echo's scoring.

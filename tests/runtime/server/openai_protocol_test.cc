@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/json_limits.h"
+#include "common/utf8.h"
 #include "runtime/server/tool_calls.h"
 #include "runtime/tokenizer/unicode.h"
 
@@ -482,6 +483,34 @@ TEST(ResponsesTest, AnUnscoredTokenHasNullLogprobs) {
   EXPECT_EQ(j["text_offset"], json::array({0, 1}));
 }
 
+// text_offset counts characters, not bytes ("Café" is 4 characters, 5 bytes), and a token that
+// ends inside a character (an emoji's 4 bytes split 2 + 2) gets that character's start; such
+// tokens are "bytes:\\xNN" strings, so two of them stay two top_logprobs keys.
+TEST(ResponsesTest, CompletionOffsetsCountCharactersAndSplitCharactersAreBytes) {
+  auto token = [](std::string text, std::vector<TopLogprob> top = {}) {
+    TokenLogprob t;
+    t.text = std::move(text);
+    t.logprob = -1;
+    t.top = std::move(top);
+    return t;
+  };
+  const std::vector<TokenLogprob> lps = {
+      token("Caf"), token("\xc3\xa9"), token(" \xf0\x9f"),
+      token("\x98\x80", {{7, "\x98\x80", -1}, {8, "\x98\x83", -2}, {9, "!", -3}}),
+      token("x")};
+  json j = CompletionLogprobsJson(lps, 2);
+  EXPECT_EQ(j["text_offset"], json::array({2, 5, 6, 7, 8}));
+  EXPECT_EQ(j["tokens"], json::array({"Caf", "\xc3\xa9", "bytes: \\xf0\\x9f",
+                                      "bytes:\\x98\\x80", "x"}));
+  const json& top = j["top_logprobs"][3];
+  EXPECT_EQ(top.size(), 3u);
+  EXPECT_DOUBLE_EQ(top["bytes:\\x98\\x80"].get<double>(), -1);
+  EXPECT_DOUBLE_EQ(top["bytes:\\x98\\x83"].get<double>(), -2);
+  EXPECT_EQ(utf8::CharCount("Caf\xc3\xa9 \xf0\x9f\x98\x80"), 6u);
+  EXPECT_EQ(utf8::CharCount("\x80" "a"), 2u);      // a stray continuation byte: one character
+  EXPECT_EQ(utf8::CharCount("\xe2\x82" "a"), 2u);  // a sequence cut short, then "a"
+}
+
 TEST(ParseChatTest, LogitBiasHasAnEntryLimit) {
   std::string body = R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{)";
   for (int i = 0; i <= kMaxLogitBias; ++i) {
@@ -738,8 +767,12 @@ TEST(ResponsesTest, ChatCompletionShape) {
   EXPECT_EQ(j["choices"][0]["message"]["content"], "Paris.");
   EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(j["usage"],
-            json({{"prompt_tokens", 10}, {"completion_tokens", 3}, {"total_tokens", 13}}));
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 10},
+                              {"completion_tokens", 3},
+                              {"total_tokens", 13},
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+  json cached = ChatCompletionJson(Meta(), "Paris.", FinishReason::kStop, {10, 3, 8}, nullptr);
+  EXPECT_EQ(cached["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
 }
 
 TEST(ResponsesTest, SeveralChoicesAreIndexedInOrder) {
