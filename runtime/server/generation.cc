@@ -211,10 +211,40 @@ struct Outcome {
 // A whole tool-format answer (tool_calls.h) into the choice's calls or text; an answer that is
 // not one (it cannot be, once the grammar let it end) stays as it is.
 void ReadTools(ChoiceOutput* c) {
-  std::optional<ToolAnswer> a = ReadToolAnswer(c->text);
-  if (!a) return;
-  c->tool_calls = std::move(a->tool_calls);
-  c->text = std::move(a->content);
+  if (c->finish == FinishReason::kStop) {
+    std::optional<ToolAnswer> a = ReadToolAnswer(c->text);
+    if (!a) return;
+    c->tool_calls = std::move(a->tool_calls);
+    c->text = std::move(a->content);
+    return;
+  }
+  if (c->finish != FinishReason::kLength) return;
+  // Cut by max_tokens: what a stream of it would have sent, as OpenAI gives a cut call (its
+  // arguments as far as they got, finish "length"); text not yet read as a call or an answer
+  // stays as it is.
+  ToolAnswerStream reader;
+  std::vector<ToolAnswerStream::Delta> deltas;
+  reader.Feed(c->text, &deltas);
+  if (reader.answer() == ToolAnswerStream::Answer::kUnknown ||
+      reader.answer() == ToolAnswerStream::Answer::kNotToolFormat) {
+    return;
+  }
+  std::string content;
+  json calls = json::array();
+  for (ToolAnswerStream::Delta& d : deltas) {
+    using Kind = ToolAnswerStream::Delta::Kind;
+    if (d.kind == Kind::kContent) {
+      content += d.text;
+    } else if (d.kind == Kind::kCallStart) {
+      calls.push_back(NewToolCall(d.text));
+    } else if (d.index >= 0 && static_cast<size_t>(d.index) < calls.size()) {
+      std::string& args = calls[static_cast<size_t>(d.index)]["function"]["arguments"]
+                              .get_ref<std::string&>();
+      args += d.text;
+    }
+  }
+  c->text = std::move(content);
+  if (!calls.empty()) c->tool_calls = std::move(calls);
 }
 
 // The mean logprob of a generation's tokens (-inf for none): best_of's ranking.
@@ -313,7 +343,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
       }
     }
     if (r.logprobs) choices[i].logprobs = &lps[i];
-    if (r.tools.active() && choices[i].finish == FinishReason::kStop) ReadTools(&choices[i]);
+    if (r.tools.active()) ReadTools(&choices[i]);
   }
   if (r.best_of > r.n) {
     choices = BestOf(r, std::move(choices), scores);

@@ -122,7 +122,9 @@ json ChatCompletionJson(const ResponseMeta& meta, const std::vector<ChoiceOutput
     list.push_back({{"index", i},
                     {"message", std::move(message)},
                     {"logprobs", c.logprobs ? ChatLogprobsJson(*c.logprobs) : json(nullptr)},
-                    {"finish_reason", calls ? json("tool_calls") : FinishReasonJson(c.finish)}});
+                    {"finish_reason", calls && c.finish == FinishReason::kStop
+                                          ? json("tool_calls")
+                                          : FinishReasonJson(c.finish)}});
   }
   json j = ChunkBase(meta, "chat.completion");
   j["choices"] = std::move(list);

@@ -112,6 +112,34 @@ def test_streamed_calls_are_the_whole_responses_calls(client, server):
     assert all(n >= 3 for n in pieces.values()), pieces
 
 
+def test_a_call_cut_by_max_tokens_is_the_same_streamed_or_not(client, server):
+    # As OpenAI gives a call that max_tokens cut: the call as far as it got, finish "length";
+    # the whole response and the stream agree (the whole one was the raw wrapper text before).
+    tools = [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {
+            "c": {"type": "string", "maxLength": 3}}, "required": ["c"]}}}]
+    args = dict(model=server.model, messages=[{"role": "user", "content": "Call f with c=ab"}],
+                tools=tools, tool_choice={"type": "function", "function": {"name": "f"}},
+                temperature=0)
+    for max_tokens in (12, 20, 32):
+        whole = client.chat.completions.create(max_tokens=max_tokens, **args).choices[0]
+        calls, content, finish = {}, "", None
+        for chunk in client.chat.completions.create(stream=True, max_tokens=max_tokens, **args):
+            for c in chunk.choices:
+                content += c.delta.content or ""
+                for tc in c.delta.tool_calls or []:
+                    call = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                    call["name"] += tc.function.name or ""
+                    call["arguments"] += tc.function.arguments or ""
+                finish = c.finish_reason or finish
+        assert whole.finish_reason == finish == "length", (max_tokens, whole)
+        got = [{"name": c.function.name, "arguments": c.function.arguments}
+               for c in whole.message.tool_calls or []]
+        assert got == [calls[k] for k in sorted(calls)], (max_tokens, got, calls)
+        assert (whole.message.content or "") == content, (max_tokens, whole.message.content)
+    assert got and got[0]["name"] == "f"  # at 32 tokens the call has started
+
+
 def test_a_direct_answer_streams_its_text_as_it_comes(client, server):
     # With tools and tool_choice "auto", greedy, the bundled model answers this one in text: the
     # text arrives over several chunks (not held until the end) and equals the whole answer's.
