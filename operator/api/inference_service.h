@@ -179,6 +179,8 @@ struct SidecarSpec {
   std::string default_class = "standard";
   std::vector<PriorityClassSpec> classes = DefaultPriorityClasses();
   std::string api_keys_secret_name;  // "" = none
+  // Requests without a key of the Secret's mapping get 401 (require_api_key); needs the Secret.
+  bool require_api_key = false;
   AdmissionSpec admission;
   RateLimitsSpec rate_limits;
   CircuitBreakerSpec circuit_breaker;

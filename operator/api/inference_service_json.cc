@@ -84,6 +84,7 @@ json Sidecar(const SidecarSpec& s) {
               {"metrics", std::move(metrics)}};
   if (!s.image.empty()) out["image"] = s.image;
   if (!s.api_keys_secret_name.empty()) out["apiKeysSecretName"] = s.api_keys_secret_name;
+  out["requireApiKey"] = s.require_api_key;
   return out;
 }
 

@@ -301,6 +301,10 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   if (r.ok() && !sc->api_keys_secret_name.empty() && !IsDnsSubdomain(sc->api_keys_secret_name)) {
     r.Fail("apiKeysSecretName", "must be a DNS subdomain (a Secret name)");
   }
+  r.Bool("requireApiKey", &sc->require_api_key);
+  if (r.ok() && sc->require_api_key && sc->api_keys_secret_name.empty()) {
+    r.Fail("requireApiKey", "needs spec.sidecar.apiKeysSecretName (the keys it accepts)");
+  }
 
   AdmissionSpec& a = sc->admission;
   FieldReader ar = r.Object("admission");

@@ -81,6 +81,7 @@ std::string RenderSidecarConfigYaml(const InferenceServiceSpec& spec, const std:
       .Kv("drain_timeout", Q(s.timeouts.drain.text))
       .Kv("client_write_timeout", Q(s.timeouts.client_write.text))
       .Kv("default_class", Q(s.default_class));
+  if (s.require_api_key) y.Kv("require_api_key", "true");
   y.Open("classes");
   for (const PriorityClassSpec& c : s.classes) {
     y.Line("- name: " + Q(c.name));

@@ -397,6 +397,7 @@ Fields TopLevelFields(SidecarConfig* c) {
          return ReadList(node, path, &c->classes, ReadClass);
        }},
       {"api_keys", NamedMap(&c->api_keys, ApiKeyFields, /*secret_names=*/true)},
+      {"require_api_key", Value(&c->require_api_key)},
       {"admission", Section({{"max_concurrency", Value(&a.max_concurrency)},
                              {"reserved_for_top", Value(&a.reserved_for_top)},
                              {"max_queue", Value(&a.max_queue_total)},
@@ -623,6 +624,9 @@ Status SidecarConfig::Validate() const {
   }
   if (ClassIndex(default_class) < 0) {
     return InvalidArgument("default_class: '" + default_class + "' is not in classes");
+  }
+  if (require_api_key && api_keys.empty()) {
+    return InvalidArgument("require_api_key: true with no api_keys would refuse every request");
   }
   for (const auto& [key, entry] : api_keys) {
     if (!entry.class_name.empty() && ClassIndex(entry.class_name) < 0) {

@@ -104,6 +104,10 @@ struct SidecarConfig {
     std::string tenant;      // "" = the key itself
   };
   std::unordered_map<std::string, ApiKey> api_keys;
+  // Only keys of api_keys are served: any other request (no key, or an unknown one) gets 401, and
+  // x-kinfer-priority may lower a key's class but not raise it. Off, keys are not authenticated:
+  // they only pick a class and a rate-limit bucket for clients that cooperate.
+  bool require_api_key = false;
 
   AdmissionConfig admission;  // num_priorities is set from classes.size()
 

@@ -145,6 +145,21 @@ void Exchange::Begin() {
     session_->ReplyJson(400, ErrorBody(400, info.status().message(), param));
     return;
   }
+  if (core().config().require_api_key && !info->key_mapped) {
+    // OpenAI's answer to a missing or unknown key (the key itself is never echoed).
+    info_.priority = core().config().ClassIndex(core().config().default_class);
+    CountResponse(401);
+    http::response<http::string_body> res{http::status::unauthorized, 11};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::www_authenticate, "Bearer");
+    res.body() = ErrorBody(401,
+                           info->api_key.empty()
+                               ? "no API key: send it as Authorization: Bearer <key> or x-api-key"
+                               : "the API key is not one this service accepts",
+                           {}, "invalid_api_key");
+    session_->Reply(std::move(res));
+    return;
+  }
   info_ = std::move(*info);
   id_ = server_->next_id_++;
   SidecarCore::Verdict v = core().OnArrival(id_, path_, info_, arrival_);

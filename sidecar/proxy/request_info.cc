@@ -1,5 +1,6 @@
 #include "sidecar/proxy/request_info.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -157,12 +158,16 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
       mapped = &it->second;
     }
   }
+  info.key_mapped = mapped != nullptr;
+  const int key_class = mapped && !mapped->class_name.empty()
+                            ? config.ClassIndex(mapped->class_name)
+                            : config.ClassIndex(config.default_class);
   if (auto value = header("x-kinfer-priority")) {
     KINFER_ASSIGN_OR_RETURN(info.priority, PriorityFrom(*value, config));
-  } else if (mapped && !mapped->class_name.empty()) {
-    info.priority = config.ClassIndex(mapped->class_name);
+    // With authenticated keys a client may lower its class, never raise it.
+    if (config.require_api_key) info.priority = std::max(info.priority, key_class);
   } else {
-    info.priority = config.ClassIndex(config.default_class);
+    info.priority = key_class;
   }
   if (info.priority < 0) info.priority = 0;  // Validate() makes this unreachable
 

@@ -59,6 +59,7 @@ struct RequestInfo {
 
   int priority = 0;                    // class index, 0 = most important
   std::string api_key;                 // "" when none
+  bool key_mapped = false;             // api_key is one of config.api_keys
   std::string rate_key;                // tenant, key, or "anonymous"
   std::string tenant_header;           // x-kinfer-tenant as sent ("" when absent)
   std::chrono::nanoseconds timeout{};  // from the header or the class default

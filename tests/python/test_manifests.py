@@ -393,6 +393,8 @@ INVALID = [
      "defaultClass must name one of"),
     ("default class without classes", _minimal, [("spec.sidecar", {"defaultClass": "bulk"})],
      "defaultClass must be one of them"),
+    ("required API keys without a Secret", _minimal, [("spec.sidecar", {"requireApiKey": True})],
+     "requireApiKey needs spec.sidecar.apiKeysSecretName"),
     ("bad trigger", _full, [("spec.sidecar.classes.0.degrade.triggers", ["always"])],
      "unsupported value 'always'"),
     ("reserved >= concurrency", _minimal,
@@ -507,6 +509,7 @@ SIDECAR_KEYS = {
     "default_class": "defaultClass",
     "classes": "classes",
     "api_keys": None,  # secrets: apiKeysSecretName names a Secret instead
+    "require_api_key": "requireApiKey",
     "admission.max_concurrency": "admission.maxConcurrency",
     "admission.reserved_for_top": "admission.reservedForTop",
     "admission.max_queue": "admission.maxQueue",

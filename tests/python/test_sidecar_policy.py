@@ -52,6 +52,26 @@ def test_rate_limit_per_tenant_gives_429_with_retry_after(fake, make_sidecar):
                                                          "reason": "rate_limited_requests"}) >= 1
 
 
+def test_required_api_keys_refuse_others_with_401(fake, make_sidecar):
+    # With require_api_key, a random key can neither pass nor take a rate-limit bucket of its
+    # own, and a key cannot claim a class above its own.
+    sc = make_sidecar({
+        "api_keys": {"sk-a": {"tenant": "team-a", "class": "batch"}},
+        "require_api_key": True,
+    })
+    for headers in ({}, {"Authorization": "Bearer sk-random"}, {"x-api-key": "nope"}):
+        r = post_chat(sc.url, headers=headers)
+        assert r.status_code == 401, r.text
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert r.json()["error"]["code"] == "invalid_api_key"
+        assert "sk-random" not in r.text
+    assert fake.stats()["requests"] == 0
+    r = post_chat(sc.url, headers={"Authorization": "Bearer sk-a", "x-kinfer-priority": "critical"})
+    assert r.status_code == 200, r.text
+    assert fake.stats()["last_request"]["headers"]["x-kinfer-priority"] == "2"
+    assert sc.metric("kinfer_sidecar_requests_total", **{"class": "standard", "code": "401"}) == 3
+
+
 def test_token_rate_limit(fake, make_sidecar):
     sc = make_sidecar({"rate_limits": {"default": {"tokens_per_second": 100, "token_burst": 400}}})
     assert post_chat(sc.url, chat_body(max_tokens=300)).status_code == 200

@@ -281,6 +281,11 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
          s["sidecar"] = {{"defaultClass", "gold"}};
        },
        "spec.sidecar.defaultClass:"},
+      {"required API keys without their Secret",
+       [](json& s) {
+         s["sidecar"] = {{"requireApiKey", true}};
+       },
+       "spec.sidecar.requireApiKey: needs spec.sidecar.apiKeysSecretName"},
       {"reserved slots",
        [](json& s) {
          s["sidecar"] = {{"admission", {{"maxConcurrency", 2}, {"reservedForTop", 2}}}};

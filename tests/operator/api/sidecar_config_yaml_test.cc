@@ -113,6 +113,19 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
   EXPECT_EQ(c.stats_window.window, d.stats_window.window);
   EXPECT_EQ(c.stats_window.bucket_width, d.stats_window.bucket_width);
   EXPECT_TRUE(c.api_keys.empty());
+  EXPECT_FALSE(c.require_api_key);
+}
+
+TEST(SidecarConfigYamlTest, RequiredApiKeysReachTheSidecar) {
+  json object = Sample("minimal.yaml");
+  object["spec"]["sidecar"] = {{"apiKeysSecretName", "keys"}, {"requireApiKey", true}};
+  const std::string yaml = RenderSidecarConfigYaml(Parse(object).spec, "test/x");
+  EXPECT_NE(yaml.find("require_api_key: true"), std::string::npos) << yaml;
+  // The Secret's mapping is appended in the pod (the init container's script): with it the
+  // sidecar takes the file.
+  auto c = LoadSidecarConfigYaml(yaml + "api_keys:\n  sk-1: {tenant: a}\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->require_api_key);
 }
 
 TEST(SidecarConfigYamlTest, MaxConcurrencyLeftOutFollowsTheRuntimesBatch) {

@@ -538,6 +538,13 @@ TEST(SidecarConfigTest, ApiKeyWithUnknownClassIsRejected) {
   EXPECT_TRUE(LoadSidecarConfigYaml("api_keys: {sk-abc: {class: batch}}\n").ok());
 }
 
+TEST(SidecarConfigTest, RequiredApiKeysNeedSomeKeys) {
+  EXPECT_THAT(LoadError("require_api_key: true\n"), StartsWith("require_api_key: "));
+  auto c = LoadSidecarConfigYaml("require_api_key: true\napi_keys: {sk-abc: {class: batch}}\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->require_api_key);
+}
+
 TEST(SidecarConfigTest, PolicyErrorsCarryTheSectionName) {
   EXPECT_THAT(LoadError("admission: {reserved_for_top: 8}\n"), StartsWith("admission: "));
   EXPECT_THAT(LoadError("admission: {max_queue_per_class: 1000}\n"), StartsWith("admission: "));

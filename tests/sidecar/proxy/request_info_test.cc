@@ -218,6 +218,22 @@ TEST_F(RequestInfoTest, PriorityHeaderWinsOverTheApiKeyClass) {
   EXPECT_EQ(info.rate_key, "team-a");
 }
 
+// Keys not authenticated (the default): the header names any class, as before. Authenticated
+// (require_api_key): a key may lower its class, never raise it.
+TEST_F(RequestInfoTest, WithRequiredKeysThePriorityHeaderCannotRaiseTheKeysClass) {
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-batch"}, {"x-kinfer-priority", "critical"}})
+                .priority, 0);
+  config_.require_api_key = true;
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-batch"}, {"x-kinfer-priority", "critical"}})
+                .priority, 2);
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}, {"x-kinfer-priority", "0"}}).priority, 1);
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-gold"}, {"x-kinfer-priority", "batch"}}).priority,
+            2);
+  EXPECT_TRUE(MustParse(kChat, {{"x-api-key", "sk-gold"}}).key_mapped);
+  EXPECT_FALSE(MustParse(kChat, {{"x-api-key", "sk-other"}}).key_mapped);
+  EXPECT_FALSE(MustParse(kChat).key_mapped);
+}
+
 TEST_F(RequestInfoTest, PriorityFromTheApiKeyMap) {
   EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-gold"}}).priority, 0);
   EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-gold"}}).priority, 0);
