@@ -30,7 +30,8 @@ constexpr char kUsage[] =
     R"(Usage: kinfer-runtime --model PATH [options]
 
 Serves a GGUF model with an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
-/v1/models, /tokenize, /detokenize, /health, /ready, /metrics). See docs/api.md.
+/v1/responses, /v1/models, /tokenize, /detokenize, /cancel, /health, /ready, /metrics).
+See docs/api.md.
 
 Options:
   --model PATH           GGUF model file (required)

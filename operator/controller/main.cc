@@ -68,7 +68,7 @@ Reconciles InferenceServices (serving.kinfer.dev/v1alpha1) into pods and autosca
   --metrics-bind-address ADDR       /metrics: ":PORT", "HOST:PORT" or "0" (off) [:8080]
   --health-probe-bind-address ADDR  /healthz, /readyz [:8081]
   --leader-elect[=BOOL]             one active replica, elected on a Lease [false]
-  --leader-election-namespace NS    the Lease's namespace [$POD_NAMESPACE, else default]
+  --leader-election-namespace NS    the Lease's namespace [$POD_NAMESPACE, else the kubeconfig's or in-cluster namespace]
   --leader-election-id NAME         the Lease's name [kinfer-operator-leader]
   --log-level LEVEL                 trace, debug, info, warn, error, critical, off [info]
   --metrics-source pods|prometheus  prometheus: read every service that says `pods` from
