@@ -199,6 +199,16 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(GenerationRequest reques
       return ResourceExhausted("too many queued requests (" +
                                std::to_string(options_.max_queued_requests) + ")");
     }
+    // The scheduler's waiting-token limit, judged here too: refused now, the HTTP layer answers
+    // 503 before a stream's 200 (refused once queued, it could only end the stream in an error).
+    const int64_t prompt = static_cast<int64_t>(request.prompt_tokens.size());
+    const int64_t waiting_tokens = waiting_prompt_tokens_.load() + inbox_prompt_tokens_;
+    if (waiting_tokens > 0 && waiting_tokens + prompt > max_waiting_prompt_tokens()) {
+      return ResourceExhausted("too many waiting prompt tokens (" +
+                               std::to_string(waiting_tokens) + " waiting, limit " +
+                               std::to_string(max_waiting_prompt_tokens()) + ")");
+    }
+    inbox_prompt_tokens_ += prompt;
     inbox_.push_back(
         Pending{next_id_++, std::move(request), stream, std::chrono::steady_clock::now()});
   }
@@ -245,9 +255,7 @@ void Engine::Loop() {
   sc.max_running = std::max(1, std::min(options_.max_running, sc.max_batch_tokens - 1));
   sc.max_prefill_chunk = PrefillChunkFor(sc.max_batch_tokens, sc.max_prefill_chunk);
   sc.max_waiting = options_.max_queued_requests;
-  sc.max_waiting_prompt_tokens = options_.max_waiting_prompt_tokens > 0
-                                     ? options_.max_waiting_prompt_tokens
-                                     : 64 * int64_t{context_length_};
+  sc.max_waiting_prompt_tokens = max_waiting_prompt_tokens();
   sc.kv.num_blocks = num_blocks;
   sc.kv.block_size = bs;
   sc.kv.enable_prefix_caching = options_.prefix_caching;
@@ -297,6 +305,8 @@ void Engine::Loop() {
       // are in neither inbox_ nor waiting_, Submit lets more in than max_queued_requests, and
       // the scheduler refuses them once queued instead.
       waiting_.store(waiting_.load() + static_cast<int64_t>(inbox.size()));
+      waiting_prompt_tokens_.store(waiting_prompt_tokens_.load() + inbox_prompt_tokens_);
+      inbox_prompt_tokens_ = 0;
     }
     Admit(&inbox);
     for (auto& [id, a] : active_) {
@@ -498,10 +508,9 @@ void Engine::Finish(Active& a, FinishReason reason, Status error) {
   ev.cached_prompt_tokens = a.cached_tokens;
   ev.completion_tokens = a.generated;
   if (a.first_event) {
-    ev.queue_seconds =
-        a.started
-            ? a.queue_seconds
-            : std::chrono::duration<double>(std::chrono::steady_clock::now() - a.enqueued).count();
+    // Only a request the engine started has a queue time (one that ended while queued, by its
+    // deadline or its client, would pull the histogram towards its own timeout).
+    if (a.started) ev.queue_seconds = a.queue_seconds;
     a.first_event = false;
   }
   Send(a, std::move(ev));
@@ -1040,6 +1049,7 @@ void Engine::PublishStats() {
   SchedulerStats s = scheduler_->stats();
   running_.store(s.running);
   waiting_.store(s.waiting);
+  waiting_prompt_tokens_.store(s.waiting_prompt_tokens);
   kv_blocks_used_.store(s.kv.used_blocks);
   kv_used_.store(int64_t{s.kv.used_blocks} * options_.kv_block_size);
   prefix_queries_.store(s.kv.prefix_query_tokens);

@@ -213,6 +213,12 @@ class Engine {
   EngineStats Stats() const;
   int context_length() const { return context_length_; }
   int max_queued_requests() const { return options_.max_queued_requests; }
+  // Prompt tokens that may wait at once (EngineOptions::max_waiting_prompt_tokens, else 64
+  // contexts).
+  int64_t max_waiting_prompt_tokens() const {
+    return options_.max_waiting_prompt_tokens > 0 ? options_.max_waiting_prompt_tokens
+                                                  : 64 * int64_t{context_length_};
+  }
 
  private:
   struct Pending {
@@ -354,10 +360,12 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> inbox_;  // guarded by mu_
+  int64_t inbox_prompt_tokens_ = 0;  // guarded by mu_: the prompts in inbox_
   bool stopping_ = false;      // guarded by mu_
   uint64_t next_id_ = 1;       // guarded by mu_
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_{0};
+  std::atomic<int64_t> waiting_prompt_tokens_{0};  // the scheduler's, as of the last step
   std::atomic<int64_t> kv_used_{0};
   std::atomic<int64_t> kv_blocks_used_{0};
   std::atomic<int64_t> kv_blocks_total_{0};

@@ -579,6 +579,21 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                         std::to_string(model.engine().max_queued_requests()) + ")"),
         d);
   }
+  // Every choice waits with its whole prompt: a request whose choices together pass the waiting
+  // limit could never be queued at once, so it is a 400 (a 503 would be retried in vain).
+  const int64_t group_tokens = int64_t{prompt_tokens} * per_prompt;
+  if (group_tokens > model.engine().max_waiting_prompt_tokens()) {
+    d.param = num_prompts > 1 ? "prompt" : r.best_of > r.n ? "best_of" : "n";
+    return Reject(m,
+                  InvalidArgument(std::to_string(prompt_tokens) + " prompt tokens x " +
+                                  (r.best_of > r.n ? "best_of" : "n") + " " +
+                                  std::to_string(per_prompt) + " = " +
+                                  std::to_string(group_tokens) +
+                                  " prompt tokens, more than this server queues at once (" +
+                                  std::to_string(model.engine().max_waiting_prompt_tokens()) +
+                                  ")"),
+                  d);
+  }
   if (ctx.stopping->load()) return Reject(m, Unavailable("the server is shutting down"), d);
 
   // n choices of each prompt: one engine request each (the prefix cache shares what it can). A

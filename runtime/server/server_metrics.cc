@@ -11,6 +11,8 @@ const char* RequestStatusLabel(FinishReason finish, const Status& error) {
     case FinishReason::kCancelled:
       return kStatusCancelled;
     case FinishReason::kError: {
+      // The client's own deadline: neither the engine's failure nor the server's capacity.
+      if (error.code() == StatusCode::kDeadlineExceeded) return kStatusTimeout;
       if (IsRetryable(error.code())) return kStatusRejected;
       const int http = HttpStatusFor(error.code());
       return http >= 400 && http < 500 ? kStatusInvalid : kStatusError;
@@ -126,7 +128,8 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
                            "HTTP requests by route and response code.", {"route", "code"})) {
   // Expose every outcome at 0 from the start, so rate() works from the first scrape.
   for (const char* s :
-       {kStatusOk, kStatusCancelled, kStatusError, kStatusInvalid, kStatusRejected}) {
+       {kStatusOk, kStatusCancelled, kStatusError, kStatusInvalid, kStatusRejected,
+        kStatusTimeout}) {
     requests_->WithLabels({s});
   }
 }

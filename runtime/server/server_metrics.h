@@ -19,6 +19,7 @@ inline constexpr char kStatusCancelled[] = "cancelled";  // the client went away
 inline constexpr char kStatusError[] = "error";          // the engine failed the request
 inline constexpr char kStatusInvalid[] = "invalid";      // rejected with a 4xx
 inline constexpr char kStatusRejected[] = "rejected";    // 503: queue full, not ready, stopping
+inline constexpr char kStatusTimeout[] = "timeout";      // 504: its own x-kinfer-timeout passed
 
 // The status label of a request that ended with `finish`, and `error` where it failed. A request
 // refused before or after it reached the engine's queue counts alike: `rejected` for capacity

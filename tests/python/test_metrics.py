@@ -1,6 +1,7 @@
 """/metrics: content, counters moving with traffic, and `promtool check metrics`."""
 import shutil
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -92,3 +93,58 @@ def test_promtool_check_metrics(server):
     p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout + p.stderr == ""
+
+
+def test_a_deadline_that_passes_in_the_queue_is_a_timeout_not_an_error():
+    # The client's own x-kinfer-timeout ran out while its request waited behind a busy one: a
+    # 504 counted as `timeout` (not `error`, which alerts fire on), and no queue time recorded
+    # for a request the engine never started.
+    srv = start_runtime(["--ctx-size", "512", "--max-running", "1"])
+    try:
+        before = scrape(srv)
+        busy = ThreadPoolExecutor(1).submit(
+            requests.post, srv.url + "/v1/completions",
+            json={"prompt": "Busy " + "cats " * 40, "max_tokens": 64, "ignore_eos": True,
+                  "temperature": 0}, timeout=120)
+        time.sleep(0.5)
+        for i in range(2):
+            r = requests.post(srv.url + "/v1/completions",
+                              json={"prompt": f"Queued {i}", "max_tokens": 8},
+                              headers={"x-kinfer-timeout": "300ms"}, timeout=60)
+            assert r.status_code == 504, r.text
+        assert busy.result().status_code == 200
+        after = scrape(srv)
+        name = "kinfer_runtime_requests_total"
+
+        def delta(metric, labels=""):
+            return metric_value(after, metric, labels) - metric_value(before, metric, labels)
+
+        assert delta(name, 'status="timeout"') == 2
+        assert delta(name, 'status="error"') == 0
+        assert delta(name, 'status="ok"') == 1
+        assert delta("kinfer_runtime_request_queue_time_seconds_count") == 1
+    finally:
+        stop_runtime(srv)
+
+
+def test_choices_that_could_never_wait_together_are_a_400():
+    # Each of n choices waits with the whole prompt; 64 x 128 = 8192 prompt tokens may wait.
+    # 120 tokens x 70 can never be queued at once: a 400 naming n (a 503 would be retried in
+    # vain, and a stream got a 200 and then an error event); 60 fit and are served.
+    srv = start_runtime(["--ctx-size", "128"])
+    try:
+        ids = requests.post(srv.url + "/tokenize", json={
+            "content": "The history of the city and its long river and bridges " * 20},
+            timeout=30).json()["tokens"][:120]
+        body = {"prompt": ids, "max_tokens": 4, "n": 70, "temperature": 0.7, "seed": 1}
+        for stream in (False, True):
+            r = requests.post(srv.url + "/v1/completions", json={**body, "stream": stream},
+                              timeout=120)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == "n"
+            assert "8400" in r.json()["error"]["message"]
+        r = requests.post(srv.url + "/v1/completions", json={**body, "n": 60}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert len(r.json()["choices"]) == 60
+    finally:
+        stop_runtime(srv)
