@@ -104,9 +104,12 @@ def test_a_deadline_that_passes_in_the_queue_is_a_timeout_not_an_error():
         before = scrape(srv)
         busy = ThreadPoolExecutor(1).submit(
             requests.post, srv.url + "/v1/completions",
-            json={"prompt": "Busy " + "cats " * 40, "max_tokens": 64, "ignore_eos": True,
-                  "temperature": 0}, timeout=120)
-        time.sleep(0.5)
+            json={"prompt": "Busy " + "cats " * 40, "max_tokens": 400, "ignore_eos": True,
+                  "temperature": 0}, timeout=300)
+        deadline = time.time() + 30
+        while metric_value(scrape(srv), "kinfer_runtime_num_requests_running") < 1:
+            assert time.time() < deadline, "the busy request never started"
+            time.sleep(0.02)
         for i in range(2):
             r = requests.post(srv.url + "/v1/completions",
                               json={"prompt": f"Queued {i}", "max_tokens": 8},
