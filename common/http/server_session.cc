@@ -30,25 +30,29 @@ void ServerSession::Hold(std::shared_ptr<void> state, std::function<void()> on_c
 }
 
 void ServerSession::Reply(http::response<http::string_body> res, std::function<void(bool)> done) {
-  // A body after a HEAD answer would be read as the next response: close after it instead.
-  if (parser_ && parser_->is_header_done() && request().method() == http::verb::head) {
-    keep_alive_ = false;
-  }
   res.version(11);
   res.keep_alive(keep_alive_);
-  res.prepare_payload();
+  res.prepare_payload();  // for HEAD too: the Content-Length GET would have
   auto msg = std::make_shared<http::response<http::string_body>>(std::move(res));
+  auto written = [self = shared_from_this(), msg, done = std::move(done)](beast::error_code ec,
+                                                                          size_t) {
+    if (ec) {
+      self->ClientGone();
+    } else {
+      self->Finished(self->keep_alive_);
+    }
+    if (done) done(!ec);
+  };
   ArmWriteTimer();
-  http::async_write(
-      stream_, *msg,
-      [self = shared_from_this(), msg, done = std::move(done)](beast::error_code ec, size_t) {
-        if (ec) {
-          self->ClientGone();
-        } else {
-          self->Finished(self->keep_alive_);
-        }
-        if (done) done(!ec);
-      });
+  if (head_) {  // RFC 9110 9.3.2: the header only
+    auto sr = std::make_shared<http::response_serializer<http::string_body>>(*msg);
+    http::async_write_header(stream_, *sr,
+                             [sr, written = std::move(written)](beast::error_code ec, size_t n) {
+                               written(ec, n);
+                             });
+    return;
+  }
+  http::async_write(stream_, *msg, std::move(written));
 }
 
 void ServerSession::ReplyJson(int status, std::string body,
@@ -75,9 +79,12 @@ void ServerSession::ReplyMethodNotAllowed(std::string_view allow, std::string_vi
 
 void ServerSession::StartStream(http::response<http::empty_body> res,
                                 std::function<void(bool)> done) {
+  // RFC 9112 6.1: never chunked to an HTTP/1.0 client; its body ends when the connection closes.
+  chunked_ = request().version() >= 11;
+  if (!chunked_) keep_alive_ = false;
   res.version(11);
   res.keep_alive(keep_alive_);
-  res.chunked(true);
+  res.chunked(chunked_);
   auto msg = std::make_shared<http::response<http::empty_body>>(std::move(res));
   auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*msg);
   Enqueue(PendingWrite{{},
@@ -88,8 +95,12 @@ void ServerSession::StartStream(http::response<http::empty_body> res,
 }
 
 void ServerSession::WriteChunk(std::string_view data, std::function<void(bool)> done) {
-  if (data.empty()) {
+  if (data.empty() || head_) {
     done(!closed_);
+    return;
+  }
+  if (!chunked_) {
+    Enqueue(PendingWrite{std::string(data), nullptr, std::move(done)});
     return;
   }
   char size[24];
@@ -101,7 +112,7 @@ void ServerSession::WriteChunk(std::string_view data, std::function<void(bool)> 
 }
 
 void ServerSession::EndStream(std::function<void(bool)> done) {
-  Enqueue(PendingWrite{"0\r\n\r\n", nullptr,
+  Enqueue(PendingWrite{chunked_ && !head_ ? "0\r\n\r\n" : "", nullptr,
                        [self = shared_from_this(), done = std::move(done)](bool ok) {
                          self->Finished(ok && self->keep_alive_);
                          if (done) done(ok);
@@ -141,6 +152,7 @@ void ServerSession::DoRead() {
   if (closed_) return;
   limits_ = handler_->Limits();
   parser_.emplace();
+  head_ = false;
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(limits_.max_body_bytes);
   stream_.expires_after(limits_.idle_timeout);
@@ -150,6 +162,7 @@ void ServerSession::DoRead() {
 }
 
 void ServerSession::OnHeader(beast::error_code ec) {
+  head_ = parser_->is_header_done() && parser_->get().method() == http::verb::head;
   const std::string limit = std::to_string(limits_.max_body_bytes);
   if (ec == http::error::body_limit) {  // Content-Length alone is over the limit
     BeginRequest();
@@ -179,7 +192,16 @@ void ServerSession::OnHeader(beast::error_code ec) {
                         limit + " bytes");
     return;
   }
-  if (beast::iequals(req[http::field::expect], "100-continue")) {
+  // RFC 9112 3.2: an HTTP/1.1 request needs exactly one Host (1.0 may omit it); never two.
+  const size_t hosts = req.count(http::field::host);
+  if (hosts > 1 || (hosts == 0 && req.version() >= 11)) {
+    keep_alive_ = false;  // the body stays unread
+    ReplyError(400, hosts > 1 ? "more than one Host header"
+                              : "an HTTP/1.1 request needs a Host header");
+    return;
+  }
+  // An HTTP/1.0 client does not know 100 Continue (RFC 9110 10.1.1): it sends the body anyway.
+  if (req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue")) {
     auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
     http::async_write(stream_, *cont,
                       [self = shared_from_this(), cont](beast::error_code ec, size_t) {
@@ -215,6 +237,8 @@ void ServerSession::OnBody(beast::error_code ec) {
     return;
   }
   stream_.expires_never();
+  // HEAD is answered wherever GET is (RFC 9110 9.3.2): handlers see GET, Reply drops the body.
+  if (head_) parser_->get().method(http::verb::get);
   handler_->OnRequest(shared_from_this());
 }
 

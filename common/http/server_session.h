@@ -13,7 +13,12 @@
 //    client that stops reading is treated as gone).
 //  * While a request is answered, WatchClient reads the socket: EOF or an error there means the
 //    client left, and the handler's on_client_gone (see Hold) runs once.
-//  * A response to HEAD closes the connection after it (its body would read as the next response).
+//  * HEAD is served wherever GET is: the handler sees the request as GET (head() tells) and the
+//    answer goes out as GET's header (its Content-Length too) without the body; an error answer
+//    to a HEAD has no body either.
+//  * An HTTP/1.1 request without a Host header (or any request with two) gets 400.
+//  * A stream to an HTTP/1.0 client is not chunked (1.0 has no chunked coding): its body ends
+//    when the connection closes.
 //
 // Threading: everything runs on the io_context the socket belongs to; calls from other threads
 // must be posted there. The session keeps itself alive through pending operations
@@ -67,7 +72,10 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
 
   void Start() { DoRead(); }
 
+  // The request; a HEAD reads as GET here (see head()).
   const Request& request() const { return parser_->get(); }
+  // The request was HEAD: its answer carries no body.
+  bool head() const { return head_; }
   // Path of the request target without the query, as sent (not percent-decoded).
   std::string_view path() const;
   bool keep_alive() const { return keep_alive_; }
@@ -91,7 +99,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   // 405 with Allow and a JSON body.
   void ReplyMethodNotAllowed(std::string_view allow, std::string_view path);
 
-  // Streaming: the header (chunked), then chunks, then the end. Writes are queued in order;
+  // Streaming: the header (chunked; to an HTTP/1.0 client plain, and the connection closes at the
+  // end), then chunks, then the end. Writes are queued in order;
   // `done(ok)` runs when that write finished (ok false: the client is gone).
   void StartStream(http::response<http::empty_body> res, std::function<void(bool)> done);
   void WriteChunk(std::string_view data, std::function<void(bool)> done);
@@ -132,6 +141,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   std::function<void()> on_client_gone_;
   std::deque<PendingWrite> writes_;
   bool keep_alive_ = true;
+  bool head_ = false;     // the current request is a HEAD (reads as GET)
+  bool chunked_ = true;   // the current stream's body is chunked (not to HTTP/1.0)
   bool in_request_ = false;
   bool watching_ = false;
   bool read_after_watch_ = false;

@@ -111,13 +111,15 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
       match = &r;
       break;
     }
-    allow += allow.empty() ? r.method : std::string(", ") + r.method;
+    // HEAD is served wherever GET is (the session reads a HEAD as GET).
+    const std::string methods = std::string_view(r.method) == "GET" ? "GET, HEAD" : r.method;
+    allow += allow.empty() ? methods : ", " + methods;
   }
   // GET /v1/models/{id}
   const bool model_item =
       path.rfind(kModelsPrefix, 0) == 0 && path.size() > sizeof(kModelsPrefix) - 1;
   const bool model_get = model_item && req.method == "GET";
-  if (model_item && !model_get) allow = "GET";
+  if (model_item && !model_get) allow = "GET, HEAD";
   if (match == nullptr && !model_get) {
     if (path.rfind("/v1/responses/", 0) == 0) {
       // GET (retrieve), DELETE, .../cancel, .../input_items of a stored Response.

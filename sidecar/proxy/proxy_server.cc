@@ -523,7 +523,7 @@ void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
   } else if (get && path == "/stats") {
     session->ReplyJson(200, core_.StatsJson(Now()));
   } else if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/stats") {
-    session->ReplyMethodNotAllowed("GET", path);
+    session->ReplyMethodNotAllowed("GET, HEAD", path);  // a HEAD reads as GET
   } else if (IsPolicyPath(path) || IsPassThroughPath(path)) {
     bool policy = IsPolicyPath(path);
     if (policy && req.method() != http::verb::post) {

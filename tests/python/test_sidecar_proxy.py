@@ -104,10 +104,51 @@ def test_unknown_route_and_method(sidecar):
     assert r.status_code == 405 and r.headers["Allow"] == "POST" and "error" in r.json()
     for method in ("PUT", "DELETE", "POST"):
         r = requests.request(method, sidecar.url + "/health", timeout=5)
-        assert r.status_code == 405 and r.headers["Allow"] == "GET", (method, r.status_code)
+        assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD", (method, r.status_code)
         assert r.json()["error"]["type"] == "invalid_request_error"
-    assert requests.head(sidecar.url + "/metrics", timeout=5).status_code == 405
     assert requests.get(sidecar.url + "/health", timeout=5).status_code == 200
+
+
+def _read_until_closed(s):
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_head_is_answered_like_get_without_a_body(sidecar):
+    # RFC 9110 9.3.2: HEAD wherever GET; no body on the wire (an error answer's neither), and the
+    # connection stays usable.
+    s = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    s.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"HEAD /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = _read_until_closed(s)
+    s.close()
+    head1, rest = data.split(b"\r\n\r\n", 1)
+    assert head1.startswith(b"HTTP/1.1 200"), data
+    assert b"content-length: 0" not in head1.lower()
+    head2, rest = rest.split(b"\r\n\r\n", 1)
+    assert head2.startswith(b"HTTP/1.1 405") and b"Allow: POST" in head2, data
+    head3, body3 = rest.split(b"\r\n\r\n", 1)
+    assert head3.startswith(b"HTTP/1.1 200") and body3 == b'{"status":"ok"}', data
+
+
+def test_a_stream_to_an_http10_client_is_not_chunked(fake, sidecar):
+    # RFC 9112 7.1: no chunked coding to HTTP/1.0; the body ends when the connection closes.
+    fake.control(chunks=3, chunk_interval_ms=10)
+    body = json.dumps(chat_body(stream=True)).encode()
+    s = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    data = _read_until_closed(s)
+    s.close()
+    head, rest = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), data
+    assert b"transfer-encoding" not in head.lower(), head
+    assert rest.startswith(b"data: ") and rest.rstrip().endswith(b"data: [DONE]"), rest
 
 
 def _raw_request(port, body: dict, headers=""):

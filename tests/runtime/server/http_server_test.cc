@@ -202,6 +202,43 @@ TEST_F(HttpServerTest, MalformedRequestsGetA400JsonBody) {
   EXPECT_EQ(Send("GET", "/health").status, 200);
 }
 
+// RFC 9110 9.3.2: HEAD wherever GET, with GET's header and no body (an error answer included);
+// the connection stays usable after it.
+TEST_F(HttpServerTest, HeadIsAnsweredLikeGetWithoutABody) {
+  const std::string out = SendRaw(
+      "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+      "HEAD /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  ASSERT_EQ(out.rfind("HTTP/1.1 200", 0), 0u) << out;
+  const size_t end1 = out.find("\r\n\r\n");
+  ASSERT_NE(end1, std::string::npos) << out;
+  EXPECT_NE(out.substr(0, end1).find("Content-Length: 15"), std::string::npos) << out;
+  // The 405 follows the first header at once: no body in between.
+  ASSERT_EQ(out.compare(end1 + 4, 12, "HTTP/1.1 405"), 0) << out;
+  const size_t end2 = out.find("\r\n\r\n", end1 + 4);
+  ASSERT_NE(end2, std::string::npos) << out;
+  EXPECT_NE(out.substr(end1, end2 - end1).find("Allow: POST"), std::string::npos) << out;
+  ASSERT_EQ(out.compare(end2 + 4, 12, "HTTP/1.1 200"), 0) << out;
+  EXPECT_EQ(out.find("error"), std::string::npos) << out;
+  EXPECT_EQ(out.size() - out.find(R"({"status":"ok"})"), 15u) << out;  // only GET's body
+  Reply r = Send("PUT", "/health");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "GET, HEAD");
+}
+
+// RFC 9112 3.2: 400 for an HTTP/1.1 request without Host, and for any with two; 1.0 needs none.
+TEST_F(HttpServerTest, HostIsRequiredInHttp11) {
+  for (const std::string& bad : {std::string("GET /health HTTP/1.1\r\n\r\n"),
+                                 std::string("GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+                                 std::string("GET /health HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n")}) {
+    const std::string out = SendRaw(bad);
+    EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << bad << " -> " << out;
+    EXPECT_NE(out.find("Host header"), std::string::npos) << out;
+  }
+  const std::string ok = SendRaw("GET /health HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
+}
+
 TEST_F(HttpServerTest, PercentEncodedPathIsDecoded) {
   EXPECT_EQ(Send("GET", "/heal%74h").status, 200);
 }
