@@ -1,10 +1,12 @@
 #include "sidecar/proxy/proxy_server.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <deque>
 #include <optional>
 #include <random>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,26 @@ bool IsHopByHop(std::string_view name) {
     if (beast::iequals(name, n)) return true;
   }
   return false;
+}
+
+// Copies `from`'s end-to-end fields into `to`: neither the hop-by-hop ones nor any field the
+// Connection header names (RFC 9110 7.6.1; `Connection: keep-alive, x-foo` makes x-foo hop-by-hop).
+template <class From, class To>
+void CopyEndToEnd(const From& from, To& to) {
+  std::vector<std::string_view> named;
+  auto [begin, end] = from.equal_range(http::field::connection);
+  for (auto it = begin; it != end; ++it) {
+    for (std::string_view token : http::token_list(it->value())) named.push_back(token);
+  }
+  for (const auto& field : from) {
+    const std::string_view name = field.name_string();
+    if (IsHopByHop(name)) continue;
+    if (std::any_of(named.begin(), named.end(),
+                    [name](std::string_view n) { return beast::iequals(name, n); })) {
+      continue;
+    }
+    to.set(name, field.value());
+  }
 }
 
 bool IsPolicyPath(std::string_view path) {
@@ -291,9 +313,7 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   const auto& in = session_->request();
   const UpstreamUrl& url = RouteUrl();
   http::request<http::string_body> out{in.method(), url.base_path + std::string(in.target()), 11};
-  for (const auto& field : in) {
-    if (!IsHopByHop(field.name_string())) out.set(field.name_string(), field.value());
-  }
+  CopyEndToEnd(in, out);
   out.set(http::field::host, url.host + ":" + std::to_string(url.port));
   out.keep_alive(true);
   out.body() = (policy_ && (route_.rewrite() || info_.body_priority))
@@ -339,15 +359,11 @@ void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
   streaming_ = chunked || sse_;
   if (!streaming_) {
     buffered_ = http::response<http::string_body>{header.result(), 11};
-    for (const auto& field : header) {
-      if (!IsHopByHop(field.name_string())) buffered_.set(field.name_string(), field.value());
-    }
+    CopyEndToEnd(header, buffered_);
     return;
   }
   http::response<http::empty_body> res{header.result(), 11};
-  for (const auto& field : header) {
-    if (!IsHopByHop(field.name_string())) res.set(field.name_string(), field.value());
-  }
+  CopyEndToEnd(header, res);
   if (!route_.degraded.empty()) res.set("x-kinfer-degraded", route_.degraded);
   response_started_ = true;
   session_->StartStream(std::move(res), [self = shared_from_this()](bool ok) {

@@ -45,6 +45,14 @@ def test_non_streaming_request_passes_through(fake, sidecar):
     assert "x-kinfer-degraded" not in r.headers
 
 
+def test_headers_named_by_connection_are_not_forwarded(fake, sidecar):
+    # RFC 9110 7.6.1: a header the Connection field names is hop-by-hop.
+    r = post_chat(sidecar.url, chat_body(),
+                  headers={"Connection": "keep-alive, x-fake-status", "x-fake-status": "500"})
+    assert r.status_code == 200, r.text
+    assert "x-fake-status" not in fake.stats()["last_request"]["headers"]
+
+
 def test_stream_is_relayed_chunk_by_chunk(fake, sidecar):
     fake.control(chunks=5, chunk_interval_ms=150)
     with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:
