@@ -6,6 +6,8 @@
 // one of its exceptions is caught in LoadSidecarConfigYaml() and returned as a Status.
 #include "sidecar/config/sidecar_config.h"
 
+#include <arpa/inet.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -598,6 +600,17 @@ void SidecarConfig::InsertSloBucketEdge() {
 }
 
 Status SidecarConfig::Validate() const {
+  // Startup binds with make_address, which takes an IP address only (no name is resolved, and
+  // "1.2.3" is no IPv4 address): judge the host the same way here, so --check-config agrees.
+  {
+    in6_addr addr;
+    if (inet_pton(AF_INET, listen.host.c_str(), &addr) != 1 &&
+        inet_pton(AF_INET6, listen.host.c_str(), &addr) != 1) {
+      return InvalidArgument("listen: '" + listen.host +
+                             "' is not an IPv4 or IPv6 address (host names are not resolved: "
+                             "write 127.0.0.1 for localhost, 0.0.0.0 or :PORT for all interfaces)");
+    }
+  }
   if (upstream.host.empty() || upstream.port == 0) {
     return InvalidArgument("upstream: needs a host and a port in [1, 65535]");
   }

@@ -568,6 +568,20 @@ TEST(SidecarConfigTest, PolicyErrorsCarryTheSectionName) {
               StartsWith("client_write_timeout: must be > 0"));
 }
 
+// Startup binds with make_address (an IP address, no name lookup): --check-config judges alike.
+TEST(SidecarConfigTest, ListenHostMustBeAnIpAddress) {
+  for (const char* bad : {"localhost:19250", "1.2.3:80", "example.com:80", "256.1.1.1:80"}) {
+    EXPECT_THAT(LoadError(std::string("listen: \"") + bad + "\"\n"), StartsWith("listen: '"))
+        << bad;
+  }
+  EXPECT_THAT(LoadError("listen: \"localhost:19250\"\n"), HasSubstr("127.0.0.1"));
+  for (const char* good : {"127.0.0.1:0", ":8080", "0.0.0.0:80", "[::1]:80", "[::]:80"}) {
+    SidecarConfig c;
+    c.listen = *ParseHostPort(good);
+    EXPECT_TRUE(c.Validate().ok()) << good << ": " << c.Validate().message();
+  }
+}
+
 TEST(SidecarConfigTest, ValidateCatchesConfigsBuiltInCode) {
   SidecarConfig c;
   c.admission.max_concurrency = 0;
