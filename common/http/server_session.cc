@@ -1,6 +1,8 @@
 #include "common/http/server_session.h"
 
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -154,7 +156,10 @@ void ServerSession::DoRead() {
   parser_.emplace();
   head_ = false;
   parser_->header_limit(kHeaderLimit);
-  parser_->body_limit(limits_.max_body_bytes);
+  // No limit while the header is read: the parser would fail on Content-Length with the header
+  // unfinished (the whole header is judged in OnHeader, which then sets the limit). Not
+  // boost::none: Boost 1.74's parser compares Content-Length > none as true.
+  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
   stream_.expires_after(limits_.idle_timeout);
   http::async_read_header(
       stream_, buffer_, *parser_,
@@ -164,10 +169,9 @@ void ServerSession::DoRead() {
 void ServerSession::OnHeader(beast::error_code ec) {
   head_ = parser_->is_header_done() && parser_->get().method() == http::verb::head;
   const std::string limit = std::to_string(limits_.max_body_bytes);
-  if (ec == http::error::body_limit) {  // Content-Length alone is over the limit
+  if (ec == http::error::body_limit) {  // (no limit is set while the header is read)
     BeginRequest();
-    keep_alive_ = false;
-    ReplyError(413, "request body is over the limit of " + limit + " bytes");
+    Refuse(413, "request body is over the limit of " + limit + " bytes");
     return;
   }
   if (ec) {
@@ -175,9 +179,8 @@ void ServerSession::OnHeader(beast::error_code ec) {
         ec != net::error::connection_reset && ec != net::error::operation_aborted &&
         ec != net::error::eof) {
       BeginRequest();
-      keep_alive_ = false;
-      ReplyError(ec == http::error::header_limit ? 431 : 400,
-                 "malformed HTTP request: " + ec.message());
+      Refuse(ec == http::error::header_limit ? 431 : 400,
+             "malformed HTTP request: " + ec.message());
       return;
     }
     Close();
@@ -187,19 +190,18 @@ void ServerSession::OnHeader(beast::error_code ec) {
   const Request& req = parser_->get();
   keep_alive_ = req.keep_alive() && handler_->KeepAlive();
   if (auto len = parser_->content_length(); len && *len > limits_.max_body_bytes) {
-    keep_alive_ = false;  // the body stays unread
-    ReplyError(413, "request body of " + std::to_string(*len) + " bytes is over the limit of " +
-                        limit + " bytes");
+    // The body stays unread (Refuse closes the connection after the answer).
+    Refuse(413, "request body of " + std::to_string(*len) + " bytes is over the limit of " + limit +
+                    " bytes");
     return;
   }
   // RFC 9112 3.2: an HTTP/1.1 request needs exactly one Host (1.0 may omit it); never two.
   const size_t hosts = req.count(http::field::host);
   if (hosts > 1 || (hosts == 0 && req.version() >= 11)) {
-    keep_alive_ = false;  // the body stays unread
-    ReplyError(400, hosts > 1 ? "more than one Host header"
-                              : "an HTTP/1.1 request needs a Host header");
+    Refuse(400, hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
     return;
   }
+  parser_->body_limit(limits_.max_body_bytes);  // a chunked body is judged as it arrives
   // An HTTP/1.0 client does not know 100 Continue (RFC 9110 10.1.1): it sends the body anyway.
   if (req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue")) {
     auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
@@ -220,16 +222,14 @@ void ServerSession::ReadBody() {
 
 void ServerSession::OnBody(beast::error_code ec) {
   if (ec == http::error::body_limit) {
-    keep_alive_ = false;
-    ReplyError(413, "request body is over the limit of " + std::to_string(limits_.max_body_bytes) +
-                        " bytes");
+    Refuse(413, "request body is over the limit of " + std::to_string(limits_.max_body_bytes) +
+                    " bytes");
     return;
   }
   if (ec && ec.category() == http::make_error_code(http::error::bad_chunk).category() &&
       ec != http::error::partial_message && ec != http::error::end_of_stream) {
     // A malformed body (a bad chunk size, say) gets an answer, then the connection closes.
-    keep_alive_ = false;
-    ReplyError(400, "malformed HTTP request body: " + ec.message());
+    Refuse(400, "malformed HTTP request body: " + ec.message());
     return;
   }
   if (ec) {
@@ -240,6 +240,12 @@ void ServerSession::OnBody(beast::error_code ec) {
   // HEAD is answered wherever GET is (RFC 9110 9.3.2): handlers see GET, Reply drops the body.
   if (head_) parser_->get().method(http::verb::get);
   handler_->OnRequest(shared_from_this());
+}
+
+void ServerSession::Refuse(int status, std::string_view message) {
+  keep_alive_ = false;
+  handler_->OnRefused(*this, status, parser_->is_header_done());
+  ReplyError(status, message);
 }
 
 void ServerSession::BeginRequest() {

@@ -58,6 +58,11 @@ class SessionHandler {
   // A whole request (headers and body) is in session->request(); answer it with Reply* or the
   // Stream calls, now or later.
   virtual void OnRequest(const std::shared_ptr<ServerSession>& session) = 0;
+  // The session answered a request itself instead of calling OnRequest (413 body over the limit,
+  // 400 malformed or without Host, 431): servers that count answers count it here.
+  // `header_read`: session.request() and path() hold the request's header (false for a header
+  // that was malformed or too large).
+  virtual void OnRefused(ServerSession& session, int status, bool header_read) {}
   // A request is being answered from its first byte read (or its error) to the end of its
   // response: servers count these to know when a drain is done.
   virtual void OnResponseOpen() {}
@@ -128,6 +133,9 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   void EndRequest();
   void Finished(bool keep_alive);
   void ClientGone();
+  // Answers the current request with an error before (or instead of) OnRequest, tells the
+  // handler (OnRefused), and closes the connection after it.
+  void Refuse(int status, std::string_view message);
   void Enqueue(PendingWrite write);
   void ArmWriteTimer() { stream_.expires_after(limits_.write_timeout); }
   void WriteNext();

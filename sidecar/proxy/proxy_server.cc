@@ -556,6 +556,17 @@ void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
   }
 }
 
+// An answer the session gave itself (a 413 from Content-Length, a malformed body, ...) on a policy
+// path is a policy path's answer too: counted under the default class, as the body that could name
+// another class (or the header's class, unchecked) was not read.
+void ProxyServer::OnRefused(ServerSession& session, int status, bool header_read) {
+  if (!header_read) return;  // no path to judge by
+  const std::optional<std::string> path = RoutedPath(session.path());
+  if (!path || !IsPolicyPath(*path)) return;
+  const SidecarConfig& config = core_.config();
+  metrics_.CountResponse(config.ClassIndex(config.default_class), status);
+}
+
 void ProxyServer::ReplyReady(const std::shared_ptr<ServerSession>& session) {
   auto now = Now();
   if (draining_) {

@@ -63,6 +63,7 @@ class ProxyServer : public SessionHandler {
   SessionLimits Limits() const override;
   bool KeepAlive() const override { return !draining_; }
   void OnRequest(const std::shared_ptr<ServerSession>& session) override;
+  void OnRefused(ServerSession& session, int status, bool header_read) override;
   void OnResponseOpen() override { ++open_responses_; }
   void OnResponseClosed() override { --open_responses_; }
 

@@ -97,11 +97,15 @@ def test_bad_headers_get_400(fake, sidecar):
 
 
 def test_oversized_body_gets_413(fake, sidecar):
+    counted = sidecar.metric("kinfer_sidecar_requests_total", **{"class": "standard", "code": "413"})
     big = {"model": "primary", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
     r = post_chat(sidecar.url, big)
     assert r.status_code == 413
     assert "limit" in r.json()["error"]["message"]
     assert fake.stats()["requests"] == 0
+    # Answered before the body is read, still a policy path's answer: under the default class.
+    assert sidecar.metric("kinfer_sidecar_requests_total",
+                          **{"class": "standard", "code": "413"}) == counted + 1
     assert requests.get(sidecar.url + "/health", timeout=5).status_code == 200
 
 
