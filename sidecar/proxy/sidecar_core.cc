@@ -282,6 +282,15 @@ StatusOr<AdmissionQueue::Dispatch> SidecarCore::Reconfigure(const SidecarConfig&
     return FailedPrecondition("the number of priority classes cannot change on reload "
                               "(restart the sidecar)");
   }
+  // The class names are the metrics' `class` labels, registered at start: a rename would leave
+  // /metrics on the old names while /stats and the policies used the new ones.
+  for (size_t i = 0; i < next.classes.size(); ++i) {
+    if (next.classes[i].name != config_.classes[i].name) {
+      return FailedPrecondition("priority class " + std::to_string(i) + " is renamed from '" +
+                                config_.classes[i].name + "' to '" + next.classes[i].name +
+                                "': class names cannot change on reload (restart the sidecar)");
+    }
+  }
   KINFER_ASSIGN_OR_RETURN(AdmissionQueue::Dispatch dispatch,
                           admission_.Reconfigure(next.MakeAdmissionConfig(), now));
   rate_limiter_ = RateLimiter(next.rate_limits);

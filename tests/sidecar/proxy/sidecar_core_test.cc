@@ -3,6 +3,7 @@
 // all driven by a fake clock (a TimePoint advanced by hand) and real policy classes.
 #include "sidecar/proxy/sidecar_core.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -744,6 +745,20 @@ TEST_F(SidecarCoreTest, ReconfigureRefusesAChangeInTheNumberOfClasses) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(core_->config().classes.size(), 3u);
+}
+
+// The names are the metrics' class labels, fixed at start.
+TEST_F(SidecarCoreTest, ReconfigureRefusesRenamedClasses) {
+  Init();
+  SidecarConfig next = config_;
+  const std::string old_name = next.classes[1].name;
+  next.classes[1].name = "silver";
+  if (next.default_class == old_name) next.default_class = "silver";
+  StatusOr<AdmissionQueue::Dispatch> r = core_->Reconfigure(next, now_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("'" + old_name + "' to 'silver'"));
+  EXPECT_EQ(core_->config().classes[1].name, old_name);
 }
 
 TEST_F(SidecarCoreTest, ReconfigureRefusesAnInvalidConfig) {
