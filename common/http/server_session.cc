@@ -18,7 +18,15 @@ constexpr std::string_view kJson = "application/json";
 }  // namespace
 
 ServerSession::ServerSession(tcp::socket socket, SessionHandler* handler)
-    : stream_(std::move(socket)), handler_(handler) {}
+    : stream_(std::move(socket)), handler_(handler) {
+  beast::error_code ec;
+  const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+  if (!ec) peer_address_ = peer.address().to_string();
+}
+
+void ServerSession::SetAnswerHeader(std::string name, std::string value) {
+  answer_headers_.emplace_back(std::move(name), std::move(value));
+}
 
 std::string_view ServerSession::path() const {
   std::string_view target = request().target();
@@ -32,6 +40,7 @@ void ServerSession::Hold(std::shared_ptr<void> state, std::function<void()> on_c
 }
 
 void ServerSession::Reply(http::response<http::string_body> res, std::function<void(bool)> done) {
+  for (const auto& [name, value] : answer_headers_) res.set(name, value);
   res.version(11);
   res.keep_alive(keep_alive_);
   res.prepare_payload();  // for HEAD too: the Content-Length GET would have
@@ -84,6 +93,7 @@ void ServerSession::StartStream(http::response<http::empty_body> res,
   // RFC 9112 6.1: never chunked to an HTTP/1.0 client; its body ends when the connection closes.
   chunked_ = request().version() >= 11;
   if (!chunked_) keep_alive_ = false;
+  for (const auto& [name, value] : answer_headers_) res.set(name, value);
   res.version(11);
   res.keep_alive(keep_alive_);
   res.chunked(chunked_);
@@ -261,6 +271,7 @@ void ServerSession::EndRequest() {
   }
   on_client_gone_ = nullptr;
   held_.reset();
+  answer_headers_.clear();
 }
 
 void ServerSession::Finished(bool keep_alive) {

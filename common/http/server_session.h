@@ -33,6 +33,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/http/beast.h"
 #include "common/status.h"
@@ -62,6 +64,7 @@ class SessionHandler {
   // 400 malformed or without Host, 431): servers that count answers count it here.
   // `header_read`: session.request() and path() hold the request's header (false for a header
   // that was malformed or too large).
+  // The handler may add headers to the answer (SetAnswerHeader).
   virtual void OnRefused(ServerSession& session, int status, bool header_read) {}
   // A request is being answered from its first byte read (or its error) to the end of its
   // response: servers count these to know when a drain is done.
@@ -83,6 +86,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   bool head() const { return head_; }
   // Path of the request target without the query, as sent (not percent-decoded).
   std::string_view path() const;
+  // The client's address (IPv4 or IPv6, no port); "" when the socket could not tell.
+  const std::string& peer_address() const { return peer_address_; }
   bool keep_alive() const { return keep_alive_; }
   bool closed() const { return closed_; }
   net::any_io_executor executor() { return stream_.get_executor(); }
@@ -91,6 +96,10 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   // `on_client_gone` once if the client leaves before then (seen by WatchClient or by a failed
   // write). The session is closed right after on_client_gone returns.
   void Hold(std::shared_ptr<void> state, std::function<void()> on_client_gone);
+
+  // A header that every answer to the current request carries, whichever call writes it (Reply*,
+  // StartStream); forgotten when the request ends.
+  void SetAnswerHeader(std::string name, std::string value);
 
   // A whole response. Ends the current request. `done(ok)` runs once it is written (ok false:
   // the client is gone).
@@ -148,6 +157,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   std::shared_ptr<void> held_;
   std::function<void()> on_client_gone_;
   std::deque<PendingWrite> writes_;
+  std::vector<std::pair<std::string, std::string>> answer_headers_;  // SetAnswerHeader
+  std::string peer_address_;
   bool keep_alive_ = true;
   bool head_ = false;     // the current request is a HEAD (reads as GET)
   bool chunked_ = true;   // the current stream's body is chunked (not to HTTP/1.0)

@@ -60,6 +60,12 @@ void CopyEndToEnd(const From& from, To& to) {
   }
 }
 
+// The request's id as the client gave it (`x-request-id`), or `generated` when it gave none.
+std::string RequestIdOf(const ServerSession::Request& req, std::string generated) {
+  std::string_view given = req["x-request-id"];
+  return given.empty() ? std::move(generated) : std::string(given);
+}
+
 bool IsPolicyPath(std::string_view path) {
   return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses";
 }
@@ -121,6 +127,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   ProxyServer* server_;
   bool policy_;
   std::string path_;  // RoutedPath
+  std::string request_id_;  // x-request-id (policy paths)
   SidecarCore::TimePoint arrival_;
   SidecarCore::TimePoint started_{};
   State state_ = State::kNew;
@@ -159,6 +166,11 @@ void Exchange::Begin() {
     if (it == req.end()) return std::nullopt;
     return it->value();
   };
+  // Every answer carries the request's id, the client's own or one made here (as Envoy makes
+  // one), so that the client can find its request in the sidecar's and the upstream's logs.
+  id_ = server_->next_id_++;
+  request_id_ = RequestIdOf(req, UpstreamRequestId());
+  session_->SetAnswerHeader("x-request-id", request_id_);
   std::string param;
   StatusOr<RequestInfo> info = ParseRequestInfo(req.body(), lookup, core().config(), &param);
   if (!info.ok()) {
@@ -183,7 +195,6 @@ void Exchange::Begin() {
     return;
   }
   info_ = std::move(*info);
-  id_ = server_->next_id_++;
   SidecarCore::Verdict v = core().OnArrival(id_, path_, info_, arrival_);
   switch (v.action) {
     case SidecarCore::Action::kReject: {
@@ -279,6 +290,8 @@ std::string Exchange::UpstreamRequestId() const {
   return server_->request_id_prefix_ + std::to_string(id_);
 }
 
+std::string ProxyServer::NewRequestId() { return request_id_prefix_ + std::to_string(next_id_++); }
+
 // Fire and forget: POST /cancel {"request_id": ...} to the upstream this exchange's request went
 // to. kinfer-runtime stops the generation (runtime/server/cancel_registry.h); another upstream
 // answers 404, which changes nothing.
@@ -315,6 +328,19 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   http::request<http::string_body> out{in.method(), url.base_path + std::string(in.target()), 11};
   CopyEndToEnd(in, out);
   out.set(http::field::host, url.host + ":" + std::to_string(url.port));
+  // X-Forwarded-For gains the client's address (all of the client's own lines kept, in order).
+  std::string forwarded_for;
+  auto [xff_begin, xff_end] = in.equal_range("x-forwarded-for");
+  for (auto it = xff_begin; it != xff_end; ++it) {
+    if (!forwarded_for.empty()) forwarded_for += ", ";
+    forwarded_for.append(it->value());
+  }
+  if (!session_->peer_address().empty()) {
+    if (!forwarded_for.empty()) forwarded_for += ", ";
+    forwarded_for += session_->peer_address();
+  }
+  if (!forwarded_for.empty()) out.set("x-forwarded-for", forwarded_for);
+  if (in.count("x-forwarded-proto") == 0) out.set("x-forwarded-proto", "http");
   out.keep_alive(true);
   out.body() = (policy_ && (route_.rewrite() || info_.body_priority))
                    ? RewriteBody(info_, route_.model, route_.max_tokens)
@@ -324,6 +350,7 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   if (policy_) {
     out.set("x-kinfer-priority", std::to_string(info_.priority));
     out.set("x-kinfer-request-id", UpstreamRequestId());
+    out.set("x-request-id", request_id_);
   }
   out.prepare_payload();
   return out;
@@ -565,6 +592,7 @@ void ProxyServer::OnRefused(ServerSession& session, int status, bool header_read
   if (!path || !IsPolicyPath(*path)) return;
   const SidecarConfig& config = core_.config();
   metrics_.CountResponse(config.ClassIndex(config.default_class), status);
+  session.SetAnswerHeader("x-request-id", RequestIdOf(session.request(), NewRequestId()));
 }
 
 void ProxyServer::ReplyReady(const std::shared_ptr<ServerSession>& session) {

@@ -84,8 +84,12 @@ class ProxyServer : public SessionHandler {
   UpstreamPool primary_;
   std::unique_ptr<UpstreamPool> fallback_;  // null when the fallback shares the primary upstream
   SessionAcceptor acceptor_;
+  // A request id made here (prefix and a fresh number), for an answer no exchange gives.
+  std::string NewRequestId();
+
   uint64_t next_id_ = 1;
-  // "sc-<random>-": with an exchange's id, the x-kinfer-request-id of its upstream request.
+  // "sc-<random>-": with an exchange's id, the x-kinfer-request-id of its upstream request (and
+  // its x-request-id when the client sent none).
   std::string request_id_prefix_;
   std::unordered_map<uint64_t, std::weak_ptr<Exchange>> waiting_;  // queued in the core
   net::steady_timer expiry_timer_;

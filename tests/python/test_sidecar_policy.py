@@ -33,6 +33,7 @@ def assert_overload_reply(r, status):
     assert r.status_code == status, r.text
     assert int(r.headers["retry-after"]) >= 1
     assert r.json()["error"]["message"]
+    assert r.headers.get("x-request-id"), r.headers  # every answer names its request
 
 
 def test_rate_limit_per_tenant_gives_429_with_retry_after(fake, make_sidecar):
@@ -262,8 +263,9 @@ def test_cache_serves_deterministic_requests(fake, make_sidecar):
     assert first.headers["x-kinfer-cache"] == "miss"
     # Key order does not split the cache.
     reordered = dict(reversed(list(body.items())))
-    second = post_chat(sc.url, reordered)
+    second = post_chat(sc.url, reordered, headers={"x-request-id": "hit-1"})
     assert second.headers["x-kinfer-cache"] == "hit"
+    assert second.headers["x-request-id"] == "hit-1" and first.headers["x-request-id"]
     # The same answer under a response id of its own.
     a, b = first.json(), second.json()
     assert a["id"] != b["id"] and b["id"].startswith(a["id"].split("-")[0] + "-")

@@ -53,6 +53,36 @@ def test_headers_named_by_connection_are_not_forwarded(fake, sidecar):
     assert "x-fake-status" not in fake.stats()["last_request"]["headers"]
 
 
+def test_request_id_and_forwarded_headers(fake, sidecar):
+    # As Envoy: an x-request-id made when the client sent none, passed upstream, and (kinfer's
+    # own) returned on the answer; X-Forwarded-For gains the client, X-Forwarded-Proto is set.
+    r = post_chat(sidecar.url, chat_body())
+    assert r.status_code == 200, r.text
+    rid = r.headers["x-request-id"]
+    up = fake.stats()["last_request"]["headers"]
+    assert up["x-request-id"] == rid
+    assert up["x-forwarded-for"] == "127.0.0.1" and up["x-forwarded-proto"] == "http"
+    r = post_chat(sidecar.url, chat_body(), headers={
+        "x-request-id": "abc", "X-Forwarded-For": "10.0.0.1", "X-Forwarded-Proto": "https"})
+    assert r.headers["x-request-id"] == "abc"
+    up = fake.stats()["last_request"]["headers"]
+    assert up["x-request-id"] == "abc"
+    assert up["x-forwarded-for"] == "10.0.0.1, 127.0.0.1" and up["x-forwarded-proto"] == "https"
+    # Errors carry it too: the sidecar's own 400, an upstream's error, a 413 before the body.
+    for kw in ({"headers": {"x-kinfer-priority": "vip"}},
+               {"headers": {"x-fake-status": "500"}},
+               {"body": {"model": "primary", "messages": [], "pad": "x" * (2 << 20)}}):
+        r = post_chat(sidecar.url, kw.get("body"), headers=kw.get("headers"))
+        assert r.status_code >= 400 and r.headers.get("x-request-id"), (kw.get("headers"), r.headers)
+    r = post_chat(sidecar.url, headers={"x-request-id": "e1", "x-kinfer-priority": "vip"})
+    assert r.status_code == 400 and r.headers["x-request-id"] == "e1"
+    stream_rid = None
+    with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:
+        stream_rid = r.headers.get("x-request-id")
+        list(r.iter_content(chunk_size=None))
+    assert stream_rid
+
+
 def test_stream_is_relayed_chunk_by_chunk(fake, sidecar):
     fake.control(chunks=5, chunk_interval_ms=150)
     with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:
