@@ -28,8 +28,19 @@ void ServerSession::SetAnswerHeader(std::string name, std::string value) {
   answer_headers_.emplace_back(std::move(name), std::move(value));
 }
 
-std::string_view ServerSession::path() const {
+std::string_view ServerSession::target() const {
   std::string_view target = request().target();
+  if (target.empty() || target[0] == '/') return target;  // origin form (the usual one)
+  // Absolute form: "scheme://authority" then the path, which may be empty ("http://h?q" asks for
+  // "/?q", read here as "?q": a path of "" that no route has).
+  const size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) return target;  // "*" or garbage: no route has it
+  const size_t path_start = target.find_first_of("/?", scheme_end + 3);
+  return path_start == std::string_view::npos ? std::string_view("/") : target.substr(path_start);
+}
+
+std::string_view ServerSession::path() const {
+  std::string_view target = this->target();
   size_t q = target.find('?');
   return q == std::string_view::npos ? target : target.substr(0, q);
 }

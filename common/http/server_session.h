@@ -84,7 +84,10 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   const Request& request() const { return parser_->get(); }
   // The request was HEAD: its answer carries no body.
   bool head() const { return head_; }
-  // Path of the request target without the query, as sent (not percent-decoded).
+  // The request target in origin form (path and query): an absolute-form target
+  // ("http://host:port/v1/models?x", RFC 9112 3.2.2) without its scheme and authority.
+  std::string_view target() const;
+  // Path of the request target (target()) without the query, as sent (not percent-decoded).
   std::string_view path() const;
   // The client's address (IPv4 or IPv6, no port); "" when the socket could not tell.
   const std::string& peer_address() const { return peer_address_; }

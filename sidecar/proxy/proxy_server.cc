@@ -325,7 +325,8 @@ UpstreamPool* Exchange::RoutePool() const {
 http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   const auto& in = session_->request();
   const UpstreamUrl& url = RouteUrl();
-  http::request<http::string_body> out{in.method(), url.base_path + std::string(in.target()), 11};
+  http::request<http::string_body> out{in.method(), url.base_path + std::string(session_->target()),
+                                       11};
   CopyEndToEnd(in, out);
   out.set(http::field::host, url.host + ":" + std::to_string(url.port));
   // X-Forwarded-For gains the client's address (all of the client's own lines kept, in order).

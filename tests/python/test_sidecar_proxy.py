@@ -83,6 +83,19 @@ def test_request_id_and_forwarded_headers(fake, sidecar):
     assert stream_rid
 
 
+def test_absolute_form_target_is_routed_by_its_path(fake, sidecar):
+    # RFC 9112 3.2.2: a server must accept absolute-form; the upstream gets origin-form.
+    body = json.dumps(chat_body()).encode()
+    s = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    s.sendall(b"POST http://127.0.0.1:%d/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+              % (sidecar.port, len(body)) + body)
+    data = _read_until_closed(s)
+    s.close()
+    assert data.startswith(b"HTTP/1.1 200"), data
+    assert fake.stats()["last_request"]["path"] == "/v1/chat/completions"
+
+
 def test_stream_is_relayed_chunk_by_chunk(fake, sidecar):
     fake.control(chunks=5, chunk_interval_ms=150)
     with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:

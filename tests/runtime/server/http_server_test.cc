@@ -239,6 +239,18 @@ TEST_F(HttpServerTest, HostIsRequiredInHttp11) {
   EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
 }
 
+// RFC 9112 3.2.2: a server must accept an absolute-form target; it is routed by its path.
+TEST_F(HttpServerTest, AbsoluteFormTargetIsRoutedByItsPath) {
+  std::string out =
+      SendRaw("GET http://127.0.0.1:1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 200", 0), 0u) << out;
+  out = SendRaw("GET HTTP://h/v1/chat/completions?a=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 405", 0), 0u) << out;
+  out = SendRaw("GET http://h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");  // path "/"
+  EXPECT_EQ(out.rfind("HTTP/1.1 404", 0), 0u) << out;
+  EXPECT_NE(out.find("no route for GET /\""), std::string::npos) << out;
+}
+
 TEST_F(HttpServerTest, PercentEncodedPathIsDecoded) {
   EXPECT_EQ(Send("GET", "/heal%74h").status, 200);
 }
