@@ -210,6 +210,25 @@ void ServerSession::OnHeader(beast::error_code ec) {
   BeginRequest();
   const Request& req = parser_->get();
   keep_alive_ = req.keep_alive() && handler_->KeepAlive();
+  // RFC 9112 6.1: a transfer coding the server does not know gets 501 (its body, unread, could
+  // not be framed: the connection closes). Only chunked is known here; "gzip, chunked" would
+  // otherwise pass as its gzip bytes.
+  int chunked = 0;
+  auto [te_begin, te_end] = req.equal_range(http::field::transfer_encoding);
+  for (auto it = te_begin; it != te_end; ++it) {
+    for (std::string_view coding : http::token_list(it->value())) {
+      if (!beast::iequals(coding, "chunked")) {
+        Refuse(501, "the transfer coding '" + std::string(coding) +
+                        "' is not implemented (only chunked is)");
+        return;
+      }
+      ++chunked;
+    }
+  }
+  if (chunked > 1) {  // the parser would read no body at all
+    Refuse(400, "malformed Transfer-Encoding: chunked applied more than once");
+    return;
+  }
   if (auto len = parser_->content_length(); len && *len > limits_.max_body_bytes) {
     // The body stays unread (Refuse closes the connection after the answer).
     Refuse(413, "request body of " + std::to_string(*len) + " bytes is over the limit of " + limit +

@@ -61,7 +61,7 @@ class SessionHandler {
   // Stream calls, now or later.
   virtual void OnRequest(const std::shared_ptr<ServerSession>& session) = 0;
   // The session answered a request itself instead of calling OnRequest (413 body over the limit,
-  // 400 malformed or without Host, 431): servers that count answers count it here.
+  // 400 malformed or without Host, 431, 501): servers that count answers count it here.
   // `header_read`: session.request() and path() hold the request's header (false for a header
   // that was malformed or too large).
   // The handler may add headers to the answer (SetAnswerHeader).

@@ -96,6 +96,19 @@ def test_absolute_form_target_is_routed_by_its_path(fake, sidecar):
     assert fake.stats()["last_request"]["path"] == "/v1/chat/completions"
 
 
+def test_unknown_transfer_coding_is_501(fake, sidecar):
+    # RFC 9112 6.1: only chunked is known; gzip is not silently read as plain bytes.
+    s = socket.create_connection(("127.0.0.1", sidecar.port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+    data = _read_until_closed(s)
+    s.close()
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 501"), data
+    assert "gzip" in json.loads(body)["error"]["message"]
+    assert fake.stats()["requests"] == 0
+
+
 def test_stream_is_relayed_chunk_by_chunk(fake, sidecar):
     fake.control(chunks=5, chunk_interval_ms=150)
     with post_chat(sidecar.url, chat_body(stream=True), stream=True) as r:

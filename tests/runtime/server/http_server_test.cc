@@ -251,6 +251,25 @@ TEST_F(HttpServerTest, AbsoluteFormTargetIsRoutedByItsPath) {
   EXPECT_NE(out.find("no route for GET /\""), std::string::npos) << out;
 }
 
+// RFC 9112 6.1: a transfer coding other than chunked gets 501 and a JSON error; the body is not
+// read as if it were plain.
+TEST_F(HttpServerTest, UnknownTransferCodingIs501) {
+  for (const std::string coding : {"gzip, chunked", "gzip", "chunked, chunked"}) {
+    const std::string out = SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " +
+                                    coding + "\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+    if (coding == "chunked, chunked") {  // chunked twice is malformed, not unknown
+      EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
+      continue;
+    }
+    ASSERT_EQ(out.rfind("HTTP/1.1 501", 0), 0u) << coding << " -> " << out;
+    const size_t body = out.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << out;
+    const json j = json::parse(out.substr(body + 4), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << out;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("gzip"), std::string::npos) << out;
+  }
+}
+
 TEST_F(HttpServerTest, PercentEncodedPathIsDecoded) {
   EXPECT_EQ(Send("GET", "/heal%74h").status, 200);
 }
