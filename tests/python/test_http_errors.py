@@ -155,3 +155,23 @@ def test_openai_client_raises_bad_request(client, server):
         client.chat.completions.create(model=server.model, messages=[], max_tokens=3)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=MSG, max_tokens=3)
+
+
+def test_http10_stream_is_not_chunked_and_ends_by_closing(server):
+    # RFC 9112 7.1: no chunked coding to an HTTP/1.0 client (the runtime streams through the same
+    # connection code as the sidecar, common/http/server_session.cc).
+    import socket
+    from urllib.parse import urlparse
+    body = json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True}).encode()
+    u = urlparse(server.url)
+    s = socket.create_connection((u.hostname, u.port), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    head, rest = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), data
+    assert b"transfer-encoding" not in head.lower(), head
+    assert rest.startswith(b"data: ") and rest.rstrip().endswith(b"data: [DONE]"), rest
