@@ -167,7 +167,7 @@ void Exchange::Begin() {
     return it->value();
   };
   // Every answer carries the request's id, the client's own or one made here (as Envoy makes
-  // one), so that the client can find its request in the sidecar's and the upstream's logs.
+  // one), and the upstream gets the same, so that the client can name its request upstream.
   id_ = server_->next_id_++;
   request_id_ = RequestIdOf(req, UpstreamRequestId());
   session_->SetAnswerHeader("x-request-id", request_id_);
