@@ -144,6 +144,49 @@ class ControllerTest : public ::testing::Test {
     return false;
   }
 
+  // The controller and an autoscaler of 100 ms ticks (not started) that scrapes every pod's
+  // sidecar page at 127.0.0.1:port.
+  void StartAutoscalerOn(int port) {
+    StartController();
+    AutoscaleLoopOptions ao;
+    ao.interval = milliseconds(100);
+    ao.address_of = [port](const json&) { return "127.0.0.1:" + std::to_string(port); };
+    loop_ = std::make_unique<AutoscaleLoop>(controller_.get(), ao, metrics_.get());
+  }
+
+  // An autoscaled InferenceService from 1 to max_replicas; stable window 6 s -> panic window
+  // 0.6 s, so panic reacts within a few ticks. Returns once its Deployment exists.
+  void CreateAutoscaled(const std::string& name, int max_replicas) {
+    ASSERT_TRUE(client_
+                    ->Create(rs::kInferenceServices, "default",
+                             Isvc(name, {{"autoscaling",
+                                          {{"minReplicas", 1},
+                                           {"maxReplicas", max_replicas},
+                                           {"stableWindowSeconds", 6}}}}))
+                    .ok());
+    ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, name).has_value(); }));
+  }
+
+  // A pod of InferenceService `isvc` with `status`.
+  void AddPod(const std::string& isvc, const std::string& name, const json& status) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", name},
+                  {"namespace", "default"},
+                  {"labels", {{"serving.kinfer.dev/inferenceservice", isvc}}}}},
+                {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "x"}}}}}}};
+    ASSERT_TRUE(client_->Create(rs::kPods, "default", pod).ok());
+    ASSERT_TRUE(client_->MergePatch(rs::kPods, "default", name, {{"status", status}}, "status").ok());
+  }
+
+  // A running pod that is Ready, at 127.0.0.1.
+  static json ReadyStatus() {
+    return {{"phase", "Running"},
+            {"podIP", "127.0.0.1"},
+            {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}};
+  }
+
   static testing::TestApiServer* server_;
   std::unique_ptr<kube::Client> client_;
   std::unique_ptr<kube::Client> op_client_;
@@ -525,38 +568,10 @@ class FakeSidecarPage {
 TEST_F(ControllerTest, TheAutoscalerScalesOnTheSidecarsQueue) {
   std::unique_ptr<FakeSidecarPage> page = OnAFreePort<FakeSidecarPage>();
   ASSERT_NE(page, nullptr) << "no free loopback port for the sidecar page";
-  const int port = page->port();
   page->Set(40, 8);  // 48 requests waiting or running on one pod: 6x the target of 8
-  StartController();
-  AutoscaleLoopOptions ao;
-  ao.interval = milliseconds(100);
-  ao.address_of = [port](const json&) { return "127.0.0.1:" + std::to_string(port); };
-  loop_ = std::make_unique<AutoscaleLoop>(controller_.get(), ao, metrics_.get());
-  // Stable window 6 s -> panic window 0.6 s: panic reacts within a few ticks.
-  ASSERT_TRUE(
-      client_
-          ->Create(rs::kInferenceServices, "default",
-                   Isvc("auto",
-                        {{"autoscaling",
-                          {{"minReplicas", 1}, {"maxReplicas", 4}, {"stableWindowSeconds", 6}}}}))
-          .ok());
-  ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "auto").has_value(); }));
-  json pod = {{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata",
-               {{"name", "auto-0"},
-                {"namespace", "default"},
-                {"labels", {{"serving.kinfer.dev/inferenceservice", "auto"}}}}},
-              {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "x"}}}}}}};
-  ASSERT_TRUE(client_->Create(rs::kPods, "default", pod).ok());
-  ASSERT_TRUE(client_
-                  ->MergePatch(rs::kPods, "default", "auto-0",
-                               {{"status",
-                                 {{"phase", "Running"},
-                                  {"podIP", "127.0.0.1"},
-                                  {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}},
-                               "status")
-                  .ok());
+  StartAutoscalerOn(page->port());
+  CreateAutoscaled("auto", 4);
+  AddPod("auto", "auto-0", ReadyStatus());
   loop_->Start();
   ASSERT_TRUE(WaitUntil([&] { return (*Get(rs::kDeployments, "auto"))["spec"]["replicas"] == 4; },
                         milliseconds(15000)));
@@ -580,39 +595,15 @@ TEST_F(ControllerTest, TheAutoscalerScalesOnTheSidecarsQueue) {
 TEST_F(ControllerTest, EvictedPodsAreNotCapacityAndMissingMetricsShowAtOnce) {
   std::unique_ptr<FakeSidecarPage> page = OnAFreePort<FakeSidecarPage>();
   ASSERT_NE(page, nullptr) << "no free loopback port for the sidecar page";
-  const int port = page->port();
   page->Set(16, 0);  // twice the target of 8 on one pod
-  StartController();
-  AutoscaleLoopOptions ao;
-  ao.interval = milliseconds(100);
-  ao.address_of = [port](const json&) { return "127.0.0.1:" + std::to_string(port); };
-  loop_ = std::make_unique<AutoscaleLoop>(controller_.get(), ao, metrics_.get());
-  ASSERT_TRUE(
-      client_
-          ->Create(rs::kInferenceServices, "default",
-                   Isvc("evict",
-                        {{"autoscaling",
-                          {{"minReplicas", 1}, {"maxReplicas", 2}, {"stableWindowSeconds", 6}}}}))
-          .ok());
-  ASSERT_TRUE(WaitUntil([&] { return Get(rs::kDeployments, "evict").has_value(); }));
-  auto add_pod = [&](const std::string& name, const json& status) {
-    json pod = {{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata",
-                 {{"name", name},
-                  {"namespace", "default"},
-                  {"labels", {{"serving.kinfer.dev/inferenceservice", "evict"}}}}},
-                {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "x"}}}}}}};
-    ASSERT_TRUE(client_->Create(rs::kPods, "default", pod).ok());
-    ASSERT_TRUE(client_->MergePatch(rs::kPods, "default", name, {{"status", status}}, "status").ok());
-  };
-  add_pod("evict-0", {{"phase", "Running"},
-                      {"podIP", "127.0.0.1"},
-                      {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}});
+  StartAutoscalerOn(page->port());
+  CreateAutoscaled("evict", 2);
+  AddPod("evict", "evict-0", ReadyStatus());
   for (const char* name : {"evict-gone-1", "evict-gone-2"}) {
-    add_pod(name, {{"phase", "Failed"},
-                   {"reason", "Evicted"},
-                   {"conditions", {{{"type", "Ready"}, {"status", "False"}}}}});
+    AddPod("evict", name,
+           {{"phase", "Failed"},
+            {"reason", "Evicted"},
+            {"conditions", {{{"type", "Ready"}, {"status", "False"}}}}});
   }
   loop_->Start();
   ASSERT_TRUE(WaitUntil([&] { return (*Get(rs::kDeployments, "evict"))["spec"]["replicas"] == 2; },
