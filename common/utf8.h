@@ -48,7 +48,7 @@ class CharCounter {
         ++count_;
         pending_ = 0;
       }
-      if (c < 0x80 || c < 0xC2 || c > 0xF4) {
+      if (c < 0xC2 || c > 0xF4) {
         ++count_;  // ASCII, or a byte no sequence starts with
       } else {
         pending_ = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;

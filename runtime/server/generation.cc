@@ -33,12 +33,15 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // Latency and token bookkeeping of one request (all its choices), fed with its stream events.
 class RequestTimer {
  public:
-  // `prompt_tokens`: every prompt's, once (as usage counts them).
-  RequestTimer(RuntimeMetrics* m, Clock::time_point received, int choices, int prompt_tokens)
+  // `prompt_tokens`: every prompt's, once (as usage counts them); `per_prompt`: the choices of
+  // each prompt (choice i answers prompt i / per_prompt).
+  RequestTimer(RuntimeMetrics* m, Clock::time_point received, int choices, int prompt_tokens,
+               int per_prompt)
       : m_(m),
         received_(received),
         last_(static_cast<size_t>(choices)),
-        prompt_tokens_(prompt_tokens) {}
+        prompt_tokens_(prompt_tokens),
+        per_prompt_(std::max(per_prompt, 1)) {}
 
   void OnEvent(const StreamEvent& ev, int choice) {
     const Clock::time_point now = Clock::now();
@@ -71,7 +74,6 @@ class RequestTimer {
   Usage usage(bool score_only) const {
     return Usage{prompt_tokens_, score_only ? 0 : completion_tokens_, cached_prompt_tokens_};
   }
-  void set_choices_per_prompt(int n) { per_prompt_ = std::max(n, 1); }
 
   void Finish(const char* status) {
     m_->prompt_tokens.Inc(prompt_tokens_);
@@ -89,7 +91,7 @@ class RequestTimer {
   int prompt_tokens_ = 0;
   int completion_tokens_ = 0;
   int cached_prompt_tokens_ = 0;
-  int per_prompt_ = 1;
+  int per_prompt_;
 };
 
 HttpResponse Reject(RuntimeMetrics* m, const Status& s, const ErrorDetail& d) {
@@ -568,12 +570,15 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
 
   const int per_prompt = r.generations();
   const int engine_requests = static_cast<int>(num_prompts) * per_prompt;
+  // The field that multiplies the prompts, and the one a too-large request is blamed on.
+  const std::string per_field = r.best_of > r.n ? "best_of" : "n";
+  const std::string group_param = num_prompts > 1 ? "prompt" : per_field;
   if (engine_requests > model.engine().max_queued_requests()) {
-    d.param = num_prompts > 1 ? "prompt" : r.best_of > r.n ? "best_of" : "n";
+    d.param = group_param;
     return Reject(
         m,
-        InvalidArgument(std::to_string(num_prompts) + " prompt(s) x " +
-                        (r.best_of > r.n ? "best_of" : "n") + " = " + std::to_string(per_prompt) +
+        InvalidArgument(std::to_string(num_prompts) + " prompt(s) x " + per_field + " = " +
+                        std::to_string(per_prompt) +
                         " is more generations than this server "
                         "queues at once (--max-queued " +
                         std::to_string(model.engine().max_queued_requests()) + ")"),
@@ -583,10 +588,10 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
   // limit could never be queued at once, so it is a 400 (a 503 would be retried in vain).
   const int64_t group_tokens = int64_t{prompt_tokens} * per_prompt;
   if (group_tokens > model.engine().max_waiting_prompt_tokens()) {
-    d.param = num_prompts > 1 ? "prompt" : r.best_of > r.n ? "best_of" : "n";
+    d.param = group_param;
     return Reject(m,
-                  InvalidArgument(std::to_string(prompt_tokens) + " prompt tokens x " +
-                                  (r.best_of > r.n ? "best_of" : "n") + " " +
+                  InvalidArgument(std::to_string(prompt_tokens) + " prompt tokens x " + per_field +
+                                  " " +
                                   std::to_string(per_prompt) + " = " +
                                   std::to_string(group_tokens) +
                                   " prompt tokens, more than this server queues at once (" +
@@ -635,8 +640,7 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   meta.model = model.name();
-  RequestTimer timer(m, request.received, engine_requests, prompt_tokens);
-  timer.set_choices_per_prompt(r.generations());
+  RequestTimer timer(m, request.received, engine_requests, prompt_tokens, per_prompt);
   spdlog::debug("{}: {} prompt(s), {} prompt tokens, max_tokens {}, n {}, stream {}", meta.id,
                 num_prompts, prompt_tokens, budgets[0], r.n, r.stream);
 

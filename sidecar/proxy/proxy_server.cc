@@ -143,8 +143,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool streaming_ = false;
   bool sse_ = false;
   bool response_started_ = false;
-  bool first_token_seen_ = false;
-  SidecarCore::TimePoint first_token_at_{};
+  std::optional<SidecarCore::TimePoint> first_token_at_;  // set once the first token arrived
   SseFirstTokenDetector first_token_;
   int status_ = 0;
   http::response<http::string_body> buffered_;
@@ -171,27 +170,23 @@ void Exchange::Begin() {
   id_ = server_->next_id_++;
   request_id_ = RequestIdOf(req, UpstreamRequestId());
   session_->SetAnswerHeader("x-request-id", request_id_);
+  // Until the request is read and admitted, its answers count under the default class.
+  info_.priority = core().config().ClassIndex(core().config().default_class);
   std::string param;
   StatusOr<RequestInfo> info = ParseRequestInfo(req.body(), lookup, core().config(), &param);
   if (!info.ok()) {
-    info_.priority = core().config().ClassIndex(core().config().default_class);
     CountResponse(400);
     session_->ReplyJson(400, ErrorBody(400, info.status().message(), param));
     return;
   }
   if (core().config().require_api_key && !info->key_mapped) {
     // OpenAI's answer to a missing or unknown key (the key itself is never echoed).
-    info_.priority = core().config().ClassIndex(core().config().default_class);
-    CountResponse(401);
-    http::response<http::string_body> res{http::status::unauthorized, 11};
-    res.set(http::field::content_type, "application/json");
-    res.set(http::field::www_authenticate, "Bearer");
-    res.body() = ErrorBody(401,
-                           info->api_key.empty()
-                               ? "no API key: send it as Authorization: Bearer <key> or x-api-key"
-                               : "the API key is not one this service accepts",
-                           {}, "invalid_api_key");
-    session_->Reply(std::move(res));
+    session_->SetAnswerHeader("www-authenticate", "Bearer");
+    ReplyError(401,
+               info->api_key.empty()
+                   ? "no API key: send it as Authorization: Bearer <key> or x-api-key"
+                   : "the API key is not one this service accepts",
+               std::nullopt, "invalid_api_key");
     return;
   }
   info_ = std::move(*info);
@@ -401,8 +396,7 @@ void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
 
 void Exchange::OnData(std::string_view data, std::function<void()> next) {
   // TTFT: the first token of an SSE stream; the first byte of another chunked body.
-  if (!first_token_seen_ && streaming_ && (!sse_ || first_token_.Feed(data))) {
-    first_token_seen_ = true;
+  if (!first_token_at_ && streaming_ && (!sse_ || first_token_.Feed(data))) {
     auto now = server_->Now();
     first_token_at_ = now;
     double ttft = Seconds(now - arrival_);
@@ -537,7 +531,7 @@ void Exchange::Complete(SidecarCore::Result result) {
   metrics().ObserveE2e(info_.priority, Seconds(now - arrival_));
   if (was_upstream) {
     std::optional<SidecarCore::Duration> ttft;
-    if (streaming_ && first_token_seen_) ttft = first_token_at_ - started_;
+    if (streaming_ && first_token_at_) ttft = *first_token_at_ - started_;
     server_->Run(core().OnFinished(id_, route_, result, now - started_, now, ttft));
   }
 }
