@@ -240,7 +240,11 @@ void HttpServer::Stop(int grace_seconds) {
 
 void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) {
   const ServerSession::Request& req = session->request();
+  // A caller's x-request-id comes back on every answer (as Envoy and vLLM's
+  // --enable-request-id-headers do), so that a client or the sidecar can match answers to logs.
   HttpRequest in;
+  in.trace_id = std::string(req["x-request-id"].substr(0, 256));
+  if (!in.trace_id.empty()) session->SetAnswerHeader("x-request-id", in.trace_id);
   in.method = std::string(req.method_string());
   std::optional<std::string> path = RoutedPath(session->path());
   if (!path) {
@@ -306,10 +310,11 @@ void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, Http
     writer.End();
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
+  const std::string id = in.trace_id.empty() ? "" : " x-request-id=" + in.trace_id;
   if (resp.route == "health" || resp.route == "ready" || resp.route == "metrics") {
-    spdlog::debug("{} {} -> {} ({:.1f} ms)", in.method, in.path, resp.status, ms);
+    spdlog::debug("{} {} -> {} ({:.1f} ms){}", in.method, in.path, resp.status, ms, id);
   } else {
-    spdlog::info("{} {} -> {} ({:.1f} ms)", in.method, in.path, resp.status, ms);
+    spdlog::info("{} {} -> {} ({:.1f} ms){}", in.method, in.path, resp.status, ms, id);
   }
 }
 

@@ -26,6 +26,7 @@ struct HttpRequest {
   std::string tenant_header;    // x-kinfer-tenant: the prefix-cache isolation key
   std::string timeout_header;   // x-kinfer-timeout: "500ms", "2s", "1m" or seconds
   std::string request_id;       // x-kinfer-request-id: names a generation for POST /cancel
+  std::string trace_id;         // x-request-id (at most 256 bytes): logged and echoed
   // True once the client has closed its connection (any thread may call it; null: unknown).
   // A whole-response generation polls it and cancels.
   std::function<bool()> client_gone;

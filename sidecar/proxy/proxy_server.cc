@@ -565,6 +565,7 @@ void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
   } else if (IsPolicyPath(path) || IsPassThroughPath(path)) {
     bool policy = IsPolicyPath(path);
     if (policy && req.method() != http::verb::post) {
+      OnRefused(*session, 405, true);  // counted, and answered with an x-request-id, as a 413 is
       session->ReplyMethodNotAllowed("POST", path);
       return;
     }

@@ -1,6 +1,7 @@
 """Bad input over raw HTTP: each case gets its 4xx with an OpenAI-style JSON error body, and the
 server keeps answering afterwards."""
 import json
+import time
 
 import pytest
 import requests
@@ -175,3 +176,26 @@ def test_http10_stream_is_not_chunked_and_ends_by_closing(server):
     assert head.startswith(b"HTTP/1.1 200"), data
     assert b"transfer-encoding" not in head.lower(), head
     assert rest.startswith(b"data: ") and rest.rstrip().endswith(b"data: [DONE]"), rest
+
+
+def test_x_request_id_is_echoed_and_logged(server):
+    # As Envoy and vLLM's --enable-request-id-headers: the caller's id comes back on every answer
+    # (a success, a stream, an error) and ends the access log line.
+    r = requests.post(server.url + COMPLETIONS, headers={"x-request-id": "trace-ok-1"},
+                      json={"prompt": "Hi", "max_tokens": 1})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "trace-ok-1"
+    with requests.post(server.url + COMPLETIONS, headers={"x-request-id": "trace-stream-2"},
+                       json={"prompt": "Hi", "max_tokens": 2, "stream": True}, stream=True) as r:
+        assert r.status_code == 200 and r.headers["x-request-id"] == "trace-stream-2"
+        assert b"[DONE]" in r.content
+    r = requests.post(server.url + COMPLETIONS, headers={"x-request-id": "trace-bad-3"},
+                      json={"prompt": "Hi", "max_tokens": -1})
+    check_error(server, r, 400)
+    assert r.headers["x-request-id"] == "trace-bad-3"
+    assert "x-request-id" not in requests.get(server.url + "/health").headers
+    deadline = time.time() + 5
+    while "x-request-id=trace-bad-3" not in server.log_tail(200) and time.time() < deadline:
+        time.sleep(0.05)
+    log = server.log_tail(200)
+    assert "-> 200" in log and "x-request-id=trace-ok-1" in log, log
+    assert "-> 400" in log and "x-request-id=trace-bad-3" in log, log

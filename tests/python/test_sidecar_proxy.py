@@ -168,8 +168,14 @@ def test_oversized_body_gets_413(fake, sidecar):
 def test_unknown_route_and_method(sidecar):
     r = requests.get(sidecar.url + "/nope", timeout=5)
     assert r.status_code == 404 and "error" in r.json()
-    r = requests.get(sidecar.url + "/v1/chat/completions", timeout=5)
+    counted = sidecar.metric("kinfer_sidecar_requests_total", **{"class": "standard", "code": "405"})
+    r = requests.get(sidecar.url + "/v1/chat/completions", timeout=5,
+                     headers={"x-request-id": "wrong-method"})
     assert r.status_code == 405 and r.headers["Allow"] == "POST" and "error" in r.json()
+    # A policy path's answer like any other: it names its request and is counted.
+    assert r.headers["x-request-id"] == "wrong-method"
+    assert sidecar.metric("kinfer_sidecar_requests_total",
+                          **{"class": "standard", "code": "405"}) == counted + 1
     for method in ("PUT", "DELETE", "POST"):
         r = requests.request(method, sidecar.url + "/health", timeout=5)
         assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD", (method, r.status_code)
