@@ -146,7 +146,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   std::optional<SidecarCore::TimePoint> first_token_at_;  // set once the first token arrived
   SseFirstTokenDetector first_token_;
   int status_ = 0;
+  bool shed_ = false;  // the upstream's answer carried Retry-After: load it shed on purpose
   http::response<http::string_body> buffered_;
+
+  bool Success() const { return status_ >= 200 && status_ < 300; }
 };
 
 void Exchange::Begin() {
@@ -371,8 +374,10 @@ void Exchange::Attempt() {
 
 void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
   status_ = header.result_int();
+  // Read here: a whole response's header goes to the client with its body (moved away).
+  shed_ = header.count(http::field::retry_after) != 0;
   if (status_ == 503 && policy_ && MaybeRetry()) {
-    metrics().CountUpstreamError("status_5xx");
+    if (!shed_) metrics().CountUpstreamError("status_5xx");  // a shed 503 is no failed attempt
     retrying_ = true;
     call_->Cancel();
     return;
@@ -395,8 +400,10 @@ void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
 }
 
 void Exchange::OnData(std::string_view data, std::function<void()> next) {
-  // TTFT: the first token of an SSE stream; the first byte of another chunked body.
-  if (!first_token_at_ && streaming_ && (!sse_ || first_token_.Feed(data))) {
+  // TTFT: the first token of a 2xx SSE stream; the first byte of another 2xx chunked body. An
+  // error is no first token (it would pull the percentiles the autoscaler reads down).
+  if (!first_token_at_ && streaming_ && Success() &&
+      (!sse_ || (first_token_.Feed(data) && first_token_.token()))) {
     auto now = server_->Now();
     first_token_at_ = now;
     double ttft = Seconds(now - arrival_);
@@ -450,6 +457,8 @@ void Exchange::OnDone(UpstreamError error) {
       ReplyError(502, "the upstream response is too large to relay", std::nullopt,
                  "upstream_too_large");
     }
+    // A stream the client left keeps the status it started with (as the runtime counts it).
+    if (response_started_) CountResponse(status_);
     Complete(Result::kIgnored);  // the client went away (OnClientGone), or too large
     return;
   }
@@ -482,7 +491,7 @@ void Exchange::OnDone(UpstreamError error) {
   if (streaming_) {
     session_->EndStream();
   } else {
-    if (policy_) {
+    if (policy_ && Success()) {
       double ttft = Seconds(now - arrival_);
       metrics().ObserveTtft(info_.priority, ttft);
       core().RecordTtft(ttft, now);
@@ -501,8 +510,7 @@ void Exchange::OnDone(UpstreamError error) {
   }
   CountResponse(status_);
   const Result result = SidecarCore::ResultForUpstreamStatus(
-      status_, session_->request().count("x-kinfer-timeout") != 0,
-      buffered_.count(http::field::retry_after) != 0);
+      status_, session_->request().count("x-kinfer-timeout") != 0, shed_);
   if (result == Result::kFailure) metrics().CountUpstreamError("status_5xx");
   Complete(result);
 }

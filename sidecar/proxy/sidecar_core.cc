@@ -158,7 +158,6 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   if (v.route.fallback_upstream) {
     // Served elsewhere: the primary's queue (which the deadline trigger found too long) is no
     // place to wait, and the fallback's own overload answers for itself.
-    metrics_->CountDegraded(p, d.header_value());
     on_fallback_upstream_.insert(id);
     v.action = Action::kStart;
     return v;
@@ -167,8 +166,6 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   switch (a.outcome) {
     case AdmissionQueue::Outcome::kStartNow:
     case AdmissionQueue::Outcome::kQueued:
-      // Counted once it is served: a degraded request the queue refuses is a rejection only.
-      if (d.kind != DegradeKind::kNone) metrics_->CountDegraded(p, d.header_value());
       v.action = a.outcome == AdmissionQueue::Outcome::kStartNow ? Action::kStart : Action::kQueued;
       v.displaced = a.displaced;
       return v;
@@ -191,6 +188,9 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Ro
     }
     breaker_permits_.insert(id);
   }
+  // Counted as it goes upstream: a degraded request the queue expires or displaces, or the
+  // breaker refuses, was never served degraded; it is a rejection only.
+  if (!route.degraded.empty()) metrics_->CountDegraded(priority, route.degraded);
   metrics_->CountAdmitted(priority);
   retry_budget_.OnRequest(now);
   return std::nullopt;
@@ -226,7 +226,8 @@ std::vector<SidecarCore::RequestId> SidecarCore::Expire(TimePoint now) {
 }
 
 bool SidecarCore::TryRetry(TimePoint now) {
-  bool allowed = config_.retries.enabled && retry_budget_.TryRetry(now);
+  if (!config_.retries.enabled) return false;  // no retry was asked of the budget: none counted
+  bool allowed = retry_budget_.TryRetry(now);
   metrics_->CountRetry(allowed);
   return allowed;
 }

@@ -12,8 +12,9 @@
 //    OnFinished (after OnStart), Cancel (while queued), or an Expire/Dispatch.expired report.
 //  * Every 429/503 verdict carries retry_after (>= 1 s once rounded up), except a request larger
 //    than its key's token burst, which can never pass (429 with no Retry-After).
-//  * Metrics: admitted/rejected/degraded/cache counters are counted here, at the decision; the
-//    proxy counts responses, latencies and upstream errors.
+//  * Metrics: admitted/rejected/cache counters are counted here, at the decision, and degraded
+//    at OnStart (a degraded request refused later is a rejection only); the proxy counts
+//    responses, latencies and upstream errors.
 #pragma once
 
 #include <chrono>

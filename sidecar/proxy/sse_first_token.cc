@@ -47,25 +47,26 @@ bool SseFirstTokenDetector::Feed(std::string_view bytes) {
       scanned_ = pending_.size();
       break;
     }
-    std::string_view event(pending_.data(), end);
-    if (EventHasToken(event)) {
-      found_ = true;
-      pending_.clear();
-      pending_.shrink_to_fit();
+    const Event event = Classify(std::string_view(pending_.data(), end));
+    if (event != Event::kNothing) {
+      Decide(event == Event::kToken);
       return true;
     }
     pending_.erase(0, end + skip);
     scanned_ = 0;
   }
-  if (pending_.size() > kMaxPending) {
-    found_ = true;
-    pending_.clear();
-    pending_.shrink_to_fit();
-  }
+  if (pending_.size() > kMaxPending) Decide(true);
   return found_;
 }
 
-bool SseFirstTokenDetector::EventHasToken(std::string_view event) const {
+void SseFirstTokenDetector::Decide(bool token) {
+  found_ = true;
+  token_ = token;
+  pending_.clear();
+  pending_.shrink_to_fit();
+}
+
+SseFirstTokenDetector::Event SseFirstTokenDetector::Classify(std::string_view event) const {
   while (!event.empty()) {
     size_t nl = event.find('\n');
     std::string_view line = event.substr(0, nl);
@@ -74,27 +75,27 @@ bool SseFirstTokenDetector::EventHasToken(std::string_view event) const {
     if (line.substr(0, 5) != "data:") continue;
     std::string_view data = line.substr(5);
     while (!data.empty() && data.front() == ' ') data.remove_prefix(1);
-    if (data == "[DONE]") return true;
+    if (data == "[DONE]") return Event::kEndWithoutToken;
     nlohmann::json j = nlohmann::json::parse(data.begin(), data.end(), nullptr, false);
     if (!j.is_object()) continue;
-    if (j.contains("error")) return true;
+    if (j.contains("error")) return Event::kEndWithoutToken;
     // The Responses API's events: its first text or call, or its end.
     if (auto type = j.find("type"); type != j.end() && type->is_string()) {
       const std::string& t = type->get_ref<const std::string&>();
       if (t == "response.output_text.delta" || t == "response.output_item.added" ||
-          t == "response.completed" || t == "response.incomplete" || t == "response.failed" ||
-          t == "error") {
-        return true;
+          t == "response.completed" || t == "response.incomplete") {
+        return Event::kToken;
       }
+      if (t == "response.failed" || t == "error") return Event::kEndWithoutToken;
       continue;
     }
     auto choices = j.find("choices");
     if (choices == j.end() || !choices->is_array()) continue;
     for (const auto& choice : *choices) {
-      if (ChoiceHasToken(choice)) return true;
+      if (ChoiceHasToken(choice)) return Event::kToken;
     }
   }
-  return false;
+  return Event::kNothing;
 }
 
 }  // namespace kinfer

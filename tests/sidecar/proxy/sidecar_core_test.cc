@@ -568,6 +568,10 @@ TEST_F(SidecarCoreTest, SloBreachDegradesLowerClassesWithTheirCap) {
   EXPECT_FALSE(critical.route.rewrite());
   EXPECT_TRUE(critical.cache_key.has_value());
 
+  // Counted as they go upstream.
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="slo"})"), -1);
+  ASSERT_FALSE(core_->OnStart(1, standard.route, 1, now_).has_value());
+  ASSERT_FALSE(core_->OnStart(2, batch.route, 2, now_).has_value());
   EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="slo"})"), 1);
   EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="batch",reason="slo"})"), 1);
 }
@@ -611,6 +615,37 @@ TEST_F(SidecarCoreTest, DeadlineAtRiskWithoutAFallbackUpstreamIsARejectionOnly) 
   EXPECT_EQ(v.reason, "deadline_unreachable");
   EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="deadline"})"), -1);
   EXPECT_EQ(Metric(R"(kinfer_sidecar_rejected_total{class="standard",reason="deadline_unreachable"})"), 1);
+}
+
+// A degraded request that waits in the queue and is refused there (its deadline passed) was
+// never served degraded: a rejection only. Counted both ways, degraded_total overstated
+// degradation about fourfold under load.
+TEST_F(SidecarCoreTest, ADegradedRequestTheQueueRefusesIsNotCountedDegraded) {
+  config_.slo_ttft_p99_seconds = 1;
+  config_.admission.max_concurrency = 1;
+  config_.admission.initial_service_time = milliseconds(100);
+  Init();
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, now_);
+  Verdict first = Arrive(1, OfClass("critical"));  // never degraded: holds the only slot
+  ASSERT_EQ(first.action, Action::kStart);
+  ASSERT_FALSE(core_->OnStart(1, first.route, 0, now_).has_value());
+  Verdict queued = Arrive(2, Info(R"({"max_tokens":500,"prompt":"x"})",
+                                  {{"x-kinfer-priority", "batch"}, {"x-kinfer-timeout", "1s"}}));
+  ASSERT_EQ(queued.action, Action::kQueued) << queued.reason;
+  EXPECT_EQ(queued.route.degraded, "slo");
+  now_ += seconds(2);
+  ASSERT_EQ(core_->Expire(now_), std::vector<SidecarCore::RequestId>{2});
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="batch",reason="slo"})"), -1);
+
+  // One that waits and then starts is counted when it starts.
+  Verdict later = Arrive(3, OfClass("batch", R"({"max_tokens":500,"prompt":"x"})"));
+  ASSERT_EQ(later.action, Action::kQueued) << later.reason;
+  AdmissionQueue::Dispatch d = core_->OnFinished(1, first.route, Result::kSuccess,
+                                                 milliseconds(100), now_);
+  ASSERT_EQ(d.start, std::vector<SidecarCore::RequestId>{3});
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="batch",reason="slo"})"), -1);
+  ASSERT_FALSE(core_->OnStart(3, later.route, 2, now_).has_value());
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="batch",reason="slo"})"), 1);
 }
 
 TEST_F(SidecarCoreTest, SloBreachUsesTheFallbackModelOnThePrimary) {
@@ -665,7 +700,8 @@ TEST_F(SidecarCoreTest, TryRetryRespectsRetriesDisabled) {
   config_.retries.enabled = false;
   Init();
   EXPECT_FALSE(core_->TryRetry(now_));
-  EXPECT_EQ(Metric(R"(kinfer_sidecar_retries_total{result="denied"})"), 1);
+  // No retry was asked of the budget: every upstream 503 counted "denied" when retries were off.
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_retries_total{result="denied"})"), 0);
   EXPECT_EQ(Metric(R"(kinfer_sidecar_retries_total{result="allowed"})"), 0);
 }
 

@@ -26,7 +26,13 @@ std::string Chunk(std::string_view delta, std::string_view finish_reason = "null
 // True when feeding `stream` in one piece finds a token.
 bool FindsToken(std::string_view stream) {
   SseFirstTokenDetector d;
-  return d.Feed(stream);
+  return d.Feed(stream) && d.token();
+}
+
+// True when feeding `stream` in one piece ends the search without a token (an error, an end).
+bool EndsWithoutToken(std::string_view stream) {
+  SseFirstTokenDetector d;
+  return d.Feed(stream) && !d.token();
 }
 
 // A realistic vLLM-style stream: a keep-alive comment, the role-only chunk, an empty-content
@@ -109,8 +115,9 @@ TEST(SseFirstTokenTest, ResponsesApiEventsAreFoundByType) {
   EXPECT_TRUE(FindsToken(ev("response.output_item.added")));  // a call's name, or the text
   EXPECT_TRUE(FindsToken(ev("response.completed")));
   EXPECT_TRUE(FindsToken(ev("response.incomplete")));
-  EXPECT_TRUE(FindsToken(ev("response.failed")));
-  EXPECT_TRUE(FindsToken(ev("error")));
+  // A failure is no time to first token: the search ends without one.
+  EXPECT_TRUE(EndsWithoutToken(ev("response.failed")));
+  EXPECT_TRUE(EndsWithoutToken(ev("error")));
 }
 
 TEST(SseFirstTokenTest, EmptyOrNullToolCallsAreNotAToken) {
@@ -130,17 +137,25 @@ TEST(SseFirstTokenTest, TokenInALaterChoiceIsFound) {
             R"({"index":1,"delta":{"content":"x"},"finish_reason":null}]})")));
 }
 
-TEST(SseFirstTokenTest, DoneIsAToken) {
-  EXPECT_TRUE(FindsToken("data: [DONE]\n\n"));
-  EXPECT_TRUE(FindsToken("data:[DONE]\n\n"));
+TEST(SseFirstTokenTest, DoneBeforeAnyTokenEndsTheSearchWithoutOne) {
+  EXPECT_TRUE(EndsWithoutToken("data: [DONE]\n\n"));
+  EXPECT_TRUE(EndsWithoutToken("data:[DONE]\n\n"));
   SseFirstTokenDetector d;
   EXPECT_FALSE(d.Feed(Chunk(R"({"role":"assistant"})")));
   EXPECT_TRUE(d.Feed("data: [DONE]\n\n"));
+  EXPECT_FALSE(d.token());
 }
 
-TEST(SseFirstTokenTest, ErrorEventIsAToken) {
-  EXPECT_TRUE(FindsToken(Event(R"({"error":{"message":"boom","type":"server_error"}})")));
-  EXPECT_TRUE(FindsToken("event: error\ndata: {\"error\":{\"message\":\"x\"}}\n\n"));
+TEST(SseFirstTokenTest, ErrorEventEndsTheSearchWithoutAToken) {
+  // An upstream that fails before its first token (a deadline, an overload) gave no time to
+  // first token: counted as one, errors pulled the sidecar's TTFT percentiles down.
+  EXPECT_TRUE(EndsWithoutToken(Event(R"({"error":{"message":"boom","type":"server_error"}})")));
+  EXPECT_TRUE(EndsWithoutToken("event: error\ndata: {\"error\":{\"message\":\"x\"}}\n\n"));
+  // Once found, the decision stays: a token after the error is not a first token.
+  SseFirstTokenDetector d;
+  EXPECT_TRUE(d.Feed(Event(R"({"error":{"message":"boom"}})")));
+  EXPECT_TRUE(d.Feed(Chunk(R"({"content":"late"})")));
+  EXPECT_FALSE(d.token());
 }
 
 TEST(SseFirstTokenTest, DataWithoutSpaceAndOtherFieldsAreRead) {
@@ -253,6 +268,7 @@ TEST(SseFirstTokenTest, OversizePendingEventCountsAsFound) {
   // One more byte: the event is too long to keep; it counts as the first token.
   EXPECT_TRUE(d.Feed("x"));
   EXPECT_TRUE(d.found());
+  EXPECT_TRUE(d.token());
   // Whatever follows is not buffered (it is ignored once found).
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(d.Feed(std::string(64 * 1024, 'y')));
 }
