@@ -242,6 +242,42 @@ def test_breaker_open_without_fallback_rejects_with_503(fake, make_sidecar):
     assert fake.stats()["requests"] == before  # not sent upstream
 
 
+def test_upstream_shedding_neither_opens_the_breaker_nor_counts_as_a_first_token(fake, make_sidecar):
+    # kinfer-runtime's full queue answers 503 + Retry-After: load shed on purpose, from a healthy
+    # upstream. The sidecar once read the header after the answer had gone to the client, so an
+    # overload burst opened the breaker (and /ready went 503), and every error answer was observed
+    # as a ~1 ms time to first token, pulling the P99 the autoscaler reads down.
+    sc = make_sidecar({
+        "circuit_breaker": {"window_type": "count", "window_size": 4, "minimum_calls": 4,
+                            "open_duration": "30s", "half_open_permitted_calls": 1},
+        "retries": {"enabled": False},
+    })
+    ttft_count = lambda: sc.metric("kinfer_sidecar_time_to_first_token_seconds_count",
+                                   **{"class": "standard"})
+    fake.control(status=503)  # with Retry-After: 1
+    for _ in range(6):
+        r = post_chat(sc.url)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+    for stream in (False, True):
+        fake.control(status=404)
+        assert post_chat(sc.url, chat_body(stream=stream)).status_code == 404
+    assert sc.stats()["breaker"] == "CLOSED"
+    assert requests.get(sc.url + "/ready", timeout=5).status_code == 200
+    assert sc.metric("kinfer_sidecar_upstream_errors_total", kind="status_5xx") == 0
+    assert sc.metric("kinfer_sidecar_retries_total", result="denied") == 0  # retries are off
+    assert ttft_count() == 0 and sc.stats()["ttft_seconds"]["count"] == 0
+    fake.reset()
+    assert post_chat(sc.url).status_code == 200
+    assert ttft_count() == 1
+    # A 5xx without Retry-After is a failure: half of the last four calls open the breaker.
+    fake.control(status=500)
+    for _ in range(2):
+        assert post_chat(sc.url).status_code == 500
+    assert sc.stats()["breaker"] == "OPEN"
+    assert sc.metric("kinfer_sidecar_upstream_errors_total", kind="status_5xx") == 2
+    assert ttft_count() == 1
+
+
 def test_slo_breach_degrades_lower_classes_only(fake, make_sidecar):
     sc = make_sidecar({"degrade": {"fallback_model": "small", "slo_ttft_p99": "100ms"}})
     fake.control(latency_ms=150)

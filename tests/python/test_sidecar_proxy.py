@@ -243,11 +243,16 @@ def test_client_disconnect_cancels_upstream_request(fake, sidecar):
 
 
 def test_client_disconnect_mid_stream_cancels_upstream(fake, sidecar):
+    ok = lambda: sidecar.metric("kinfer_sidecar_requests_total", **{"class": "standard", "code": "200"})
+    counted = ok()
     fake.control(chunks=200, chunk_interval_ms=20)
     s = _raw_request(sidecar.port, chat_body(stream=True))
     assert s.recv(4096)  # headers and the first chunks
     s.close()
     assert wait_for(lambda: fake.stats()["cancelled"] == 1), fake.stats()
+    # The client got a 200 and left: counted as the 200 it was (as kinfer-runtime counts it).
+    assert wait_for(lambda: sidecar.stats()["in_flight"] == 0)
+    assert ok() == counted + 1
 
 
 def test_upstream_killed_mid_stream_ends_with_error_event(fake, sidecar):
