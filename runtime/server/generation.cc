@@ -34,14 +34,17 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 class RequestTimer {
  public:
   // `prompt_tokens`: every prompt's, once (as usage counts them); `per_prompt`: the choices of
-  // each prompt (choice i answers prompt i / per_prompt).
+  // each prompt (choice i answers prompt i / per_prompt). `score_only` (max_tokens 0): the one
+  // token each choice computes is not the client's, so it is no completion token, no first
+  // token and no inter-token latency.
   RequestTimer(RuntimeMetrics* m, Clock::time_point received, int choices, int prompt_tokens,
-               int per_prompt)
+               int per_prompt, bool score_only)
       : m_(m),
         received_(received),
         last_(static_cast<size_t>(choices)),
         prompt_tokens_(prompt_tokens),
-        per_prompt_(std::max(per_prompt, 1)) {}
+        per_prompt_(std::max(per_prompt, 1)),
+        score_only_(score_only) {}
 
   void OnEvent(const StreamEvent& ev, int choice) {
     const Clock::time_point now = Clock::now();
@@ -55,7 +58,7 @@ class RequestTimer {
       if (choice % per_prompt_ == 0) cached_prompt_tokens_ += ev.cached_prompt_tokens;
     }
     size_t n = ev.tokens.size();
-    if (n == 0) return;
+    if (n == 0 || score_only_) return;
     std::optional<Clock::time_point>& last = last_[static_cast<size_t>(choice)];
     if (!first_seen_) {
       m_->ttft.Observe(Seconds(now - received_));  // the request's first token, of any choice
@@ -71,13 +74,13 @@ class RequestTimer {
   int prompt_tokens() const { return prompt_tokens_; }
   int completion_tokens() const { return completion_tokens_; }  // every choice's, so far
   // Usage: every prompt's and every choice's tokens (`cached`: the prefix cache's, per prompt).
-  Usage usage(bool score_only) const {
-    return Usage{prompt_tokens_, score_only ? 0 : completion_tokens_, cached_prompt_tokens_};
+  Usage usage() const {
+    return Usage{prompt_tokens_, score_only_ ? 0 : completion_tokens_, cached_prompt_tokens_};
   }
 
   void Finish(const char* status) {
     m_->prompt_tokens.Inc(prompt_tokens_);
-    m_->generation_tokens.Inc(completion_tokens_);
+    m_->generation_tokens.Inc(usage().completion_tokens);
     if (std::string_view(status) == kStatusOk) m_->e2e.Observe(Seconds(Clock::now() - received_));
     m_->CountRequest(status);
   }
@@ -92,6 +95,7 @@ class RequestTimer {
   int completion_tokens_ = 0;
   int cached_prompt_tokens_ = 0;
   int per_prompt_;
+  bool score_only_;
 };
 
 HttpResponse Reject(RuntimeMetrics* m, const Status& s, const ErrorDetail& d) {
@@ -353,7 +357,7 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
       for (ChoiceOutput& c : choices) c.logprobs = nullptr;
     }
   }
-  Usage usage = timer.usage(score_only);
+  Usage usage = timer.usage();
   json body = r.kind == ApiKind::kChat ? ChatCompletionJson(meta, choices, usage)
                                        : CompletionJson(meta, choices, usage);
   if (r.prompt_logprobs >= 0) {
@@ -522,7 +526,7 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
     sink.Write(SseEvent(ErrorBodyFor(outcome.ToStatus(ctx.stopping->load()))));
   } else if (iu) {
     send(UsageChunkJson(meta, chat ? "chat.completion.chunk" : "text_completion",
-                        timer.usage(score_only)));
+                        timer.usage()));
   }
   if (!client_gone) sink.Write(kSseDone);
 }
@@ -640,7 +644,8 @@ HttpResponse HandleGeneration(ApiKind kind, const HttpRequest& request,
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   meta.model = model.name();
-  RequestTimer timer(m, request.received, engine_requests, prompt_tokens, per_prompt);
+  RequestTimer timer(m, request.received, engine_requests, prompt_tokens, per_prompt,
+                     echoes[0].score_only);
   spdlog::debug("{}: {} prompt(s), {} prompt tokens, max_tokens {}, n {}, stream {}", meta.id,
                 num_prompts, prompt_tokens, budgets[0], r.n, r.stream);
 

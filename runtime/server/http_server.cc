@@ -66,6 +66,11 @@ struct HttpServer::Impl final : SessionHandler, std::enable_shared_from_this<Htt
   }
   bool KeepAlive() const override { return !stopping.load(); }
   void OnRequest(const std::shared_ptr<ServerSession>& session) override;
+  void OnRefused(ServerSession& session, int status, bool header_read) override {
+    std::optional<std::string> path;
+    if (header_read) path = RoutedPath(session.path());
+    router->CountRefused(path ? std::optional<std::string_view>(*path) : std::nullopt, status);
+  }
 
   // On the request's own thread.
   void Serve(const std::shared_ptr<ServerSession>& session, HttpRequest in,
@@ -270,7 +275,7 @@ void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) 
     HttpResponse r = ErrorResponse(Unavailable(stopping.load() ? "the server is shutting down"
                                                                : "too many requests in flight"),
                                    ErrorDetail{});
-    router->metrics().CountHttp(r.route, r.status);
+    router->CountRefused(in.path, r.status);
     session->Reply(ToBeast(r));
     return;
   }

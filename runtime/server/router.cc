@@ -100,6 +100,29 @@ HttpResponse Router::Handle(const HttpRequest& request) {
   return resp;
 }
 
+std::string Router::RouteOf(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path) return r.name;
+  }
+  if (path.rfind(kModelsPrefix, 0) == 0 && path.size() > sizeof(kModelsPrefix) - 1) {
+    return "models";
+  }
+  if (path.rfind("/v1/responses/", 0) == 0) return "responses";
+  return "other";
+}
+
+void Router::CountRefused(std::optional<std::string_view> path, int status) {
+  const std::string route = path ? RouteOf(*path) : "other";
+  metrics_.CountHttp(route, status);
+  if (route == "chat_completions" || route == "completions" || route == "responses") {
+    if (status == 503) {
+      metrics_.CountRequest(kStatusRejected);
+    } else if (status >= 400 && status < 500) {
+      metrics_.CountRequest(kStatusInvalid);
+    }
+  }
+}
+
 HttpResponse Router::Dispatch(const HttpRequest& req) {
   const std::string& path = req.path;  // trailing slashes already dropped (RoutedPath)
 
@@ -136,6 +159,7 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
     HttpResponse r = ErrorResponse(
         405, "method " + req.method + " is not allowed on " + path + " (allowed: " + allow + ")");
     r.headers.emplace_back("Allow", allow);
+    r.route = RouteOf(path);  // the path's route: a GET on a POST route is that route's 405
     return r;
   }
   const std::string name = match != nullptr ? match->name : "models";

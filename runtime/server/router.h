@@ -48,6 +48,15 @@ class Router {
 
   RuntimeMetrics& metrics() { return metrics_; }
 
+  // The route a path (a RoutedPath) belongs to, whatever the method: the `route` label of
+  // http_requests_total ("other" for none).
+  static std::string RouteOf(std::string_view path);
+  // Counts an answer given without reaching a route: the connection's own (413 over the body
+  // limit, 400 malformed, 431, 501) or a 503 while too many requests are in flight or the server
+  // stops. `path` is nullopt when the header could not be read. A generation path's refusal is
+  // also a request: `invalid` (4xx) or `rejected` (503) in requests_total.
+  void CountRefused(std::optional<std::string_view> path, int status);
+
  private:
   HttpResponse Dispatch(const HttpRequest& request);
   HttpResponse Tokenize(const HttpRequest& request, ServedModel& model);

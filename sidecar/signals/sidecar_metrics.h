@@ -29,8 +29,8 @@ class SidecarMetrics {
   void CountResponse(int priority, int http_status);
   void CountAdmitted(int priority) { admitted_[Clamp(priority)]->Inc(); }
   // reason: rate_limited_requests, rate_limited_tokens, token_limit_exceeded, queue_full,
-  // class_full, deadline_unreachable, standing_queue, deadline_expired, breaker_open,
-  // no_fallback, draining.
+  // class_full, deadline_unreachable, standing_queue, deadline_expired, displaced, breaker_open,
+  // draining (and duplicate_id, which the proxy's unique ids never cause).
   void CountRejected(int priority, std::string_view reason);
   // reason: breaker_open, deadline, slo.
   void CountDegraded(int priority, std::string_view reason);

@@ -58,6 +58,37 @@ def test_invalid_requests_are_counted(server):
     assert after == before + 1
 
 
+def test_answers_the_connection_gives_itself_are_counted(server):
+    # A body over the limit is refused before any route sees it (413): that route's answer, and
+    # on a generation path an invalid request. A GET on a POST route is that route's 405 (no
+    # generation request, so not in requests_total).
+    http = lambda code, route="completions": metric_value(
+        scrape(server), "kinfer_runtime_http_requests_total", f'route="{route}",code="{code}"')
+    invalid = lambda: metric_value(scrape(server), "kinfer_runtime_requests_total",
+                                   'status="invalid"')
+    before_413, before_405, before_invalid = http(413), http(405), invalid()
+    big = {"prompt": "x" * (1 << 20), "max_tokens": 1}
+    assert requests.post(server.url + "/v1/completions", json=big).status_code == 413
+    assert requests.get(server.url + "/v1/completions").status_code == 405
+    assert http(413) == before_413 + 1
+    assert http(405) == before_405 + 1
+    assert invalid() == before_invalid + 1
+
+
+def test_a_score_only_request_generates_no_tokens(server):
+    # max_tokens 0 with echo scores the prompt: the one token computed is not the client's.
+    before = scrape(server)
+    r = requests.post(server.url + "/v1/completions",
+                      json={"prompt": "Hello there", "max_tokens": 0, "echo": True, "logprobs": 1})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 0
+    after = scrape(server)
+    for name in ("kinfer_runtime_generation_tokens_total",
+                 "kinfer_runtime_time_to_first_token_seconds_count"):
+        assert metric_value(after, name) == metric_value(before, name), name
+    assert metric_value(after, "kinfer_runtime_requests_total", 'status="ok"') == \
+        metric_value(before, "kinfer_runtime_requests_total", 'status="ok"') + 1
+
+
 def test_a_full_waiting_queue_counts_as_rejected_not_as_an_engine_error():
     # One running and one waiting request at most: of eight sent at once, the engine refuses
     # the rest once queued (503, "too many waiting requests"), which is load shedding.
