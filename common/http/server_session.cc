@@ -145,21 +145,29 @@ void ServerSession::EndStream(std::function<void(bool)> done) {
 void ServerSession::WatchClient() {
   if (watching_ || closed_) return;
   watching_ = true;
-  auto space = buffer_.prepare(4096);
-  stream_.socket().async_read_some(
-      space, [self = shared_from_this()](beast::error_code ec, size_t n) {
-        self->watching_ = false;
-        if (!ec) self->buffer_.commit(n);
-        if (self->read_after_watch_) {
-          self->read_after_watch_ = false;
-          const bool pipelined = ec == net::error::operation_aborted && self->buffer_.size() > 0;
-          if (ec && !pipelined) return self->Close();
-          return self->DoRead();
-        }
-        if (ec) return self->ClientGone();
-        // Pipelined bytes of the next request: keep them and keep watching (bounded).
-        if (self->in_request_ && self->buffer_.size() < kMaxPipelinedBytes) self->WatchClient();
-      });
+  // Pipelined bytes are kept for the next request, up to kMaxPipelinedBytes. Past that the
+  // connection closes after this answer and what more arrives is dropped, but still read: a
+  // watch that stopped reading would never see the client leave, and its request would run on.
+  const bool discard = buffer_.size() >= kMaxPipelinedBytes;
+  if (discard) keep_alive_ = false;
+  auto on_read = [self = shared_from_this(), discard](beast::error_code ec, size_t n) {
+    self->watching_ = false;
+    if (!ec && !discard) self->buffer_.commit(n);
+    if (self->read_after_watch_) {
+      // Finished() cancelled the watch: the next request is read now (DoRead arms the idle
+      // timeout), whatever the watch had already buffered of it.
+      self->read_after_watch_ = false;
+      if (ec && ec != net::error::operation_aborted) return self->Close();
+      return self->DoRead();
+    }
+    if (ec) return self->ClientGone();
+    if (self->in_request_) self->WatchClient();
+  };
+  if (discard) {
+    stream_.socket().async_read_some(net::buffer(discarded_), std::move(on_read));
+  } else {
+    stream_.socket().async_read_some(buffer_.prepare(4096), std::move(on_read));
+  }
 }
 
 void ServerSession::Close() {
@@ -311,14 +319,12 @@ void ServerSession::Finished(bool keep_alive) {
     return;
   }
   if (watching_) {
-    read_after_watch_ = true;  // the pending watch read becomes the next request's first read
-    stream_.expires_after(limits_.idle_timeout);  // and it waits no longer than any idle one
-    if (buffer_.size() > 0) {
-      // The watch already holds the next (pipelined) request: stop waiting for more bytes,
-      // which a pipelining client sends only after this answer, and parse it now.
-      beast::error_code ignored;
-      stream_.socket().cancel(ignored);
-    }
+    // The watch read runs on the bare socket, beyond the stream's idle timer: end it, and its
+    // handler reads the next request under the idle timeout (a kept-alive connection that sent
+    // nothing more stayed open for ever, one file descriptor each).
+    read_after_watch_ = true;
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
     return;
   }
   DoRead();

@@ -25,6 +25,7 @@
 // (shared_from_this); a handler keeps it alive while it answers by holding the shared_ptr.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -168,6 +169,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   bool in_request_ = false;
   bool watching_ = false;
   bool read_after_watch_ = false;
+  std::array<char, 4096> discarded_;  // what a watch reads past kMaxPipelinedBytes (dropped)
   bool closed_ = false;
 };
 

@@ -117,6 +117,20 @@ def test_disconnect_cancels_every_choice(server):
     assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
 
 
+def test_disconnect_is_seen_behind_many_pipelined_bytes(server):
+    # The connection's watch kept pipelined bytes up to 64 KiB and then stopped reading: a client
+    # that had sent more and left was never seen, and its generation ran to max_tokens.
+    before = scrape(server)
+    cancelled0 = metric_value(before, "kinfer_runtime_requests_total", 'status="cancelled"')
+    gen0 = metric_value(before, "kinfer_runtime_generation_tokens_total")
+    max_tokens = 1500
+    sock = send_long_completion(server.port, max_tokens)
+    sock.sendall(b"x" * 100_000)  # past the pipelining bound (more than the next request)
+    text = close_once_running_and_wait_cancelled(server, sock, cancelled0)
+    generated = metric_value(text, "kinfer_runtime_generation_tokens_total") - gen0
+    assert generated < max_tokens / 2, f"{generated} tokens generated after an early disconnect"
+
+
 def test_post_cancel_stops_a_whole_response_generation(server):
     # A caller (kinfer-sidecar, for one) names a generation with x-kinfer-request-id and cancels
     # it while its client is still connected.

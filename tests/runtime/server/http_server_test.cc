@@ -287,6 +287,22 @@ TEST_F(HttpServerTest, IdleAndSlowConnectionsAreClosed) {
   EXPECT_EQ(SendRaw("GET /health HTTP/1.1\r\nHost"), "");
 }
 
+TEST_F(HttpServerTest, AKeptAliveConnectionIsClosedWhenIdleAfterItsAnswers) {
+  // idle_timeout is 1 s: a kept-alive connection that got its answers and sends nothing more is
+  // closed too. The watch read for a gone client once outlived the answer, beyond the idle
+  // timer, so every such connection stayed open (one file descriptor each) until the client
+  // closed it.
+  std::string out = SendRaw("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(out.find("HTTP/1.1 200"), std::string::npos) << out;
+  EXPECT_EQ(out.find(kTimedOut), std::string::npos) << out;
+  out = SendRaw(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+      "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(out.find("HTTP/1.1 503"), std::string::npos) << out;  // no model loaded
+  EXPECT_NE(out.find("HTTP/1.1 200"), std::string::npos) << out;
+  EXPECT_EQ(out.find(kTimedOut), std::string::npos) << out;
+}
+
 int OpenFds() {
   int n = 0;
   if (DIR* d = opendir("/proc/self/fd")) {
