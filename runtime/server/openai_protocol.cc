@@ -447,7 +447,8 @@ Status ParseCommon(std::string_view body, const json& obj, ParsedRequest* r, Err
   return Status::Ok();
 }
 
-// The message content: a string, or an array of {"type": "text", "text": ...} parts (joined).
+// The message content: a string, or an array of {"type": "text", "text": ...} parts joined with
+// "\n" (as llama.cpp's server and vLLM join them, so a template sees the same text).
 Status ParseContent(const json& msg, size_t i, std::string* out, ErrorDetail* d) {
   std::string param = "messages[" + std::to_string(i) + "].content";
   auto it = msg.find("content");
@@ -460,6 +461,7 @@ Status ParseContent(const json& msg, size_t i, std::string* out, ErrorDetail* d)
   }
   if (!it->is_array()) return Invalid(d, param, "'" + param + "' must be a string or an array");
   out->clear();
+  bool first = true;
   for (const json& part : *it) {
     if (!part.is_object() || part.value("type", std::string()) != "text" ||
         !part.contains("text") || !part["text"].is_string()) {
@@ -468,6 +470,8 @@ Status ParseContent(const json& msg, size_t i, std::string* out, ErrorDetail* d)
                      "supported in '" +
                          param + "'");
     }
+    if (!first) *out += '\n';
+    first = false;
     *out += part["text"].get<std::string>();
   }
   return Status::Ok();

@@ -11,7 +11,7 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 // Text content: a string, or an array of text parts ({"type": "input_text" | "output_text" |
-// "text", "text": ...}) joined.
+// "text", "text": ...}) joined with "\n", as the chat API joins its parts.
 Status TextOf(const ojson& content, const std::string& param, std::string* out, ErrorDetail* d) {
   if (content.is_string()) {
     *out = content.get<std::string>();
@@ -36,6 +36,7 @@ Status TextOf(const ojson& content, const std::string& param, std::string* out, 
     if (text == nullptr || !text->is_string()) {
       return Invalid(d, at + ".text", "'" + at + ".text' must be a string");
     }
+    if (j > 0) *out += '\n';
     *out += text->get<std::string>();
   }
   return Status::Ok();

@@ -47,7 +47,7 @@ TEST(ParseChatTest, ReadsAllSupportedFields) {
   EXPECT_EQ(r->kind, ApiKind::kChat);
   EXPECT_EQ(r->model, "m");
   ASSERT_EQ(r->messages.size(), 2u);
-  EXPECT_EQ(r->messages[1].content, "Hi there");
+  EXPECT_EQ(r->messages[1].content, "Hi \nthere");
   EXPECT_EQ(r->max_tokens, 7);
   EXPECT_FLOAT_EQ(r->sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
@@ -61,6 +61,18 @@ TEST(ParseChatTest, ReadsAllSupportedFields) {
   EXPECT_TRUE(r->logprobs);
   EXPECT_EQ(r->sampling.logprobs, 3);
   EXPECT_TRUE(r->ignore_eos);
+}
+
+TEST(ParseChatTest, TextPartsAreJoinedWithNewlinesAsLlamaCppAndVllmJoinThem) {
+  ErrorDetail d;
+  auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":[
+      {"type":"text","text":"Summarize:"},{"type":"text","text":"line one"},{"type":"text","text":""},
+      {"type":"text","text":"end"}]},{"role":"user","content":[{"type":"text","text":"alone"}]}]})",
+                            &d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[0].content, "Summarize:\nline one\n\nend");
+  EXPECT_EQ(r->messages[1].content, "alone");
 }
 
 TEST(ParseChatTest, ReadsLogitBiasSortedByIdAndChecksItAgainstTheVocabulary) {

@@ -52,14 +52,14 @@ TEST(ResponsesToChatTest, InputInstructionsAndSamplingBecomeTheChatRequest) {
 
 TEST(ResponsesToChatTest, ItemsBecomeTurnsCallsAndToolResults) {
   const ojson c = Chat(R"({"input":[
-      {"role":"user","content":[{"type":"input_text","text":"Weather "},{"type":"input_text","text":"in Paris?"}]},
+      {"role":"user","content":[{"type":"input_text","text":"Weather"},{"type":"input_text","text":"in Paris?"}]},
       {"type":"function_call","call_id":"call_1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},
       {"type":"function_call","call_id":"call_2","name":"get_time","arguments":"{}"},
       {"type":"function_call_output","call_id":"call_1","output":"22 C"},
       {"type":"message","role":"assistant","content":[{"type":"output_text","text":"It is 22 C."}]},
       {"role":"developer","content":"Answer in French."}]})");
   EXPECT_EQ(c["messages"], ojson::parse(R"([
-      {"role":"user","content":"Weather in Paris?"},
+      {"role":"user","content":"Weather\nin Paris?"},
       {"role":"assistant","content":null,"tool_calls":[
         {"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},
         {"id":"call_2","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
