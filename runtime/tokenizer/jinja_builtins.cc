@@ -12,10 +12,14 @@ namespace {
 
 const char* const kFilters[] = {"trim", "length", "count", "upper", "lower", "capitalize", "title", "default", "d",
                                 "first", "last", "join", "replace", "string", "int", "float", "tojson", "safe",
-                                "list", "reverse", "items", "abs", "e", "escape"};
+                                "list", "reverse", "items", "abs", "e", "escape",
+                                // jinja_list_filters.cc
+                                "select", "reject", "selectattr", "rejectattr", "map", "unique", "sort"};
+// jinja2's names, with its aliases: "==" / "eq" / "equalto", "<" / "lt" / "lessthan", ...
 const char* const kTests[] = {"defined", "undefined", "none", "string", "number", "integer", "float", "mapping",
                               "iterable", "sequence", "boolean", "true", "false", "odd", "even", "eq", "equalto",
-                              "ne", "lt", "gt", "le", "ge", "in", "divisibleby", "callable"};
+                              "==", "ne", "!=", "lt", "<", "lessthan", "gt", ">", "greaterthan", "le", "<=", "ge",
+                              ">=", "in", "divisibleby", "callable", "sameas", "lower", "upper", "filter", "test"};
 
 bool IsPySpace(uint32_t cp) {
   return (cp >= 0x1C && cp <= 0x1F) || (unicode::CodepointFlags(cp) & unicode::kWhitespace);
@@ -66,6 +70,8 @@ uint32_t ToUpperCp(uint32_t c) {
   return c;
 }
 
+}  // namespace
+
 std::string MapCase(const std::string& s, bool upper) {
   std::string out;
   for (uint32_t c : Decode(s)) {
@@ -78,7 +84,22 @@ std::string MapCase(const std::string& s, bool upper) {
   return out;
 }
 
+namespace {
+
 bool IsCased(uint32_t c) { return ToLowerCp(c) != c || ToUpperCp(c) != c; }
+
+// Python str.islower() (`upper` false) / str.isupper() (`upper` true): at least one cased
+// character and none of the other case.
+bool IsAllCase(const std::string& s, bool upper) {
+  bool cased = false;
+  for (uint32_t c : Decode(s)) {
+    const bool is_upper = ToLowerCp(c) != c;
+    const bool is_lower = ToUpperCp(c) != c || c == 0xDF;
+    if (upper ? is_lower : is_upper) return false;
+    cased = cased || is_upper || is_lower;
+  }
+  return cased;
+}
 
 std::string Capitalize(const std::string& s) {
   std::vector<uint32_t> c = Decode(s);
@@ -155,6 +176,8 @@ std::vector<std::string> Split(const std::string& s, const Value* sep, int64_t m
   return parts;
 }
 
+}  // namespace
+
 const Value* Kwarg(const std::vector<std::pair<std::string, Value>>& kwargs, const char* name) {
   for (const auto& [k, v] : kwargs) {
     if (k == name) return &v;
@@ -162,12 +185,13 @@ const Value* Kwarg(const std::vector<std::pair<std::string, Value>>& kwargs, con
   return nullptr;
 }
 
-// Positional argument `i`, else keyword `name`, else nullptr.
 const Value* Arg(const std::vector<Value>& args, const std::vector<std::pair<std::string, Value>>& kwargs, size_t i,
                  const char* name) {
   if (i < args.size()) return &args[i];
   return Kwarg(kwargs, name);
 }
+
+namespace {
 
 const std::string& RequireString(const Expr& at, const Value& v, const char* what) {
   if (!v.is_string()) ThrowEval(at.line, at.col, std::string(what) + " expects a string, got " + TypeName(v));
@@ -184,6 +208,8 @@ int64_t Length(const Expr& at, const Value& v) {
     default: ThrowEval(at.line, at.col, std::string("object of type '") + TypeName(v) + "' has no len()");
   }
 }
+
+}  // namespace
 
 ValueList AsList(const Expr& at, const Value& v) {
   switch (v.kind) {
@@ -202,6 +228,8 @@ ValueList AsList(const Expr& at, const Value& v) {
     default: ThrowEval(at.line, at.col, std::string("'") + TypeName(v) + "' object is not iterable");
   }
 }
+
+namespace {
 
 Value Items(const Value& v) {
   ValueList out;
@@ -251,6 +279,8 @@ std::string PyStrip(const std::string& s, const std::string* chars, bool left, b
 
 Value ApplyFilter(const Expr& at, const std::string& name, const Value& v, const std::vector<Value>& args,
                   const std::vector<std::pair<std::string, Value>>& kwargs) {
+  Value listed;
+  if (ApplyListFilter(at, name, v, args, kwargs, &listed)) return listed;
   if (name == "trim") {
     const Value* chars = Arg(args, kwargs, 0, "chars");
     const bool has = chars && chars->is_string();
@@ -368,6 +398,9 @@ bool ApplyTest(const Expr& at, const std::string& name, const Value& v, const st
   if (name == "iterable") return v.kind == K::kList || v.kind == K::kDict || v.is_string() || v.is_undefined();
   if (name == "sequence") return v.kind == K::kList || v.kind == K::kDict || v.is_string() || v.is_undefined();
   if (name == "callable") return v.kind == K::kFunction;
+  if (name == "lower" || name == "upper") return IsAllCase(ToStr(v), name == "upper");
+  if (name == "filter") return v.is_string() && IsSupportedFilter(v.s);
+  if (name == "test") return v.is_string() && IsSupportedTest(v.s);
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (v.kind != K::kInt && v.kind != K::kBool) ThrowEval(at.line, at.col, "'" + name + "' test needs an integer");
     const int64_t x = v.kind == K::kBool ? v.b : v.i;
@@ -378,8 +411,16 @@ bool ApplyTest(const Expr& at, const std::string& name, const Value& v, const st
   }
   if (args.empty()) ThrowEval(at.line, at.col, "test '" + name + "' needs an argument");
   const Value& o = args[0];
-  if (name == "eq" || name == "equalto") return Equals(v, o);
-  if (name == "ne") return !Equals(v, o);
+  if (name == "eq" || name == "equalto" || name == "==") return Equals(v, o);
+  if (name == "ne" || name == "!=") return !Equals(v, o);
+  if (name == "sameas") {
+    // Python's `is`, as far as values here have identity: None and booleans are singletons,
+    // lists and dicts are shared objects; other values are taken as identical when equal.
+    if (v.kind != o.kind) return false;
+    if (v.kind == K::kList) return v.list == o.list;
+    if (v.is_mapping()) return v.dict == o.dict;
+    return Equals(v, o);
+  }
   if (name == "in") {
     if (o.is_string() && v.is_string()) return o.s.find(v.s) != std::string::npos;
     if (o.kind == K::kList) return std::any_of(o.list->begin(), o.list->end(), [&](const Value& x) { return Equals(v, x); });
@@ -388,10 +429,10 @@ bool ApplyTest(const Expr& at, const std::string& name, const Value& v, const st
   }
   bool ok = true;
   bool r = false;
-  if (name == "lt") r = Less(v, o, &ok);
-  else if (name == "gt") r = Less(o, v, &ok);
-  else if (name == "le") r = !Less(o, v, &ok);
-  else if (name == "ge") r = !Less(v, o, &ok);
+  if (name == "lt" || name == "<" || name == "lessthan") r = Less(v, o, &ok);
+  else if (name == "gt" || name == ">" || name == "greaterthan") r = Less(o, v, &ok);
+  else if (name == "le" || name == "<=") r = !Less(o, v, &ok);
+  else if (name == "ge" || name == ">=") r = !Less(v, o, &ok);
   if (!ok) ThrowEval(at.line, at.col, "cannot compare " + std::string(TypeName(v)) + " and " + TypeName(o));
   return r;
 }

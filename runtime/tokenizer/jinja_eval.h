@@ -33,6 +33,20 @@ bool ApplyTest(const Expr& at, const std::string& name, const Value& subject, co
 // Returns true and sets *result when `name` is a method of `subject`'s type.
 bool CallMethod(const Expr& at, const Value& subject, const std::string& name, const std::vector<Value>& args,
                 const std::vector<std::pair<std::string, Value>>& kwargs, Value* result);
+// The collection filters (jinja_list_filters.cc): select, reject, selectattr, rejectattr, map,
+// unique, sort. Returns false when `name` is not one of them.
+bool ApplyListFilter(const Expr& at, const std::string& name, const Value& subject, const std::vector<Value>& args,
+                     const std::vector<std::pair<std::string, Value>>& kwargs, Value* result);
+// Keyword argument `name`, else nullptr.
+const Value* Kwarg(const std::vector<std::pair<std::string, Value>>& kwargs, const char* name);
+// Positional argument `i`, else keyword `name`, else nullptr.
+const Value* Arg(const std::vector<Value>& args, const std::vector<std::pair<std::string, Value>>& kwargs, size_t i,
+                 const char* name);
+// The items a for loop visits: a list's items, a dict's keys, a string's characters; none for
+// undefined. Errors on other types.
+ValueList AsList(const Expr& at, const Value& v);
+// Python str.upper() / str.lower() (for the scripts jinja_builtins.cc maps).
+std::string MapCase(const std::string& s, bool upper);
 // Python str.strip family on UTF-8; `chars` empty means whitespace.
 std::string PyStrip(const std::string& s, const std::string* chars, bool left, bool right);
 // Number of code points.

@@ -488,8 +488,11 @@ class Parser {
           ++pos_;
           ParseArgs(t.get());
         } else if (Peek().kind == TokenKind::kString || Peek().kind == TokenKind::kInt ||
-                   Peek().kind == TokenKind::kFloat) {
-          t->args.push_back(ParsePrimary());  // "x is divisibleby 3", "x is eq 'a'"
+                   Peek().kind == TokenKind::kFloat || IsOp("[") || IsOp("{") ||
+                   (Peek().kind == TokenKind::kName && !IsName("else") && !IsName("or") && !IsName("and"))) {
+          // One argument without parentheses, as jinja2 takes it: "x is divisibleby 3",
+          // "x is eq 'a'", "x is sameas none", "x is in ['a', 'b']".
+          t->args.push_back(ParsePostfix(ParsePrimary()));
         }
         e = std::move(t);
       } else {
