@@ -13,6 +13,8 @@ StatusOr<ChatPrompt> ChatPrompt::FromTokenizer(const Tokenizer& tok) {
   StatusOr<ChatTemplate> t = ChatTemplate::Parse(*source, bos, eos);
   if (!t.ok()) return t.status().WithContext("tokenizer.chat_template");
   p.template_ = std::move(t).value();
+  if (tok.add_bos()) p.added_bos_ = bos;
+  if (tok.add_eos()) p.added_eos_ = eos;
   return p;
 }
 
@@ -40,6 +42,10 @@ StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatTurn>& turns,
     StatusOr<std::string> text = template_->Render(messages, generation_prompt);
     if (!text.ok()) return text.status();
     out = std::move(text).value();
+    // Templates that write {{ bos_token }} themselves (Llama 2/3, Mistral, Gemma) would give a
+    // second BOS once the tokenizer adds its own; llama.cpp drops the text, and so does this.
+    if (!added_bos_.empty() && out.starts_with(added_bos_)) out.erase(0, added_bos_.size());
+    if (!added_eos_.empty() && out.ends_with(added_eos_)) out.resize(out.size() - added_eos_.size());
   }
   if (!continue_final_message) return out;
   const std::string& last = turns.back().content;

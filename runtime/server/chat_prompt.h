@@ -23,6 +23,9 @@ class ChatPrompt {
   static StatusOr<ChatPrompt> FromTokenizer(const Tokenizer& tokenizer);
 
   // The prompt text, ending with the assistant's generation prompt when `add_generation_prompt`.
+  // Meant to be encoded with add_special: when the vocab adds BOS (tokenizer.ggml.add_bos_token)
+  // a leading bos_token text the template wrote is left out, as is a trailing eos_token text
+  // when it adds EOS (as llama.cpp does), so the prompt does not start with two BOS tokens.
   // With `continue_final_message` (REQUIRES: the last turn is the assistant's, with text) it ends
   // with that turn's text instead, unclosed, so the model continues it: the conversation is
   // rendered without a generation prompt and cut after the last occurrence of that text (as
@@ -36,6 +39,8 @@ class ChatPrompt {
 
  private:
   std::optional<ChatTemplate> template_;
+  std::string added_bos_;  // the BOS text when the tokenizer adds BOS itself, else empty
+  std::string added_eos_;  // the EOS text when the tokenizer adds EOS itself, else empty
 };
 
 }  // namespace kinfer
