@@ -1,5 +1,6 @@
 #include "runtime/server/chat_prompt.h"
 
+#include "runtime/tokenizer/jinja_eval.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace kinfer {
@@ -49,13 +50,22 @@ StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatTurn>& turns,
   }
   if (!continue_final_message) return out;
   const std::string& last = turns.back().content;
-  const size_t at = out.rfind(last);
+  size_t at = out.rfind(last);
+  size_t shown = last.size();
+  if (at == std::string::npos) {
+    // Templates that trim turns (Gemma's and Llama 3's `| trim`) show the text without its outer
+    // whitespace: continue after what they show, as transformers does ("Sure, here is " ends
+    // the prompt with "Sure, here is").
+    const std::string stripped = jinja::PyStrip(last, nullptr, /*left=*/true, /*right=*/true);
+    at = stripped.empty() ? std::string::npos : out.rfind(stripped);
+    shown = stripped.size();
+  }
   if (last.empty() || at == std::string::npos) {
     return InvalidArgument(
-        "the chat template does not show the final assistant message's text as it is, so it "
-        "cannot be continued");
+        "the chat template does not show the final assistant message's text (even without its "
+        "outer whitespace), so it cannot be continued");
   }
-  out.resize(at + last.size());
+  out.resize(at + shown);
   return out;
 }
 

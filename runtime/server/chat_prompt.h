@@ -29,9 +29,11 @@ class ChatPrompt {
   // With `continue_final_message` (REQUIRES: the last turn is the assistant's, with text) it ends
   // with that turn's text instead, unclosed, so the model continues it: the conversation is
   // rendered without a generation prompt and cut after the last occurrence of that text (as
-  // vLLM does). "developer" turns are given to the template as "system". INVALID_ARGUMENT when
-  // the template rejects the conversation (for example roles that do not alternate) or does not
-  // show the final turn's text as it is.
+  // vLLM does), or, when the template trims it (`| trim`), after the last occurrence of the text
+  // without its leading and trailing whitespace (as transformers does). "developer" turns are
+  // given to the template as "system". INVALID_ARGUMENT when the template rejects the
+  // conversation (for example roles that do not alternate) or shows the final turn's text
+  // neither as it is nor stripped.
   StatusOr<std::string> Render(const std::vector<ChatTurn>& turns, bool add_generation_prompt = true,
                                bool continue_final_message = false) const;
 

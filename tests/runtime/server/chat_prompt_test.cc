@@ -84,6 +84,30 @@ TEST(ChatPromptTest, OnlyALeadingBosAndATrailingEosAreDropped) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), kEos), 2);
 }
 
+TEST(ChatPromptTest, ContinueFinalMessageCutsAfterTheTrimmedTextWhenTheTemplateTrims) {
+  // kBosTemplate trims each turn, as Gemma's and Llama 3's templates do.
+  const Vocab v = Make(kBosTemplate, /*add_bos=*/false);
+  auto trimmed = v.prompt.Render({{"user", "hi"}, {"assistant", "Sure, here is "}}, false, true);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status().ToString();
+  EXPECT_EQ(*trimmed, "<|im_start|>[user]hi[assistant]Sure, here is");
+  auto both_sides = v.prompt.Render({{"user", "hi"}, {"assistant", "\n  Sure\t"}}, false, true);
+  ASSERT_TRUE(both_sides.ok()) << both_sides.status().ToString();
+  EXPECT_EQ(*both_sides, "<|im_start|>[user]hi[assistant]Sure");
+  // A template that keeps the text keeps its whitespace in the prompt.
+  const Vocab keep = Make("{% for m in messages %}[{{ m.role }}]{{ m.content }}<|im_end|>{% endfor %}", false);
+  EXPECT_EQ(*keep.prompt.Render({{"user", "hi"}, {"assistant", "Sure, here is "}}, false, true),
+            "[user]hi<|im_end|>[assistant]Sure, here is ");
+}
+
+TEST(ChatPromptTest, ContinueFinalMessageFailsWhenTheTemplateDropsTheText) {
+  const Vocab v = Make("{% for m in messages %}[{{ m.role }}]{{ m.content[:3] }}{% endfor %}", false);
+  auto r = v.prompt.Render({{"user", "hi"}, {"assistant", "Sure, here is"}}, false, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  auto blank = Make(kBosTemplate, false).prompt.Render({{"user", "hi"}, {"assistant", "  "}}, false, true);
+  EXPECT_FALSE(blank.ok()) << "nothing of a blank turn is shown to continue from";
+}
+
 TEST(ChatPromptTest, ChatMlFallbackIsUnchanged) {
   const Vocab v = Make("", /*add_bos=*/true);
   EXPECT_TRUE(v.prompt.uses_fallback());
