@@ -316,7 +316,6 @@ HttpResponse WholeResponse(const ParsedRequest& r, const std::vector<Echo>& echo
     return ErrorResponse(Cancelled("the client closed the connection"), ErrorDetail{});
   }
   if (outcome.failed()) return ErrorResponse(outcome.ToStatus(ctx.stopping->load()), ErrorDetail{});
-  const bool score_only = echoes[0].score_only;
   std::vector<double> scores;  // best_of's, from the generated tokens alone (before any echo)
   if (r.best_of > r.n) {
     for (const std::vector<TokenLogprob>& l : lps) scores.push_back(MeanLogprob(l));
