@@ -100,6 +100,13 @@ struct PriorityClassSpec {
   ClassDegradeSpec degrade;
 };
 
+// The largest values of kinfer-runtime's flags (runtime/main.cc) that sidecar fields are passed on
+// to: clientWrite becomes --write-timeout (at most 86400 s), maxBodyBytes --max-body-bytes (at most
+// 2^32). The schema and ParseInferenceService refuse larger values, so a CR can never make the
+// runtime exit 2 on its flags (a crash-looping pod with no condition to say why).
+inline constexpr int64_t kRuntimeMaxWriteTimeoutSeconds = 86400;
+inline constexpr uint64_t kRuntimeMaxBodyBytes = uint64_t{1} << 32;
+
 struct SidecarTimeoutsSpec {
   DurationValue connect{"2s", std::chrono::seconds(2)};
   DurationValue upstream{"10m", std::chrono::minutes(10)};

@@ -289,6 +289,12 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   t.Duration("upstream", &sc->timeouts.upstream, true);
   t.Duration("drain", &sc->timeouts.drain, false);
   t.Duration("clientWrite", &sc->timeouts.client_write, true);
+  if (t.ok() &&
+      sc->timeouts.client_write.value > std::chrono::seconds(kRuntimeMaxWriteTimeoutSeconds)) {
+    t.Fail("clientWrite", "'" + sc->timeouts.client_write.text +
+                              "' must be at most 24h (86400s): it is also kinfer-runtime's "
+                              "--write-timeout, which takes at most 86400 seconds");
+  }
   r.String("defaultClass", &sc->default_class, 63);
   ReadClasses(r, sc);
   if (r.ok() &&

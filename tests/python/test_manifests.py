@@ -385,6 +385,9 @@ INVALID = [
      [("spec.runtime", {"speculative": {"enabled": True}})], "needs spec.runtime.speculative"),
     ("bad duration", _minimal, [("spec.sidecar", {"timeouts": {"upstream": "10 minutes"}})],
      "spec.sidecar.timeouts.upstream"),
+    ("clientWrite past the runtime's --write-timeout", _minimal,
+     [("spec.sidecar", {"timeouts": {"clientWrite": "25h"}})],
+     "clientWrite must be at most 24h"),
     ("bad byte size", _minimal, [("spec.sidecar", {"cache": {"maxBytes": "64 megs"}})],
      "spec.sidecar.cache.maxBytes"),
     ("duplicate class", _full, [("spec.sidecar.classes.2.name", "standard")],
@@ -468,6 +471,18 @@ def test_reserved_slots_are_checked_against_the_concurrency_the_sidecar_gets():
     assert with_({"maxRunningRequests": 2}, {"maxConcurrency": 8, "reservedForTop": 7}) == []
 
 
+def test_client_write_is_bounded_by_the_runtimes_write_timeout():
+    # kinfer-runtime's --write-timeout takes at most 86400 s; the CEL rule reads every unit.
+    def errors(value):
+        return admit(_set(_minimal(), "spec.sidecar", {"timeouts": {"clientWrite": value}}))
+    for ok in ("24h", "1440m", "86400s", "86400", "86400.0", "86400000ms", "86400000000us",
+               "86400000000000ns", "30s", "1.5h"):
+        assert errors(ok) == [], ok
+    for bad in ("24.5h", "1441m", "86401s", "86400.5", "86400001ms", "86400000001us",
+                "86400000000001ns", "100000h"):
+        assert any("clientWrite must be at most 24h" in e for e in errors(bad)), bad
+
+
 def test_cel_subset_semantics():
     ev = lambda src, **env: cel_eval(cel_parse(src), env)  # noqa: E731
     assert ev("!has(self.a) || self.a.b != self.c", self={"c": 1}) is True
@@ -479,6 +494,9 @@ def test_cel_subset_semantics():
         ev("self.missing > 1", self={})
     # An error on one side of || is absorbed when the other side decides (CEL's commutativity).
     assert ev("self.missing > 1 || true", self={}) is True
+    # Kubernetes' regex library: find gives the first match or "".
+    assert ev("self.find('^[0-9]+')", self="64MiB") == "64"
+    assert ev("self.find('[0-9]+')", self="MiB") == ""
 
 
 # ==== defaults that mirror the sidecar and the autoscaler ========================================

@@ -277,8 +277,8 @@ def cel_eval(node, env: dict):
         vals = [cel_eval(a, env) for a in args]
         if name == "size":
             return len(target)
-        if name in ("startsWith", "endsWith", "contains", "matches") and not isinstance(target,
-                                                                                       str):
+        if name in ("startsWith", "endsWith", "contains", "matches", "find") and not isinstance(
+                target, str):
             raise CelError(f"{name} on a non-string")
         if name == "startsWith":
             return target.startswith(vals[0])
@@ -288,6 +288,9 @@ def cel_eval(node, env: dict):
             return vals[0] in target
         if name == "matches":
             return re.search(vals[0], target) is not None
+        if name == "find":  # Kubernetes' regex library: the first match, or ""
+            m = re.search(vals[0], target)
+            return m.group() if m else ""
         raise CelError(f"unknown method {name}")
     raise CelError(f"bad node {op}")
 

@@ -401,6 +401,26 @@ TEST(InferenceServiceTest, DurationsAndByteSizesInEveryForm) {
   EXPECT_EQ(isvc->spec.sidecar.timeouts.upstream.value, std::chrono::minutes(2));
 }
 
+// clientWrite is also kinfer-runtime's --write-timeout, which takes 1..86400 s: a longer one would
+// make the runtime exit 2 (a crash loop) instead of an InvalidSpec condition.
+TEST(InferenceServiceTest, ClientWriteFitsTheRuntimesWriteTimeout) {
+  const json minimal = Sample("minimal.yaml");
+  auto client_write = [&](const json& value) {
+    return ParseError(minimal,
+                      [&](json& s) { s["sidecar"] = {{"timeouts", {{"clientWrite", value}}}}; });
+  };
+  for (const char* ok : {"24h", "1440m", "86400s", "86400", "86400000ms", "30s"}) {
+    EXPECT_EQ(client_write(ok), "") << ok;
+  }
+  EXPECT_EQ(client_write(86400), "");
+  for (const char* too_long : {"25h", "86401s", "86400.5", "1441m", "86400001ms"}) {
+    EXPECT_EQ(client_write(too_long),
+              "spec.sidecar.timeouts.clientWrite: '" + std::string(too_long) +
+                  "' must be at most 24h (86400s): it is also kinfer-runtime's --write-timeout, "
+                  "which takes at most 86400 seconds");
+  }
+}
+
 TEST(InferenceServiceTest, BadStatusIsNotAnError) {
   json object = Sample("minimal.yaml");
   object["status"] = {{"replicas", "many"},
