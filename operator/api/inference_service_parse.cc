@@ -284,6 +284,11 @@ void ReadClasses(FieldReader& r, SidecarSpec* sc) {
 void ReadSidecar(FieldReader r, SidecarSpec* sc) {
   r.String("image", &sc->image, 512);
   r.Bytes("maxBodyBytes", &sc->max_body_bytes, /*positive=*/true);
+  if (r.ok() && sc->max_body_bytes.bytes > kRuntimeMaxBodyBytes) {
+    r.Fail("maxBodyBytes", "'" + sc->max_body_bytes.text +
+                               "' must be at most 4GiB (4294967296): it is also kinfer-runtime's "
+                               "--max-body-bytes, which takes at most 4294967296");
+  }
   FieldReader t = r.Object("timeouts");
   t.Duration("connect", &sc->timeouts.connect, true);
   t.Duration("upstream", &sc->timeouts.upstream, true);

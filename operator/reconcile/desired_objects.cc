@@ -57,17 +57,42 @@ int64_t TerminationGracePeriodSeconds(const api::InferenceServiceSpec& spec,
          options.drain_margin_seconds;
 }
 
-// kinfer-runtime's --write-timeout default (runtime/main.cc).
+namespace {
+
+// kinfer-runtime's defaults (runtime/main.cc) of the flags that follow the sidecar's settings.
 constexpr int64_t kRuntimeWriteTimeoutSeconds = 30;
+constexpr uint64_t kRuntimeDefaultMaxBodyBytes = uint64_t{1} << 20;
+
+// The runtime flags that follow the sidecar's settings, so that a runtime never refuses what the
+// sidecar lets through. Each is passed only above the runtime's own default, so a spec that
+// leaves them alone keeps the pod template it had. The parser bounds both fields to the flags'
+// ranges (api::kRuntimeMaxWriteTimeoutSeconds, api::kRuntimeMaxBodyBytes).
+//  * --write-timeout: the sidecar stops reading the runtime while its own client is slow
+//    (clientWrite), and the runtime must not give up before the sidecar does.
+//  * --max-body-bytes: a body the sidecar accepts (maxBodyBytes) is forwarded to the runtime,
+//    which would answer 413 past its own limit.
+std::vector<std::string> SidecarCoupledRuntimeArgs(const api::InferenceServiceSpec& spec) {
+  std::vector<std::string> args;
+  if (const int64_t client_write = api::CeilSeconds(spec.sidecar.timeouts.client_write.value);
+      client_write > kRuntimeWriteTimeoutSeconds) {
+    args.insert(args.end(), {"--write-timeout", std::to_string(client_write)});
+  }
+  if (const uint64_t body = spec.sidecar.max_body_bytes.bytes;
+      body > kRuntimeDefaultMaxBodyBytes) {
+    args.insert(args.end(), {"--max-body-bytes", std::to_string(body)});
+  }
+  return args;
+}
+
+}  // namespace
 
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   // kinfer-runtime takes --model, --model-name, --host, --port, --ctx-size, --threads, the
   // batching flags --max-batch-tokens, --max-running and the speculative-decoding flags
   // (runtime/main.cc); GPU pods also get --kv-cache-fraction from kvCacheFraction (on a CPU pod
   // a fraction of the node's free memory is not what the field means, so the runtime's
-  // token-count default stays). A sidecar clientWrite above the runtime's 30 s write timeout is
-  // passed on as --write-timeout: the sidecar stops reading the runtime while its own client is
-  // slow, and the runtime must not give up before the sidecar does.
+  // token-count default stays), and every runtime the flags that follow the sidecar's settings
+  // (SidecarCoupledRuntimeArgs: --write-timeout, --max-body-bytes).
   const std::string model_path = ModelFilePath(spec.model, "/models/model");
   std::vector<std::string> args = {
       "--model", model_path,  "--model-name", spec.model.name,
@@ -77,10 +102,8 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   }
   args.insert(args.end(), {"--max-batch-tokens", std::to_string(spec.runtime.max_batch_tokens),
                            "--max-running", std::to_string(spec.runtime.max_running_requests)});
-  if (const int64_t client_write = api::CeilSeconds(spec.sidecar.timeouts.client_write.value);
-      client_write > kRuntimeWriteTimeoutSeconds) {
-    args.insert(args.end(), {"--write-timeout", std::to_string(client_write)});
-  }
+  const std::vector<std::string> coupled = SidecarCoupledRuntimeArgs(spec);
+  args.insert(args.end(), coupled.begin(), coupled.end());
   if (spec.resources.gpus > 0) {
     std::ostringstream f;
     f << spec.runtime.kv_cache_fraction;

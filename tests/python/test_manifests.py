@@ -388,6 +388,8 @@ INVALID = [
     ("clientWrite past the runtime's --write-timeout", _minimal,
      [("spec.sidecar", {"timeouts": {"clientWrite": "25h"}})],
      "clientWrite must be at most 24h"),
+    ("maxBodyBytes past the runtime's --max-body-bytes", _minimal,
+     [("spec.sidecar", {"maxBodyBytes": "5GiB"})], "maxBodyBytes must be at most 4GiB"),
     ("bad byte size", _minimal, [("spec.sidecar", {"cache": {"maxBytes": "64 megs"}})],
      "spec.sidecar.cache.maxBytes"),
     ("duplicate class", _full, [("spec.sidecar.classes.2.name", "standard")],
@@ -481,6 +483,19 @@ def test_client_write_is_bounded_by_the_runtimes_write_timeout():
     for bad in ("24.5h", "1441m", "86401s", "86400.5", "86400001ms", "86400000001us",
                 "86400000000001ns", "100000h"):
         assert any("clientWrite must be at most 24h" in e for e in errors(bad)), bad
+
+
+def test_max_body_bytes_is_bounded_by_the_runtimes_body_limit():
+    # kinfer-runtime's --max-body-bytes takes at most 2^32; the CEL rule reads every unit and
+    # the integer form.
+    def errors(value):
+        return admit(_set(_minimal(), "spec.sidecar", {"maxBodyBytes": value}))
+    for ok in ("4GiB", "4096MiB", "4194304KiB", "4294967296", "4294967296B", 4294967296,
+               "4GB", "4294MB", "4294967KB", "1MiB", 1, "0TiB"):
+        assert errors(ok) == [], ok
+    for bad in ("5GiB", "4097MiB", "4194305KiB", "4294967297", 4294967297, "1TiB", "5GB",
+                "4295MB", "4294968KB", "1TB", "99999999999999999999"):
+        assert any("maxBodyBytes must be at most 4GiB" in e for e in errors(bad)), bad
 
 
 def test_cel_subset_semantics():

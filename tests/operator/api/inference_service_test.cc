@@ -421,6 +421,24 @@ TEST(InferenceServiceTest, ClientWriteFitsTheRuntimesWriteTimeout) {
   }
 }
 
+// maxBodyBytes is also kinfer-runtime's --max-body-bytes, which takes 1..2^32.
+TEST(InferenceServiceTest, MaxBodyBytesFitsTheRuntimesBodyLimit) {
+  const json minimal = Sample("minimal.yaml");
+  auto max_body_bytes = [&](const json& value) {
+    return ParseError(minimal, [&](json& s) { s["sidecar"] = {{"maxBodyBytes", value}}; });
+  };
+  for (const json& ok : {json("4GiB"), json(4294967296), json("4096MiB"), json("4294MB")}) {
+    EXPECT_EQ(max_body_bytes(ok), "") << ok;
+  }
+  for (const json& too_big : {json("5GiB"), json(4294967297), json("1TiB"), json("4295MB")}) {
+    const std::string text = too_big.is_string() ? too_big.get<std::string>() : too_big.dump();
+    EXPECT_EQ(max_body_bytes(too_big),
+              "spec.sidecar.maxBodyBytes: '" + text +
+                  "' must be at most 4GiB (4294967296): it is also kinfer-runtime's "
+                  "--max-body-bytes, which takes at most 4294967296");
+  }
+}
+
 TEST(InferenceServiceTest, BadStatusIsNotAnError) {
   json object = Sample("minimal.yaml");
   object["status"] = {{"replicas", "many"},

@@ -209,6 +209,27 @@ TEST(PodTemplateTest, ALongerSidecarClientWriteTimeoutReachesTheRuntime) {
   EXPECT_EQ(std::find(same.begin(), same.end(), "--write-timeout"), same.end());
 }
 
+TEST(PodTemplateTest, ALargerSidecarBodyLimitReachesTheRuntime) {
+  auto runtime_args = [](const json& max_body_bytes) {
+    const api::InferenceService isvc = Parse("minimal.yaml", [&](json& s) {
+      s["sidecar"] = {{"maxBodyBytes", max_body_bytes}};
+    });
+    return Args(Named(BuildPodTemplate(isvc, {})["spec"]["containers"], "runtime"));
+  };
+  // Above the runtime's 1 MiB default the runtime takes what the sidecar lets through, which it
+  // would otherwise answer 413.
+  EXPECT_TRUE(Contains(runtime_args("2MiB"), "--max-body-bytes", "2097152"));
+  EXPECT_TRUE(Contains(runtime_args(1048577), "--max-body-bytes", "1048577"));
+  EXPECT_TRUE(Contains(runtime_args("4GiB"), "--max-body-bytes", "4294967296"));
+  EXPECT_TRUE(Contains(Args(Named(BuildPodTemplate(Parse("full.yaml"), {})["spec"]["containers"],
+                                  "runtime")),
+                       "--max-body-bytes", "2097152"));
+  for (const json& within : {json("1MiB"), json("64KiB"), json(1048576)}) {
+    const auto args = runtime_args(within);  // the runtime's default already covers it
+    EXPECT_EQ(std::find(args.begin(), args.end(), "--max-body-bytes"), args.end()) << within;
+  }
+}
+
 TEST(PodTemplateTest, CpuOnlyAndOtherAccelerators) {
   const json cpu_pod = BuildPodTemplate(Parse("manual-replicas.yaml"), {})["spec"];
   const json& runtime = Named(cpu_pod["containers"], "runtime");
