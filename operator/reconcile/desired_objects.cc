@@ -102,6 +102,7 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
   }
   args.insert(args.end(), {"--max-batch-tokens", std::to_string(spec.runtime.max_batch_tokens),
                            "--max-running", std::to_string(spec.runtime.max_running_requests)});
+  if (spec.resources.gpus == 0) args.insert(args.end(), {"--device", "cpu"});
   const std::vector<std::string> coupled = SidecarCoupledRuntimeArgs(spec);
   args.insert(args.end(), coupled.begin(), coupled.end());
   if (spec.resources.gpus > 0) {
@@ -124,6 +125,18 @@ std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec) {
     args.insert(args.end(), {"--threads", std::to_string(threads)});
   }
   args.insert(args.end(), spec.runtime.extra_args.begin(), spec.runtime.extra_args.end());
+  return args;
+}
+
+std::vector<std::string> FallbackRuntimeArgs(const api::InferenceServiceSpec& spec) {
+  const api::ModelSpec& fb = *spec.fallback_model;
+  std::vector<std::string> args = {"--model",     ModelFilePath(fb, kFallbackMountDir),
+                                   "--model-name", fb.name,
+                                   "--host",       "127.0.0.1",
+                                   "--port",       std::to_string(api::kFallbackRuntimePort),
+                                   "--device",     "cpu"};
+  const std::vector<std::string> coupled = SidecarCoupledRuntimeArgs(spec);
+  args.insert(args.end(), coupled.begin(), coupled.end());
   return args;
 }
 

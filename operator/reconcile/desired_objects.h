@@ -56,8 +56,16 @@ std::optional<std::string> DraftModelFilePath(const api::InferenceServiceSpec& s
 inline constexpr char kDraftMountDir[] = "/models/draft";
 inline constexpr char kFallbackMountDir[] = "/models/fallback";
 
-// kinfer-runtime's arguments for the primary model (extraArgs last).
+// kinfer-runtime's arguments for the primary model (extraArgs last); --device cpu when the pod has
+// no GPUs (resources.gpus 0), so the runtime never picks up a device it was not given.
 std::vector<std::string> RuntimeArgs(const api::InferenceServiceSpec& spec);
+// kinfer-runtime's arguments for the fallback model (the runtime-fallback container on
+// 127.0.0.1:kFallbackRuntimePort). Always --device cpu: the pod's GPUs belong to the primary
+// runtime, and in an image that sets NVIDIA_VISIBLE_DEVICES=all the runtime's default (auto)
+// would take GPU 0 anyway. It takes the same sidecar-coupled flags as the primary
+// (--write-timeout, --max-body-bytes), since the sidecar degrades to it with the same requests.
+// REQUIRES: spec.fallback_model.
+std::vector<std::string> FallbackRuntimeArgs(const api::InferenceServiceSpec& spec);
 
 // Whether the PDB should exist: the service may run more than one pod (autoscaling maxReplicas
 // > 1, or spec.replicas > 1).

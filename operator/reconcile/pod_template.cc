@@ -175,11 +175,10 @@ json BuildPodTemplate(const api::InferenceService& isvc, const PlannerOptions& o
     volumes.push_back(ModelVolume(fb, "fallback-model"));
     // The fallback model runs in its own kinfer-runtime, on CPU (a pod's GPUs belong to one
     // container); the sidecar degrades to it through degrade.fallback_upstream.
-    containers.push_back(RuntimeContainer(
-        "runtime-fallback", runtime_image,
-        {"--model", ModelFilePath(fb, kFallbackMountDir), "--model-name", fb.name, "--host",
-         "127.0.0.1", "--port", std::to_string(api::kFallbackRuntimePort)},
-        json::object(), "fallback-model", kFallbackMountDir, api::kFallbackRuntimePort));
+    containers.push_back(RuntimeContainer("runtime-fallback", runtime_image,
+                                          FallbackRuntimeArgs(spec), json::object(),
+                                          "fallback-model", kFallbackMountDir,
+                                          api::kFallbackRuntimePort));
   }
 
   json config_items = json::array();

@@ -230,12 +230,52 @@ TEST(PodTemplateTest, ALargerSidecarBodyLimitReachesTheRuntime) {
   }
 }
 
+// The fallback runtime is documented to run on CPU: without --device cpu, kinfer-runtime's
+// default (auto) would take GPU 0 in an image with NVIDIA_VISIBLE_DEVICES=all. It serves the
+// requests the sidecar degrades, so it takes the primary's sidecar-coupled flags too.
+TEST(PodTemplateTest, FallbackRuntimeRunsOnCpuWithTheSidecarCoupledFlags) {
+  const json pod = BuildPodTemplate(Parse("full.yaml"), {})["spec"];
+  const auto fallback = Args(Named(pod["containers"], "runtime-fallback"));
+  EXPECT_TRUE(Contains(fallback, "--device", "cpu"));
+  EXPECT_TRUE(Contains(fallback, "--write-timeout", "45"));  // clientWrite: 45s
+  EXPECT_TRUE(Contains(fallback, "--max-body-bytes", "2097152"));  // maxBodyBytes: 2MiB
+  EXPECT_TRUE(Contains(fallback, "--model-name", "smollm2-135m-instruct"));
+  const auto primary = Args(Named(pod["containers"], "runtime"));  // a GPU pod: auto finds it
+  EXPECT_EQ(std::find(primary.begin(), primary.end(), "--device"), primary.end());
+  EXPECT_TRUE(Contains(primary, "--write-timeout", "45"));
+  EXPECT_TRUE(Contains(primary, "--max-body-bytes", "2097152"));
+
+  // Defaults: CPU still, and no coupled flag the runtime's defaults already cover.
+  const json plain = BuildPodTemplate(Parse("minimal.yaml", [](json& s) {
+                                        s["fallbackModel"] = {{"name", "small"},
+                                                              {"uri", "pvc://models/s.gguf"}};
+                                      }),
+                                      {})["spec"];
+  EXPECT_EQ(Args(Named(plain["containers"], "runtime-fallback")),
+            (std::vector<std::string>{"--model", "/models/fallback/s.gguf", "--model-name",
+                                      "small", "--host", "127.0.0.1", "--port", "8082",
+                                      "--device", "cpu"}));
+}
+
+TEST(PodTemplateTest, ARuntimeWithoutGpusIsToldToUseTheCpu) {
+  const auto cpu =
+      Args(Named(BuildPodTemplate(Parse("minimal.yaml",
+                                        [](json& s) { s["resources"] = {{"gpus", 0}}; }),
+                                  {})["spec"]["containers"],
+                 "runtime"));
+  EXPECT_TRUE(Contains(cpu, "--device", "cpu"));
+  const auto gpu = Args(Named(BuildPodTemplate(Parse("minimal.yaml"), {})["spec"]["containers"],
+                              "runtime"));
+  EXPECT_EQ(std::find(gpu.begin(), gpu.end(), "--device"), gpu.end());
+}
+
 TEST(PodTemplateTest, CpuOnlyAndOtherAccelerators) {
   const json cpu_pod = BuildPodTemplate(Parse("manual-replicas.yaml"), {})["spec"];
   const json& runtime = Named(cpu_pod["containers"], "runtime");
   EXPECT_EQ(runtime["resources"]["limits"], (json{{"cpu", "4"}, {"memory", "2Gi"}}));
   EXPECT_TRUE(Contains(Args(runtime), "--threads", "4"));
-  const auto cpu_args = Args(runtime);  // no GPU: the runtime's own KV pool size
+  const auto cpu_args = Args(runtime);  // no GPU: the runtime's own KV pool size, on the CPU
+  EXPECT_TRUE(Contains(cpu_args, "--device", "cpu"));
   EXPECT_EQ(std::find(cpu_args.begin(), cpu_args.end(), "--kv-cache-fraction"), cpu_args.end());
   const json amd =
       BuildPodTemplate(Parse("minimal.yaml",
