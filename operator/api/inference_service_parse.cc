@@ -172,6 +172,12 @@ void ReadRuntime(FieldReader r, RuntimeSpec* rt) {
   r.String("image", &rt->image, 512);
   r.Int("maxBatchTokens", &rt->max_batch_tokens, 64, 1048576);
   r.Int("maxRunningRequests", &rt->max_running_requests, 1, 4096);
+  if (r.ok() && rt->max_running_requests >= rt->max_batch_tokens) {
+    r.Fail("maxRunningRequests",
+           "must be less than maxBatchTokens (" + std::to_string(rt->max_batch_tokens) +
+               "): kinfer-runtime runs at most maxBatchTokens - 1 requests at once and would "
+               "lower it silently, while the sidecar admits as many as maxRunningRequests");
+  }
   r.Number("kvCacheFraction", &rt->kv_cache_fraction, 0, 1, /*lo_exclusive=*/true);
   r.Int64("contextSize", &rt->context_size, 0, 16777216);
   if (r.Has("speculative")) {

@@ -412,6 +412,12 @@ INVALID = [
     ("default reserved slot >= a batch of one", _minimal,
      [("spec.runtime", {"maxRunningRequests": 1})],
      "reservedForTop must be less than spec.runtime.maxRunningRequests"),
+    ("running >= batch tokens", _minimal,
+     [("spec.runtime", {"maxBatchTokens": 64, "maxRunningRequests": 64})],
+     "spec.runtime.maxRunningRequests must be less than spec.runtime.maxBatchTokens"),
+    ("running >= the default batch tokens", _minimal,
+     [("spec.runtime", {"maxRunningRequests": 4096})],
+     "spec.runtime.maxRunningRequests must be less than spec.runtime.maxBatchTokens"),
     ("per-class queue > queue", _minimal,
      [("spec.sidecar", {"admission": {"maxQueue": 10}})], "maxQueuePerClass must be at most"),
     ("failure rate 0", _minimal, [("spec.sidecar", {"circuitBreaker": {"failureRateThreshold": 0}})],
@@ -496,6 +502,21 @@ def test_max_body_bytes_is_bounded_by_the_runtimes_body_limit():
     for bad in ("5GiB", "4097MiB", "4194305KiB", "4294967297", 4294967297, "1TiB", "5GB",
                 "4295MB", "4294968KB", "1TB", "99999999999999999999"):
         assert any("maxBodyBytes must be at most 4GiB" in e for e in errors(bad)), bad
+
+
+def test_running_requests_stay_below_the_step_token_budget():
+    # kinfer-runtime lowers --max-running to --max-batch-tokens - 1; the sidecar's concurrency
+    # follows maxRunningRequests, so the schema keeps the two consistent (defaults included).
+    def with_(runtime):
+        return admit(_set(_minimal(), "spec.runtime", runtime))
+    assert with_({}) == []  # 64 < 2048
+    assert with_({"maxBatchTokens": 64, "maxRunningRequests": 63}) == []
+    assert with_({"maxRunningRequests": 2047}) == []
+    assert with_({"maxBatchTokens": 4096, "maxRunningRequests": 4095}) == []
+    for bad in ({"maxBatchTokens": 64, "maxRunningRequests": 64},
+                {"maxBatchTokens": 64},  # the default 64 running
+                {"maxRunningRequests": 2048}, {"maxBatchTokens": 100, "maxRunningRequests": 200}):
+        assert any("less than spec.runtime.maxBatchTokens" in e for e in with_(bad)), bad
 
 
 def test_cel_subset_semantics():

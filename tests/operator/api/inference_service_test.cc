@@ -304,6 +304,22 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
        },
        "spec.sidecar.admission.reservedForTop: must be less than spec.runtime.maxRunningRequests "
        "(1)"},
+      {"running requests up to the step's token budget",
+       [](json& s) {
+         s["runtime"] = {{"maxBatchTokens", 64}, {"maxRunningRequests", 64}};
+       },
+       "spec.runtime.maxRunningRequests: must be less than maxBatchTokens (64): kinfer-runtime "
+       "runs at most maxBatchTokens - 1"},
+      {"the default running requests against a small budget",
+       [](json& s) {
+         s["runtime"] = {{"maxBatchTokens", 64}};
+       },
+       "spec.runtime.maxRunningRequests: must be less than maxBatchTokens (64)"},
+      {"running requests against the default budget",
+       [](json& s) {
+         s["runtime"] = {{"maxRunningRequests", 2048}};
+       },
+       "spec.runtime.maxRunningRequests: must be less than maxBatchTokens (2048)"},
       {"per-class queue",
        [](json& s) {
          s["sidecar"] = {{"admission", {{"maxQueue", 4}, {"maxQueuePerClass", 5}}}};
