@@ -875,6 +875,35 @@ def test_chart_release_name_and_notes():
     assert "deployment/prod-operator" in notes and "kubectl scale kisvc" in notes
 
 
+# Helm allows release names of up to 53 characters; <release>-operator then takes 62.
+LONG_RELEASE = "a-long-release-name-for-the-kinfer-operator-chart-xyz"
+
+
+def _check_long_names(objs):
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    for kind, name in names:
+        # Every name fits a DNS label (a Service's name must be one, RFC 1035), and suffixed
+        # names keep their suffix rather than colliding with the plain one.
+        assert len(name) <= 63, f"{kind} {name}: {len(name)} characters"
+        assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name), f"{kind} {name}"
+    assert len(set(names)) == len(names), names
+    by_kind = {}
+    for kind, name in names:
+        by_kind.setdefault(kind, []).append(name)
+    (svc,) = by_kind["Service"]
+    assert svc.endswith("-metrics")
+    assert sorted(n.rsplit("-", 1)[-1] for n in by_kind["ClusterRole"] if n.endswith(
+        ("-edit", "-view"))) == ["edit", "view"]
+    assert any(n.endswith("-leader-election") for n in by_kind["Role"])
+
+
+def test_a_long_release_name_gives_names_of_at_most_63_characters():
+    assert len(LONG_RELEASE) == 53
+    objs = objects({}, name=LONG_RELEASE)
+    assert {"Service", "ClusterRole", "Role", "Deployment"} <= {o["kind"] for o in objs}
+    _check_long_names(objs)
+
+
 def test_values_file_keys_are_all_used():
     # Every leaf of values.yaml is read by some template (a dead value is a documentation lie).
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -944,6 +973,17 @@ def test_helm_template_matches_the_subset_renderer(case, tmp_path):
     ours_by_key = {key(o): o for o in ours}
     for o in real:
         assert o == ours_by_key[key(o)], f"{key(o)} differs between helm and helm_render.py"
+
+
+@needs_helm
+def test_helm_template_with_a_long_release_name(tmp_path):
+    out = subprocess.run([_helm(), "template", LONG_RELEASE, str(CHART), "-n", "kinfer-system"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    real = [d for d in yaml.safe_load_all(out.stdout) if d]
+    _check_long_names(real)
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, real)) == sorted(map(key, objects({}, name=LONG_RELEASE)))
 
 
 @needs_helm

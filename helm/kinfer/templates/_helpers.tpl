@@ -5,7 +5,11 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Name of the operator's objects: <release>-operator unless fullnameOverride. */}}
+{{/*
+Name of the operator's objects: <release>-operator unless fullnameOverride. At most 63 characters;
+a name with a suffix (-metrics, -edit, -view, -leader-election) cuts this one to 63 minus the
+suffix first, so it stays a DNS label (a Service's name must be) and distinct from the others.
+*/}}
 {{- define "kinfer.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
