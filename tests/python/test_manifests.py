@@ -315,6 +315,20 @@ def test_samples_cover_minimal_full_and_manual():
     assert manual["autoscaling"]["enabled"] is False and manual["replicas"] >= 1
 
 
+def test_samples_reading_prometheus_have_a_panic_window_of_two_scrapes():
+    # docs/autoscaling.md: with a Prometheus source the TTFT histogram is an increase() over the
+    # panic window, which returns nothing over less than two of Prometheus's scrape intervals
+    # (often 15-30 s), so the P99 objective the sample advertises would never act.
+    for path in SAMPLES:
+        (obj,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        spec = apply_defaults(copy.deepcopy(obj), root_schema())["spec"]
+        a = spec["autoscaling"]
+        if not a["enabled"] or a["metricsSource"]["type"] != "prometheus":
+            continue
+        panic_window_s = a["stableWindowSeconds"] * a["panicWindowPercent"] / 100
+        assert panic_window_s >= 2 * 30, f"{path.name}: a {panic_window_s} s panic window"
+
+
 def test_defaults_fill_a_minimal_spec():
     obj = yaml.safe_load((ROOT / "crds/samples/minimal.yaml").read_text())
     spec = apply_defaults(copy.deepcopy(obj), root_schema())["spec"]
