@@ -795,7 +795,10 @@ GenerationRequest ToGenerationRequest(const ParsedRequest& req, std::vector<int3
   g.prompt_tokens = std::move(prompt);
   g.max_tokens = max_tokens;
   g.sampling = req.sampling;
-  g.stop = req.stop;
+  // With tools the answer is kinfer's own wrapper ({"tool_calls": ...} or {"response": ...}),
+  // held by a grammar: a stop string matched inside it cut a call mid-way and left the wrapper's
+  // raw text as the message. They are not applied there (docs/api.md, Tools).
+  if (!req.tools.active()) g.stop = req.stop;
   g.ignore_eos = req.ignore_eos;
   g.stop_tokens = req.stop_token_ids;
   g.min_tokens = req.min_tokens;

@@ -53,6 +53,29 @@ def test_required_tool_choice_calls_a_tool_with_valid_arguments(client, server):
     assert len(one.choices[0].message.tool_calls) == 1
 
 
+def test_stop_strings_do_not_cut_a_call(client, server):
+    # A stop string matched inside the tool wrapper cut the call mid-way: the message's content
+    # was the wrapper's raw text ('{') with no call, and a stream's arguments were not JSON.
+    stops = ["\n", "}", '"', "Paris"]
+    r = client.chat.completions.create(model=server.model, messages=ASK, tools=TOOLS,
+                                       tool_choice="required", temperature=0, max_tokens=120,
+                                       stop=stops)
+    assert r.choices[0].finish_reason == "tool_calls"
+    check_calls(r.choices[0].message)
+    args = ""
+    finish = None
+    for chunk in client.chat.completions.create(model=server.model, messages=ASK, tools=TOOLS,
+                                                tool_choice="required", temperature=0,
+                                                max_tokens=120, stop=stops, stream=True):
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or []:
+                if call.index == 0:
+                    args += call.function.arguments or ""
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls"
+    assert json.loads(args) == json.loads(r.choices[0].message.tool_calls[0].function.arguments)
+
+
 def test_a_named_tool_choice_calls_that_tool_only(client, server):
     for seed in range(3):
         r = client.chat.completions.create(
