@@ -743,7 +743,7 @@ StatusOr<int> ResolveMaxTokens(const ParsedRequest& req, int prompt_tokens, int 
                       " tokens. However, you requested " + std::to_string(total) + " tokens (" +
                       std::to_string(prompt_tokens) + " in the " + prompt_param + ", " +
                       std::to_string(*req.max_tokens) +
-                      " in the completion). Please reduce the prompt or max_tokens.");
+                      " in the completion). Please reduce the prompt or 'max_tokens'.");
   }
   return *req.max_tokens;
 }

@@ -208,11 +208,16 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
       want_logprobs = true;
     }
   }
-  if (const ojson* r = Field(in, "reasoning");
-      r != nullptr && !(r->is_object() && (r->empty() || (r->size() == 1 && r->contains("effort") &&
-                                                          (*r)["effort"].is_null())))) {
-    return Invalid(d, "reasoning",
-                   "'reasoning' is not supported: the served model does not reason");
+  // A reasoning object that asks for no reasoning (no effort, null or "none"; a summary of none
+  // is nothing) is accepted, as clients send it by default; an effort is refused.
+  if (const ojson* r = Field(in, "reasoning"); r != nullptr) {
+    const auto effort = r->is_object() ? r->find("effort") : r->end();
+    if (!r->is_object() ||
+        (effort != r->end() && !effort->is_null() && *effort != "none")) {
+      return Invalid(d, "reasoning",
+                     "'reasoning' with an effort is not supported: the served model does not "
+                     "reason");
+    }
   }
 
   ojson chat = ojson::object();

@@ -44,6 +44,10 @@ HttpResponse RenameErrorParam(HttpResponse resp) {
       for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
         message.replace(at, from.size(), to);
       }
+      // The context-length message counts the prompt "in the messages" (chat's name for it).
+      if (const size_t at = message.find(" in the messages,"); at != std::string::npos) {
+        message.replace(at, 17, " in the input,");
+      }
       error["message"] = message;
     }
     resp.body = DumpJson(body);

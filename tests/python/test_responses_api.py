@@ -150,7 +150,9 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
              ({"max_output_tokens": 0}, "max_output_tokens"),
              ({"include": ["reasoning.encrypted_content"]}, "include"),
              ({"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
-             ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name")]
+             ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name"),
+             ({"max_output_tokens": 100000}, "max_output_tokens"),
+             ({"reasoning": {"effort": "high"}}, "reasoning")]
     for extra, param in cases:
         body = {"model": server.model, "input": "Hi", **extra}
         resp = requests.post(server.url + "/v1/responses", json=body, timeout=30)
@@ -162,6 +164,7 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
         assert "max_completion_tokens" not in err["message"] and "'max_tokens'" not in err["message"], err
         if param == "max_output_tokens":
             assert "'max_output_tokens'" in err["message"], err
+            assert "messages" not in err["message"], err  # the prompt is the input here
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="Hi")
     # Nothing is stored, so nothing can be retrieved or deleted: a 404 that says so.
@@ -170,6 +173,14 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
         with pytest.raises(openai.NotFoundError) as e:
             call()
         assert "stores no responses" in e.value.body["message"]
+
+
+def test_a_reasoning_object_that_asks_for_no_reasoning_is_accepted(client, server):
+    for reasoning in ({}, {"effort": None}, {"effort": "none"}, {"summary": "auto"},
+                      {"effort": None, "summary": None}):
+        r = client.responses.create(model=server.model, input="Hi", max_output_tokens=2,
+                                    reasoning=reasoning)
+        assert r.status in ("completed", "incomplete"), reasoning
 
 
 def test_responses_are_counted_under_their_route(client, server):
