@@ -20,6 +20,58 @@ constexpr int kIntDigits = 16;
 constexpr int kFracDigits = 16;
 constexpr int kExpDigits = 2;  // so every number parses as a double (1e99 at most)
 
+// The string formats OpenAI's Structured Outputs enforce, as regular expressions the whole decoded
+// string must match. Each accepts only text pydantic v2 accepts for the matching type (datetime,
+// date, time, timedelta, UUID, IPv4Address, IPv6Address), a subset of it: RFC 3339 / ISO 8601 in
+// their usual form. Known gaps (docs/api.md): hostname and email lengths are per label only, and
+// email-validator (pydantic's EmailStr) also refuses special-use domains such as `.local`.
+std::string FormatRegex(const std::string& format) {
+  static const std::map<std::string, std::string> k = [] {
+    const std::string year = "(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})";
+    const std::string leap =
+        "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)";
+    // Days held to the month's length, February 29 to leap years (year 0000 is outside Python's).
+    const std::string date = "(" + year +
+                             "-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12]"
+                             "[0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|" +
+                             leap + "-02-29)";
+    // No leap second: Python's time has none.
+    const std::string hms = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?";
+    const std::string offset = "(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    // ISO 8601 durations in order, at least one component; digit counts keep the largest
+    // (P999999Y999M9999W999999DT99999H99999M999999999.999999999S) within what pydantic parses:
+    // timedelta's 999999999 days, and the T part's seconds within 2^32. A fraction on seconds only.
+    const std::string sec = "[0-9]{1,9}(\\.[0-9]{1,9})?S";
+    const std::string time_part =
+        "T([0-9]{1,5}H([0-9]{1,5}M)?(" + sec + ")?|[0-9]{1,5}M(" + sec + ")?|" + sec + ")";
+    const std::string date_part =
+        "([0-9]{1,6}Y([0-9]{1,3}M)?([0-9]{1,4}W)?([0-9]{1,6}D)?|[0-9]{1,3}M([0-9]{1,4}W)?([0-9]{1,"
+        "6}D)?|[0-9]{1,4}W([0-9]{1,6}D)?|[0-9]{1,6}D)";
+    const std::string h = "[0-9a-fA-F]{1,4}";
+    const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    const std::string label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    const std::string atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
+    return std::map<std::string, std::string>{
+        {"date", date},
+        {"time", hms + offset + "?"},
+        {"date-time", date + "T" + hms + offset},
+        {"duration", "-?P(" + date_part + "(" + time_part + ")?|" + time_part + ")"},
+        {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+        {"ipv4", octet + "(\\." + octet + "){3}"},
+        // RFC 4291's text forms, full and with "::"; no embedded IPv4, no zone.
+        {"ipv6", "((" + h + ":){7}" + h + "|(" + h + ":){1,7}:|(" + h + ":){1,6}:" + h + "|(" + h +
+                     ":){1,5}(:" + h + "){1,2}|(" + h + ":){1,4}(:" + h + "){1,3}|(" + h +
+                     ":){1,3}(:" + h + "){1,4}|(" + h + ":){1,2}(:" + h + "){1,5}|" + h +
+                     ":(:" + h + "){1,6}|:((:" + h + "){1,7}|:))"},
+        {"hostname", label + "(\\." + label + ")*"},
+        {"email",
+         atom + "(\\." + atom + ")*@(" + label + "\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"},
+    };
+  }();
+  const auto it = k.find(format);
+  return it == k.end() ? std::string() : "^(" + it->second + ")$";
+}
+
 // Keywords that assert something this compiler cannot enforce: refused rather than ignored.
 const std::set<std::string>& Unsupported() {
   static const std::set<std::string> k = {"patternProperties",
@@ -733,6 +785,18 @@ class Compiler {
     int min = 0, max = -1;
     KINFER_RETURN_IF_ERROR(Count(schema, "minLength", where, &min));
     KINFER_RETURN_IF_ERROR(Count(schema, "maxLength", where, &max));
+    if (const auto it = schema.find("format"); it != schema.end() && it->is_string()) {
+      if (const std::string regex = FormatRegex(it->get<std::string>()); !regex.empty()) {
+        if (schema.contains("pattern") || min != 0 || max >= 0) {
+          return Error(where, "'format' \"" + it->get<std::string>() +
+                                  "\" beside pattern, minLength or maxLength is not supported");
+        }
+        auto body = RegexRule(regex, RegexText::kJsonString, /*anchored=*/false, &b_);
+        if (!body.ok()) return Error(where + "/format", body.status().message());
+        *rule = b_.Rule({{b_.Byte('"'), GrammarBuilder::Ref(*body), b_.Byte('"')}});
+        return Status::Ok();
+      }
+    }
     if (const auto it = schema.find("pattern"); it != schema.end()) {
       if (!it->is_string()) return Error(where + "/pattern", "'pattern' must be a string");
       if (min != 0 || max >= 0) {

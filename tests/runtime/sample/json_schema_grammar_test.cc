@@ -324,6 +324,95 @@ TEST(JsonSchemaGrammarTest, PatternsHoldTheStringsDecodedText) {
   EXPECT_FALSE(Matches(*raw, "\"yes\""));
 }
 
+// OpenAI's string formats. Every accepted value here is accepted by pydantic 2.13's
+// validate_json for the matching type (datetime, date, time, timedelta, UUID, IPv4Address,
+// IPv6Address), the values pydantic itself dumps included.
+TEST(JsonSchemaGrammarTest, FormatsHoldStringsToWhatPydanticParses) {
+  struct FormatCase {
+    const char* format;
+    std::vector<const char*> accept, reject;
+  };
+  const std::vector<FormatCase> cases = {
+      {"date-time",
+       {"2024-01-02T03:04:05Z", "2024-01-02T03:04:05.123456+01:00", "2024-02-29T23:59:59-23:59",
+        "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999+00:00", "2000-02-29T12:00:00Z"},
+       {"21 January, 2020", "2024-01-02T03:04:05", "2024-01-02 03:04:05Z", "2024-13-01T00:00:00Z",
+        "2024-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "1900-02-29T00:00:00Z",
+        "0000-01-01T00:00:00Z", "2024-01-02T24:00:00Z", "2024-01-02T03:04:60Z",
+        "2024-01-02T03:04:05+24:00", "2024-01-02T03:04:05.Z", "2024-01-02t03:04:05z", "]["}},
+      {"date",
+       {"2024-01-02", "2024-02-29", "2000-02-29", "0400-02-29", "0004-02-29", "2023-04-30",
+        "2023-12-31"},
+       {"2024-13-01", "2024-00-10", "2024-01-00", "2024-04-31", "2023-02-29", "2100-02-29",
+        "0000-01-01", "2024-1-02", "20240102", "2024-01-02T00:00:00Z", ""}},
+      {"time",
+       {"03:04:05", "03:04:05Z", "03:04:05.123456", "23:59:59.5+01:00", "00:00:00-23:59"},
+       {"24:00:00", "03:04", "03:04:60", "3:04:05", "03:04:05+1:00", "03:04:05.", "noon"}},
+      {"duration",
+       {"P1DT2H3M4.5S", "PT0S", "-P1D", "-PT1.5S", "P2739Y9D", "P1Y2M3W4D", "P1WT1H", "PT1M", "P1M",
+        "P1YT1S", "PT0.000001S", "P999999Y999M9999W999999DT99999H99999M999999999.999999999S"},
+       {"P", "PT", "P1DT", "P1D1Y", "P1H", "PT1D", "P1.5D", "1D", "PT1.S", "P1000000D", "PT100000H",
+        "--P1D", "P T1S"}},
+      {"uuid",
+       {"12345678-1234-1234-1234-123456789abc", "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+        "00000000-0000-0000-0000-000000000000"},
+       {"12345678123412341234123456789abc", "12345678-1234-1234-1234-123456789ab",
+        "1234567g-1234-1234-1234-123456789abc", "{12345678-1234-1234-1234-123456789abc}"}},
+      {"ipv4",
+       {"0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.0.1"},
+       {"256.1.1.1", "01.2.3.4", "1.2.3", "1.2.3.4.5", "1.2.3.-4", "1..2.3"}},
+      {"ipv6",
+       {"::", "::1", "1::", "1:2:3:4:5:6:7:8", "1::2:3:4:5:6:7", "1:2:3:4:5:6:7::", "ABCD::ef",
+        "fe80::1ff:fe23:4567:890a", "2001:db8:0:0:1:0:0:1", "1:2::7:8", "0001:0:0:0:0:0:0:0001"},
+       {"1::2::3", ":1", "1:", "1:2:3:4:5:6:7", "1:2:3:4:5:6:7:8:9", "12345::1", "g::1",
+        "1:2:3:4:5:6:7::8", ":::", "::ffff:1.2.3.4"}},
+      {"hostname",
+       {"localhost", "example.com", "a-b.c0.D9", "xn--bcher-kva.example", "1.2"},
+       {"-a.com", "a-.com", "a..com", ".a.com", "a.com.", "a_b.com", "",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com"}},
+      {"email",
+       {"a@b.co", "first.last+tag@sub.example.org", "x_y-z@example.com", "o'neil@x.io"},
+       {"a@b", "@b.com", "a@", "a..b@c.com", ".a@b.com", "a.@b.com", "a@b@c.com", "a b@c.com",
+        "a@-b.com", "a@b.1com"}},
+  };
+  for (const FormatCase& c : cases) {
+    const std::string schema = ojson{{"type", "string"}, {"format", c.format}}.dump();
+    auto g = Compile(schema);
+    ASSERT_NE(g, nullptr) << schema;
+    for (const char* text : c.accept) {
+      EXPECT_TRUE(Matches(g, ojson(text).dump())) << schema << "\n" << text;
+    }
+    for (const char* text : c.reject) {
+      EXPECT_FALSE(Matches(g, ojson(text).dump())) << schema << "\n" << text;
+    }
+    EXPECT_FALSE(Matches(g, "1")) << schema;  // still a string
+  }
+  // In place of pydantic's fields: {"type": "string", "format": "date-time"} under properties.
+  auto model = Compile(R"({"type":"object","properties":{"when":{"type":"string",
+      "format":"date-time","title":"When"},"id":{"type":"string","format":"uuid"}},
+      "required":["when","id"]})");
+  EXPECT_TRUE(Matches(
+      model, R"({"when":"2024-01-02T03:04:05Z","id":"12345678-1234-1234-1234-123456789abc"})"));
+  EXPECT_FALSE(
+      Matches(model, R"({"when":"tomorrow","id":"12345678-1234-1234-1234-123456789abc"})"));
+  // A nullable one (Optional[datetime]).
+  auto optional = Compile(R"({"anyOf":[{"type":"string","format":"date"},{"type":"null"}]})");
+  EXPECT_TRUE(Matches(optional, R"("2024-01-02")"));
+  EXPECT_TRUE(Matches(optional, "null"));
+  EXPECT_FALSE(Matches(optional, R"("2024-01-32")"));
+  // Other formats stay annotations.
+  auto other = Compile(R"({"type":"string","format":"uri"})");
+  EXPECT_TRUE(Matches(other, R"("not a uri")"));
+  // A known format beside a pattern or a length: refused, naming where.
+  EXPECT_EQ(RefusalOf(R"({"properties":{"d":{"type":"string","format":"date","maxLength":10}}})"),
+            "json_schema: 'format' \"date\" beside pattern, minLength or maxLength is not "
+            "supported (at #/properties/d)");
+  EXPECT_NE(RefusalOf(R"({"type":"string","format":"uuid","pattern":"^a"})").find("'format'"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"string","format":"email","minLength":3})").find("'format'"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaGrammarTest, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps the schema's order ("z" before "a"), as users write a reasoning field
   // before the answer it leads to.
