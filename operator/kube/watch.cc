@@ -280,15 +280,21 @@ void Informer::Run() {
         Backoff();
         continue;
       }
+      // The backoff is not reset here: a list that succeeds while every watch is answered
+      // 410 (or ends in an ERROR event) would otherwise relist in a tight loop.
       need_list_ = false;
-      backoff_ = std::chrono::milliseconds(0);
     }
     int64_t errors_before = stats().stream_errors;
     bool delivered = WatchOnce();
     if (stop_) break;
-    if (need_list_) continue;  // relist at once
-    bool failed = stats().stream_errors > errors_before;
     if (delivered) backoff_ = std::chrono::milliseconds(0);
+    if (need_list_) {
+      // 410 / ERROR event: relist, after a backoff when this watch delivered nothing
+      // (client-go's reflector backs off before relisting too).
+      if (!delivered) Backoff();
+      continue;
+    }
+    bool failed = stats().stream_errors > errors_before;
     if (failed || !delivered) Backoff();
   }
 }

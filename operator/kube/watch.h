@@ -5,12 +5,14 @@
 //   watch from R (allowWatchBookmarks, timeoutSeconds), reading the chunked stream line by line:
 //     ADDED/MODIFIED/DELETED -> Store::Apply, handler, R = the object's resourceVersion
 //     BOOKMARK               -> R = its resourceVersion (nothing delivered)
-//     ERROR (410 Expired, 504 too large, ...) -> a fresh list
+//     ERROR (410 Expired, 504 too large, ...) -> a fresh list (after a backoff when the watch
+//                                                 delivered nothing first)
 //   clean end of stream (timeoutSeconds)  -> watch again from R at once
 //   broken stream or failed request       -> exponential backoff, then watch again from R
 //                                            (a 410 answer there leads to a fresh list)
 // so the store converges on the server's state after compaction, dropped streams and restarts.
-// Backoff starts at initial_backoff, doubles to max_backoff and resets once a watch delivers.
+// Backoff starts at initial_backoff, doubles to max_backoff and resets once a watch delivers
+// (never on a successful list: with every watch answered 410, lists are paced by the backoff).
 //
 // Thread safety: Store is thread-safe (one mutex). Informer's handler runs on the informer's
 // thread, outside the store's lock, in event order; Start/Stop/WaitForSync/stats may be called

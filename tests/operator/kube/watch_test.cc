@@ -223,6 +223,43 @@ TEST_F(InformerTest, FailedWatchesBackOffExponentially) {
   EXPECT_EQ(inf.stats().stream_errors, 4);
 }
 
+// Every watch answered 410 Gone: each relist waits for the backoff, which a successful list does
+// not reset (it used to relist at once, thousands of lists a second).
+TEST_F(InformerTest, RelistsAfterGoneBackOffExponentially) {
+  std::mutex mu;
+  std::vector<milliseconds> sleeps;
+  WatchOptions o = Options();
+  o.initial_backoff = milliseconds(10);
+  o.max_backoff = milliseconds(40);
+  o.sleeper = [&](milliseconds d) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      sleeps.push_back(d);
+    }
+    std::this_thread::sleep_for(d);
+  };
+  server_->Post("/_test/faults", {{"errorRate", 1.0}, {"errorCode", 410}, {"verbs", {"watch"}}});
+  Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
+  EXPECT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return sleeps.size() >= 4;
+  }));
+  std::this_thread::sleep_for(milliseconds(200));
+  inf.Stop();
+  server_->Post("/_test/faults", {{"clear", true}});
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_GE(sleeps.size(), 4u);
+  EXPECT_EQ(sleeps[0], milliseconds(10));
+  EXPECT_EQ(sleeps[1], milliseconds(20));
+  EXPECT_EQ(sleeps[2], milliseconds(40));
+  EXPECT_EQ(sleeps[3], milliseconds(40));
+  // One list per backoff (plus the first): about 5 + 200 ms / 40 ms, far from a tight loop.
+  EXPECT_LE(inf.stats().lists, static_cast<int64_t>(sleeps.size()) + 2);
+  EXPECT_LE(inf.stats().lists, 20);
+}
+
 TEST_F(InformerTest, StopsPromptly) {
   Informer inf(client_.get(), rs::kConfigMaps, Options(), nullptr);
   inf.Start();
