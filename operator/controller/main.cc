@@ -276,7 +276,8 @@ int main(int argc, char** argv) {
       spdlog::critical("leader election: {}", s.ToString());
       return 2;
     }
-    elector = std::make_unique<kinfer::kube::LeaderElector>(client->get(), le, lead, [&] {
+    // `le` ends with this block: the callback keeps its own copy.
+    elector = std::make_unique<kinfer::kube::LeaderElector>(client->get(), le, lead, [&, le] {
       spdlog::error("lost the leader Lease {}/{}; exiting", le.lease_namespace, le.lease_name);
       metrics.leader.Get().Set(0);
       lost = true;

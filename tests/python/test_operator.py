@@ -185,6 +185,25 @@ def test_two_replicas_elect_one_leader_and_hand_over_on_sigterm(api, tmp_path):
         b.stop()
 
 
+def test_losing_the_lease_exits_1_at_once_naming_the_lease(api, tmp_path):
+    kc = kubeconfig(tmp_path, api.url)
+    a = Operator(kc, "--leader-elect", "--leader-election-namespace", "default",
+                 "--leader-election-id", "kinfer-test-lost")
+    try:
+        a.wait_ready()
+        wait_until(lambda: a.metric("kinfer_operator_leader") == 1, 15, "leader")
+        # Another holder takes the Lease: the next renewal reads it and gives up.
+        far = "2099-01-01T00:00:00.000000Z"
+        api.ok(api.patch(f"{LEASES}/kinfer-test-lost",
+                         {"spec": {"holderIdentity": "thief", "renewTime": far,
+                                   "acquireTime": far, "leaseDurationSeconds": 3600}}))
+        assert a.proc.wait(15) == 1, a.log_tail()
+        # The message names the Lease (it once read a dangling copy and printed "/").
+        assert "lost the leader Lease default/kinfer-test-lost" in a.log_tail(), a.log_tail()
+    finally:
+        a.stop()
+
+
 def test_bad_flags_exit_2_with_a_message(tmp_path):
     exe = str(binary("kinfer-operator"))
     for args, needle in ((["--metrics-source", "carrier-pigeon"], "pods or prometheus"),
