@@ -57,6 +57,7 @@ struct Flags {
   int autoscale_interval_ms = 2000;
   bool autoscale = true;
   int sidecar_port = 8080;
+  int shutdown_timeout_seconds = 20;
 };
 
 constexpr char kUsage[] = R"(Usage: kinfer-operator [flags]
@@ -83,6 +84,8 @@ Reconciles InferenceServices (serving.kinfer.dev/v1alpha1) into pods and autosca
   --autoscale-interval-ms MS        autoscaler tick [2000]
   --autoscale[=BOOL]                run the autoscaler loop [true]
   --sidecar-port N                  where the autoscaler scrapes each pod's sidecar [8080]
+  --shutdown-timeout SECONDS        after SIGTERM, exit 1 at this deadline if the workers have
+                                    not finished (below the pod's grace period of 30 s) [20]
   --help
 )";
 
@@ -144,6 +147,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.autoscale = r.Bool();
     } else if (r.Is("--sidecar-port")) {
       f.sidecar_port = static_cast<int>(r.Int(1, 65535));
+    } else if (r.Is("--shutdown-timeout")) {
+      f.shutdown_timeout_seconds = static_cast<int>(r.Int(1, 3600));
     } else {
       r.Unknown();
     }
@@ -278,9 +283,13 @@ int main(int argc, char** argv) {
     }
     // `le` ends with this block: the callback keeps its own copy.
     elector = std::make_unique<kinfer::kube::LeaderElector>(client->get(), le, lead, [&, le] {
+      // Another replica may lead now: stop writing at once, from here (the main loop may be
+      // in a shutdown that waits on workers), without releasing anything.
       spdlog::error("lost the leader Lease {}/{}; exiting", le.lease_namespace, le.lease_name);
       metrics.leader.Get().Set(0);
       lost = true;
+      spdlog::default_logger()->flush();
+      std::_Exit(1);
     });
     spdlog::info("waiting for the leader Lease {}/{}", le.lease_namespace, le.lease_name);
     elector->Start();
@@ -299,6 +308,16 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }
   spdlog::info("received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  // The workers finish the reconcile in hand, whose writes may each wait out the 30 s request
+  // timeout on a slow API server: past the deadline, exit without waiting for them (and without
+  // releasing the Lease, which a worker may still write under; the standby takes it when it
+  // expires). The thread touches nothing of main's, so returning first is safe.
+  std::thread([timeout = flags.shutdown_timeout_seconds] {
+    std::this_thread::sleep_for(std::chrono::seconds(timeout));
+    spdlog::error("shutdown took longer than {} s (--shutdown-timeout); exiting now", timeout);
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }).detach();
   {
     std::lock_guard<std::mutex> l(starter_mu);
     stopping = true;  // a leadership won from now on starts nothing

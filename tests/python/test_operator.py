@@ -204,6 +204,55 @@ def test_losing_the_lease_exits_1_at_once_naming_the_lease(api, tmp_path):
         a.stop()
 
 
+def slow_writes_leader(api, kc, name, *extra):
+    """A leader whose workers are stuck in slow writes (5 s each; the Lease's own are not slow)."""
+    op = Operator(kc, "--leader-elect", "--leader-election-namespace", "default",
+                  "--leader-election-id", name, *extra)
+    op.wait_ready()
+    wait_until(lambda: op.metric("kinfer_operator_leader") == 1, 15, "leader")
+    api.ok(api.post("/_test/faults", {
+        "latencyMs": 5000, "verbs": ["create", "update", "patch"],
+        "resources": ["configmaps", "services", "deployments", "poddisruptionbudgets", "events",
+                      "inferenceservices"]}))
+    api.ok(api.post("/_test/objects", {"items": [isvc("x1"), isvc("x2")]}))
+    time.sleep(1.5)
+    return op
+
+
+def test_shutdown_is_bounded_by_the_shutdown_timeout(api, tmp_path):
+    kc = kubeconfig(tmp_path, api.url)
+    a = slow_writes_leader(api, kc, "kinfer-test-slow", "--shutdown-timeout", "3")
+    try:
+        t0 = time.time()
+        a.signal(signal.SIGTERM)
+        assert a.proc.wait(15) == 1, a.log_tail()
+        assert time.time() - t0 < 6, a.log_tail()
+        assert "shutdown took longer than 3 s" in a.log_tail(), a.log_tail()
+    finally:
+        api.post("/_test/faults", {"clear": True})
+        a.stop()
+
+
+def test_losing_the_lease_during_a_shutdown_exits_1_at_once(api, tmp_path):
+    kc = kubeconfig(tmp_path, api.url)
+    a = slow_writes_leader(api, kc, "kinfer-test-lost2", "--shutdown-timeout", "60")
+    try:
+        a.signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert a.proc.poll() is None  # still waiting on its workers
+        far = "2099-01-01T00:00:00.000000Z"
+        t0 = time.time()
+        r = api.get(f"{LEASES}/kinfer-test-lost2").json()
+        r["spec"].update({"holderIdentity": "thief", "renewTime": far, "acquireTime": far,
+                          "leaseDurationSeconds": 3600})
+        api.ok(api.put(f"{LEASES}/kinfer-test-lost2", r))
+        assert a.proc.wait(15) == 1, a.log_tail()
+        assert time.time() - t0 < 8, a.log_tail()
+    finally:
+        api.post("/_test/faults", {"clear": True})
+        a.stop()
+
+
 def test_bad_flags_exit_2_with_a_message(tmp_path):
     exe = str(binary("kinfer-operator"))
     for args, needle in ((["--metrics-source", "carrier-pigeon"], "pods or prometheus"),
