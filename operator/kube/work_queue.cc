@@ -5,7 +5,11 @@
 namespace kinfer::kube {
 
 void WorkQueueCore::Add(const std::string& key) {
-  if (dirty_.count(key) != 0 || held_.count(key) != 0) return;
+  if (held_.count(key) != 0) {
+    added_while_held_.insert(key);  // queued when the hold ends
+    return;
+  }
+  if (dirty_.count(key) != 0) return;
   dirty_.insert(key);
   if (processing_.count(key) != 0) return;  // Done requeues it
   queue_.push_back(key);
@@ -41,17 +45,25 @@ std::chrono::nanoseconds WorkQueueCore::AddRateLimited(const std::string& key,
     }
   }
   delay = std::max(delay, at_least);
-  if (at_least > std::chrono::nanoseconds::zero()) {
-    // The hold replaces any earlier copy (or hold) and any pending re-add: the server's time
-    // comes first.
-    held_.erase(key);
-    EraseDelayed(key);
-    if (dirty_.erase(key) != 0 && processing_.count(key) == 0) {
+  if (at_least <= std::chrono::nanoseconds::zero()) {
+    AddAfter(key, delay, now);
+    return delay;
+  }
+  // The hold replaces any earlier copy (or hold); a pending re-add waits for the hold's end:
+  // the server's time comes first. The hold lasts the server's time only; the rest of the
+  // backoff is a plain delayed requeue that an event brings forward.
+  held_.erase(key);
+  bool pending = added_while_held_.erase(key) != 0;
+  EraseDelayed(key);
+  if (dirty_.erase(key) != 0) {
+    pending = true;
+    if (processing_.count(key) == 0) {
       queue_.erase(std::remove(queue_.begin(), queue_.end(), key), queue_.end());
     }
   }
-  AddAfter(key, delay, now);
-  if (at_least > std::chrono::nanoseconds::zero()) held_.insert(key);
+  AddAfter(key, at_least, now);
+  held_[key] = now + delay;
+  if (pending) added_while_held_.insert(key);
   return delay;
 }
 
@@ -80,7 +92,17 @@ void WorkQueueCore::PromoteDue(Clock::time_point now) {
     std::string key = delayed_.begin()->second;
     delayed_.erase(delayed_.begin());
     delayed_at_.erase(key);
-    held_.erase(key);
+    auto held = held_.find(key);
+    if (held != held_.end()) {
+      // The server's time is up: an event that came meanwhile queues the key now, else the
+      // rest of the backoff is a plain delayed requeue.
+      Clock::time_point backoff_due = held->second;
+      held_.erase(held);
+      if (added_while_held_.erase(key) == 0 && backoff_due > now) {
+        AddAfter(key, backoff_due - now, now);
+        continue;
+      }
+    }
     Add(key);
   }
 }

@@ -2,9 +2,11 @@
 // workqueue: an item is queued at most once while it waits; an item re-added while a worker
 // processes it is queued again when that worker calls Done (so it is processed again, never by two
 // workers at once); AddRateLimited delays an item by base * 2^failures (5 ms .. 1000 s) and
-// Forget resets its failure count. A server's Retry-After is a hold, not only a floor: until that
-// delayed retry is due, further Adds of the item (watch events) do not bring it forward, where a
-// plain backoff yields to them (a new event may fix what failed, as in controller-runtime).
+// Forget resets its failure count. A server's Retry-After is a hold, not only a floor: until the
+// server's time has passed, further Adds of the item (watch events) do not bring it forward (one
+// that came meanwhile queues it when the hold ends); the rest of the backoff past the server's
+// time is plain, and a plain backoff yields to events (a new event may fix what failed, as in
+// controller-runtime).
 //
 // WorkQueueCore is pure: no threads, no clock; every call takes `now`. WorkQueue wraps it with a
 // mutex, a condition variable and the steady clock for worker threads.
@@ -43,8 +45,10 @@ class WorkQueueCore {
   void AddAfter(const std::string& key, std::chrono::nanoseconds delay, Clock::time_point now);
   // AddAfter with this key's next backoff delay (base * 2^failures, capped at max, and at least
   // `at_least`: a server's Retry-After) and counts a failure. Returns the delay used. A positive
-  // `at_least` holds the key: until the delayed copy is due, Add and AddAfter of it do nothing
-  // (and a re-add that came while a worker held it is dropped).
+  // `at_least` holds the key until now + at_least (the server's time, not the whole delay):
+  // meanwhile AddAfter of it does nothing and Add only marks it, so that it is queued once when
+  // the hold ends (as is a re-add that came while a worker held it); with no Add, the rest of the
+  // delay is a plain delayed copy, which a later Add brings forward.
   std::chrono::nanoseconds AddRateLimited(const std::string& key, Clock::time_point now,
                                           std::chrono::nanoseconds at_least = {});
   // Forgets the failure count of `key` (call after a successful process).
@@ -75,7 +79,10 @@ class WorkQueueCore {
   std::multimap<Clock::time_point, std::string> delayed_;
   std::map<std::string, Clock::time_point> delayed_at_;  // earliest due time per key
   std::map<std::string, int> failures_;
-  std::set<std::string> held_;  // delayed under a server's Retry-After: not before it is due
+  // Delayed under a server's Retry-After: not queued before that copy is due. The value is when
+  // the whole backoff ends (a plain delayed copy is left until then, unless an Add came).
+  std::map<std::string, Clock::time_point> held_;
+  std::set<std::string> added_while_held_;  // Added during its hold: queued when the hold ends
 };
 
 // The blocking wrapper for worker threads.

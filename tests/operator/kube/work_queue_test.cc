@@ -91,6 +91,37 @@ TEST_F(WorkQueueCoreTest, RetryAfterHoldsTheItemAgainstEventsUntilDue) {
   EXPECT_EQ(q_.TryGet(now_ + seconds(1)), "a");
 }
 
+TEST_F(WorkQueueCoreTest, RetryAfterHoldsOnlyForTheServersTime) {
+  // After many failures the backoff (5 ms * 2^12 = 20.48 s) is far longer than the server's
+  // Retry-After (1 s): the hold ends at 1 s; it used to last the whole backoff, so a spec change
+  // after throttling waited up to 1000 s.
+  for (int i = 0; i < 12; ++i) (void)q_.AddRateLimited("a", now_);
+  ASSERT_EQ(q_.TryGet(now_ + seconds(1000)), "a");  // the plain delayed copy
+  q_.Done("a");
+  EXPECT_EQ(q_.AddRateLimited("a", now_ + seconds(1000), seconds(1)), milliseconds(20480));
+  Clock::time_point t = now_ + seconds(1000);
+  q_.Add("a");  // an event during the hold
+  EXPECT_EQ(q_.TryGet(t + milliseconds(999)), std::nullopt) << "not before the server's time";
+  EXPECT_EQ(q_.TryGet(t + seconds(1)), "a") << "the event queues it when the hold ends";
+  q_.Done("a");
+  EXPECT_EQ(q_.TryGet(t + seconds(30)), std::nullopt) << "one retry, not one per event";
+
+  // Without an event the rest of the backoff is a plain delay, which an event brings forward.
+  t += seconds(100);
+  (void)q_.AddRateLimited("a", t, seconds(1));
+  EXPECT_EQ(q_.TryGet(t + seconds(1)), std::nullopt);
+  EXPECT_EQ(q_.Delayed(), 1u);
+  q_.Add("a");
+  EXPECT_EQ(q_.TryGet(t + seconds(2)), "a");
+  q_.Done("a");
+  // And with no event at all, it comes back when the whole backoff is over.
+  t += seconds(1000);
+  EXPECT_EQ(q_.AddRateLimited("a", t, seconds(1)), milliseconds(81920));
+  EXPECT_EQ(q_.TryGet(t + seconds(1)), std::nullopt);
+  EXPECT_EQ(q_.TryGet(t + milliseconds(81919)), std::nullopt);
+  EXPECT_EQ(q_.TryGet(t + milliseconds(81920)), "a");
+}
+
 TEST_F(WorkQueueCoreTest, PlainBackoffYieldsToEvents) {
   ASSERT_EQ((q_.Add("a"), q_.TryGet(now_)), "a");
   (void)q_.AddRateLimited("a", now_);
