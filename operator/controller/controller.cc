@@ -492,6 +492,8 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
       metrics_->api_write_errors
           .WithLabels({"update_status", rs::kInferenceServices.plural, kube::ErrorOf(st).reason})
           .Inc();
+      // RBAC without inferenceservices/status, a webhook: say so (the Worker logs it too).
+      Emit(*object, kEventWarning, "ApiError", "update status: " + st.message());
       metrics_->reconcile_errors.Get().Inc();
       return finish("error");
     }
@@ -504,12 +506,20 @@ void Controller::Worker() {
   while (std::optional<std::string> key = queue_.Get()) {
     ReconcileOutcome o = Reconcile(*key);
     if (!o.status.ok()) {
-      queue_.AddRateLimited(*key, o.retry_after.value_or(std::chrono::seconds(0)));
+      const auto delay =
+          queue_.AddRateLimited(*key, o.retry_after.value_or(std::chrono::seconds(0)));
       metrics_->queue_retries.Get().Inc();
+      // A failure that lasts (RBAC, a webhook) is logged at once, then every 30 s per key.
+      if (failures_.ShouldLog(*key, o.status.ToString())) {
+        spdlog::warn("reconcile {} failed, retrying in {} ms: {}", *key,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(delay).count(),
+                     o.status.ToString());
+      }
     } else if (o.conflict) {
       queue_.AddRateLimited(*key);
       metrics_->queue_retries.Get().Inc();
     } else {
+      failures_.Clear(*key);
       queue_.Forget(*key);
       if (o.blocked) queue_.AddAfter(*key, options_.conflict_recheck);
     }

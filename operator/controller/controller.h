@@ -45,6 +45,7 @@
 #include "operator/controller/operator_metrics.h"
 #include "operator/kube/client.h"
 #include "operator/kube/watch.h"
+#include "operator/kube/failure_log.h"
 #include "operator/kube/work_queue.h"
 #include "operator/reconcile/planner.h"
 
@@ -135,6 +136,7 @@ class Controller {
   OperatorMetrics* metrics_;
   EventRecorder* events_;
   kube::WorkQueue queue_;
+  kube::FailureLog failures_;  // Worker's rate-limited reconcile failure warnings, per key
 
   std::vector<std::unique_ptr<Watched>> informers_;  // fixed after StartInformers
   // Per resource plural, the informers of that kind (one per watched namespace).

@@ -2,6 +2,7 @@
 
 #include <cpprest/containerstream.h>
 #include <cpprest/uri.h>
+#include <spdlog/spdlog.h>
 
 namespace kinfer::kube {
 namespace {
@@ -146,12 +147,23 @@ void Informer::Backoff() {
   cv_.wait_for(l, backoff_, [this] { return stop_.load(); });
 }
 
+void Informer::LogFailure(const char* what, const Status& status) {
+  const std::string message = status.ToString();
+  if (!failures_.ShouldLog(what, message)) return;
+  std::string where = type_.plural + (options_.ns.empty() ? "" : " in " + options_.ns);
+  spdlog::warn("informer {}: {} failed (retrying with backoff): {}", where, what, message);
+}
+
 bool Informer::ListOnce() {
   ListOptions lo;
   lo.label_selector = options_.label_selector;
   lo.field_selector = options_.field_selector;
   StatusOr<json> list = client_->List(type_, options_.ns, lo);
-  if (!list.ok() || !(*list).contains("items") || !(*list)["items"].is_array()) return false;
+  if (!list.ok() || !(*list).contains("items") || !(*list)["items"].is_array()) {
+    LogFailure("list", list.ok() ? Internal("the list has no items") : list.status());
+    return false;
+  }
+  failures_.Clear("list");
   std::vector<json> items = std::move((*list)["items"]).get<std::vector<json>>();
   if (options_.transform) {
     for (json& item : items) options_.transform(&item);
@@ -186,6 +198,7 @@ bool Informer::WatchOnce() {
   StatusOr<Client::Stream> stream =
       client_->OpenStream(WatchPath(), options_.stream_timeout, cancel_.get_token());
   if (!stream.ok()) {
+    LogFailure("watch", stream.status());
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.stream_errors;
     return false;
@@ -201,11 +214,13 @@ bool Informer::WatchOnce() {
     if (IsGone(st)) {
       need_list_ = true;
     } else {
+      LogFailure("watch", st);
       std::lock_guard<std::mutex> l(mu_);
       ++stats_.stream_errors;
     }
     return false;
   }
+  failures_.Clear("watch");
   {
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.watches;

@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/kube/client.h"
+#include "operator/kube/failure_log.h"
 
 namespace kinfer::kube {
 
@@ -126,6 +127,9 @@ class Informer {
   bool WatchOnce();
   bool ListOnce();
   void Backoff();
+  // Warns about a failed list or watch request with the server's answer: at once, then every
+  // 30 s while the same failure lasts (RBAC without list/watch would otherwise be silent).
+  void LogFailure(const char* what, const Status& status);
   void Deliver(const WatchEvent& e);
   std::string WatchPath() const;
 
@@ -148,6 +152,7 @@ class Informer {
   // Loop-thread only.
   bool need_list_ = true;
   std::chrono::milliseconds backoff_{0};
+  FailureLog failures_;  // keys "list" and "watch"
 };
 
 }  // namespace kinfer::kube

@@ -8,6 +8,8 @@
 
 #include <cpprest/http_listener.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -411,6 +413,36 @@ TEST_F(ControllerTest, AWriteThatKeepsFailingIsInTheStatusWrittenOnce) {
   server_->Post("/_test/faults", {{"clear", true}});
   EXPECT_TRUE(WaitUntil([&] { return IsReady("denied"); }));
   EXPECT_EQ(Condition(*Get(rs::kInferenceServices, "denied"), "Degraded", &reason), "False") << reason;
+}
+
+// RBAC without inferenceservices/status: the failure is a Warning Event and a warning with the
+// server's answer, logged once while it lasts, not once a retry (it used to be silent).
+TEST_F(ControllerTest, AFailingStatusWriteIsAnEventAndALoggedWarning) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  StartController();
+  server_->Post("/_test/faults", {{"nextErrors", 1000000},
+                                  {"nextErrorCode", 403},
+                                  {"verbs", {"update"}},
+                                  {"resources", {"inferenceservices/status"}}});
+  ASSERT_TRUE(client_->Create(rs::kInferenceServices, "default", Isvc("nostatus")).ok());
+  EXPECT_TRUE(WaitUntil([&] { return HasEvent("nostatus", "ApiError"); }));
+  std::this_thread::sleep_for(milliseconds(1000));  // retries with backoff
+  EXPECT_GE(metrics_->reconcile_errors.Get().Value(), 3);
+  server_->Post("/_test/faults", {{"clear", true}});
+  EXPECT_TRUE(WaitUntil([&] { return IsReady("nostatus"); }));
+  spdlog::set_default_logger(previous);
+  int warnings = 0;
+  std::vector<std::string> lines = sink->last_formatted();
+  for (const std::string& line : lines) {
+    if (line.find("reconcile default/nostatus failed") != std::string::npos) {
+      ++warnings;
+      EXPECT_NE(line.find("403"), std::string::npos) << line;
+      EXPECT_NE(line.find("[warning]"), std::string::npos) << line;
+    }
+  }
+  EXPECT_EQ(warnings, 1) << ::testing::PrintToString(lines);
 }
 
 TEST_F(ControllerTest, InjectedErrorsAndConflictsConverge) {

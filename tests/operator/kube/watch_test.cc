@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <thread>
 
 #include "tests/operator/kube/test_apiserver.h"
@@ -258,6 +261,47 @@ TEST_F(InformerTest, RelistsAfterGoneBackOffExponentially) {
   // One list per backoff (plus the first): about 5 + 200 ms / 40 ms, far from a tight loop.
   EXPECT_LE(inf.stats().lists, static_cast<int64_t>(sleeps.size()) + 2);
   EXPECT_LE(inf.stats().lists, 20);
+}
+
+TEST(FailureLogTest, FirstAndNewMessagesAtOnceALastingOneEvery30s) {
+  FailureLog log;
+  auto t = FailureLog::Clock::time_point() + std::chrono::seconds(100);
+  EXPECT_TRUE(log.ShouldLog("a", "403", t));
+  EXPECT_FALSE(log.ShouldLog("a", "403", t + std::chrono::seconds(29)));
+  EXPECT_TRUE(log.ShouldLog("b", "403", t)) << "per key";
+  EXPECT_TRUE(log.ShouldLog("a", "500", t + std::chrono::seconds(29))) << "a new message";
+  EXPECT_FALSE(log.ShouldLog("a", "500", t + std::chrono::seconds(58)));
+  EXPECT_TRUE(log.ShouldLog("a", "500", t + std::chrono::seconds(59)));
+  log.Clear("a");
+  EXPECT_TRUE(log.ShouldLog("a", "500", t + std::chrono::seconds(60))) << "after it ended";
+}
+
+// RBAC without list: the informer says so with the server's answer, once while it lasts (it used
+// to only count the failures, and the log said nothing while /readyz was 500).
+TEST_F(InformerTest, AFailingListIsLoggedOnceWithTheServersAnswer) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  server_->Post("/_test/faults", {{"errorRate", 1.0}, {"errorCode", 403}, {"verbs", {"list"}}});
+  WatchOptions o = Options();
+  o.initial_backoff = milliseconds(5);
+  o.max_backoff = milliseconds(10);
+  Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
+  inf.Start();
+  EXPECT_TRUE(Eventually([&] { return inf.stats().stream_errors >= 5; }));
+  inf.Stop();
+  server_->Post("/_test/faults", {{"clear", true}});
+  spdlog::set_default_logger(previous);
+  std::vector<std::string> lines = sink->last_formatted();
+  int warnings = 0;
+  for (const std::string& line : lines) {
+    if (line.find("informer configmaps in default: list failed") != std::string::npos) {
+      ++warnings;
+      EXPECT_NE(line.find("403"), std::string::npos) << line;
+      EXPECT_NE(line.find("[warning]"), std::string::npos) << line;
+    }
+  }
+  EXPECT_EQ(warnings, 1) << ::testing::PrintToString(lines);
 }
 
 TEST_F(InformerTest, StopsPromptly) {
