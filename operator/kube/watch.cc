@@ -300,6 +300,7 @@ void Informer::Run() {
       need_list_ = false;
     }
     int64_t errors_before = stats().stream_errors;
+    const auto started = std::chrono::steady_clock::now();
     bool delivered = WatchOnce();
     if (stop_) break;
     if (delivered) backoff_ = std::chrono::milliseconds(0);
@@ -310,7 +311,11 @@ void Informer::Run() {
       continue;
     }
     bool failed = stats().stream_errors > errors_before;
-    if (failed || !delivered) Backoff();
+    // A clean end (timeoutSeconds) watches again at once, even with nothing delivered: a quiet
+    // namespace is no failure. Only one that ended within a second with nothing delivered backs
+    // off (as client-go's "very short watch").
+    bool very_short = !delivered && std::chrono::steady_clock::now() - started < std::chrono::seconds(1);
+    if (failed || very_short) Backoff();
   }
 }
 

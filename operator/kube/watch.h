@@ -7,7 +7,8 @@
 //     BOOKMARK               -> R = its resourceVersion (nothing delivered)
 //     ERROR (410 Expired, 504 too large, ...) -> a fresh list (after a backoff when the watch
 //                                                 delivered nothing first)
-//   clean end of stream (timeoutSeconds)  -> watch again from R at once
+//   clean end of stream (timeoutSeconds)  -> watch again from R at once (after a backoff only
+//                                            when it came within 1 s with nothing delivered)
 //   broken stream or failed request       -> exponential backoff, then watch again from R
 //                                            (a 410 answer there leads to a fresh list)
 // so the store converges on the server's state after compaction, dropped streams and restarts.
