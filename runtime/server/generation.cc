@@ -446,9 +446,15 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
     }
   };
   if (chat) {
+    // An answer that can only be calls ("required", a named function) has no content: its role
+    // chunk says null, as OpenAI's does (the client's stream helpers then see no text).
+    const bool calls_only =
+        r.tools.choice == ToolChoice::kRequired || r.tools.choice == ToolChoice::kFunction;
     for (size_t i = 0; i < cs.size(); ++i) {
-      send(ChatChunkJson(meta, true, nullptr, nullptr, FinishReason::kNone, iu,
-                         static_cast<int>(i)));
+      json role = ChatChunkJson(meta, true, nullptr, nullptr, FinishReason::kNone, iu,
+                                static_cast<int>(i));
+      if (calls_only) role["choices"][0]["delta"]["content"] = nullptr;
+      send(role);
     }
   }
 

@@ -242,7 +242,8 @@ nlohmann::json CompletionJson(const ResponseMeta& meta, const std::string& text,
 
 // Streaming chunks. `with_usage_null` adds "usage": null (OpenAI does so on every chunk when
 // stream_options.include_usage is set).
-//   Chat: the first chunk has with_role (delta {"role":"assistant","content":""}); a text chunk
+//   Chat: the first chunk has with_role (delta {"role":"assistant","content":""}; the stream
+//   makes the content null when the answer can only be tool calls); a text chunk
 //   has delta {"content": text}; the last has an empty delta and a finish_reason.
 //   `index` is the choice's (n > 1: each choice streams its own chunks, interleaved).
 nlohmann::json ChatChunkJson(const ResponseMeta& meta, bool with_role, const std::string* content,

@@ -76,6 +76,19 @@ def test_stop_strings_do_not_cut_a_call(client, server):
     assert json.loads(args) == json.loads(r.choices[0].message.tool_calls[0].function.arguments)
 
 
+def test_a_stream_of_calls_only_has_no_content(client, server):
+    # "required" (or a named function) can only answer with calls: the role chunk's content is
+    # null, as OpenAI's, so the stream helpers accumulate content None, as the whole response has.
+    with client.chat.completions.stream(model=server.model, messages=ASK, tools=TOOLS,
+                                        tool_choice="required", temperature=0,
+                                        max_tokens=120) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_completion()
+    assert "content.delta" not in kinds
+    assert final.choices[0].message.content is None
+    check_calls(final.choices[0].message)
+
+
 def test_a_named_tool_choice_calls_that_tool_only(client, server):
     for seed in range(3):
         r = client.chat.completions.create(
