@@ -62,6 +62,11 @@ constexpr Route kRoutes[] = {
 
 constexpr char kModelsPrefix[] = "/v1/models/";
 
+// The routes whose requests requests_total counts.
+bool IsGenerationRoute(std::string_view name) {
+  return name == "chat_completions" || name == "completions" || name == "responses";
+}
+
 HttpResponse NotReady() {
   return ErrorResponse(Unavailable("the model is still loading"), ErrorDetail{});
 }
@@ -114,7 +119,7 @@ std::string Router::RouteOf(std::string_view path) {
 void Router::CountRefused(std::optional<std::string_view> path, int status) {
   const std::string route = path ? RouteOf(*path) : "other";
   metrics_.CountHttp(route, status);
-  if (route == "chat_completions" || route == "completions" || route == "responses") {
+  if (IsGenerationRoute(route)) {
     if (status == 503) {
       metrics_.CountRequest(kStatusRejected);
     } else if (status >= 400 && status < 500) {
@@ -182,7 +187,7 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
                : ErrorResponse(id.status(), d);
   } else if (model == nullptr) {
     resp = NotReady();
-    if (name == "chat_completions" || name == "completions" || name == "responses") {
+    if (IsGenerationRoute(name)) {
       metrics_.CountRequest(kStatusRejected);
     }
   } else if (name == "models") {

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "operator/controller/autoscale_loop.h"
+#include "tests/operator/kube/log_capture.h"
 #include "tests/operator/kube/test_apiserver.h"
 
 namespace kinfer::controller {
@@ -418,9 +419,7 @@ TEST_F(ControllerTest, AWriteThatKeepsFailingIsInTheStatusWrittenOnce) {
 // RBAC without inferenceservices/status: the failure is a Warning Event and a warning with the
 // server's answer, logged once while it lasts, not once a retry (it used to be silent).
 TEST_F(ControllerTest, AFailingStatusWriteIsAnEventAndALoggedWarning) {
-  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
-  auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  testing::LogCapture log;
   StartController();
   server_->Post("/_test/faults", {{"nextErrors", 1000000},
                                   {"nextErrorCode", 403},
@@ -432,17 +431,12 @@ TEST_F(ControllerTest, AFailingStatusWriteIsAnEventAndALoggedWarning) {
   EXPECT_GE(metrics_->reconcile_errors.Get().Value(), 3);
   server_->Post("/_test/faults", {{"clear", true}});
   EXPECT_TRUE(WaitUntil([&] { return IsReady("nostatus"); }));
-  spdlog::set_default_logger(previous);
-  int warnings = 0;
-  std::vector<std::string> lines = sink->last_formatted();
-  for (const std::string& line : lines) {
-    if (line.find("reconcile default/nostatus failed") != std::string::npos) {
-      ++warnings;
-      EXPECT_NE(line.find("403"), std::string::npos) << line;
-      EXPECT_NE(line.find("[warning]"), std::string::npos) << line;
-    }
+  const std::vector<std::string> warnings = log.LinesWith("reconcile default/nostatus failed");
+  for (const std::string& line : warnings) {
+    EXPECT_NE(line.find("403"), std::string::npos) << line;
+    EXPECT_NE(line.find("[warning]"), std::string::npos) << line;
   }
-  EXPECT_EQ(warnings, 1) << ::testing::PrintToString(lines);
+  EXPECT_EQ(warnings.size(), 1u) << ::testing::PrintToString(log.Lines());
 }
 
 TEST_F(ControllerTest, InjectedErrorsAndConflictsConverge) {

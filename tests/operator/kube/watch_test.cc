@@ -4,11 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/spdlog.h>
-
+#include <functional>
+#include <mutex>
 #include <thread>
+#include <vector>
 
+#include "tests/operator/kube/log_capture.h"
 #include "tests/operator/kube/test_apiserver.h"
 
 namespace kinfer::kube {
@@ -16,6 +17,28 @@ namespace {
 
 namespace rs = resources;
 using std::chrono::milliseconds;
+
+// A WatchOptions::sleeper that sleeps and records each wait (the informer's thread calls it).
+class SleepLog {
+ public:
+  std::function<void(milliseconds)> Sleeper() {
+    return [this](milliseconds d) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        taken_.push_back(d);
+      }
+      std::this_thread::sleep_for(d);
+    };
+  }
+  std::vector<milliseconds> Taken() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return taken_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<milliseconds> taken_;
+};
 
 json Obj(const std::string& ns, const std::string& name, const std::string& rv) {
   return {{"metadata", {{"namespace", ns}, {"name", name}, {"resourceVersion", rv}}}};
@@ -199,25 +222,18 @@ TEST_F(InformerTest, RelistsAfterCompactionWithDroppedWatchAndConverges) {
 }
 
 TEST_F(InformerTest, FailedWatchesBackOffExponentially) {
-  std::mutex mu;
-  std::vector<milliseconds> sleeps;
+  SleepLog backoffs;
   WatchOptions o = Options();
   o.initial_backoff = milliseconds(10);
   o.max_backoff = milliseconds(40);
-  o.sleeper = [&](milliseconds d) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      sleeps.push_back(d);
-    }
-    std::this_thread::sleep_for(d);
-  };
+  o.sleeper = backoffs.Sleeper();
   server_->Post("/_test/faults", {{"nextErrors", 4}, {"nextErrorCode", 503}, {"verbs", {"watch"}}});
   Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
   ASSERT_TRUE(Eventually([&] { return inf.stats().watches >= 1; }));
   inf.Stop();
-  std::lock_guard<std::mutex> l(mu);
+  const std::vector<milliseconds> sleeps = backoffs.Taken();
   ASSERT_GE(sleeps.size(), 4u);
   EXPECT_EQ(sleeps[0], milliseconds(10));
   EXPECT_EQ(sleeps[1], milliseconds(20));
@@ -229,30 +245,22 @@ TEST_F(InformerTest, FailedWatchesBackOffExponentially) {
 // Every watch answered 410 Gone: each relist waits for the backoff, which a successful list does
 // not reset (it used to relist at once, thousands of lists a second).
 TEST_F(InformerTest, RelistsAfterGoneBackOffExponentially) {
-  std::mutex mu;
-  std::vector<milliseconds> sleeps;
+  SleepLog backoffs;
   WatchOptions o = Options();
   o.initial_backoff = milliseconds(10);
   o.max_backoff = milliseconds(40);
-  o.sleeper = [&](milliseconds d) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      sleeps.push_back(d);
-    }
-    std::this_thread::sleep_for(d);
-  };
+  o.sleeper = backoffs.Sleeper();
   server_->Post("/_test/faults", {{"errorRate", 1.0}, {"errorCode", 410}, {"verbs", {"watch"}}});
   Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
   EXPECT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> l(mu);
-    return sleeps.size() >= 4;
+    return backoffs.Taken().size() >= 4;
   }));
   std::this_thread::sleep_for(milliseconds(200));
   inf.Stop();
   server_->Post("/_test/faults", {{"clear", true}});
-  std::lock_guard<std::mutex> l(mu);
+  const std::vector<milliseconds> sleeps = backoffs.Taken();
   ASSERT_GE(sleeps.size(), 4u);
   EXPECT_EQ(sleeps[0], milliseconds(10));
   EXPECT_EQ(sleeps[1], milliseconds(20));
@@ -279,9 +287,7 @@ TEST(FailureLogTest, FirstAndNewMessagesAtOnceALastingOneEvery30s) {
 // RBAC without list: the informer says so with the server's answer, once while it lasts (it used
 // to only count the failures, and the log said nothing while /readyz was 500).
 TEST_F(InformerTest, AFailingListIsLoggedOnceWithTheServersAnswer) {
-  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100);
-  auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  testing::LogCapture log;
   server_->Post("/_test/faults", {{"errorRate", 1.0}, {"errorCode", 403}, {"verbs", {"list"}}});
   WatchOptions o = Options();
   o.initial_backoff = milliseconds(5);
@@ -291,17 +297,13 @@ TEST_F(InformerTest, AFailingListIsLoggedOnceWithTheServersAnswer) {
   EXPECT_TRUE(Eventually([&] { return inf.stats().stream_errors >= 5; }));
   inf.Stop();
   server_->Post("/_test/faults", {{"clear", true}});
-  spdlog::set_default_logger(previous);
-  std::vector<std::string> lines = sink->last_formatted();
-  int warnings = 0;
-  for (const std::string& line : lines) {
-    if (line.find("informer configmaps in default: list failed") != std::string::npos) {
-      ++warnings;
-      EXPECT_NE(line.find("403"), std::string::npos) << line;
-      EXPECT_NE(line.find("[warning]"), std::string::npos) << line;
-    }
+  const std::vector<std::string> warnings =
+      log.LinesWith("informer configmaps in default: list failed");
+  for (const std::string& line : warnings) {
+    EXPECT_NE(line.find("403"), std::string::npos) << line;
+    EXPECT_NE(line.find("[warning]"), std::string::npos) << line;
   }
-  EXPECT_EQ(warnings, 1) << ::testing::PrintToString(lines);
+  EXPECT_EQ(warnings.size(), 1u) << ::testing::PrintToString(log.Lines());
 }
 
 // A watch that ends cleanly (timeoutSeconds) with nothing delivered, a quiet namespace without
@@ -314,18 +316,11 @@ TEST(InformerCleanEndTest, ACleanEndWithNoEventsWatchesAgainAtOnce) {
   auto c = Client::Create(cfg);
   ASSERT_TRUE(c.ok());
   std::unique_ptr<Client> client = std::move(c).value();
-  std::mutex mu;
-  std::vector<milliseconds> sleeps;
+  SleepLog backoffs;
   WatchOptions o;
   o.ns = "default";
   o.timeout_seconds = 1;
-  o.sleeper = [&](milliseconds d) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      sleeps.push_back(d);
-    }
-    std::this_thread::sleep_for(d);
-  };
+  o.sleeper = backoffs.Sleeper();
   Informer inf(client.get(), rs::kConfigMaps, o, nullptr);
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(milliseconds(5000)));
@@ -333,7 +328,7 @@ TEST(InformerCleanEndTest, ACleanEndWithNoEventsWatchesAgainAtOnce) {
   inf.Stop();
   EXPECT_EQ(inf.stats().stream_errors, 0);
   EXPECT_EQ(inf.stats().events + inf.stats().bookmarks, 0);
-  std::lock_guard<std::mutex> l(mu);
+  const std::vector<milliseconds> sleeps = backoffs.Taken();
   EXPECT_TRUE(sleeps.empty()) << sleeps.size() << " backoffs, first " << sleeps[0].count() << " ms";
 }
 
