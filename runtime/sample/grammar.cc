@@ -1,7 +1,10 @@
 #include "runtime/sample/grammar.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
+#include <unordered_map>
 
 namespace kinfer {
 namespace {
@@ -9,6 +12,61 @@ namespace {
 // Expanding without consuming a byte deeper than this is a left-recursive (or absurdly nested)
 // path: it is cut.
 constexpr int kMaxExpandDepth = 256;
+
+// One expansion round: the start, or one FeedInto. Nullable rules nested in one another (the
+// regex `((a?)?){30}`) reach the same stack along exponentially many paths; Emit keeps it once,
+// but the paths are all walked. Past kMemoAfter calls in a round, each stack is named by a node of
+// a trie of stacks (hash-consed: (parent node, element) -> node) and a stack already expanded at
+// that depth or less is not expanded again, which is exact: its expansion is the same every time
+// (and one met again inside its own expansion is an empty cycle, which the depth limit cut anyway).
+// kMaxExpandCalls is the last bound, for a grammar whose distinct stacks are themselves too many
+// (left recursion under several alternatives): past it nothing more is expanded that round, which,
+// as kMaxStacks, can only refuse text the grammar allows.
+constexpr size_t kMemoAfter = 64;
+constexpr size_t kMaxExpandCalls = size_t{1} << 18;
+constexpr int16_t kUnexpanded = std::numeric_limits<int16_t>::max();
+
+struct ExpandRound {
+  size_t calls = 0;
+  bool memo = false;
+  // ids[i]: the node of stack[0..i]; kept for a prefix of the stack (a pop cuts it).
+  std::vector<uint32_t> ids;
+  std::unordered_map<uint64_t, uint32_t> child;
+  std::vector<int16_t> least_depth;  // per node: the least depth it was expanded at
+
+  void Begin() {
+    calls = 0;
+    ids.clear();
+    if (memo) {
+      child.clear();
+      memo = false;
+    }
+    least_depth.assign(1, kUnexpanded);  // node 0: the empty stack
+  }
+  void Popped(size_t size) {
+    if (ids.size() > size) ids.resize(size);
+  }
+  // True when `stack` was expanded before at `depth` or less (and notes it expanded at `depth`).
+  bool Seen(const std::vector<int32_t>& stack, int depth) {
+    memo = true;
+    for (size_t i = ids.size(); i < stack.size(); ++i) {
+      const uint32_t parent = i == 0 ? 0 : ids[i - 1];
+      const uint64_t key = (uint64_t{parent} << 32) | static_cast<uint32_t>(stack[i]);
+      const auto [it, added] = child.try_emplace(key, static_cast<uint32_t>(least_depth.size()));
+      if (added) least_depth.push_back(kUnexpanded);
+      ids.push_back(it->second);
+    }
+    int16_t& least = least_depth[stack.empty() ? 0 : ids.back()];
+    if (least <= depth) return true;
+    least = static_cast<int16_t>(depth);
+    return false;
+  }
+};
+
+ExpandRound& Round() {
+  thread_local ExpandRound round;
+  return round;
+}
 
 Grammar::ByteSet PlainSet() {
   Grammar::ByteSet s{};
@@ -85,8 +143,10 @@ GrammarRecognizer::GrammarRecognizer(std::shared_ptr<const Grammar> grammar, int
     : g_(std::move(grammar)) {
   // The start: one stack per alternative of the rule, expanded.
   std::vector<int32_t> stack;
+  Round().Begin();
   for (int32_t alt : g_->alternatives(rule)) {
     stack.assign(1, alt);
+    Round().Popped(0);
     Expand(&stack, 0);
   }
 }
@@ -107,6 +167,10 @@ void GrammarRecognizer::Emit(const std::vector<int32_t>& stack) {
 
 void GrammarRecognizer::Expand(std::vector<int32_t>* stack, int depth) {
   if (depth > kMaxExpandDepth || stacks_ >= kMaxStacks) return;
+  ExpandRound& round = Round();
+  if (++round.calls > kMemoAfter) {
+    if (round.calls > kMaxExpandCalls || round.Seen(*stack, depth)) return;
+  }
   if (stack->empty()) {
     Emit(*stack);  // the root rule matched
     return;
@@ -120,19 +184,25 @@ void GrammarRecognizer::Expand(std::vector<int32_t>* stack, int depth) {
       return;
     case Grammar::Element::kEnd:
       stack->pop_back();
+      round.Popped(stack->size());
       Expand(stack, depth + 1);
       stack->push_back(pos);
       return;
     case Grammar::Element::kRule: {
       const bool tail = g_->element(pos + 1).type == Grammar::Element::kEnd;
       stack->pop_back();
+      round.Popped(stack->size());
       if (!tail) stack->push_back(pos + 1);
       for (int32_t alt : g_->alternatives(e.arg)) {
         stack->push_back(alt);
         Expand(stack, depth + 1);
         stack->pop_back();
+        round.Popped(stack->size());
       }
-      if (!tail) stack->pop_back();
+      if (!tail) {
+        stack->pop_back();
+        round.Popped(stack->size());
+      }
       stack->push_back(pos);
       return;
     }
@@ -143,6 +213,7 @@ bool GrammarRecognizer::FeedInto(uint8_t c, GrammarRecognizer* out) const {
   out->g_ = g_;
   out->data_.clear();
   out->stacks_ = 0;
+  Round().Begin();
   thread_local std::vector<int32_t> stack;
   for (size_t i = 0; i < data_.size(); i += static_cast<size_t>(data_[i]) + 1) {
     const auto n = static_cast<size_t>(data_[i]);
@@ -152,6 +223,7 @@ bool GrammarRecognizer::FeedInto(uint8_t c, GrammarRecognizer* out) const {
     stack.assign(data_.begin() + static_cast<ptrdiff_t>(i) + 1,
                  data_.begin() + static_cast<ptrdiff_t>(i + n));
     stack.push_back(top + 1);
+    Round().Popped(0);
     out->Expand(&stack, 0);
   }
   return !out->data_.empty();

@@ -103,8 +103,10 @@ class GrammarRecognizer {
   static constexpr size_t kMaxStackDepth = 512;
   // At most this many parse stacks are kept: a grammar ambiguous enough to need more (nested
   // alternatives that agree for a long stretch) keeps the first ones reached. That can only
-  // refuse text the grammar allows, never allow text it refuses, and it bounds the work per
-  // byte, which a hostile schema could otherwise make grow exponentially with its nesting.
+  // refuse text the grammar allows, never allow text it refuses. The work per byte is bounded
+  // too, which a hostile schema could otherwise make grow exponentially with its nesting: a stack
+  // reached again along another path (nested nullable rules) is not expanded twice, and a byte's
+  // expansion stops after a fixed number of steps (grammar.cc), again refusing, never allowing.
   static constexpr size_t kMaxStacks = 256;
 
   // Before any byte: the root rule's start.

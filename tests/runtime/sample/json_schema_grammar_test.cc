@@ -59,6 +59,44 @@ TEST(GrammarTest, RightRecursionRunsInConstantStackAndLeftRecursionIsCut) {
   EXPECT_TRUE(lr.Feed('b'));
 }
 
+TEST(GrammarTest, NullableRulesNestedInEachOtherAreWalkedOnceNotOncePerPath) {
+  // The fuzzer's find: the regex `((a?)?){40}` (each repeat two nested nullable rules) reaches
+  // the same stack along 2^40 paths; each was walked before, a hang on the first byte. The
+  // recognizer must still be exact: up to 40 a's, and no more.
+  auto g = Compile(R"({"type":"string","pattern":"^((a?)?){40}$"})");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, R"("")"));
+  EXPECT_TRUE(Matches(g, R"("aaaaaaaaaaaaaaaaaaa")"));
+  EXPECT_TRUE(Matches(g, "\"" + std::string(40, 'a') + "\""));
+  EXPECT_FALSE(Matches(g, "\"" + std::string(41, 'a') + "\""));
+  EXPECT_FALSE(Matches(g, R"("ab")"));
+
+  // The same shape by hand: 3^40 paths (x, or empty two ways) through forty nullable levels.
+  GrammarBuilder b;
+  int32_t chain = b.Rule({{}});  // chain_k ::= opt opt_in chain_{k-1} | "" ; opt ::= "x" | ""
+  const int32_t opt = b.Rule({{b.Byte('x')}, {}});
+  const int32_t opt_in = b.Rule({{GrammarBuilder::Ref(opt)}, {}});
+  for (int k = 0; k < 40; ++k) {
+    chain = b.Rule({{GrammarBuilder::Ref(opt_in), GrammarBuilder::Ref(chain)}, {}});
+  }
+  const int32_t root = b.Rule({{b.Byte('<'), GrammarBuilder::Ref(chain), b.Byte('>')}});
+  auto hand = b.Build(root);
+  EXPECT_TRUE(Matches(hand, "<>"));
+  EXPECT_TRUE(Matches(hand, "<" + std::string(40, 'x') + ">"));
+  EXPECT_FALSE(Matches(hand, "<" + std::string(41, 'x') + ">"));
+}
+
+TEST(GrammarTest, LeftRecursionUnderSeveralAlternativesIsCutNotAHang) {
+  // left ::= left "a" | left "b": no base case, every path a distinct stack that is cut at the
+  // expansion depth; 2^256 of them unless the work per round is bounded.
+  GrammarBuilder b;
+  const int32_t left = b.NewRule();
+  b.AddAlternative(left, {GrammarBuilder::Ref(left), b.Byte('a')});
+  b.AddAlternative(left, {GrammarBuilder::Ref(left), b.Byte('b')});
+  GrammarRecognizer r(b.Build(left));
+  EXPECT_TRUE(r.dead());
+}
+
 TEST(GrammarTest, NestedRulesAndAlternativesShareNothingTheyShouldNot) {
   // s ::= "(" s ")" | "x": balanced parentheses around one x.
   GrammarBuilder b;
