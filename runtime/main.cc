@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/file_limit.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/metrics/metrics.h"
@@ -49,6 +50,9 @@ Options:
                          request (default 75)
   --write-timeout S      a response write the client does not take within S seconds ends its
                          request as if the client had left (default 30)
+  --max-connections N    open connections held at most; one more is answered 503 with
+                         Retry-After and closed (default 0: half the open-file limit, which
+                         starts raised to its hard limit, less a reserve; at most 65536)
   --max-batch-tokens N   tokens computed per step, decodes + prompt chunks; the CPU backend
                          computes at most 512 a step (default 256)
   --max-running N        sequences batched at once; below --max-batch-tokens (default 16)
@@ -91,6 +95,7 @@ struct Flags {
   long long max_body_bytes = 1 << 20;
   int idle_timeout_s = 75;
   int write_timeout_s = 30;
+  long long max_connections = 0;
   std::string log_level = "info";
   std::string draft_model;
   std::string device = "auto";
@@ -139,6 +144,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.idle_timeout_s = static_cast<int>(flags.Int(1, 86400));
     } else if (flags.Is("--write-timeout")) {
       f.write_timeout_s = static_cast<int>(flags.Int(1, 86400));
+    } else if (flags.Is("--max-connections")) {
+      f.max_connections = flags.Int(0, 1 << 20);
     } else if (flags.Is("--log-level")) {
       f.log_level = flags.Value();
     } else if (flags.Is("--max-batch-tokens")) {
@@ -220,6 +227,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  const uint64_t open_files = kinfer::RaiseOpenFileLimit();
+  spdlog::debug("open-file limit {}", open_files);
+
   kinfer::metrics::Registry registry;
   kinfer::Router router(&registry);
   kinfer::HttpServerOptions http_options;
@@ -228,6 +238,7 @@ int main(int argc, char** argv) {
   http_options.max_body_bytes = static_cast<size_t>(flags.max_body_bytes);
   http_options.idle_timeout = std::chrono::seconds(flags.idle_timeout_s);
   http_options.write_timeout = std::chrono::seconds(flags.write_timeout_s);
+  http_options.max_connections = static_cast<size_t>(flags.max_connections);
   kinfer::HttpServer server(http_options, &router);
   if (kinfer::Status s = server.Start(); !s.ok()) {
     spdlog::critical("{}", s.message());

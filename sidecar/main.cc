@@ -12,6 +12,7 @@
 
 #include <boost/asio.hpp>
 
+#include "common/file_limit.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "sidecar/config/sidecar_config.h"
@@ -107,6 +108,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   signal(SIGPIPE, SIG_IGN);
+  const uint64_t open_files = kinfer::RaiseOpenFileLimit();
+  spdlog::debug("open-file limit {}", open_files);
 
   boost::asio::io_context ioc(1);
   kinfer::ProxyServer server(ioc, config, flags.config_path);

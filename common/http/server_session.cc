@@ -1,11 +1,13 @@
 #include "common/http/server_session.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 
 #include <spdlog/spdlog.h>
 
+#include "common/file_limit.h"
 #include "common/http_errors.h"
 
 namespace kinfer {
@@ -14,11 +16,48 @@ namespace {
 constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr size_t kMaxPipelinedBytes = 64 * 1024;
 constexpr std::string_view kJson = "application/json";
+// Connections over the cap: how many may be answered at once, and how long each may take.
+constexpr size_t kMaxRefusing = 64;
+constexpr auto kRefusalTime = std::chrono::seconds(2);
+
+// Answers one connection over the cap: writes `answer`, stops sending, then reads and drops what
+// the client sent until it closes (or kRefusalTime passes), so that closing does not reset the
+// connection under an answer the client has not read yet.
+class ConnectionRefusal : public std::enable_shared_from_this<ConnectionRefusal> {
+ public:
+  ConnectionRefusal(tcp::socket socket, std::string answer, std::shared_ptr<void> slot)
+      : stream_(std::move(socket)), answer_(std::move(answer)), slot_(std::move(slot)) {}
+
+  void Start() {
+    stream_.expires_after(kRefusalTime);
+    net::async_write(stream_, net::buffer(answer_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return;
+                       beast::error_code ignored;
+                       self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                       self->Drain();
+                     });
+  }
+
+ private:
+  void Drain() {
+    stream_.async_read_some(net::buffer(dropped_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (!ec) self->Drain();
+                            });
+  }
+
+  beast::tcp_stream stream_;
+  std::string answer_;
+  std::shared_ptr<void> slot_;
+  std::array<char, 4096> dropped_{};
+};
 
 }  // namespace
 
-ServerSession::ServerSession(tcp::socket socket, SessionHandler* handler)
-    : stream_(std::move(socket)), handler_(handler) {
+ServerSession::ServerSession(tcp::socket socket, SessionHandler* handler,
+                             std::shared_ptr<void> slot)
+    : stream_(std::move(socket)), handler_(handler), slot_(std::move(slot)) {
   beast::error_code ec;
   const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
   if (!ec) peer_address_ = peer.address().to_string();
@@ -380,8 +419,32 @@ void ServerSession::WriteNext() {
   }
 }
 
+struct SessionAcceptor::Counts {
+  std::atomic<size_t> open{0};
+  std::atomic<size_t> refusing{0};
+  std::atomic<uint64_t> rejected{0};
+
+  // A token whose release gives back one unit of `*field`.
+  static std::shared_ptr<void> Take(const std::shared_ptr<Counts>& counts,
+                                    std::atomic<size_t> Counts::*field) {
+    (counts.get()->*field).fetch_add(1);
+    return std::shared_ptr<void>(nullptr,
+                                 [counts, field](void*) { (counts.get()->*field).fetch_sub(1); });
+  }
+};
+
 SessionAcceptor::SessionAcceptor(net::io_context& ioc, SessionHandler* handler)
-    : acceptor_(ioc), retry_(ioc), handler_(handler) {}
+    : acceptor_(ioc), retry_(ioc), handler_(handler), counts_(std::make_shared<Counts>()) {}
+
+size_t SessionAcceptor::open_connections() const { return counts_->open.load(); }
+
+uint64_t SessionAcceptor::rejected_connections() const { return counts_->rejected.load(); }
+
+std::function<std::pair<size_t, uint64_t>()> SessionAcceptor::CountsReader() const {
+  return [counts = counts_] {
+    return std::pair<size_t, uint64_t>(counts->open.load(), counts->rejected.load());
+  };
+}
 
 Status SessionAcceptor::Listen(const std::string& host, uint16_t port) {
   beast::error_code ec;
@@ -426,9 +489,38 @@ void SessionAcceptor::Accept() {
     }
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    std::make_shared<ServerSession>(std::move(socket), handler_)->Start();
+    const size_t limit = handler_->Limits().max_connections;
+    const size_t cap = limit > 0 ? limit : DefaultMaxConnections();
+    if (counts_->open.load() >= cap) {
+      Refuse(std::move(socket), cap);
+    } else {
+      std::make_shared<ServerSession>(std::move(socket), handler_,
+                                      Counts::Take(counts_, &Counts::open))
+          ->Start();
+    }
     Accept();
   });
+}
+
+void SessionAcceptor::Refuse(tcp::socket socket, size_t cap) {
+  counts_->rejected.fetch_add(1);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_warning_ >= std::chrono::seconds(1)) {
+    last_warning_ = now;
+    spdlog::warn("{} connections open, the most this server holds: refusing new ones with 503",
+                 cap);
+  }
+  if (counts_->refusing.load() >= kMaxRefusing) return;  // closed as `socket` goes
+  const std::string body = ErrorBody(
+      503, "too many connections: this server holds at most " + std::to_string(cap) +
+               " open connections; retry later");
+  std::string answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n";
+  answer += "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+  answer += "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  answer += body;
+  std::make_shared<ConnectionRefusal>(std::move(socket), std::move(answer),
+                                      Counts::Take(counts_, &Counts::refusing))
+      ->Start();
 }
 
 }  // namespace kinfer

@@ -49,6 +49,10 @@ struct SessionLimits {
   size_t max_body_bytes = 1 << 20;
   std::chrono::nanoseconds idle_timeout = std::chrono::seconds(75);
   std::chrono::nanoseconds write_timeout = std::chrono::seconds(30);
+  // Open connections the acceptor holds at most (0: DefaultMaxConnections(), from the open-file
+  // limit). One more is answered 503 with Retry-After and closed (SessionAcceptor). Read at each
+  // accept.
+  size_t max_connections = 0;
 };
 
 // What a server plugs into its sessions. Called on the io_context's thread.
@@ -77,7 +81,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
  public:
   using Request = http::request<http::string_body>;
 
-  ServerSession(tcp::socket socket, SessionHandler* handler);
+  // `slot` is released when the session ends (the acceptor counts open connections with it).
+  ServerSession(tcp::socket socket, SessionHandler* handler, std::shared_ptr<void> slot = nullptr);
 
   void Start() { DoRead(); }
 
@@ -171,12 +176,23 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   bool read_after_watch_ = false;
   std::array<char, 4096> discarded_;  // what a watch reads past kMaxPipelinedBytes (dropped)
   bool closed_ = false;
+  std::shared_ptr<void> slot_;
 };
 
 // Accepts connections on an acceptor and starts a ServerSession for each. Binds with
-// SO_REUSEADDR and TCP_NODELAY. A failed accept (out of file descriptors, say) is logged, at most
-// once a second, and retried after 100 ms rather than at once (which would spin). Not
-// thread-safe: use on the io_context's thread.
+// SO_REUSEADDR and TCP_NODELAY.
+//
+// Connections are capped (SessionLimits::max_connections), as Envoy's overload manager caps
+// downstream connections: one past the cap is accepted, answered `503` with `Retry-After: 1`,
+// `Connection: close` and an OpenAI-style JSON body, and closed once the client has read it (the
+// acceptor stops sending, then reads and drops what the client sent, for at most 2 s, so that
+// the client sees the answer rather than a reset). At most 64 such answers are in progress at
+// once; a connection beyond those is closed at once. Either way the client hears now, instead of
+// waiting in the listen backlog for a descriptor to free up.
+//
+// A failed accept (out of file descriptors all the same, say) is logged, at most once a second,
+// and retried after 100 ms rather than at once (which would spin). Not thread-safe: use on the
+// io_context's thread; open_connections() and rejected_connections() may be read from any thread.
 class SessionAcceptor {
  public:
   SessionAcceptor(net::io_context& ioc, SessionHandler* handler);
@@ -186,12 +202,23 @@ class SessionAcceptor {
   uint16_t port() const { return port_; }
   void Close();
 
+  // Sessions open now (each ends when its connection closes and nothing holds it).
+  size_t open_connections() const;
+  // Connections refused for the cap since the start.
+  uint64_t rejected_connections() const;
+  // Reads both counts ({open, rejected}) from any thread, for as long as the reader lives (the
+  // acceptor may be gone).
+  std::function<std::pair<size_t, uint64_t>()> CountsReader() const;
+
  private:
+  struct Counts;
   void Accept();
+  void Refuse(tcp::socket socket, size_t cap);
 
   tcp::acceptor acceptor_;
   net::steady_timer retry_;
   SessionHandler* handler_;
+  std::shared_ptr<Counts> counts_;
   uint16_t port_ = 0;
   std::chrono::steady_clock::time_point last_warning_{};
 };

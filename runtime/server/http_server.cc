@@ -62,6 +62,7 @@ struct HttpServer::Impl final : SessionHandler, std::enable_shared_from_this<Htt
     l.max_body_bytes = options.max_body_bytes;
     l.idle_timeout = options.idle_timeout;
     l.write_timeout = options.write_timeout;
+    l.max_connections = options.max_connections;
     return l;
   }
   bool KeepAlive() const override { return !stopping.load(); }
@@ -195,6 +196,7 @@ Status HttpServer::Start() {
     return InvalidArgument("port out of range: " + std::to_string(impl->options.port));
   }
   impl->acceptor.emplace(impl->ioc, impl);
+  impl->router->SetConnectionCounts(impl->acceptor->CountsReader());
   Status st = impl->acceptor->Listen(impl->options.host, static_cast<uint16_t>(impl->options.port));
   if (!st.ok()) {
     impl->acceptor.reset();

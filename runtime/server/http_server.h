@@ -39,6 +39,9 @@ struct HttpServerOptions {
   std::chrono::seconds idle_timeout{75};
   // A write the client does not take within this ends its request as if it had left.
   std::chrono::seconds write_timeout{30};
+  // Open connections held at most; one more gets 503 + Retry-After and is closed (0: from the
+  // open-file limit, common/file_limit.h).
+  size_t max_connections = 0;
 };
 
 class HttpServer {

@@ -210,6 +210,10 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
 
 HttpResponse Router::Metrics() {
   if (ServedModel* m = model()) metrics_.UpdateFromEngine(m->engine().Stats());
+  if (connection_counts_) {
+    const auto [open, rejected] = connection_counts_();
+    metrics_.UpdateConnections(open, rejected);
+  }
   HttpResponse r = JsonResponse(200, registry_->ExposeText());
   r.content_type = metrics::kTextContentType;
   return r;

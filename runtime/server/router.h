@@ -22,7 +22,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <utility>
 
 #include "common/metrics/metrics.h"
 #include "runtime/server/cancel_registry.h"
@@ -47,6 +49,11 @@ class Router {
   HttpResponse Handle(const HttpRequest& request);
 
   RuntimeMetrics& metrics() { return metrics_; }
+  // What /metrics reads of the HTTP listener: connections open now and refused for the cap
+  // since the start. REQUIRES: set before requests arrive (HttpServer::Start does).
+  void SetConnectionCounts(std::function<std::pair<size_t, uint64_t>()> counts) {
+    connection_counts_ = std::move(counts);
+  }
 
   // The route a path (a RoutedPath) belongs to, whatever the method: the `route` label of
   // http_requests_total ("other" for none).
@@ -72,6 +79,7 @@ class Router {
   std::atomic<ServedModel*> model_{nullptr};
   std::atomic<bool> stopping_{false};
   CancelRegistry cancels_;
+  std::function<std::pair<size_t, uint64_t>()> connection_counts_;
 };
 
 }  // namespace kinfer

@@ -121,6 +121,14 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
                         "Engine steps whose plain draws the backend drew while the other rows' "
                         "logits came back to be sampled on the host.")
               .Get()),
+      connections(r->AddGauge("kinfer_runtime_http_connections",
+                              "Client connections open now (kept-alive idle ones included).")
+                      .Get()),
+      connections_rejected(
+          r->AddCounter("kinfer_runtime_http_connections_rejected_total",
+                        "Connections answered 503 and closed because --max-connections were "
+                        "open.")
+              .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
                                "Generation requests (chat and completions) by outcome.",
                                {"status"})),
@@ -160,6 +168,15 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
 
 void RuntimeMetrics::CountHttp(const std::string& route, int code) {
   http_->WithLabels({route, std::to_string(code)}).Inc();
+}
+
+void RuntimeMetrics::UpdateConnections(size_t open, uint64_t rejected_total) {
+  connections.Set(static_cast<double>(open));
+  std::lock_guard<std::mutex> l(mu_);
+  if (rejected_total > seen_rejected_connections_) {
+    connections_rejected.Inc(static_cast<double>(rejected_total - seen_rejected_connections_));
+    seen_rejected_connections_ = rejected_total;
+  }
 }
 
 }  // namespace kinfer

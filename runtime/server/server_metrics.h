@@ -5,6 +5,7 @@
 // UpdateFromEngine is called by the /metrics handler right before a scrape.
 #pragma once
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -34,6 +35,8 @@ class RuntimeMetrics {
 
   // Copies the engine's gauges (running, waiting, KV usage).
   void UpdateFromEngine(const EngineStats& stats);
+  // Copies the HTTP listener's counts: connections open now, refused for the cap since start.
+  void UpdateConnections(size_t open, uint64_t rejected_total);
 
   // Counts one API request that ended with `status` (one of the kStatus* values).
   void CountRequest(const char* status) { requests_->WithLabels({status}).Inc(); }
@@ -68,10 +71,13 @@ class RuntimeMetrics {
   metrics::Counter& engine_steps_ahead;
   metrics::Counter& engine_steps_chained;
   metrics::Counter& engine_steps_mixed;
+  metrics::Gauge& connections;
+  metrics::Counter& connections_rejected;
 
  private:
   std::mutex mu_;
   EngineStats seen_;  // the totals already added to the counters; protected by mu_
+  uint64_t seen_rejected_connections_ = 0;  // protected by mu_
   metrics::Family<metrics::Counter>* requests_;
   metrics::Family<metrics::Counter>* http_;
 };

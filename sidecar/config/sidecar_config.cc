@@ -393,6 +393,8 @@ Fields TopLevelFields(SidecarConfig* c) {
       {"upstream_timeout", DurationValue(&c->upstream_timeout)},
       {"drain_timeout", DurationValue(&c->drain_timeout)},
       {"client_write_timeout", DurationValue(&c->client_write_timeout)},
+      {"client_idle_timeout", DurationValue(&c->client_idle_timeout)},
+      {"max_connections", Value(&c->max_connections)},
       {"default_class", Value(&c->default_class)},
       {"classes",
        [c](const Node& node, const std::string& path) {
@@ -619,6 +621,10 @@ Status SidecarConfig::Validate() const {
   if (upstream_timeout <= 0s) return InvalidArgument("upstream_timeout: must be > 0");
   if (drain_timeout < 0s) return InvalidArgument("drain_timeout: must be >= 0");
   if (client_write_timeout <= 0s) return InvalidArgument("client_write_timeout: must be > 0");
+  if (client_idle_timeout <= 0s) return InvalidArgument("client_idle_timeout: must be > 0");
+  if (max_connections > (uint64_t{1} << 20)) {
+    return InvalidArgument("max_connections: must be at most 1048576 (0: from the open-file limit)");
+  }
 
   if (classes.empty()) return InvalidArgument("classes: must name at least one class");
   for (size_t i = 0; i < classes.size(); ++i) {

@@ -94,6 +94,12 @@ struct SidecarConfig {
   // How long a write to the client may stall (the client not reading) before the sidecar closes
   // the connection and cancels the upstream request, freeing its admission slot.
   std::chrono::nanoseconds client_write_timeout = std::chrono::seconds(30);
+  // A client connection waiting for (the rest of) a request, an idle kept-alive one included,
+  // closes after this.
+  std::chrono::nanoseconds client_idle_timeout = std::chrono::seconds(75);
+  // Client connections held open at most; one more is answered 503 with Retry-After and closed.
+  // 0: from the open-file limit (common/file_limit.h: half of it less a reserve, at most 65536).
+  uint64_t max_connections = 0;
 
   // Priority classes, most important first. Default: critical, standard, batch.
   std::vector<PriorityClassConfig> classes;  // filled by the defaults in SidecarConfig()

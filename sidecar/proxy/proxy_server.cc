@@ -19,7 +19,6 @@
 namespace kinfer {
 namespace {
 
-constexpr auto kIdleTimeout = std::chrono::seconds(75);
 constexpr size_t kMaxBufferedResponse = 64u << 20;  // non-streamed upstream bodies
 constexpr auto kReadyProbeTimeout = std::chrono::seconds(1);
 constexpr auto kCancelTimeout = std::chrono::seconds(2);
@@ -562,6 +561,7 @@ void ProxyServer::OnRequest(const std::shared_ptr<ServerSession>& session) {
     ReplyReady(session);
   } else if (get && path == "/metrics") {
     core_.UpdateGauges(Now());
+    metrics_.SetConnections(acceptor_.open_connections(), acceptor_.rejected_connections());
     http::response<http::string_body> res{http::status::ok, 11};
     res.set(http::field::content_type, metrics::kTextContentType);
     res.body() = metrics_.ExposeText();
@@ -668,8 +668,9 @@ SessionLimits ProxyServer::Limits() const {
   const SidecarConfig& c = core_.config();
   SessionLimits l;
   l.max_body_bytes = c.max_body_bytes;
-  l.idle_timeout = kIdleTimeout;
+  l.idle_timeout = c.client_idle_timeout;
   l.write_timeout = c.client_write_timeout;
+  l.max_connections = static_cast<size_t>(c.max_connections);
   return l;
 }
 

@@ -34,6 +34,13 @@ SidecarMetrics::SidecarMetrics(const std::vector<std::string>& class_names,
   auto& depth = r.AddGauge("kinfer_sidecar_queue_depth",
                            "Requests waiting in the admission queue, by class.", {"class"});
   in_flight_ = &r.AddGauge("kinfer_sidecar_in_flight", "Requests in flight to the upstream.").Get();
+  connections_ = &r.AddGauge("kinfer_sidecar_connections",
+                             "Client connections open now (kept-alive idle ones included).")
+                      .Get();
+  connections_rejected_ =
+      &r.AddCounter("kinfer_sidecar_connections_rejected_total",
+                    "Client connections answered 503 and closed because max_connections were open.")
+           .Get();
   auto& breaker = r.AddGauge("kinfer_sidecar_breaker_state",
                              "Circuit breaker state (1 for the current state).", {"state"});
   breaker_transitions_ = &r.AddGauge("kinfer_sidecar_breaker_transitions",
@@ -102,6 +109,15 @@ void SidecarMetrics::SetBreakerState(std::string_view state) {
   for (size_t i = 0; i < breaker_state_.size(); ++i) {
     breaker_state_[i]->Set(kStates[i] == state ? 1 : 0);
   }
+}
+
+void SidecarMetrics::SetConnections(size_t open, uint64_t rejected_total) {
+  connections_->Set(static_cast<double>(open));
+  uint64_t seen = seen_rejected_connections_.load();
+  while (rejected_total > seen &&
+         !seen_rejected_connections_.compare_exchange_weak(seen, rejected_total)) {
+  }
+  if (rejected_total > seen) connections_rejected_->Inc(static_cast<double>(rejected_total - seen));
 }
 
 }  // namespace kinfer

@@ -8,6 +8,9 @@
 // Thread safety: as common/metrics (updates are atomics; any thread).
 #pragma once
 
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +52,8 @@ class SidecarMetrics {
   // Gauges, set from the policy state before each scrape.
   void SetQueueDepth(int priority, double depth) { queue_depth_[Clamp(priority)]->Set(depth); }
   void SetInFlight(double n) { in_flight_->Set(n); }
+  // The listener's counts: client connections open now, refused for max_connections since start.
+  void SetConnections(size_t open, uint64_t rejected_total);
   // state: "CLOSED", "OPEN", "HALF_OPEN" (one-hot over the three).
   void SetBreakerState(std::string_view state);
   void SetBreakerTransitions(double n) { breaker_transitions_->Set(n); }
@@ -81,6 +86,9 @@ class SidecarMetrics {
   metrics::Counter* reloads_ok_;
   metrics::Counter* reloads_failed_;
   metrics::Gauge* in_flight_;
+  metrics::Gauge* connections_;
+  metrics::Counter* connections_rejected_;
+  std::atomic<uint64_t> seen_rejected_connections_{0};
   std::vector<metrics::Gauge*> breaker_state_;  // CLOSED, OPEN, HALF_OPEN
   metrics::Gauge* breaker_transitions_;
   metrics::Gauge* cache_bytes_;
