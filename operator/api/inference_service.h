@@ -112,6 +112,7 @@ struct SidecarTimeoutsSpec {
   DurationValue upstream{"10m", std::chrono::minutes(10)};
   DurationValue drain{"30s", std::chrono::seconds(30)};
   DurationValue client_write{"30s", std::chrono::seconds(30)};
+  DurationValue client_idle{"75s", std::chrono::seconds(75)};
 };
 
 struct AdmissionSpec {
@@ -182,6 +183,7 @@ std::vector<PriorityClassSpec> DefaultPriorityClasses();
 struct SidecarSpec {
   std::string image;  // "" = the operator's default
   ByteSize max_body_bytes{"1MiB", 1ull << 20};
+  int64_t max_connections = 0;  // 0: the sidecar's default, from its open-file limit
   SidecarTimeoutsSpec timeouts;
   std::string default_class = "standard";
   std::vector<PriorityClassSpec> classes = DefaultPriorityClasses();

@@ -39,11 +39,13 @@ json Sidecar(const SidecarSpec& s) {
   if (s.metrics.ttft_buckets) metrics["ttftBuckets"] = *s.metrics.ttft_buckets;
   if (s.metrics.e2e_buckets) metrics["e2eBuckets"] = *s.metrics.e2e_buckets;
   json out = {{"maxBodyBytes", s.max_body_bytes.text},
+              {"maxConnections", s.max_connections},
               {"timeouts",
                {{"connect", s.timeouts.connect.text},
                 {"upstream", s.timeouts.upstream.text},
                 {"drain", s.timeouts.drain.text},
-                {"clientWrite", s.timeouts.client_write.text}}},
+                {"clientWrite", s.timeouts.client_write.text},
+                {"clientIdle", s.timeouts.client_idle.text}}},
               {"defaultClass", s.default_class},
               {"classes", std::move(classes)},
               {"admission",

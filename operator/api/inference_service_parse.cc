@@ -295,6 +295,7 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
                                "' must be at most 4GiB (4294967296): it is also kinfer-runtime's "
                                "--max-body-bytes, which takes at most 4294967296");
   }
+  r.Int64("maxConnections", &sc->max_connections, 0, int64_t{1} << 20);
   FieldReader t = r.Object("timeouts");
   t.Duration("connect", &sc->timeouts.connect, true);
   t.Duration("upstream", &sc->timeouts.upstream, true);
@@ -306,6 +307,7 @@ void ReadSidecar(FieldReader r, SidecarSpec* sc) {
                               "' must be at most 24h (86400s): it is also kinfer-runtime's "
                               "--write-timeout, which takes at most 86400 seconds");
   }
+  t.Duration("clientIdle", &sc->timeouts.client_idle, true);
   r.String("defaultClass", &sc->default_class, 63);
   ReadClasses(r, sc);
   if (r.ok() &&

@@ -80,6 +80,8 @@ std::string RenderSidecarConfigYaml(const InferenceServiceSpec& spec, const std:
       .Kv("upstream_timeout", Q(s.timeouts.upstream.text))
       .Kv("drain_timeout", Q(s.timeouts.drain.text))
       .Kv("client_write_timeout", Q(s.timeouts.client_write.text))
+      .Kv("client_idle_timeout", Q(s.timeouts.client_idle.text))
+      .Kv("max_connections", std::to_string(s.max_connections))
       .Kv("default_class", Q(s.default_class));
   if (s.require_api_key) y.Kv("require_api_key", "true");
   y.Open("classes");

@@ -574,6 +574,8 @@ SIDECAR_KEYS = {
     "upstream_timeout": "timeouts.upstream",
     "drain_timeout": "timeouts.drain",
     "client_write_timeout": "timeouts.clientWrite",
+    "client_idle_timeout": "timeouts.clientIdle",
+    "max_connections": "maxConnections",
     "default_class": "defaultClass",
     "classes": "classes",
     "api_keys": None,  # secrets: apiKeysSecretName names a Secret instead

@@ -330,6 +330,16 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
          s["sidecar"] = {{"timeouts", {{"drain", "30 seconds"}}}};
        },
        "spec.sidecar.timeouts.drain: bad duration"},
+      {"zero idle timeout",
+       [](json& s) {
+         s["sidecar"] = {{"timeouts", {{"clientIdle", "0s"}}}};
+       },
+       "spec.sidecar.timeouts.clientIdle:"},
+      {"connections past the sidecar's limit",
+       [](json& s) {
+         s["sidecar"] = {{"maxConnections", 2000000}};
+       },
+       "spec.sidecar.maxConnections: must be in [0, 1048576]"},
       {"extraArgs moving the runtime",
        [](json& s) {
          s["runtime"] = {{"extraArgs", {"--threads", "4", "--port=9000"}}};

@@ -58,6 +58,8 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
   EXPECT_EQ(c.upstream_timeout, d.upstream_timeout);
   EXPECT_EQ(c.drain_timeout, d.drain_timeout);
   EXPECT_EQ(c.client_write_timeout, d.client_write_timeout);
+  EXPECT_EQ(c.client_idle_timeout, d.client_idle_timeout);
+  EXPECT_EQ(c.max_connections, d.max_connections);
   EXPECT_EQ(c.default_class, d.default_class);
   ASSERT_EQ(c.classes.size(), d.classes.size());
   for (size_t i = 0; i < c.classes.size(); ++i) {
@@ -147,6 +149,8 @@ TEST(SidecarConfigYamlTest, FullSampleMapsEveryKey) {
   EXPECT_EQ(c.upstream_timeout, minutes(5));
   EXPECT_EQ(c.drain_timeout, seconds(60));
   EXPECT_EQ(c.client_write_timeout, seconds(45));
+  EXPECT_EQ(c.client_idle_timeout, seconds(120));
+  EXPECT_EQ(c.max_connections, 4096u);
   ASSERT_EQ(c.classes.size(), 3u);
   EXPECT_EQ(c.classes[0].name, "critical");
   EXPECT_EQ(c.classes[0].timeout, seconds(20));
