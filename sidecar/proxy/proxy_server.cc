@@ -175,7 +175,7 @@ void Exchange::Begin() {
   // Until the request is read and admitted, its answers count under the default class.
   info_.priority = core().config().ClassIndex(core().config().default_class);
   std::string param;
-  StatusOr<RequestInfo> info = ParseRequestInfo(req.body(), lookup, core().config(), &param);
+  StatusOr<RequestInfo> info = ParseRequestInfo(path_, req.body(), lookup, core().config(), &param);
   if (!info.ok()) {
     CountResponse(400);
     session_->ReplyJson(400, ErrorBody(400, info.status().message(), param));

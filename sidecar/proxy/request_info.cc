@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include <openssl/evp.h>
+
 #include "common/json_limits.h"
 #include "common/timeout_header.h"
 
@@ -79,9 +81,28 @@ Status ReadNumber(const json& body, const char* field, std::optional<T>* out) {
   return Status();
 }
 
+// Lowercase hex of the key's SHA-256: an unmapped key's bucket and cache partition, so that
+// neither memory nor a message holds the key itself and every key, however long, costs the same.
+std::string KeyDigest(std::string_view key) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(key.data(), key.size(), md, &n, EVP_sha256(), nullptr) != 1) n = 0;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
 }  // namespace
 
-StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
+std::string TenantRateKey(std::string_view tenant) { return "tenant:" + std::string(tenant); }
+
+StatusOr<RequestInfo> ParseRequestInfo(std::string_view path, std::string_view body,
+                                       const HeaderLookup& header,
                                        const SidecarConfig& config, std::string* param) {
   RequestInfo info;
   // An error in a body field names it, as the runtime's do (the JSON error's "param").
@@ -108,8 +129,9 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
     }
     info.stream = it->get<bool>();
   }
-  info.responses = info.body.contains("input") && !info.body.contains("messages") &&
-                   !info.body.contains("prompt");
+  // As the runtime routes it: by path, whatever the body holds (a body there with `messages` or
+  // `prompt` too is still read as a Response, its `max_output_tokens` the limit).
+  info.responses = path == "/v1/responses";
   // The limit the runtime generates to: a Responses body's `max_output_tokens` (its `max_tokens`
   // is no field of that API); otherwise `max_completion_tokens` where it is set, else
   // `max_tokens`. Another precedence would let a client show the policies a small limit and
@@ -171,10 +193,18 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup
   }
   if (info.priority < 0) info.priority = 0;  // Validate() makes this unreachable
 
-  if (mapped && !mapped->tenant.empty()) {
-    info.rate_key = mapped->tenant;
+  // Three namespaces that cannot meet: a client sending the key "team-a" (or "anonymous") is
+  // neither tenant team-a nor the anonymous clients.
+  if (mapped) {
+    const std::string& tenant = mapped->tenant.empty() ? info.api_key : mapped->tenant;
+    info.rate_key = TenantRateKey(tenant);
+    info.rate_label = mapped->tenant.empty() ? "this API key" : "tenant '" + tenant + "'";
+  } else if (!info.api_key.empty()) {
+    info.rate_key = "key:" + KeyDigest(info.api_key);
+    info.rate_label = "this API key";
   } else {
-    info.rate_key = info.api_key.empty() ? "anonymous" : info.api_key;
+    info.rate_key = "anonymous";
+    info.rate_label = "requests without an API key";
   }
 
   info.timeout = config.classes[info.priority].timeout;

@@ -6,8 +6,9 @@
 //    a message fit for a 400 body). It reads `model`, `stream`, the token limit as the runtime
 //    does (`max_completion_tokens` where set, else `max_tokens`; the Responses API's
 //    `max_output_tokens` only), `temperature`, `seed` (any 64-bit integer, signed or not);
-//    a body with `input` and neither `messages` nor `prompt` is a Responses API request
-//    (`responses`: the degrade cap is written as `max_output_tokens`); a field of the wrong type is
+//    a request to /v1/responses (the routed path) is a Responses API request, as the runtime routes
+//    it whatever its body holds (`responses`: the degrade cap is written as `max_output_tokens`);
+//    a field of the wrong type is
 //    INVALID_ARGUMENT naming it (the upstream would reject it too; the sidecar does so before
 //    queueing it).
 //  * Headers are passed as a lookup function over lowercased names, so this file knows nothing
@@ -15,7 +16,10 @@
 //  * Priority: `x-kinfer-priority` names a class ("critical") or gives its index ("0"); an unknown
 //    value is INVALID_ARGUMENT. Without the header, the API key's class, else the default class.
 //  * API key: `Authorization: Bearer <key>`, else `x-api-key`. Rate limits are keyed by the key's
-//    tenant when the key is mapped, by the key itself otherwise, and "anonymous" without a key.
+//    tenant when the key is mapped ("tenant:<name>"; a mapped key without a tenant is its own
+//    tenant), by the SHA-256 of the key otherwise ("key:<hex>"), and "anonymous" without a key:
+//    no key a client sends can share a tenant's bucket, limits or cache partition, a bucket costs
+//    the same however long the key, and no message names a key (rate_label).
 //  * Timeout: `x-kinfer-timeout` as a duration ("500ms", "2s", "1.5"); must be > 0. Without it,
 //    the class default. The deadline is arrival + timeout: the latest time the request may start.
 //  * Token estimate for the tokens/s limit: prompt bytes / 4 (rounded up) + max_tokens (or
@@ -60,7 +64,8 @@ struct RequestInfo {
   int priority = 0;                    // class index, 0 = most important
   std::string api_key;                 // "" when none
   bool key_mapped = false;             // api_key is one of config.api_keys
-  std::string rate_key;                // tenant, key, or "anonymous"
+  std::string rate_key;                // "tenant:<name>", "key:<sha-256 hex>" or "anonymous"
+  std::string rate_label;              // how messages name it, never the key itself
   std::string tenant_header;           // x-kinfer-tenant as sent ("" when absent)
   std::chrono::nanoseconds timeout{};  // from the header or the class default
   double token_estimate = 0;
@@ -71,8 +76,13 @@ struct RequestInfo {
 
 // On an error in a body field, `param` (when given) gets the field's name, for the JSON error's
 // "param"; it is left alone otherwise.
-StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, const HeaderLookup& header,
-                                       const SidecarConfig& config, std::string* param = nullptr);
+// `path`: the request's routed path (request_path.h), which decides how the body reads.
+StatusOr<RequestInfo> ParseRequestInfo(std::string_view path, std::string_view body,
+                                       const HeaderLookup& header, const SidecarConfig& config,
+                                       std::string* param = nullptr);
+
+// The rate key of tenant `tenant` (what rate_limits.overrides names are looked up as).
+std::string TenantRateKey(std::string_view tenant);
 
 // The body to send upstream when it must change: `model` replaced when fallback_model is not
 // empty, `max_tokens` set when max_tokens > 0 and not the request's own (info.max_tokens), and

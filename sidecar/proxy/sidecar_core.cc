@@ -33,6 +33,15 @@ RetryBudgetConfig RetryBudgetConfigFrom(const RetryConfig& retries) {
 // The minimum number of samples before the window's P99 is trusted by the degrade rule.
 constexpr uint64_t kMinSamplesForP99 = 20;
 
+// The limiter's config with each override named as RequestInfo names a tenant's bucket
+// (TenantRateKey): overrides are per tenant, and no key a client sends can match one.
+RateLimiterConfig TenantLimits(const RateLimiterConfig& config) {
+  RateLimiterConfig out = config;
+  out.overrides.clear();
+  for (const auto& [tenant, limit] : config.overrides) out.overrides[TenantRateKey(tenant)] = limit;
+  return out;
+}
+
 }  // namespace
 
 int64_t RetryAfterSeconds(std::chrono::nanoseconds d) {
@@ -43,7 +52,7 @@ int64_t RetryAfterSeconds(std::chrono::nanoseconds d) {
 SidecarCore::SidecarCore(const SidecarConfig& config, SidecarMetrics* metrics)
     : config_(config),
       metrics_(metrics),
-      rate_limiter_(config.rate_limits),
+      rate_limiter_(TenantLimits(config.rate_limits)),
       cache_(config.cache_enabled ? std::make_unique<ResponseCache>(config.cache) : nullptr),
       degrade_(config.MakeDegradeConfig()),
       admission_(config.MakeAdmissionConfig()),
@@ -90,14 +99,14 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   if (!limit.allowed) {
     if (limit.retry_after == TokenBucket::kNever) {
       return Reject(p, 429, "token_limit_exceeded",
-                    "the request's token estimate exceeds the token burst of '" + info.rate_key +
-                        "'; lower max_tokens or the prompt",
+                    "the request's token estimate exceeds the token burst of " + info.rate_label +
+                        "; lower max_tokens or the prompt",
                     std::nullopt);
     }
     bool tokens = limit.limited_by == RateLimiter::Limit::kTokens;
     return Reject(p, 429, tokens ? "rate_limited_tokens" : "rate_limited_requests",
                   std::string("rate limit exceeded (") + (tokens ? "tokens" : "requests") +
-                      " per second) for '" + info.rate_key + "'",
+                      " per second) for " + info.rate_label,
                   limit.retry_after);
   }
 
@@ -294,7 +303,7 @@ StatusOr<AdmissionQueue::Dispatch> SidecarCore::Reconfigure(const SidecarConfig&
   }
   KINFER_ASSIGN_OR_RETURN(AdmissionQueue::Dispatch dispatch,
                           admission_.Reconfigure(next.MakeAdmissionConfig(), now));
-  rate_limiter_ = RateLimiter(next.rate_limits);
+  rate_limiter_ = RateLimiter(TenantLimits(next.rate_limits));
   degrade_ = DegradePolicy(next.MakeDegradeConfig());
   if (!next.cache_enabled) {
     cache_.reset();

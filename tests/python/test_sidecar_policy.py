@@ -98,9 +98,13 @@ def test_no_way_of_writing_a_request_passes_the_policies(fake, make_sidecar):
     assert r.status == 400 and json.loads(r.read())["error"]["message"]
     conn.close()
     assert post_chat(sc.url, chat_body(max_tokens=1, max_completion_tokens=5000)).status_code == 429
-    r = requests.post(sc.url + "/v1/responses", json={"model": "primary", "input": "hello", "max_tokens": 1,
-                                                      "max_output_tokens": 5000}, timeout=30)
-    assert r.status_code == 429, r.text
+    # /v1/responses reads max_output_tokens whatever else its body holds (the runtime routes it by
+    # path): `messages` or `prompt` beside `input` does not make it a chat body to the policies.
+    for extra in [{"max_tokens": 1}, {"messages": []}, {"prompt": []}, {"prompt": None}]:
+        r = requests.post(sc.url + "/v1/responses", json={"model": "primary", "input": "hello",
+                                                          "max_output_tokens": 5000, **extra},
+                          timeout=30)
+        assert r.status_code == 429, (extra, r.text)
     assert fake.stats()["requests"] == 0
 
 

@@ -18,6 +18,8 @@
 namespace kinfer {
 namespace {
 
+constexpr char kSkUnmappedSha256[] = "962428a14e89037c20d7eff5aeaca20577695313939aafe04ef1c868066fecba";
+
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -39,7 +41,7 @@ class RequestInfoTest : public ::testing::Test {
       if (it == headers.end()) return std::nullopt;
       return std::string_view(it->second);
     };
-    return ParseRequestInfo(body, lookup, config_);
+    return ParseRequestInfo(path_, body, lookup, config_);
   }
 
   // Parses a body that must be accepted.
@@ -59,6 +61,7 @@ class RequestInfoTest : public ::testing::Test {
   }
 
   SidecarConfig config_;
+  std::string path_ = "/v1/chat/completions";  // the routed path requests are sent to
 };
 
 constexpr std::string_view kChat = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
@@ -168,6 +171,7 @@ TEST_F(RequestInfoTest, MaxCompletionTokensWinsOverMaxTokensAsInTheRuntime) {
 }
 
 TEST_F(RequestInfoTest, AResponsesBodyIsReadByItsOwnFieldNames) {
+  path_ = "/v1/responses";
   RequestInfo r = MustParse(R"({"model":"big","input":"hi","max_output_tokens":50})");
   EXPECT_TRUE(r.responses);
   EXPECT_EQ(r.max_tokens, 50);
@@ -180,13 +184,28 @@ TEST_F(RequestInfoTest, AResponsesBodyIsReadByItsOwnFieldNames) {
   RequestInfo none = MustParse(R"({"input":[{"role":"user","content":"hi"}]})");
   EXPECT_TRUE(none.responses);
   EXPECT_EQ(json::parse(RewriteBody(none, "", 16))["max_output_tokens"], 16);
-  // Chat and completions bodies are not Responses ones, whatever else they carry.
-  EXPECT_FALSE(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").responses);
-  EXPECT_EQ(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").max_tokens, 0);
-  EXPECT_FALSE(MustParse(R"({"prompt":"x"})").responses);
   // max_tokens is not a Responses field: the runtime ignores it, and so do the policies.
   EXPECT_EQ(MustParse(R"({"input":"hi","max_tokens":1,"max_output_tokens":32})").max_tokens, 32);
   EXPECT_EQ(MustParse(R"({"input":"hi","max_tokens":1})").max_tokens, 0);
+  // The path decides, as the runtime routes: a /v1/responses body that also carries `messages`
+  // or `prompt` is still a Response, its limit max_output_tokens (before, such a body was read
+  // as chat: no limit seen, 256 estimated, while the runtime generated 5000).
+  for (const char* body : {R"({"input":"x","messages":[],"max_output_tokens":5000})",
+                           R"({"input":"x","prompt":[],"max_output_tokens":5000})",
+                           R"({"input":"x","prompt":null,"max_tokens":1,"max_output_tokens":5000})"}) {
+    RequestInfo odd = MustParse(body);
+    EXPECT_TRUE(odd.responses) << body;
+    EXPECT_EQ(odd.max_tokens, 5000) << body;
+    EXPECT_EQ(json::parse(RewriteBody(odd, "", 16))["max_output_tokens"], 16) << body;
+  }
+  // Chat and completions bodies are not Responses ones, whatever else they carry.
+  path_ = "/v1/chat/completions";
+  EXPECT_FALSE(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").responses);
+  EXPECT_EQ(MustParse(R"({"messages":[],"input":"x","max_output_tokens":5})").max_tokens, 0);
+  EXPECT_FALSE(MustParse(R"({"input":"x","max_tokens":7})").responses);
+  EXPECT_EQ(MustParse(R"({"input":"x","max_tokens":7})").max_tokens, 7);
+  path_ = "/v1/completions";
+  EXPECT_FALSE(MustParse(R"({"prompt":"x"})").responses);
 }
 
 // ---- priority ----
@@ -215,7 +234,7 @@ TEST_F(RequestInfoTest, PriorityHeaderWinsOverTheApiKeyClass) {
   RequestInfo info =
       MustParse(kChat, {{"authorization", "Bearer sk-gold"}, {"x-kinfer-priority", "batch"}});
   EXPECT_EQ(info.priority, 2);
-  EXPECT_EQ(info.rate_key, "team-a");
+  EXPECT_EQ(info.rate_key, "tenant:team-a");
 }
 
 // Keys not authenticated (the default): the header names any class, as before. Authenticated
@@ -263,11 +282,34 @@ TEST_F(RequestInfoTest, BearerTokenIsTheApiKey) {
 }
 
 TEST_F(RequestInfoTest, RateKeyIsTenantThenKeyThenAnonymous) {
-  EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-gold"}}).rate_key, "team-a");
-  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_key, "sk-plain");
-  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-unmapped"}}).rate_key, "sk-unmapped");
+  EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-gold"}}).rate_key, "tenant:team-a");
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_key, "tenant:sk-plain");
+  // An unmapped key by its SHA-256 (echo -n sk-unmapped | sha256sum).
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-unmapped"}}).rate_key,
+            "key:" + std::string(kSkUnmappedSha256));
   EXPECT_EQ(MustParse(kChat).rate_key, "anonymous");
   EXPECT_EQ(MustParse(kChat).api_key, "");
+}
+
+// A client that sends a tenant's name, or "anonymous", as its key is neither that tenant nor the
+// anonymous clients: not their bucket, not their overrides, not their cache partition.
+TEST_F(RequestInfoTest, NoKeyAClientSendsMeetsATenantsOrTheAnonymousBucket) {
+  const RequestInfo tenant = MustParse(kChat, {{"authorization", "Bearer sk-gold"}});
+  const RequestInfo posing = MustParse(kChat, {{"authorization", "Bearer team-a"}});
+  EXPECT_NE(posing.rate_key, tenant.rate_key);
+  EXPECT_NE(NormalizedRequestText("/v1/chat/completions", posing),
+            NormalizedRequestText("/v1/chat/completions", tenant));
+  EXPECT_NE(MustParse(kChat, {{"x-api-key", "anonymous"}}).rate_key, MustParse(kChat).rate_key);
+  EXPECT_NE(MustParse(kChat, {{"x-api-key", "tenant:team-a"}}).rate_key, tenant.rate_key);
+  // Every unmapped key, however long, is a fixed-size bucket key that does not hold the key.
+  const std::string long_key(60 * 1024, 'k');
+  const RequestInfo big = MustParse(kChat, {{"x-api-key", long_key}});
+  EXPECT_EQ(big.rate_key.size(), 4u + 64u);
+  EXPECT_EQ(big.rate_key.find("kkkk"), std::string::npos);
+  // Messages name a tenant, never a key.
+  EXPECT_EQ(tenant.rate_label, "tenant 'team-a'");
+  EXPECT_EQ(posing.rate_label, "this API key");
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_label, "this API key");
 }
 
 // ---- timeout ----
@@ -451,11 +493,11 @@ TEST_F(RequestInfoTest, ABadFieldIsNamedAsTheErrorsParam) {
   };
   for (const auto& [body, field] : cases) {
     std::string param;
-    EXPECT_FALSE(ParseRequestInfo(body, none, config_, &param).ok()) << body;
+    EXPECT_FALSE(ParseRequestInfo(path_, body, none, config_, &param).ok()) << body;
     EXPECT_EQ(param, field) << body;
   }
   std::string param = "untouched";
-  EXPECT_FALSE(ParseRequestInfo("[1]", none, config_, &param).ok());
+  EXPECT_FALSE(ParseRequestInfo(path_, "[1]", none, config_, &param).ok());
   EXPECT_EQ(param, "untouched") << "not a field's fault";
 }
 

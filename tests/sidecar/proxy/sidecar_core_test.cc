@@ -71,7 +71,7 @@ class SidecarCoreTest : public ::testing::Test {
       if (it == headers.end()) return std::nullopt;
       return std::string_view(it->second);
     };
-    StatusOr<RequestInfo> info = ParseRequestInfo(body, lookup, c);
+    StatusOr<RequestInfo> info = ParseRequestInfo("/v1/chat/completions", body, lookup, c);
     EXPECT_TRUE(info.ok()) << info.status().ToString();
     return info.ok() ? std::move(*info) : RequestInfo{};
   }
@@ -129,6 +129,31 @@ TEST(RetryAfterSecondsTest, RoundsUpToAtLeastOneSecond) {
 
 // ---- rate limits ----
 
+// rate_limits.overrides name tenants: a key mapped to the tenant gets its limits and its bucket; a
+// client sending the tenant's name as its key gets neither (it cannot drain the tenant's bucket),
+// and no 429 names the key it sent.
+TEST_F(SidecarCoreTest, OverridesAreTheTenantsAndNoKeyAClientSendsReachesThem) {
+  config_.api_keys["sk-gold"] = {.class_name = "", .tenant = "team-a"};
+  config_.rate_limits.default_limit.requests_per_second = 1;
+  config_.rate_limits.default_limit.request_burst = 1;
+  config_.rate_limits.overrides["team-a"] = {.requests_per_second = 1, .request_burst = 3};
+  Init();
+  const RequestInfo tenant = Info(kSampled, {{"authorization", "Bearer sk-gold"}});
+  const RequestInfo posing = Info(kSampled, {{"authorization", "Bearer team-a"}});
+  SidecarCore::RequestId id = 1;
+  // The impostor has the default limit (1) in a bucket of its own.
+  EXPECT_EQ(Arrive(id++, posing).action, Action::kStart);
+  Verdict refused = Arrive(id++, posing);
+  ASSERT_EQ(refused.action, Action::kReject);
+  EXPECT_EQ(refused.message.find("team-a"), std::string::npos) << refused.message;
+  EXPECT_NE(refused.message.find("this API key"), std::string::npos) << refused.message;
+  // The tenant still has its whole burst of 3.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Arrive(id++, tenant).action, Action::kStart) << i;
+  Verdict over = Arrive(id++, tenant);
+  ASSERT_EQ(over.action, Action::kReject);
+  EXPECT_NE(over.message.find("tenant 'team-a'"), std::string::npos) << over.message;
+}
+
 TEST_F(SidecarCoreTest, RateLimitRejects429WithRetryAfterAndReason) {
   config_.rate_limits.default_limit.requests_per_second = 1;
   config_.rate_limits.default_limit.request_burst = 1;
@@ -140,7 +165,7 @@ TEST_F(SidecarCoreTest, RateLimitRejects429WithRetryAfterAndReason) {
   ASSERT_EQ(second.action, Action::kReject);
   EXPECT_EQ(second.http_status, 429);
   EXPECT_EQ(second.reason, "rate_limited_requests");
-  EXPECT_NE(second.message.find("anonymous"), std::string::npos) << second.message;
+  EXPECT_NE(second.message.find("without an API key"), std::string::npos) << second.message;
   ASSERT_TRUE(second.retry_after.has_value());
   EXPECT_GT(*second.retry_after, nanoseconds(0));
   EXPECT_LE(*second.retry_after, seconds(1));
