@@ -195,7 +195,7 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Ro
       metrics_->CountRejected(priority, "breaker_open");
       return breaker_->RetryAfter(now);
     }
-    breaker_permits_.insert(id);
+    breaker_permits_[id] = breaker_->transitions();
   }
   // Counted as it goes upstream: a degraded request the queue expires or displaces, or the
   // breaker refuses, was never served degraded; it is a rejection only.
@@ -215,7 +215,13 @@ SidecarCore::Result SidecarCore::ResultForUpstreamStatus(int http_status, bool c
 AdmissionQueue::Dispatch SidecarCore::OnFinished(RequestId id, const Route& route, Result result,
                                                  Duration upstream_time, TimePoint now,
                                                  std::optional<Duration> time_to_first_token) {
-  if (!route.fallback_upstream && breaker_permits_.erase(id) != 0) {
+  // An outcome counts only in the breaker state its permit came from: a call started while
+  // CLOSED that ends during HALF_OPEN is no probe (it must not close the breaker for the probes,
+  // nor hand back a probe permit it never held).
+  auto permit = route.fallback_upstream ? breaker_permits_.end() : breaker_permits_.find(id);
+  const bool current = permit != breaker_permits_.end() && permit->second == breaker_->transitions();
+  if (permit != breaker_permits_.end()) breaker_permits_.erase(permit);
+  if (current) {
     const Duration call_time = time_to_first_token.value_or(upstream_time);
     switch (result) {
       case Result::kSuccess: breaker_->OnSuccess(call_time, now); break;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -162,7 +163,8 @@ class SidecarCore {
   // Ids holding a breaker permit (OnStart's TryAcquire said yes): only they report an outcome to
   // the breaker, so a refused start's OnFinished(kIgnored) cannot hand back a HALF_OPEN probe
   // permit it never took.
-  std::unordered_set<RequestId> breaker_permits_;
+  // Calls holding a breaker permit, each with breaker_->transitions() when it was granted.
+  std::unordered_map<RequestId, uint64_t> breaker_permits_;
   // Degraded requests sent to the fallback upstream: it has its own capacity and its own 503s, so
   // they neither wait in nor count against the primary's admission queue.
   std::unordered_set<RequestId> on_fallback_upstream_;

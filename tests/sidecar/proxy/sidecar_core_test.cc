@@ -401,6 +401,40 @@ TEST_F(SidecarCoreBreakerTest, FailuresOpenTheBreakerAndOnStartRefuses) {
   EXPECT_EQ(Metric(R"(kinfer_sidecar_breaker_state{state="CLOSED"})"), 0);
 }
 
+// Calls started while CLOSED that end during HALF_OPEN are no probes: a success does not close
+// the breaker for the probe still out, and a client leaving does not hand back a probe permit.
+TEST_F(SidecarCoreBreakerTest, OutcomesOfCallsFromAnEarlierStateAreNotProbes) {
+  UseSmallBreaker();
+  Init();
+  auto start = [&](SidecarCore::RequestId id) {
+    Verdict v = Arrive(id, Info());
+    EXPECT_EQ(v.action, Action::kStart);
+    return std::make_pair(v.route, core_->OnStart(id, v.route, 1, now_));
+  };
+  auto state_is = [&](const char* state) {
+    core_->UpdateGauges(now_);
+    return Metric(std::string(R"(kinfer_sidecar_breaker_state{state=")") + state + "\"}") == 1;
+  };
+  const auto [a_route, a_refused] = start(100);  // a long stream, started while CLOSED
+  const auto [b_route, b_refused] = start(101);  // another
+  ASSERT_FALSE(a_refused.has_value());
+  ASSERT_FALSE(b_refused.has_value());
+  Trip();
+  now_ += seconds(10);  // HALF_OPEN: one probe
+  const auto [p_route, p_refused] = start(200);
+  ASSERT_FALSE(p_refused.has_value());
+  EXPECT_TRUE(state_is("HALF_OPEN"));
+  core_->OnFinished(100, a_route, Result::kSuccess, milliseconds(50), now_);
+  EXPECT_TRUE(state_is("HALF_OPEN"));  // not closed by a call that was no probe
+  core_->OnFinished(101, b_route, Result::kIgnored, {}, now_);
+  const auto [q_route, q_refused] = start(300);
+  EXPECT_TRUE(q_refused.has_value());  // still one probe at a time
+  core_->OnFinished(300, q_route, Result::kIgnored, {}, now_);
+  // The probe's own verdict decides.
+  core_->OnFinished(200, p_route, Result::kFailure, milliseconds(50), now_);
+  EXPECT_TRUE(state_is("OPEN"));
+}
+
 TEST_F(SidecarCoreBreakerTest, FewerFailuresKeepItClosed) {
   UseSmallBreaker();
   Init();
