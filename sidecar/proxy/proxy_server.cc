@@ -247,6 +247,9 @@ void Exchange::StartUpstream() {
     Complete(SidecarCore::Result::kIgnored);
     return;
   }
+  // Rerouted to the fallback by OnStart (the breaker refused the primary): a degraded answer is
+  // not the request's to store.
+  if (!route_.degraded.empty()) cache_key_.reset();
   Attempt();
 }
 

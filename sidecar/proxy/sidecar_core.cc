@@ -133,7 +133,9 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   const TimePoint deadline = now + info.timeout;
   DegradeInputs in;
   in.priority = p;
-  in.breaker_open = breaker_->state(now) == CircuitBreaker::State::kOpen;
+  // Down for a new request: OPEN, or HALF_OPEN with every probe permit taken (it would be
+  // refused at OnStart all the same).
+  in.breaker_open = breaker_->RetryAfter(now) > Duration::zero();
   in.fallback_available =
       !config_.fallback_model.empty() && (config_.has_fallback_upstream || !in.breaker_open);
   in.estimated_wait = EstimatedWait(p);
@@ -143,6 +145,7 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   DegradeDecision d = degrade_.Decide(in);
 
   Verdict v;
+  v.route.requested_max_tokens = info.max_tokens;
   if (d.kind == DegradeKind::kReject) {
     return Reject(p, 503, "breaker_open",
                   "the upstream is unavailable (circuit breaker open) and no fallback serves "
@@ -150,16 +153,7 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
                   breaker_->RetryAfter(now));
   }
   if (d.kind != DegradeKind::kNone) {
-    v.route.degraded = std::string(d.header_value());
-    if (d.uses_fallback()) {
-      v.route.model = config_.fallback_model;
-      v.route.fallback_upstream = config_.has_fallback_upstream;
-    }
-    if (d.kind == DegradeKind::kCapTokens || d.kind == DegradeKind::kFallbackAndCap) {
-      if (d.max_tokens > 0 && (info.max_tokens == 0 || d.max_tokens < info.max_tokens)) {
-        v.route.max_tokens = d.max_tokens;
-      }
-    }
+    Degrade(d, &v.route);
   } else {
     v.cache_key = std::move(key);  // only an undegraded answer may be stored for this key
   }
@@ -188,14 +182,50 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   return Reject(p, 503, std::move(reason), std::move(message), a.retry_after);
 }
 
-std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, const Route& route,
+void SidecarCore::Degrade(const DegradeDecision& d, Route* route) const {
+  route->degraded = std::string(d.header_value());
+  if (d.uses_fallback()) {
+    route->model = config_.fallback_model;
+    route->fallback_upstream = config_.has_fallback_upstream;
+  }
+  if (d.kind == DegradeKind::kCapTokens || d.kind == DegradeKind::kFallbackAndCap) {
+    const int64_t own = route->requested_max_tokens;
+    if (d.max_tokens > 0 && (own == 0 || d.max_tokens < own)) route->max_tokens = d.max_tokens;
+  }
+}
+
+bool SidecarCore::RerouteToFallback(int priority, Route* route, TimePoint now) {
+  if (!config_.has_fallback_upstream || config_.fallback_model.empty()) return false;
+  DegradeInputs in;
+  in.priority = priority;
+  in.breaker_open = true;
+  in.fallback_available = true;
+  in.estimated_wait = Duration::zero();
+  in.time_to_deadline = std::chrono::hours(24);
+  in.p99_ttft = P99Ttft(now);
+  in.requested_max_tokens = route->requested_max_tokens;
+  const DegradeDecision d = degrade_.Decide(in);
+  if (!d.uses_fallback()) return false;
+  Route rerouted;
+  rerouted.requested_max_tokens = route->requested_max_tokens;
+  Degrade(d, &rerouted);
+  *route = std::move(rerouted);
+  return true;
+}
+
+std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, Route& route,
                                                           int priority, TimePoint now) {
   if (!route.fallback_upstream) {
     if (!breaker_->TryAcquire(now)) {
-      metrics_->CountRejected(priority, "breaker_open");
-      return breaker_->RetryAfter(now);
+      // It keeps its admission slot until it finishes (OnFinished frees it): it was admitted to
+      // the primary's queue, and is not in on_fallback_upstream_.
+      if (!RerouteToFallback(priority, &route, now)) {
+        metrics_->CountRejected(priority, "breaker_open");
+        return breaker_->RetryAfter(now);
+      }
+    } else {
+      breaker_permits_[id] = breaker_->transitions();
     }
-    breaker_permits_[id] = breaker_->transitions();
   }
   // Counted as it goes upstream: a degraded request the queue expires or displaces, or the
   // breaker refuses, was never served degraded; it is a rejection only.

@@ -56,6 +56,7 @@ class SidecarCore {
     std::string model;               // the fallback model's name when degraded to it, else ""
     int64_t max_tokens = 0;          // the cap when capped, else 0 (body unchanged)
     std::string degraded;            // x-kinfer-degraded value, "" when not degraded
+    int64_t requested_max_tokens = 0;  // the request's own limit (RequestInfo::max_tokens)
     bool rewrite() const { return !model.empty() || max_tokens > 0; }
   };
 
@@ -100,8 +101,11 @@ class SidecarCore {
 
   // The request is about to go upstream (right after kStart, or when a Dispatch started it).
   // Returns nullopt when it may go, or the Retry-After of a 503 when the breaker refuses it; the
-  // caller then answers 503 and calls OnFinished(kIgnored).
-  std::optional<Duration> OnStart(RequestId id, const Route& route, int priority, TimePoint now);
+  // caller then answers 503 and calls OnFinished(kIgnored). A request for the primary that the
+  // breaker refuses (queued before it opened, or HALF_OPEN with every probe out) goes to the
+  // fallback upstream instead when one serves its class, as an arrival would: `route` is then
+  // rewritten (degraded "breaker_open") and the answer must not be stored for the request.
+  std::optional<Duration> OnStart(RequestId id, Route& route, int priority, TimePoint now);
 
   // A started request ended. `upstream_time` is the time spent on the upstream (0 when unknown):
   // it teaches the queue how long a slot stays busy. The breaker judges a call slow on
@@ -152,6 +156,11 @@ class SidecarCore {
                  std::optional<Duration> retry_after);
   Duration EstimatedWait(int priority) const;
   std::optional<double> P99Ttft(TimePoint now);
+  // Writes degrade decision `d` into `route` (whose requested_max_tokens is set).
+  void Degrade(const DegradeDecision& d, Route* route) const;
+  // A request for the primary the breaker refused: true, with `route` rewritten, when the
+  // fallback upstream serves its class (degrade's breaker_open decision).
+  bool RerouteToFallback(int priority, Route* route, TimePoint now);
 
   SidecarConfig config_;
   SidecarMetrics* metrics_;

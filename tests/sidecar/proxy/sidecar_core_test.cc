@@ -427,9 +427,10 @@ TEST_F(SidecarCoreBreakerTest, OutcomesOfCallsFromAnEarlierStateAreNotProbes) {
   core_->OnFinished(100, a_route, Result::kSuccess, milliseconds(50), now_);
   EXPECT_TRUE(state_is("HALF_OPEN"));  // not closed by a call that was no probe
   core_->OnFinished(101, b_route, Result::kIgnored, {}, now_);
-  const auto [q_route, q_refused] = start(300);
-  EXPECT_TRUE(q_refused.has_value());  // still one probe at a time
-  core_->OnFinished(300, q_route, Result::kIgnored, {}, now_);
+  // Still one probe at a time: a new request finds the breaker down (503, no fallback here).
+  Verdict q = Arrive(300, Info());
+  EXPECT_EQ(q.action, Action::kReject);
+  EXPECT_EQ(q.reason, "breaker_open");
   // The probe's own verdict decides.
   core_->OnFinished(200, p_route, Result::kFailure, milliseconds(50), now_);
   EXPECT_TRUE(state_is("OPEN"));
@@ -505,6 +506,53 @@ TEST_F(SidecarCoreBreakerTest, OpenBreakerRoutesToTheFallbackUpstream) {
   ASSERT_EQ(batch.action, Action::kReject);
   EXPECT_EQ(batch.http_status, 503);
   EXPECT_EQ(batch.reason, "breaker_open");
+}
+
+// While HALF_OPEN with every probe out, and for a request queued before the breaker opened, the
+// primary refuses: such requests go to the fallback upstream, as arrivals during OPEN do, instead
+// of a 503 while a fallback could serve them.
+TEST_F(SidecarCoreBreakerTest, RequestsThePrimaryRefusesGoToTheFallbackUpstream) {
+  UseSmallBreaker();
+  config_.fallback_model = "small";
+  config_.fallback_upstream_text = "http://127.0.0.1:9000";
+  config_.fallback_upstream = {.host = "127.0.0.1", .port = 9000, .base_path = ""};
+  config_.has_fallback_upstream = true;
+  config_.admission.max_concurrency = 5;
+  Init();
+  // One request in flight and one queued, both before the breaker opens.
+  Verdict running = Arrive(50, Info());
+  ASSERT_EQ(running.action, Action::kStart);
+  ASSERT_FALSE(core_->OnStart(50, running.route, 1, now_).has_value());
+  for (SidecarCore::RequestId id = 1; id <= 4; ++id) Call(id, Result::kFailure);  // trips it
+  now_ += seconds(10);  // HALF_OPEN
+  Verdict probe = Arrive(60, Info());
+  ASSERT_EQ(probe.action, Action::kStart);
+  ASSERT_FALSE(core_->OnStart(60, probe.route, 1, now_).has_value());  // the one probe
+  EXPECT_TRUE(probe.route.degraded.empty());
+  // A new arrival finds every probe out: served by the fallback, not refused.
+  Verdict arrival = Arrive(70, Info(kDeterministic));
+  ASSERT_EQ(arrival.action, Action::kStart) << arrival.reason;
+  EXPECT_TRUE(arrival.route.fallback_upstream);
+  EXPECT_EQ(arrival.route.degraded, "breaker_open");
+  EXPECT_FALSE(arrival.cache_key.has_value());
+  ASSERT_FALSE(core_->OnStart(70, arrival.route, 1, now_).has_value());
+  core_->OnFinished(70, arrival.route, Result::kSuccess, milliseconds(10), now_);
+  // A request admitted for the primary before (a queued one dispatched now) is rerouted at
+  // OnStart rather than refused.
+  SidecarCore::Route queued;
+  queued.requested_max_tokens = 100;
+  ASSERT_FALSE(core_->OnStart(50, queued, 1, now_).has_value());
+  EXPECT_TRUE(queued.fallback_upstream);
+  EXPECT_EQ(queued.model, "small");
+  EXPECT_EQ(queued.degraded, "breaker_open");
+  // (Metric is -1 for a series never written: nothing was refused.)
+  EXPECT_LT(Metric(R"(kinfer_sidecar_rejected_total{class="standard",reason="breaker_open"})"), 1);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="breaker_open"})"), 2);
+  // It held its admission slot all along and frees it when it finishes.
+  core_->OnFinished(50, queued, Result::kSuccess, milliseconds(10), now_);
+  core_->OnFinished(60, probe.route, Result::kSuccess, milliseconds(10), now_);
+  EXPECT_EQ(core_->outstanding(), 0u);
+  EXPECT_TRUE(core_->Ready(now_));
 }
 
 TEST_F(SidecarCoreBreakerTest, OpenBreakerWithoutFallbackUpstreamRejects503) {
@@ -647,7 +695,8 @@ TEST_F(SidecarCoreTest, DeadlineAtRiskIsServedByTheFallbackUpstreamOutsideTheQue
   config_.has_fallback_upstream = true;
   Init();
   ASSERT_EQ(Arrive(1, Info()).action, Action::kStart);  // holds the primary's only slot
-  ASSERT_FALSE(core_->OnStart(1, {}, 1, now_).has_value());
+  SidecarCore::Route primary;
+  ASSERT_FALSE(core_->OnStart(1, primary, 1, now_).has_value());
 
   Verdict v = Arrive(2, Info(kSampled, {{"x-kinfer-timeout", "500ms"}}));
   ASSERT_EQ(v.action, Action::kStart) << v.reason;
@@ -750,8 +799,9 @@ TEST_F(SidecarCoreTest, DrainingRejectsArrivalsButFinishesTheRest) {
 
   EXPECT_EQ(core_->outstanding(), 2u);
   EXPECT_EQ(core_->OnFinished(1, first.route, Result::kSuccess, seconds(1), now_).start, Ids{2});
-  ASSERT_FALSE(core_->OnStart(2, {}, 1, now_).has_value());
-  core_->OnFinished(2, {}, Result::kSuccess, seconds(1), now_);
+  SidecarCore::Route primary;
+  ASSERT_FALSE(core_->OnStart(2, primary, 1, now_).has_value());
+  core_->OnFinished(2, primary, Result::kSuccess, seconds(1), now_);
   EXPECT_EQ(core_->outstanding(), 0u);
 }
 
