@@ -194,6 +194,7 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(GenerationRequest reques
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Unavailable("the engine is shutting down");
+    if (!broken_.ok()) return broken_;
     const int64_t waiting = waiting_.load() + static_cast<int64_t>(inbox_.size());
     if (waiting >= options_.max_queued_requests) {
       return ResourceExhausted("too many queued requests (" +
@@ -214,6 +215,11 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(GenerationRequest reques
   }
   cv_.notify_one();
   return stream;
+}
+
+Status Engine::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
 }
 
 EngineStats Engine::Stats() const {
@@ -265,18 +271,22 @@ void Engine::Loop() {
   // turn's prompt.
   sc.cache_generated_blocks = true;
   Status valid = kv_status.ok() ? ValidateSchedulerConfig(sc) : kv_status;
-  if (!valid.ok()) {  // the options are the programmer's: fail every request with the reason
+  if (!valid.ok()) {
+    // Nothing can be served: requests already in the inbox end with the reason, and Submit refuses
+    // the rest with it (health()).
     std::unique_lock<std::mutex> lock(mu_);
+    broken_ = Internal("the engine cannot serve: " + valid.message());
     for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
-      if (stopping_) return;
       for (Pending& p : inbox_) {
         StreamEvent ev;
         ev.finish = FinishReason::kError;
-        ev.error = valid;
+        ev.error = broken_;
         p.stream->Push(std::move(ev));
       }
       inbox_.clear();
+      inbox_prompt_tokens_ = 0;
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+      if (stopping_) return;
     }
   }
   scheduler_ = std::make_unique<Scheduler>(sc);
@@ -381,8 +391,13 @@ void Engine::Loop() {
         }
         FailStep(st);
         in_flight = false;
+      } else if (!Emit(*cur)) {
+        // The scheduler refused the result and every planned sequence failed with it: a step
+        // launched ahead is collected and dropped (the backend must be left with none), and
+        // nothing is planned on from the failed plans.
+        if (launched_next) (void)Collect(*next);
+        in_flight = false;
       } else {
-        Emit(*cur);
         in_flight = false;
         if (ahead) {
           std::swap(cur, next);
@@ -1001,7 +1016,7 @@ void Engine::FailStep(const Status& error) {
   }
 }
 
-void Engine::Emit(StepWork& w) {
+bool Engine::Emit(StepWork& w) {
   // What was retired before now cannot be in a step prepared after this one was emitted.
   const size_t retired_before = retired_.size();
   const size_t nv = backend_->hparams().n_vocab;
@@ -1030,6 +1045,7 @@ void Engine::Emit(StepWork& w) {
       result.sampled.push_back(t);
     }
   }
+  if (options_.before_step_done_for_tests) options_.before_step_done_for_tests(&result);
   StatusOr<std::vector<FinishedSeq>> done = scheduler_->OnStepDone(result);
   if (!done.ok()) {  // a mismatch between plan and result is a bug: fail the step's sequences
     FailStep(done.status());
@@ -1043,6 +1059,7 @@ void Engine::Emit(StepWork& w) {
     }
   }
   retired_.erase(retired_.begin(), retired_.begin() + static_cast<std::ptrdiff_t>(retired_before));
+  return done.ok();
 }
 
 void Engine::PublishStats() {

@@ -52,6 +52,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -176,6 +177,9 @@ struct EngineOptions {
   // reader wake-ups and SSE chunks per token, the host's main cost per token at large batches.
   // The same text, tokens and logprobs either way; 1 (the default) = an event a step.
   int stream_interval = 1;
+  // Tests only: sees each step's result before the scheduler does, so a test can make the two
+  // disagree (the check that fails a step's sequences on a mismatch, a bug's symptom).
+  std::function<void(StepResult*)> before_step_done_for_tests;
 };
 
 struct EngineStats {
@@ -211,6 +215,11 @@ class Engine {
   StatusOr<std::shared_ptr<RequestStream>> Submit(GenerationRequest request);
 
   EngineStats Stats() const;
+  // OK while the engine can serve; once the engine thread found it cannot (the KV cache could not
+  // be allocated: --kv-cache-fraction or --kv-cache-tokens past the device's free memory), the
+  // reason as INTERNAL, which Submit returns from then on (a 500, not a retryable 503: retrying
+  // cannot help) and /ready reports (the pod leaves its Service).
+  Status health() const;
   int context_length() const { return context_length_; }
   int max_queued_requests() const { return options_.max_queued_requests; }
   // Prompt tokens that may wait at once (EngineOptions::max_waiting_prompt_tokens, else 64
@@ -312,8 +321,9 @@ class Engine {
   // Backend steps: FinishSample into w.chosen.
   Status Collect(StepWork& w);
   // Samples (or takes the drawn tokens of) every item of a computed step whose sequence has not
-  // ended meanwhile, streams them, and answers the scheduler (OnStepDone).
-  void Emit(StepWork& w);
+  // ended meanwhile, streams them, and answers the scheduler (OnStepDone). False when the
+  // scheduler refused the result: the step's sequences (and those of a plan ahead) have failed.
+  bool Emit(StepWork& w);
   // Ends every sequence of the outstanding plan (and the plan ahead) with `error`.
   void FailStep(const Status& error);
   // Whether the step after `w` may be planned while `w` is computed.
@@ -357,11 +367,12 @@ class Engine {
   std::vector<int32_t> drafted_history_;  // Prepare's scratch: a history with its draft after it
   int context_length_ = 0;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> inbox_;  // guarded by mu_
   int64_t inbox_prompt_tokens_ = 0;  // guarded by mu_: the prompts in inbox_
   bool stopping_ = false;      // guarded by mu_
+  Status broken_;              // guarded by mu_: health()
   uint64_t next_id_ = 1;       // guarded by mu_
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_{0};

@@ -174,8 +174,14 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
   if (name == "health") {
     resp = JsonResponse(200, R"({"status":"ok"})");
   } else if (name == "ready") {
-    resp = model != nullptr ? JsonResponse(200, R"({"status":"ready"})")
-                            : JsonResponse(503, R"({"status":"loading"})");
+    if (model == nullptr) {
+      resp = JsonResponse(503, R"({"status":"loading"})");
+    } else if (Status health = model->engine().health(); !health.ok()) {
+      // Loaded but unable to serve: out of the Service, with the reason for whoever looks.
+      resp = JsonResponse(503, DumpJson(json{{"status", "failed"}, {"reason", health.message()}}));
+    } else {
+      resp = JsonResponse(200, R"({"status":"ready"})");
+    }
   } else if (name == "metrics") {
     resp = Metrics();
   } else if (name == "cancel") {

@@ -569,6 +569,66 @@ TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
   }
 }
 
+// A step result the scheduler refuses (it disagrees with the plan: a bug's symptom) ends the
+// step's requests with the error, with a step planned ahead already launched too (plan ahead and
+// chained steps), and the engine goes on serving. Before, the loop swapped in the launched step
+// and planned on from the failed plans: an assert, or a null dereference.
+TEST_F(EngineTest, AStepResultTheSchedulerRefusesEndsItsRequestsAndTheEngineGoesOn) {
+  for (int mode = 0; mode < 3; ++mode) {
+    auto steps = std::make_shared<std::atomic<int>>(0);
+    auto corrupt = std::make_shared<std::atomic<bool>>(true);
+    EngineOptions o;
+    o.context_length = 256;
+    o.plan_ahead = mode >= 1 ? EngineOptions::PlanAhead::kAlways : EngineOptions::PlanAhead::kOff;
+    o.chain_steps = mode == 2 ? EngineOptions::ChainSteps::kAlways : EngineOptions::ChainSteps::kOff;
+    o.before_step_done_for_tests = [steps, corrupt](StepResult* r) {
+      if (++*steps == 3 && *corrupt && !r->sampled.empty()) r->sampled[0].id += 1000;
+    };
+    Engine engine(model_, tokenizer_, o);
+    GenerationRequest r = Greedy("What is the capital of France?", 12);
+    r.ignore_eos = true;
+    auto a = engine.Submit(r);
+    ASSERT_TRUE(a.ok());
+    const Collected ca = Drain(**a);
+    EXPECT_EQ(ca.finish, FinishReason::kError) << "mode " << mode;
+    EXPECT_FALSE(ca.last.error.ok()) << "mode " << mode;
+    *corrupt = false;
+    auto b = engine.Submit(r);
+    ASSERT_TRUE(b.ok());
+    const Collected cb = Drain(**b);
+    EXPECT_EQ(cb.finish, FinishReason::kLength) << "mode " << mode;
+    EXPECT_EQ(cb.tokens.size(), 12u) << "mode " << mode;
+  }
+}
+
+// A KV cache that cannot be allocated (a --kv-cache-fraction past the device's free memory):
+// the engine says so (health()), every request ends or is refused with that reason as INTERNAL (a
+// 500, not a retryable 503), and the refusals do not fill the waiting-token count until the
+// reason turns into "too many waiting prompt tokens".
+TEST_F(EngineTest, AKvCacheThatCannotBeAllocatedFailsEveryRequestWithTheReason) {
+  class NoRoom final : public WrappedCpu {
+   public:
+    using WrappedCpu::WrappedCpu;
+    Status InitKvCache(int, int) override { return ResourceExhausted("no room for the KV cache"); }
+  };
+  NoRoom backend(model_);
+  EngineOptions o;
+  o.context_length = 256;
+  o.max_waiting_prompt_tokens = 64;
+  Engine engine(&backend, tokenizer_, o);
+  for (int i = 0; i < 10; ++i) {
+    auto s = engine.Submit(Greedy("Hi", 4));
+    Status error = s.ok() ? Drain(**s).last.error : s.status();
+    EXPECT_EQ(error.code(), StatusCode::kInternal) << i << ": " << error.ToString();
+    EXPECT_NE(error.message().find("no room for the KV cache"), std::string::npos)
+        << i << ": " << error.ToString();
+  }
+  EXPECT_EQ(engine.health().code(), StatusCode::kInternal);
+  EXPECT_NE(engine.health().message().find("no room"), std::string::npos);
+  Engine fine(model_, tokenizer_, o);
+  EXPECT_TRUE(fine.health().ok());
+}
+
 // Whether a step's events are pushed by the engine's EventPump (the default) or by the engine
 // thread itself, every stream gets the same events: same tokens, text, finish and counts.
 TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
