@@ -55,6 +55,14 @@ class SidecarCoreTest : public ::testing::Test {
     core_ = std::make_unique<SidecarCore>(config_, metrics_.get());
   }
 
+  // The fallback model "small", served by its own upstream (not guarded by the breaker).
+  void UseFallbackUpstream() {
+    config_.fallback_model = "small";
+    config_.fallback_upstream_text = "http://127.0.0.1:9000";
+    config_.fallback_upstream = {.host = "127.0.0.1", .port = 9000, .base_path = ""};
+    config_.has_fallback_upstream = true;
+  }
+
   // The count-based breaker of the brief: 4 calls, 2 failures open it for 10 s, one probe.
   void UseSmallBreaker() {
     config_.breaker.window_type = CircuitBreakerWindowType::kCountBased;
@@ -478,10 +486,7 @@ TEST_F(SidecarCoreBreakerTest, ClientDeadline504sDoNotOpenTheBreaker) {
 
 TEST_F(SidecarCoreBreakerTest, OpenBreakerRoutesToTheFallbackUpstream) {
   UseSmallBreaker();
-  config_.fallback_model = "small";
-  config_.fallback_upstream_text = "http://127.0.0.1:9000";
-  config_.fallback_upstream = {.host = "127.0.0.1", .port = 9000, .base_path = ""};
-  config_.has_fallback_upstream = true;
+  UseFallbackUpstream();
   Init();
   Trip();
   EXPECT_TRUE(core_->Ready(now_));  // the fallback answers: the pod stays in its Service
@@ -513,10 +518,7 @@ TEST_F(SidecarCoreBreakerTest, OpenBreakerRoutesToTheFallbackUpstream) {
 // of a 503 while a fallback could serve them.
 TEST_F(SidecarCoreBreakerTest, RequestsThePrimaryRefusesGoToTheFallbackUpstream) {
   UseSmallBreaker();
-  config_.fallback_model = "small";
-  config_.fallback_upstream_text = "http://127.0.0.1:9000";
-  config_.fallback_upstream = {.host = "127.0.0.1", .port = 9000, .base_path = ""};
-  config_.has_fallback_upstream = true;
+  UseFallbackUpstream();
   config_.admission.max_concurrency = 5;
   Init();
   // One request in flight and one queued, both before the breaker opens.
@@ -689,10 +691,7 @@ TEST_F(SidecarCoreTest, SloBreachDegradesLowerClassesWithTheirCap) {
 TEST_F(SidecarCoreTest, DeadlineAtRiskIsServedByTheFallbackUpstreamOutsideTheQueue) {
   config_.admission.max_concurrency = 1;
   config_.admission.initial_service_time = seconds(1);
-  config_.fallback_model = "small";
-  config_.fallback_upstream_text = "http://127.0.0.1:9000";
-  config_.fallback_upstream = {.host = "127.0.0.1", .port = 9000, .base_path = ""};
-  config_.has_fallback_upstream = true;
+  UseFallbackUpstream();
   Init();
   ASSERT_EQ(Arrive(1, Info()).action, Action::kStart);  // holds the primary's only slot
   SidecarCore::Route primary;
