@@ -91,6 +91,7 @@ struct Autoscaler::State {
   std::deque<DesireRecord> desires;  // a max-queue over scale_down_delay: desires decrease
   std::optional<TimePoint> first_tick;
   std::optional<TimePoint> last_now;
+  std::optional<TimePoint> last_recorded;  // the last tick that was not frozen
   bool panicking = false;
   TimePoint last_over_threshold{};
   ColdStart cold;
@@ -274,11 +275,22 @@ Decision Autoscaler::Tick(TimePoint now, int current, const std::vector<PodSampl
   }
   d.observed_load = queue + in_flight;
 
-  // ---- 2. Metrics freeze: too many ready pods silent; this tick is not recorded.
-  const bool frozen = d.ready > 0 && (ready_reporting == 0 ||
-                                      ready_missing > c.missing_metrics_freeze_fraction * d.ready);
+  // ---- 2. Metrics freeze: too many ready pods silent, or none ready at all (pods not ready are
+  // not scraped: every pod out of its Service, say, with its sidecar's breaker open, is no load
+  // of zero to scale down on); this tick is not recorded.
+  const bool frozen =
+      (d.ready == 0 && current > 0) ||
+      (d.ready > 0 &&
+       (ready_reporting == 0 || ready_missing > c.missing_metrics_freeze_fraction * d.ready));
 
   if (!frozen) {
+    // A freeze longer than the stable window is a restart, as a gap in the ticks is: the windows
+    // hold nothing from before it, so the warm-up and the scale-down history start over.
+    if (s.last_recorded && now - *s.last_recorded > c.stable_window) {
+      s.first_tick = now;
+      s.panicking = false;
+    }
+    s.last_recorded = now;
     // ---- 3. Cold-start episode: end it, then count the queue as it allows.
     ColdStart& cs = s.cold;
     if (cs.active) {

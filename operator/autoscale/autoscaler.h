@@ -50,8 +50,10 @@
 //    grow tick after tick while pods start; the price is that demand that shows only as more
 //    queue on saturated pods waits for the episode to end.
 //  * Missing metrics: when more than missing_metrics_freeze_fraction (50%) of the ready pods sent
-//    no sample this tick (or all of them did, whatever the fraction), the decision is frozen at
-//    the current count (reason "metrics_missing") and the tick is not recorded. A smaller share of
+//    no sample this tick (or all of them did, whatever the fraction), or no pod is ready while
+//    `current` > 0, the decision is frozen at the current count (reason "metrics_missing") and
+//    the tick is not recorded. A freeze longer than stable_window restarts the warm-up and the
+//    scale-down delay, as a gap in the ticks does. A smaller share of
 //    missing ready pods is filled in with the mean queue depth and in-flight of the ready pods that
 //    reported.
 //  * Bounds: the result is clamped to [min_replicas, max_replicas].
@@ -112,11 +114,14 @@ struct AutoscalerConfig {
   int slo_max_step = 1;
   // Request-rate term: first tokens per second (TTFT observations) per replica the autoscaler
   // aims for; desire ceil(stable-window rate / this), and a cut to m needs the stable-window
-  // rate <= scale_down_utilization x this x m. >= 0; 0 = off (no CR field in v1alpha1 yet).
+  // rate <= scale_down_utilization x this x m. >= 0; 0 = off
+  // (spec.autoscaling.targetRequestsPerSecondPerReplica).
   double target_requests_per_second_per_replica = 0;
 
   // OK, or INVALID_ARGUMENT naming the first bad field.
   Status Validate() const;
+  // Every field (a field added later cannot be forgotten by a comparison written by hand).
+  bool operator==(const AutoscalerConfig&) const = default;
 };
 
 // What one pod reported for the last interval. Pods being deleted (terminating) are not listed.

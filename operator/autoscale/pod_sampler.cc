@@ -83,9 +83,15 @@ PodSample PodSampler::SamplePage(const std::string& pod, bool ready, const PromP
   sample.pod = pod;
   sample.ready = ready;
   sample.has_metrics = false;
-  if (page == nullptr) return sample;
-  std::vector<const PromSample*> in_flight = page->Find(options_.in_flight_metric);
-  if (in_flight.empty()) return sample;
+  std::vector<const PromSample*> in_flight;
+  if (page != nullptr) in_flight = page->Find(options_.in_flight_metric);
+  if (in_flight.empty()) {
+    // No sample: the autoscaler fills this pod's share in from the others, or freezes the tick.
+    // Its observations meanwhile are not delivered later on top of that (counted twice, or a
+    // freeze's worth landing in one tick): the next page starts a new baseline.
+    previous_.erase(pod);
+    return sample;
+  }
   sample.has_metrics = true;
   for (const PromSample* s : in_flight) sample.in_flight += s->value;
   for (const PromSample* s : page->Find(options_.queue_depth_metric))

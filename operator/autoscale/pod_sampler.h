@@ -16,8 +16,12 @@
 //    land in one tick as a burst.
 //  * A counter reset (any bucket count lower than in the previous scrape, or the edges changed:
 //    the sidecar restarted) takes the new counts as the delta, as Prometheus' rate() does.
-//  * A failed scrape (status not OK, a page that does not parse) gives has_metrics=false and keeps
-//    the baseline, so the next successful scrape's delta covers both intervals.
+//  * A failed scrape (status not OK, a page that does not parse or is not a sidecar's) gives
+//    has_metrics=false and drops the baseline: the autoscaler has filled the pod's share of that
+//    tick in from the other pods, or frozen the tick, so the observations it missed must not
+//    arrive later on top (a pod back after 30 s of failed scrapes delivered them in one tick: a
+//    rate of 35 req/s read where 20 were served, and a scale-up from 4 to 12). The next page is a
+//    new baseline, as a first scrape is.
 //  * Sample() forgets the pods not listed (deleted pods); a pod that comes back starts anew.
 //
 // Thread safety: not thread-safe; one PodSampler per InferenceService, called from one thread

@@ -32,22 +32,6 @@ struct AutoscaleLoop::Entry {
 
 namespace {
 
-bool SameConfig(const autoscale::AutoscalerConfig& a, const autoscale::AutoscalerConfig& b) {
-  return a.min_replicas == b.min_replicas && a.max_replicas == b.max_replicas &&
-         a.target_load_per_replica == b.target_load_per_replica &&
-         a.stable_window == b.stable_window && a.panic_window_percent == b.panic_window_percent &&
-         a.panic_threshold == b.panic_threshold &&
-         a.slo_ttft_p99_seconds == b.slo_ttft_p99_seconds && a.tolerance == b.tolerance &&
-         a.scale_down_delay == b.scale_down_delay &&
-         a.scale_down_p99_fraction == b.scale_down_p99_fraction &&
-         a.max_scale_up_rate == b.max_scale_up_rate &&
-         a.max_scale_down_rate == b.max_scale_down_rate &&
-         a.missing_metrics_freeze_fraction == b.missing_metrics_freeze_fraction &&
-         a.min_ttft_observations == b.min_ttft_observations &&
-         a.cold_start_timeout == b.cold_start_timeout &&
-         a.scale_down_utilization == b.scale_down_utilization && a.slo_max_step == b.slo_max_step;
-}
-
 using reconcile::At;
 
 bool PodReady(const json& pod) {
@@ -180,7 +164,7 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       auto entry = std::make_unique<Entry>(std::move(*scaler));
       entry->uid = md.uid;
       it = entries_.emplace(key, std::move(entry)).first;
-    } else if (!SameConfig(it->second->scaler.config(), config)) {
+    } else if (it->second->scaler.config() != config) {  // any field (operator== compares all)
       Status st = it->second->scaler.Reconfigure(config);
       if (!st.ok()) spdlog::warn("autoscaler {}: {}", key, st.ToString());
     }

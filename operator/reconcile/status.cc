@@ -132,7 +132,7 @@ std::optional<api::Condition> ScalingActive(const api::InferenceService& isvc,
   if (decision) {
     if (decision->reason == "metrics_missing") {
       return Make(kConditionScalingActive, "False", "MetricsMissing",
-                  "too few pods reported metrics; the replica count is frozen", gen);
+                  "too few ready pods reported metrics; the replica count is frozen", gen);
     }
     return Make(kConditionScalingActive, "True", "AutoscalerActive",
                 "desired " + std::to_string(decision->desired) + " (" + decision->reason + ")",
@@ -209,7 +209,9 @@ json ComputeStatus(const api::InferenceService& isvc, const Observed& observed,
   s.desired_replicas = plan.desired_replicas;
   s.selector = api::SelectorString(isvc.metadata.name);
   s.url = api::ServiceUrl(isvc.metadata);
-  if (decision) {
+  // A frozen tick measured nothing (its load counts only the few pods that answered): what the
+  // last good tick saw stands.
+  if (decision && decision->reason != "metrics_missing") {
     s.observed_queue_depth = decision->observed_load;
     s.observed_p99_ttft_seconds =
         decision->p99_ttft_stable ? decision->p99_ttft_stable : decision->p99_ttft_panic;

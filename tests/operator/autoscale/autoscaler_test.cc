@@ -921,6 +921,63 @@ TEST(AutoscalerTest, AGapInTheTicksRestartsTheHistory) {
   EXPECT_EQ(d.desired, 5);
 }
 
+TEST(AutoscalerTest, AFreezeLongerThanTheStableWindowRestartsTheHistoryAsAGapDoes) {
+  // Ticks go on but 6 of 10 pods are silent for 400 s (a scrape outage): frozen ticks record
+  // nothing. The first good tick after it must not be one tick of history to cut on: before,
+  // one low tick took 10 to 7 (three pods drained, to cold-start again the next ticks).
+  Autoscaler as(Defaults());
+  for (double t = -400; t < 0; t += kTick)
+    ASSERT_EQ(as.Tick(At(t), 10, ReadyPods(10, 8)).desired, 10);
+  auto silent = [](std::vector<PodSample> pods) {
+    for (size_t i = 0; i < 6; ++i) pods[i].has_metrics = false;
+    return pods;
+  };
+  for (double t = 0; t < 400; t += kTick) {
+    ASSERT_EQ(as.Tick(At(t), 10, silent(ReadyPods(10, 8))).reason, "metrics_missing");
+  }
+  Decision d = as.Tick(At(400), 10, ReadyPods(10, 4));
+  EXPECT_EQ(d.desired, 10);
+  EXPECT_EQ(d.reason, "scale_down_delayed");
+  for (double t = 402; t < 700; t += kTick) {
+    d = as.Tick(At(t), 10, ReadyPods(10, 4));
+    ASSERT_EQ(d.desired, 10) << "t=" << t;
+  }
+  // A whole scale-down delay of fresh history later: 40 in flight at 0.8 x 8 a pod needs 7.
+  d = as.Tick(At(700), 10, ReadyPods(10, 4));
+  EXPECT_EQ(d.desired, 7);
+}
+
+TEST(AutoscalerTest, NoReadyPodIsNoMeasurementNotZeroLoad) {
+  // Every pod unready (out of its Service: not scraped) for 320 s after steady load: frozen, not
+  // a load of zero that scales the service down while the pods are away.
+  Autoscaler as(Defaults());
+  for (double t = -600; t < 0; t += kTick)
+    ASSERT_EQ(as.Tick(At(t), 10, ReadyPods(10, 8)).desired, 10);
+  std::vector<PodSample> away = ReadyPods(10, 0);
+  for (PodSample& p : away) {
+    p.ready = false;
+    p.has_metrics = false;
+  }
+  for (double t = 0; t < 320; t += kTick) {
+    const Decision d = as.Tick(At(t), 10, away);
+    ASSERT_EQ(d.desired, 10) << "t=" << t;
+    ASSERT_EQ(d.reason, "metrics_missing") << "t=" << t;
+  }
+}
+
+// A config differs from another in any field: the loop reconfigures on it (the request-rate
+// target was once left out of a comparison written by hand, so an edit of it alone was ignored).
+TEST(AutoscalerConfigTest, ConfigsCompareEveryField) {
+  AutoscalerConfig a = Defaults();
+  AutoscalerConfig b = a;
+  EXPECT_EQ(a, b);
+  b.target_requests_per_second_per_replica = 3;
+  EXPECT_NE(a, b);
+  b = a;
+  b.slo_max_step = a.slo_max_step + 1;
+  EXPECT_NE(a, b);
+}
+
 // ---- Tolerance ---------------------------------------------------------------------------
 
 TEST(AutoscalerTest, ToleranceBandIgnoresSmallChanges) {

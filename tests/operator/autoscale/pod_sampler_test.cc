@@ -90,19 +90,25 @@ TEST(PodSamplerTest, ChangedEdgesCountAsAReset) {
   EXPECT_EQ(s[0].ttft_counts, (Counts{2, 1}));
 }
 
-TEST(PodSamplerTest, FailedScrapeKeepsTheBaselineSoNoObservationIsLost) {
+// The autoscaler fills a silent pod's share in (or freezes the tick): what the pod observed
+// meanwhile must not arrive on top when it answers again. Its next page is a new baseline.
+TEST(PodSamplerTest, AFailedScrapeStartsANewBaselineSoNothingIsCountedTwice) {
   PodSampler sampler;
   (void)sampler.Sample({Ok("a", Page(0, 0, 0, {0, 0, 0, 0}, {0, 0, 0, 0}))});
   auto s = sampler.Sample({Failed("a")});
   EXPECT_FALSE(s[0].has_metrics);
   EXPECT_TRUE(s[0].ready);
-  s = sampler.Sample({Ok("a", "not a page {")});
-  EXPECT_FALSE(s[0].has_metrics);
-  s = sampler.Sample({Ok("a", "some_other_metric 1\n")});  // not a sidecar's page
-  EXPECT_FALSE(s[0].has_metrics);
   s = sampler.Sample({Ok("a", Page(0, 0, 0, {2, 2, 2, 2}, {0, 0, 1, 1}))});
   EXPECT_TRUE(s[0].has_metrics);
-  EXPECT_EQ(s[0].ttft_counts, (Counts{2, 0, 1, 0}));
+  EXPECT_TRUE(s[0].ttft_counts.empty());  // the baseline: the missed interval is not delivered
+  s = sampler.Sample({Ok("a", Page(0, 0, 0, {3, 3, 3, 3}, {0, 0, 1, 1}))});
+  EXPECT_EQ(s[0].ttft_counts, (Counts{1, 0, 0, 0}));
+  for (const char* bad : {"not a page {", "some_other_metric 1\n"}) {  // not a sidecar's page
+    s = sampler.Sample({Ok("a", bad)});
+    EXPECT_FALSE(s[0].has_metrics) << bad;
+    s = sampler.Sample({Ok("a", Page(0, 0, 0, {9, 9, 9, 9}, {0, 0, 1, 1}))});
+    EXPECT_TRUE(s[0].ttft_counts.empty()) << bad;
+  }
 }
 
 TEST(PodSamplerTest, MalformedHistogramKeepsGaugesAndBaseline) {

@@ -654,6 +654,8 @@ TEST_F(ControllerTest, EvictedPodsAreNotCapacityAndMissingMetricsShowAtOnce) {
       milliseconds(5000)))
       << reason;
   EXPECT_EQ((*Get(rs::kDeployments, "evict"))["spec"]["replicas"], 2);  // frozen, not shrunk
+  // What the last good tick saw stands (a frozen tick measured nothing; it read 0 before).
+  EXPECT_GT((*Get(rs::kInferenceServices, "evict"))["status"].value("observedQueueDepth", 0.0), 0.0);
 }
 
 // A fake Prometheus HTTP API: answers /api/v1/query with one series per pod for the queue-depth
