@@ -185,6 +185,11 @@ class ModelBackend {  // one thread (the engine thread) calls everything
   // True when LaunchSample returns before the step is computed (the engine then plans the next
   // step in between by default, and launches it chained).
   virtual bool LaunchIsAsync() const { return false; }
+  // After a failed step: OK when the device can go on (the error was the step's own), or why it
+  // cannot (a sticky CUDA error: an illegal address, an ECC error, an Xid), after which every
+  // step fails until the process restarts. The engine then refuses requests and the runtime's
+  // /health fails, so that Kubernetes restarts the container.
+  virtual Status DeviceHealth() { return Status::Ok(); }
   // The tokens of the earliest launched step. An error (a device fault) ends every launched step.
   virtual Status FinishSample(std::vector<int32_t>* tokens) {
     if (launched_ == 0) return FailedPrecondition("no step is launched (LaunchSample first)");

@@ -222,6 +222,11 @@ Status Engine::health() const {
   return broken_;
 }
 
+bool Engine::needs_restart() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_lost_;
+}
+
 EngineStats Engine::Stats() const {
   EngineStats s;
   s.running = running_.load();
@@ -1013,6 +1018,13 @@ void Engine::FailStep(const Status& error) {
     if (it == active_.end()) continue;
     Finish(*it->second, FinishReason::kError, f.status);
     Retire(it);
+  }
+  // A device that failed for good fails every step from now on: refuse requests with the reason
+  // (the queued ones end at their first step) and say so, so the process is restarted.
+  if (Status device = backend_->DeviceHealth(); !device.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.ok()) broken_ = Internal(device.message());
+    device_lost_ = true;
   }
 }
 

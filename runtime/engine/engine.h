@@ -220,6 +220,8 @@ class Engine {
   // reason as INTERNAL, which Submit returns from then on (a 500, not a retryable 503: retrying
   // cannot help) and /ready reports (the pod leaves its Service).
   Status health() const;
+  // The device failed for good (ModelBackend::DeviceHealth): only a restart helps (/health fails).
+  bool needs_restart() const;
   int context_length() const { return context_length_; }
   int max_queued_requests() const { return options_.max_queued_requests; }
   // Prompt tokens that may wait at once (EngineOptions::max_waiting_prompt_tokens, else 64
@@ -373,6 +375,7 @@ class Engine {
   int64_t inbox_prompt_tokens_ = 0;  // guarded by mu_: the prompts in inbox_
   bool stopping_ = false;      // guarded by mu_
   Status broken_;              // guarded by mu_: health()
+  bool device_lost_ = false;   // guarded by mu_: needs_restart()
   uint64_t next_id_ = 1;       // guarded by mu_
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_{0};

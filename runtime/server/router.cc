@@ -172,7 +172,13 @@ HttpResponse Router::Dispatch(const HttpRequest& req) {
   HttpResponse resp;
   ServedModel* model = this->model();
   if (name == "health") {
-    resp = JsonResponse(200, R"({"status":"ok"})");
+    if (model != nullptr && model->engine().needs_restart()) {
+      // The device failed for good: the liveness probe's answer, so the container restarts.
+      resp = JsonResponse(
+          503, DumpJson(json{{"status", "failed"}, {"reason", model->engine().health().message()}}));
+    } else {
+      resp = JsonResponse(200, R"({"status":"ok"})");
+    }
   } else if (name == "ready") {
     if (model == nullptr) {
       resp = JsonResponse(503, R"({"status":"loading"})");

@@ -514,6 +514,9 @@ Status CudaBackend::Impl::UploadWeights() {
   // default stream, which does not order with our non-blocking stream: wait for it before any
   // kernel on `stream` reads the weights.
   KINFER_CUDA_RETURN(cudaDeviceSynchronize(), "weight upload");
+  // The launches below are checked with cudaGetLastError: an earlier call's error, handled where
+  // it happened, must not read as theirs.
+  (void)cudaGetLastError();
 
   // FP16 copies for the cuBLAS path when they take at most a quarter of what is free.
   size_t free_b = 0, total_b = 0;
@@ -545,6 +548,9 @@ Status CudaBackend::Impl::UploadWeights() {
     fp16_bytes = static_cast<int64_t>(largest * 2);
   }
   KINFER_CUDA_RETURN(cudaStreamSynchronize(stream), "weight dequantization");
+  // A launch refused (no kernel image for this device, say) is no stream error: the sync above
+  // passes, and the first step would fail instead, after --device auto had chosen this backend.
+  KINFER_CUDA_RETURN(cudaGetLastError(), "weight dequantization kernels");
   return Status::Ok();
 }
 
@@ -1412,6 +1418,16 @@ Status CudaBackend::FinishSample(std::vector<int32_t>* tokens) {
     I.num_launched = 0;
   }
   return st;
+}
+
+Status CudaBackend::DeviceHealth() {
+  // A sticky error is returned by every later call, a synchronisation too; an error of the
+  // step's own (a launch refused, cuBLAS) was taken by EnqueueErrors and is not.
+  cudaError_t e = cudaSetDevice(impl_->opt.device);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) return Status::Ok();
+  return Internal(std::string("the CUDA device failed (") + cudaGetErrorName(e) + ": " +
+                  cudaGetErrorString(e) + "); every later step would fail: restart the runtime");
 }
 
 #undef KINFER_CUDA_NOT_LAUNCHED

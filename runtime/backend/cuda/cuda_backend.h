@@ -135,6 +135,7 @@ class CudaBackend final : public ModelBackend {
                              std::span<const int32_t> chain) override;
   Status FinishSample(std::vector<int32_t>* tokens) override;
   bool LaunchIsAsync() const override { return true; }
+  Status DeviceHealth() override;
 
   int max_batch_tokens() const override;
   const CudaDeviceInfo& device_info() const;

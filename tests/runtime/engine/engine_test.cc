@@ -601,6 +601,49 @@ TEST_F(EngineTest, AStepResultTheSchedulerRefusesEndsItsRequestsAndTheEngineGoes
   }
 }
 
+// A step that fails on a device that failed for good (DeviceHealth: a sticky CUDA error): the
+// engine refuses every later request with the reason and asks for a restart (needs_restart: the
+// runtime's /health fails), where before it went on failing each step while reporting healthy.
+TEST_F(EngineTest, ADeviceThatFailedForGoodMakesTheEngineRefuseAndAskForARestart) {
+  class Lost final : public WrappedCpu {
+   public:
+    using WrappedCpu::WrappedCpu;
+    Status ForwardBatch(std::span<const SequenceBatch> seqs, std::vector<float>* logits) override {
+      if (++calls > 2) return Internal("an illegal memory access was encountered");
+      return cpu_->ForwardBatch(seqs, logits);
+    }
+    Status DeviceHealth() override {
+      return calls > 2 ? Internal("the CUDA device failed (Xid 79)") : Status::Ok();
+    }
+    std::atomic<int> calls{0};
+  };
+  Lost backend(model_);
+  EngineOptions o;
+  o.context_length = 256;
+  o.backend_sampling = false;
+  Engine engine(&backend, tokenizer_, o);
+  GenerationRequest r = Greedy("What is the capital of France?", 12);
+  r.ignore_eos = true;
+  auto a = engine.Submit(r);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(Drain(**a).finish, FinishReason::kError);
+  EXPECT_TRUE(engine.needs_restart());
+  EXPECT_NE(engine.health().message().find("Xid 79"), std::string::npos) << engine.health().ToString();
+  auto b = engine.Submit(r);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInternal);
+  EXPECT_NE(b.status().message().find("Xid 79"), std::string::npos);
+  // A step's own failure on a healthy device (the engine goes on: its own test above) does not.
+  CountingBackend fine(model_);
+  fine.fail_from = 2;
+  Engine other(&fine, tokenizer_, o);
+  auto c = other.Submit(r);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(Drain(**c).finish, FinishReason::kError);
+  EXPECT_FALSE(other.needs_restart());
+  EXPECT_TRUE(other.health().ok());
+}
+
 // A KV cache that cannot be allocated (a --kv-cache-fraction past the device's free memory):
 // the engine says so (health()), every request ends or is refused with that reason as INTERNAL (a
 // 500, not a retryable 503), and the refusals do not fill the waiting-token count until the

@@ -271,6 +271,12 @@ void* DynamicShared();
 // setting before.
 bool SetDeferredStreams(bool on);
 
+// Tests: the context fails as a GPU does on an illegal address or an Xid: `what` is reported and
+// cudaErrorLaunchFailure becomes the sticky error every later call returns (until the process
+// ends; ClearStickyFaultForTests() puts it back for the next test).
+void InjectStickyFault(const std::string& what);
+void ClearStickyFaultForTests();
+
 // ---- Launches -------------------------------------------------------------------------------
 using KernelBody = std::function<void()>;
 struct LaunchConfig {

@@ -289,6 +289,17 @@ cudaError_t StreamDo(cudaStream_t stream, std::function<void()> op, cudaGraphNod
   return d.sticky;
 }
 
+void InjectStickyFault(const std::string& what) {
+  std::lock_guard<std::recursive_mutex> lock(Dev().mu);
+  Fault("injected", what);
+}
+
+void ClearStickyFaultForTests() {
+  std::lock_guard<std::recursive_mutex> lock(Dev().mu);
+  Dev().sticky = cudaSuccess;
+  tl_last_error = cudaSuccess;  // the calling thread's (the engine's threads have ended)
+}
+
 bool SetDeferredStreams(bool on) {
   Device& d = Dev();
   std::lock_guard<std::recursive_mutex> lock(d.mu);

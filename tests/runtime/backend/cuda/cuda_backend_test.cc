@@ -913,6 +913,42 @@ TEST_F(CudaBackendTest, TheEnginesTokensAreTheSameWithAndWithoutOverlap) {
   EXPECT_EQ(runs[0], runs[3]);
 }
 
+#if defined(KINFER_CUDA_EMULATION)
+// A sticky device error (an illegal address, an Xid: injected here) fails the step and every
+// later one; DeviceHealth says so, and the engine refuses requests and asks for a restart.
+TEST_F(CudaBackendTest, AStickyDeviceErrorIsReportedAndTheEngineAsksForARestart) {
+  const Tokenizer* tok = testing::ModelTokenizer();
+  ASSERT_NE(tok, nullptr);
+  auto g = Cuda();
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(g->DeviceHealth().ok());
+  EngineOptions eo;
+  eo.context_length = 512;
+  Engine engine(g.get(), tok, eo);
+  GenerationRequest r;
+  r.prompt_tokens = Prompt(0);
+  r.max_tokens = 2;
+  auto run = [&] {
+    auto s = engine.Submit(r);
+    if (!s.ok()) return s.status();
+    StreamEvent ev;
+    while ((*s)->Next(&ev, std::chrono::seconds(60))) {
+      if (ev.finish != FinishReason::kNone) return ev.finish == FinishReason::kError ? ev.error : Status::Ok();
+    }
+    return Internal("no final event");
+  };
+  ASSERT_TRUE(run().ok());
+  kinfer_cudaemu::InjectStickyFault("an illegal memory access (injected)");
+  EXPECT_FALSE(run().ok());
+  EXPECT_TRUE(engine.needs_restart());
+  EXPECT_FALSE(g->DeviceHealth().ok());
+  const Status refused = run();
+  EXPECT_EQ(refused.code(), StatusCode::kInternal);
+  EXPECT_NE(refused.message().find("restart"), std::string::npos) << refused.ToString();
+  kinfer_cudaemu::ClearStickyFaultForTests();
+}
+#endif
+
 TEST_F(CudaBackendTest, RefusesMalformedStepsLikeTheCpu) {
   auto g = Cuda();
   ASSERT_NE(g, nullptr);
