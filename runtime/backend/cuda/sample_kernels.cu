@@ -333,7 +333,8 @@ __device__ __noinline__ bool TopKByThreshold(const float* __restrict__ row, int 
   for (int i = t; i < n; i += nt) count += row[i] >= T;
   int total = 0;
   int at = BlockExclusiveScan(count, sums, &total);
-  if (total > kTopKCandidates) return false;  // the same for every thread
+  // (Fewer than k at or above T: NaN logits, which no comparison counts. The rounds cope.)
+  if (total > kTopKCandidates || total < k) return false;  // the same for every thread
   for (int i = t; i < n; i += nt) {
     const float v = row[i];
     if (v >= T) {
@@ -380,6 +381,7 @@ __device__ __noinline__ void BestByRounds(const float* __restrict__ row, int n_v
     }
     // (Floats widen exactly, so DrawBeats over the doubles is Before over the floats.)
     last_i = BlockBest(best, bi, sv, si);
+    if (last_i < 0) last_i = 0;  // nothing ranks after the last (NaN logits): a valid id all the same
     last_v = row[last_i];
     if (threadIdx.x == 0) {
       cv[j] = last_v;
@@ -401,6 +403,13 @@ __device__ __noinline__ void BestByRounds(const float* __restrict__ row, int n_v
 //   4. top-p over the whole vocabulary, or top-k above kMaxTopK: one round (the maximum), then
 //      SampleByCuts.
 
+// The id a row's draw reports: always one of the vocabulary. A row of NaN logits (a model that
+// diverged) compares as nothing, and the searches above may find no id at all; the next step
+// reads its token's embedding row, so an id out of range would read past the weights.
+__device__ __forceinline__ int32_t ValidId(int id, int n_vocab) {
+  return id >= 0 && id < n_vocab ? id : 0;
+}
+
 __global__ void __launch_bounds__(kSampleThreads)
     SampleRowsKernel(const float* __restrict__ logits, int n_vocab,
                      const DeviceDraw* __restrict__ draws, int32_t* __restrict__ out) {
@@ -420,7 +429,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (rounds > 0) BestByRounds(row, n_vocab, rounds, cv, ci);
   const float mx = cv[0];
   if (greedy) {
-    if (threadIdx.x == 0) out[blockIdx.x] = ci[0];
+    if (threadIdx.x == 0) out[blockIdx.x] = ValidId(ci[0], n_vocab);
     return;
   }
   // Top-p over the whole vocabulary whose nucleus is among the kMaxTopK best (a peaked row, as
@@ -450,7 +459,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (cuts && !nucleus) {
     __shared__ CutShared sh;
     const int id = SampleByCuts(row, n_vocab, dr, mx, sh);
-    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    if (threadIdx.x == 0) out[blockIdx.x] = ValidId(id, n_vocab);
     return;
   }
   const double inv_t = 1.0 / static_cast<double>(dr.temperature);
@@ -477,14 +486,14 @@ __global__ void __launch_bounds__(kSampleThreads)
       keep = n;
     }
     if (keep <= 1) {
-      out[blockIdx.x] = ci[0];
+      out[blockIdx.x] = ValidId(ci[0], n_vocab);
       return;
     }
     // As DrawToken's PickCandidate.
     double top = 0.0;
     int bi = -1;
     for (int j = 0; j < keep; ++j) Consider(cv[j], mx, inv_t, dr.noise_key, ci[j], &top, &bi);
-    out[blockIdx.x] = bi;
+    out[blockIdx.x] = ValidId(bi, n_vocab);
     return;
   }
 
@@ -501,7 +510,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (!(min_p && v < threshold)) Consider(v, mx, inv_t, dr.noise_key, i, &top, &bi);
   }
   const int picked = BlockBest(top, bi, sv, si);
-  if (threadIdx.x == 0) out[blockIdx.x] = picked;
+  if (threadIdx.x == 0) out[blockIdx.x] = ValidId(picked, n_vocab);
 }
 
 // ---- the logit bias and penalties -----------------------------------------------------------
@@ -586,7 +595,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int want = draws[blockIdx.x].logprobs;
   if (want < 0) return;
   const float* row = logits + static_cast<size_t>(blockIdx.x) * n_vocab;
-  const int token = tokens[blockIdx.x];
+  const int token = ValidId(tokens[blockIdx.x], n_vocab);
   const float lt = row[token];
   __shared__ float fpart[33];
   __shared__ double dpart[33];

@@ -1195,6 +1195,49 @@ TEST_F(CudaKernelsTest, SampleRowsFollowsTheHostsDrawRule) {
   }
 }
 
+// Rows of NaN logits (a model that diverged: one inf activation is enough) still draw an id of
+// the vocabulary, whatever the settings: the next step reads that id's embedding row, and a chained
+// step does so on the device. Before, the three-pass top k accepted a row where no logit reached
+// its threshold and drew from shared memory nobody wrote (any id, negative ones too). Under the
+// emulator that memory is a zeroed static, so only the GPU run (scripts/gpu-check.sh) can see the
+// old behaviour fail; the emulated run checks the fix keeps every other path valid.
+TEST_F(CudaKernelsTest, SampleRowsDrawsAVocabularyIdFromNaNRows) {
+  const int nv = 49152;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> l(static_cast<size_t>(2) * nv, nan);  // row 0 all NaN
+  l[nv + 5] = 1.0f;                                         // row 1: three finite logits
+  l[nv + 9000] = 2.0f;
+  l[nv + 40000] = 0.5f;
+  DeviceBuffer<float> ld(l);
+  DeviceBuffer<int32_t> out(2);
+  struct Case {
+    float t;
+    int k;
+    float top_p, min_p;
+  };
+  const Case cases[] = {{0.0f, 0, 1.0f, 0.0f},  {0.8f, 40, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f},
+                        {1.0f, 0, 1.0f, 0.0f},  {0.7f, 64, 0.95f, 0.05f}, {1.0f, 100, 1.0f, 0.0f},
+                        {1.0f, 2, 1.0f, 0.0f}};
+  for (const Case& c : cases) {
+    std::vector<cuda::DeviceDraw> ds(2);
+    for (int r = 0; r < 2; ++r) {
+      ds[r].noise_key = DrawKey(3, static_cast<uint64_t>(r));
+      ds[r].temperature = c.t;
+      ds[r].top_k = c.k;
+      ds[r].top_p = c.top_p;
+      ds[r].min_p = c.min_p;
+      ds[r].log_min_p = c.min_p > 0.0f ? std::log(c.min_p) : 0.0f;
+    }
+    DeviceBuffer<cuda::DeviceDraw> dd(ds);
+    cuda::SampleRows(ld.get(), 2, nv, dd.get(), out.get(), nullptr);
+    const auto got = out.ToHost();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_GE(got[r], 0) << "row " << r << " t " << c.t << " k " << c.k << " top_p " << c.top_p;
+      EXPECT_LT(got[r], nv) << "row " << r << " t " << c.t << " k " << c.k << " top_p " << c.top_p;
+    }
+  }
+}
+
 // The logit bias and penalties as the backend applies them (entries in the step's metadata, the
 // input token read from the embedding's ids) against the host's ApplyLogitAdjustments, bit for
 // bit, on random requests: the input token listed or not, out of the vocabulary, not counted.
