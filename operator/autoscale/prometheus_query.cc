@@ -202,4 +202,23 @@ std::vector<PodSample> PodSamplesFromPrometheus(
   return out;
 }
 
+TtftQueryPlan PlanTtftQuery(std::optional<TimePoint> covered_to, TimePoint now,
+                            Duration panic_window, Duration stable_window) {
+  TtftQueryPlan plan;
+  const auto seconds = [](Duration d) { return std::chrono::duration<double>(d).count(); };
+  if (!covered_to || now - *covered_to > stable_window) {
+    plan.ask = true;
+    plan.range_s = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(seconds(panic_window))));
+    plan.covered_to = now;
+    return plan;
+  }
+  plan.covered_to = *covered_to;
+  const Duration elapsed = now - *covered_to;
+  if (elapsed < std::max<Duration>(panic_window, std::chrono::seconds(1))) return plan;
+  plan.ask = true;
+  plan.range_s = static_cast<int64_t>(std::floor(seconds(elapsed)));  // >= 1; the rest carries
+  plan.covered_to = *covered_to + std::chrono::seconds(plan.range_s);
+  return plan;
+}
+
 }  // namespace kinfer::autoscale

@@ -19,7 +19,9 @@
 // Thread safety: pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -64,5 +66,20 @@ std::vector<PodSample> PodSamplesFromPrometheus(
     const std::vector<std::pair<std::string, bool>>& pods,
     const std::vector<PromQueryValue>& queue_depth, const std::vector<PromQueryValue>& in_flight,
     const std::vector<PromQueryValue>& ttft_buckets);
+
+// When to ask for TTFT increases and over what range (whole seconds: a PromQL duration), so that
+// the ranges asked, one after another, cover the time that passed: each starts where the last
+// one's coverage ended (`covered_to`, none at first) and is asked once at least a panic window
+// (and a second) has passed. Asking a panic window's range at the first tick at least a window
+// after the last query left a gap whenever the ticks did not divide the window (3 s ranges every
+// 4 s: a quarter of the observations never counted). The first query, and one after a gap longer
+// than the stable window, covers one panic window (rounded up to a second) up to `now`.
+struct TtftQueryPlan {
+  bool ask = false;
+  int64_t range_s = 0;   // when asking
+  TimePoint covered_to;  // the coverage after this query (unchanged when not asking)
+};
+TtftQueryPlan PlanTtftQuery(std::optional<TimePoint> covered_to, TimePoint now,
+                            Duration panic_window, Duration stable_window);
 
 }  // namespace kinfer::autoscale

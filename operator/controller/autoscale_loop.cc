@@ -26,7 +26,8 @@ struct AutoscaleLoop::Entry {
   double published_p99 = -1;
   std::optional<bool> published_missing;  // the ScalingActive status the last publish gave
   autoscale::TimePoint last_publish{};
-  std::optional<autoscale::TimePoint> last_ttft_query;  // prometheus source only
+  // Prometheus source only: where the TTFT ranges asked so far end (PlanTtftQuery).
+  std::optional<autoscale::TimePoint> ttft_covered_to;
   explicit Entry(autoscale::Autoscaler s) : scaler(std::move(s)) {}
 };
 
@@ -218,20 +219,21 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       ++w.count;
     }
     if (w.prometheus) {
-      // TTFT increases are asked once per panic window, over that window: back-to-back windows
-      // count each observation once (a query every tick would count it window/interval times).
-      const autoscale::Duration window = autoscale::Autoscaler::PanicWindow(config);
-      const long window_s = std::max<long>(
-          1, static_cast<long>(std::ceil(std::chrono::duration<double>(window).count())));
-      PromQueries q = QueriesFor(*isvc, *prom_spec, std::to_string(window_s) + "s");
+      // TTFT increases are asked about once per panic window, over ranges that follow one
+      // another (PlanTtftQuery): each observation counted once (a query every tick over the
+      // window would count it window/interval times; fixed ranges at uneven ticks miss some).
+      const autoscale::TtftQueryPlan plan = autoscale::PlanTtftQuery(
+          entry->ttft_covered_to, now, autoscale::Autoscaler::PanicWindow(config),
+          config.stable_window);
+      PromQueries q = QueriesFor(*isvc, *prom_spec, std::to_string(plan.range_s) + "s");
       const std::string& server = prom_spec->url;
       w.query = prom_urls.size();
       prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.queue_depth));
       prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.in_flight));
-      w.with_ttft = !entry->last_ttft_query || now - *entry->last_ttft_query >= window;
+      w.with_ttft = plan.ask;
       if (w.with_ttft) {
         prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.ttft_buckets));
-        entry->last_ttft_query = now;
+        entry->ttft_covered_to = plan.covered_to;
       }
     }
     work.push_back(std::move(w));

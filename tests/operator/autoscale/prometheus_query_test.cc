@@ -105,5 +105,48 @@ TEST(PrometheusQueryTest, BuildsPodSamplesFromTheAnswers) {
   EXPECT_FALSE(s[3].ready);
 }
 
+// The TTFT ranges asked tile the time that passed, whatever the ticks: 2 s ticks over a 3 s panic
+// window asked [3s] every 4 s before (45 s of 60 counted), and [1s] every 2 s at a 0.6 s window.
+TEST(PrometheusQueryTest, TtftRangesFollowOneAnotherWhateverTheTicks) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  const TimePoint t0{};
+  struct Case {
+    Duration panic, tick;
+  };
+  for (const Case& c : {Case{seconds(3), seconds(2)}, Case{milliseconds(600), seconds(2)},
+                        Case{seconds(6), seconds(4)}, Case{seconds(5), seconds(6)},
+                        Case{seconds(6), milliseconds(2500)}}) {
+    std::optional<TimePoint> covered;
+    int64_t asked_s = 0;
+    TimePoint first{};
+    for (TimePoint now = t0; now <= t0 + seconds(600); now += c.tick) {
+      const TtftQueryPlan plan = PlanTtftQuery(covered, now, c.panic, seconds(60));
+      if (!plan.ask) continue;
+      if (!covered) {
+        first = now;
+      } else {
+        asked_s += plan.range_s;
+      }
+      EXPECT_GE(plan.range_s, 1);
+      EXPECT_LE(plan.covered_to, now);
+      covered = plan.covered_to;
+    }
+    // After the first query, the ranges add up to the time that passed since, less at most what
+    // the next query will ask (a panic window, a tick and the carried fraction of a second).
+    const double elapsed = std::chrono::duration<double>(t0 + seconds(600) - first).count();
+    const double slack = std::chrono::duration<double>(c.panic + c.tick).count() + 1.0;
+    EXPECT_LE(static_cast<double>(asked_s), elapsed)
+        << "panic " << c.panic.count() << " tick " << c.tick.count();
+    EXPECT_GE(static_cast<double>(asked_s), elapsed - slack)
+        << "panic " << c.panic.count() << " tick " << c.tick.count();
+  }
+  // A gap longer than the stable window starts anew: one panic window up to now.
+  const TtftQueryPlan fresh = PlanTtftQuery(t0, t0 + seconds(300), seconds(6), seconds(60));
+  EXPECT_TRUE(fresh.ask);
+  EXPECT_EQ(fresh.range_s, 6);
+  EXPECT_EQ(fresh.covered_to, t0 + seconds(300));
+}
+
 }  // namespace
 }  // namespace kinfer::autoscale
