@@ -905,20 +905,24 @@ TEST(AutoscalerTest, NoScaleDownBeforeAWholeDelayOfHistory) {
   EXPECT_EQ(d.desired, 5);
 }
 
+// Ticks 10 ready pods at `load` each from `from` to before `to`, each tick keeping 10 replicas
+// (with `reason`, when given).
+void ExpectTenHeld(Autoscaler& as, double from, double to, double load,
+                   const char* reason = nullptr) {
+  for (double t = from; t < to; t += kTick) {
+    const Decision d = as.Tick(At(t), 10, ReadyPods(10, load));
+    ASSERT_EQ(d.desired, 10) << "t=" << t;
+    if (reason != nullptr) ASSERT_EQ(d.reason, reason) << "t=" << t;
+  }
+}
+
 TEST(AutoscalerTest, AGapInTheTicksRestartsTheHistory) {
   // The operator stopped ticking for ten minutes: the windows are empty when it comes back, and
   // one idle tick is not a reason to halve the Deployment.
   Autoscaler as(Defaults());
-  for (double t = -400; t < 0; t += kTick)
-    ASSERT_EQ(as.Tick(At(t), 10, ReadyPods(10, 8)).desired, 10);
-  Decision d;
-  for (double t = 600; t < 900; t += kTick) {
-    d = as.Tick(At(t), 10, ReadyPods(10, 0));
-    ASSERT_EQ(d.desired, 10) << "t=" << t;
-    ASSERT_EQ(d.reason, "scale_down_delayed");
-  }
-  d = as.Tick(At(900), 10, ReadyPods(10, 0));
-  EXPECT_EQ(d.desired, 5);
+  ExpectTenHeld(as, -400, 0, 8);
+  ExpectTenHeld(as, 600, 900, 0, "scale_down_delayed");
+  EXPECT_EQ(as.Tick(At(900), 10, ReadyPods(10, 0)).desired, 5);
 }
 
 TEST(AutoscalerTest, AFreezeLongerThanTheStableWindowRestartsTheHistoryAsAGapDoes) {
@@ -926,8 +930,7 @@ TEST(AutoscalerTest, AFreezeLongerThanTheStableWindowRestartsTheHistoryAsAGapDoe
   // nothing. The first good tick after it must not be one tick of history to cut on: before,
   // one low tick took 10 to 7 (three pods drained, to cold-start again the next ticks).
   Autoscaler as(Defaults());
-  for (double t = -400; t < 0; t += kTick)
-    ASSERT_EQ(as.Tick(At(t), 10, ReadyPods(10, 8)).desired, 10);
+  ExpectTenHeld(as, -400, 0, 8);
   auto silent = [](std::vector<PodSample> pods) {
     for (size_t i = 0; i < 6; ++i) pods[i].has_metrics = false;
     return pods;
@@ -935,24 +938,16 @@ TEST(AutoscalerTest, AFreezeLongerThanTheStableWindowRestartsTheHistoryAsAGapDoe
   for (double t = 0; t < 400; t += kTick) {
     ASSERT_EQ(as.Tick(At(t), 10, silent(ReadyPods(10, 8))).reason, "metrics_missing");
   }
-  Decision d = as.Tick(At(400), 10, ReadyPods(10, 4));
-  EXPECT_EQ(d.desired, 10);
-  EXPECT_EQ(d.reason, "scale_down_delayed");
-  for (double t = 402; t < 700; t += kTick) {
-    d = as.Tick(At(t), 10, ReadyPods(10, 4));
-    ASSERT_EQ(d.desired, 10) << "t=" << t;
-  }
+  ExpectTenHeld(as, 400, 700, 4, "scale_down_delayed");
   // A whole scale-down delay of fresh history later: 40 in flight at 0.8 x 8 a pod needs 7.
-  d = as.Tick(At(700), 10, ReadyPods(10, 4));
-  EXPECT_EQ(d.desired, 7);
+  EXPECT_EQ(as.Tick(At(700), 10, ReadyPods(10, 4)).desired, 7);
 }
 
 TEST(AutoscalerTest, NoReadyPodIsNoMeasurementNotZeroLoad) {
   // Every pod unready (out of its Service: not scraped) for 320 s after steady load: frozen, not
   // a load of zero that scales the service down while the pods are away.
   Autoscaler as(Defaults());
-  for (double t = -600; t < 0; t += kTick)
-    ASSERT_EQ(as.Tick(At(t), 10, ReadyPods(10, 8)).desired, 10);
+  ExpectTenHeld(as, -600, 0, 8);
   std::vector<PodSample> away = ReadyPods(10, 0);
   for (PodSample& p : away) {
     p.ready = false;
