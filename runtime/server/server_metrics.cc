@@ -5,6 +5,16 @@
 #include "common/http_errors.h"
 
 namespace kinfer {
+namespace {
+
+// A counter that follows a cumulative total kept elsewhere: adds what the total gained since
+// `*seen` (nothing when it went back) and remembers it.
+void FollowTotal(metrics::Counter& c, int64_t now, int64_t* seen) {
+  if (now > *seen) c.Inc(static_cast<double>(now - *seen));
+  *seen = std::max(*seen, now);
+}
+
+}  // namespace
 
 const char* RequestStatusLabel(FinishReason finish, const Status& error) {
   switch (finish) {
@@ -151,10 +161,7 @@ void RuntimeMetrics::UpdateFromEngine(const EngineStats& s) {
   kv_blocks_used.Set(static_cast<double>(s.kv_blocks_used));
   kv_blocks_total.Set(static_cast<double>(s.kv_blocks_total));
   std::lock_guard<std::mutex> l(mu_);
-  auto add = [](metrics::Counter& c, int64_t now, int64_t* seen) {
-    if (now > *seen) c.Inc(static_cast<double>(now - *seen));
-    *seen = std::max(*seen, now);
-  };
+  const auto add = FollowTotal;
   add(prefix_queries, s.prefix_cache_queries_tokens, &seen_.prefix_cache_queries_tokens);
   add(prefix_hits, s.prefix_cache_hits_tokens, &seen_.prefix_cache_hits_tokens);
   add(preemptions, s.preemptions, &seen_.preemptions);
@@ -173,10 +180,8 @@ void RuntimeMetrics::CountHttp(const std::string& route, int code) {
 void RuntimeMetrics::UpdateConnections(size_t open, uint64_t rejected_total) {
   connections.Set(static_cast<double>(open));
   std::lock_guard<std::mutex> l(mu_);
-  if (rejected_total > seen_rejected_connections_) {
-    connections_rejected.Inc(static_cast<double>(rejected_total - seen_rejected_connections_));
-    seen_rejected_connections_ = rejected_total;
-  }
+  FollowTotal(connections_rejected, static_cast<int64_t>(rejected_total),
+              &seen_rejected_connections_);
 }
 
 }  // namespace kinfer

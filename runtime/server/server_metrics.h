@@ -77,7 +77,7 @@ class RuntimeMetrics {
  private:
   std::mutex mu_;
   EngineStats seen_;  // the totals already added to the counters; protected by mu_
-  uint64_t seen_rejected_connections_ = 0;  // protected by mu_
+  int64_t seen_rejected_connections_ = 0;  // protected by mu_
   metrics::Family<metrics::Counter>* requests_;
   metrics::Family<metrics::Counter>* http_;
 };

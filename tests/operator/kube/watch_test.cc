@@ -132,6 +132,14 @@ class InformerTest : public ::testing::Test {
     o.max_backoff = milliseconds(200);
     return o;
   }
+  // Backoffs of 10 ms doubling to 40 ms, each recorded in `log` instead of slept.
+  WatchOptions BackoffOptions(SleepLog& log) {
+    WatchOptions o = Options();
+    o.initial_backoff = milliseconds(10);
+    o.max_backoff = milliseconds(40);
+    o.sleeper = log.Sleeper();
+    return o;
+  }
 
   static testing::TestApiServer* server_;
   std::unique_ptr<Client> client_;
@@ -223,10 +231,7 @@ TEST_F(InformerTest, RelistsAfterCompactionWithDroppedWatchAndConverges) {
 
 TEST_F(InformerTest, FailedWatchesBackOffExponentially) {
   SleepLog backoffs;
-  WatchOptions o = Options();
-  o.initial_backoff = milliseconds(10);
-  o.max_backoff = milliseconds(40);
-  o.sleeper = backoffs.Sleeper();
+  const WatchOptions o = BackoffOptions(backoffs);
   server_->Post("/_test/faults", {{"nextErrors", 4}, {"nextErrorCode", 503}, {"verbs", {"watch"}}});
   Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
   inf.Start();
@@ -246,10 +251,7 @@ TEST_F(InformerTest, FailedWatchesBackOffExponentially) {
 // not reset (it used to relist at once, thousands of lists a second).
 TEST_F(InformerTest, RelistsAfterGoneBackOffExponentially) {
   SleepLog backoffs;
-  WatchOptions o = Options();
-  o.initial_backoff = milliseconds(10);
-  o.max_backoff = milliseconds(40);
-  o.sleeper = backoffs.Sleeper();
+  const WatchOptions o = BackoffOptions(backoffs);
   server_->Post("/_test/faults", {{"errorRate", 1.0}, {"errorCode", 410}, {"verbs", {"watch"}}});
   Informer inf(client_.get(), rs::kConfigMaps, o, nullptr);
   inf.Start();
