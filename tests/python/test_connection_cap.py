@@ -6,9 +6,11 @@ client connections close after client_idle_timeout. The runtime and the sidecar 
 import os
 import re
 import resource
+import select
 import socket
 import subprocess
 import tempfile
+import time
 
 import requests
 import yaml
@@ -18,7 +20,21 @@ from sidecar_harness import Process, Sidecar, binary, free_port, post_chat, wait
 
 
 def idle_connections(port: int, n: int) -> list[socket.socket]:
-    return [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(n)]
+    """n connections the server holds open. A connection the server refused (it is answered and
+    closed at once: a connection of an earlier request, its close not yet seen by the server,
+    still took a place) is closed and opened again, so that exactly n are held when this returns."""
+    held: list[socket.socket] = []
+    deadline = time.time() + 20
+    while len(held) < n:
+        assert time.time() < deadline, f"the server held {len(held)} of {n} connections"
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        readable, _, _ = select.select([s], [], [], 0.3)
+        if readable:  # answered (503) or closed: not held
+            s.close()
+            time.sleep(0.05)
+            continue
+        held.append(s)
+    return held
 
 
 def check_refusal(r: requests.Response, cap: int):
