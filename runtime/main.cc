@@ -263,6 +263,15 @@ int main(int argc, char** argv) {
     server.Stop(1);
     return 1;
   }
+  // The engine sets up its KV cache on its own thread: one that cannot be allocated (a
+  // --kv-cache-tokens or --kv-cache-fraction past the memory there is) is a start-up error, as in
+  // vLLM and llama-server: exit 1 with the reason (CrashLoopBackOff names it), not a pod that
+  // never gets ready.
+  if (kinfer::Status started = (*loaded)->engine().WaitStarted(); !started.ok()) {
+    spdlog::critical("cannot serve the model: {}", started.message());
+    server.Stop(1);
+    return 1;
+  }
   const std::string name = (*loaded)->name();
   const int ctx = (*loaded)->engine().context_length();
   const bool fallback = (*loaded)->chat().uses_fallback();

@@ -164,6 +164,7 @@ Engine::~Engine() {
     stopping_ = true;
   }
   cv_.notify_all();
+  started_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   pump_.reset();  // pushes what the engine thread posted last
   for (Pending& p : inbox_) {
@@ -219,6 +220,12 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(GenerationRequest reques
 
 Status Engine::health() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
+Status Engine::WaitStarted() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  started_cv_.wait(lock, [&] { return started_ || stopping_; });
   return broken_;
 }
 
@@ -281,6 +288,8 @@ void Engine::Loop() {
     // the rest with it (health()).
     std::unique_lock<std::mutex> lock(mu_);
     broken_ = Internal("the engine cannot serve: " + valid.message());
+    started_ = true;
+    started_cv_.notify_all();
     for (;;) {
       for (Pending& p : inbox_) {
         StreamEvent ev;
@@ -296,6 +305,11 @@ void Engine::Loop() {
   }
   scheduler_ = std::make_unique<Scheduler>(sc);
   kv_blocks_total_.store(num_blocks);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    started_ = true;
+  }
+  started_cv_.notify_all();
   if (options_.spec.draft_model != nullptr) {
     proposer_ = std::make_unique<DraftModelProposer>(options_.spec.draft_model);
   } else {

@@ -220,6 +220,10 @@ class Engine {
   // reason as INTERNAL, which Submit returns from then on (a 500, not a retryable 503: retrying
   // cannot help) and /ready reports (the pod leaves its Service).
   Status health() const;
+  // Blocks until the engine thread has set up its KV cache and scheduler (or found it cannot);
+  // returns health() then. kinfer-runtime calls it at start and exits 1 on an error, as vLLM and
+  // llama-server do when the KV cache does not fit, instead of serving a pod that never gets ready.
+  Status WaitStarted() const;
   // The device failed for good (ModelBackend::DeviceHealth): only a restart helps (/health fails).
   bool needs_restart() const;
   int context_length() const { return context_length_; }
@@ -375,6 +379,8 @@ class Engine {
   int64_t inbox_prompt_tokens_ = 0;  // guarded by mu_: the prompts in inbox_
   bool stopping_ = false;      // guarded by mu_
   Status broken_;              // guarded by mu_: health()
+  bool started_ = false;       // guarded by mu_: the KV cache and scheduler are set up (or broken_)
+  mutable std::condition_variable started_cv_;
   bool device_lost_ = false;   // guarded by mu_: needs_restart()
   uint64_t next_id_ = 1;       // guarded by mu_
   std::atomic<int64_t> running_{0};

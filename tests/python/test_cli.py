@@ -68,6 +68,21 @@ def test_missing_model_exits_1(tmp_path):
     assert "cannot load the model" in p.stderr
 
 
+def test_a_kv_cache_past_the_memory_exits_1_naming_the_reason():
+    """A KV cache that cannot be allocated is a start-up error, as in vLLM and llama-server: the
+    runtime exits 1 saying how much it wanted (CrashLoopBackOff shows it), never a pod that
+    serves /health forever and never gets ready. 2^32 positions of this model's KV are ~24 TB."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = run("--model", str(_model()), "--device", "cpu", "--port", str(port),
+            "--kv-cache-tokens", str(1 << 32), timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert "cannot serve the model" in p.stderr, p.stderr
+    assert "KV cache of" in p.stderr and "does not fit" in p.stderr, p.stderr
+    assert "; ready" not in p.stderr, p.stderr
+
+
 def test_busy_port_exits_1():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -672,6 +672,31 @@ TEST_F(EngineTest, AKvCacheThatCannotBeAllocatedFailsEveryRequestWithTheReason) 
   EXPECT_TRUE(fine.health().ok());
 }
 
+// WaitStarted (what kinfer-runtime waits on before it says "ready") returns once the engine
+// thread has its KV cache: the reason when it cannot, OK when it can, every time it is asked.
+TEST_F(EngineTest, WaitStartedReturnsWhetherTheKvCacheCouldBeSetUp) {
+  class NoRoom final : public WrappedCpu {
+   public:
+    using WrappedCpu::WrappedCpu;
+    Status InitKvCache(int, int) override { return ResourceExhausted("no room for the KV cache"); }
+  };
+  NoRoom backend(model_);
+  EngineOptions o;
+  o.context_length = 256;
+  Engine broken(&backend, tokenizer_, o);
+  for (int i = 0; i < 2; ++i) {
+    Status st = broken.WaitStarted();
+    EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
+    EXPECT_NE(st.message().find("no room for the KV cache"), std::string::npos) << st.ToString();
+  }
+  Engine fine(model_, tokenizer_, o);
+  EXPECT_TRUE(fine.WaitStarted().ok());
+  EXPECT_TRUE(fine.WaitStarted().ok());
+  auto s = fine.Submit(Greedy("Hi", 2));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(Drain(**s).finish, FinishReason::kLength);
+}
+
 // Whether a step's events are pushed by the engine's EventPump (the default) or by the engine
 // thread itself, every stream gets the same events: same tokens, text, finish and counts.
 TEST_F(EngineTest, StreamingOnThePumpOrInlineGivesTheSameEvents) {
