@@ -97,8 +97,14 @@ StatusOr<std::vector<PromQueryValue>> ParsePrometheusQueryResponse(std::string_v
   auto status = doc.find("status");
   if (status == doc.end() || !status->is_string()) return InvalidArgument("answer has no status");
   if (*status != "success") {
-    std::string type = doc.value("errorType", std::string("unknown"));
-    std::string error = doc.value("error", std::string());
+    // value() throws on a field of another type: a proxy's or a broken server's answer must
+    // not take the operator down.
+    auto text = [&doc](const char* key, const char* fallback) {
+      auto it = doc.find(key);
+      return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+    };
+    std::string type = text("errorType", "unknown");
+    std::string error = text("error", "");
     return Unavailable("prometheus query failed: " + type + ": " + error);
   }
   auto data = doc.find("data");

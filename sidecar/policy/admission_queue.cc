@@ -58,6 +58,21 @@ void AdmissionQueue::StartInFlight(RequestId id, int priority) {
   ++stats_.admitted;
 }
 
+AdmissionQueue::Duration AdmissionQueue::EstimatedWait(int priority) const {
+  priority = std::clamp(priority, 0, config_.num_priorities - 1);
+  const size_t ahead = QueuedAheadOf(priority);
+  const int slots = SlotsFor(priority);
+  if (ahead == 0 && in_flight() < slots) return Duration::zero();
+  return Duration(static_cast<int64_t>(
+      std::ceil(WaitNs(ahead, slots))));
+}
+
+double AdmissionQueue::WaitNs(size_t ahead, int slots) const {
+  // `ahead + 1` completions must happen before a slot is ours, and completions arrive at about
+  // slots / mean_service per second.
+  return static_cast<double>(ahead + 1) * mean_service_ns_ / std::max(slots, 1);
+}
+
 size_t AdmissionQueue::QueuedAheadOf(int priority) const {
   size_t ahead = 0;
   for (int p = 0; p <= priority; ++p) ahead += queues_[p].size();
@@ -110,10 +125,7 @@ AdmissionQueue::AdmitResult AdmissionQueue::Admit(RequestId id, int priority,
   if (queues_[priority].size() >= config_.max_queue_per_class) {
     return Reject(Reason::kClassFull, RetryAfter());
   }
-  // Expected wait: `ahead + 1` completions must happen before a slot is ours, and completions
-  // arrive at about slots / mean_service per second.
-  const double wait_ns = static_cast<double>(ahead + 1) * mean_service_ns_ / slots;
-  if (static_cast<double>((deadline - now).count()) < wait_ns) {
+  if (static_cast<double>((deadline - now).count()) < WaitNs(ahead, slots)) {
     return Reject(Reason::kDeadlineUnreachable, RetryAfter());
   }
 

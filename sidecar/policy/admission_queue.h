@@ -158,6 +158,10 @@ class AdmissionQueue {
   int in_flight_top() const { return top_in_flight_; }
   bool standing() const { return standing_; }
   Duration mean_service_time() const;
+  // How long a request of this class arriving now would wait for a slot: zero when it would
+  // start at once, else (queued ahead + 1) x mean service time / the slots open to its class.
+  // Admit's deadline check and the sidecar's degrade rule both use this one estimate.
+  Duration EstimatedWait(int priority) const;
   const Stats& stats() const { return stats_; }
   const AdmissionConfig& config() const { return config_; }
 
@@ -176,6 +180,7 @@ class AdmissionQueue {
   int SlotsFor(int priority) const;
   void StartInFlight(RequestId id, int priority);  // counts a start (admitted, in flight)
   size_t QueuedAheadOf(int priority) const;  // queued in classes <= priority
+  double WaitNs(size_t ahead, int slots) const;  // the expected wait behind `ahead`, in ns
   Duration RetryAfter() const;
   AdmitResult Reject(Reason reason, Duration retry_after);
   void SampleSojourn(Duration sojourn, Clock::time_point now);

@@ -411,7 +411,7 @@ void Exchange::OnData(std::string_view data, std::function<void()> next) {
     double ttft = Seconds(now - arrival_);
     if (policy_) {
       metrics().ObserveTtft(info_.priority, ttft);
-      core().RecordTtft(ttft, now);
+      core().RecordTtft(ttft, route_, now);
     }
   }
   if (!streaming_) {
@@ -496,7 +496,7 @@ void Exchange::OnDone(UpstreamError error) {
     if (policy_ && Success()) {
       double ttft = Seconds(now - arrival_);
       metrics().ObserveTtft(info_.priority, ttft);
-      core().RecordTtft(ttft, now);
+      core().RecordTtft(ttft, route_, now);
     }
     if (!route_.degraded.empty()) buffered_.set("x-kinfer-degraded", route_.degraded);
     if (cache_key_) {

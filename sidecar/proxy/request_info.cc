@@ -271,13 +271,24 @@ std::string NormalizedRequestText(std::string_view path, const RequestInfo& info
   return text;
 }
 
+namespace {
+
+// `key`'s string in object `j`, or "" (missing or another type: json::value() would throw, and
+// a cached upstream body is not ours to trust).
+std::string StringField(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
 std::string FreshResponseIdentity(std::string body, std::string_view unique, int64_t created_unix) {
   if (!JsonNestingWithin(body)) return body;  // dump() would recurse once per level
   nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return body;
   auto id = j.find("id");
   if (id == j.end() || !id->is_string()) return body;
-  if (j.value("object", "") == "response") {
+  if (StringField(j, "object") == "response") {
     // A Response: its id, creation time, output items' ids and calls' ids.
     *id = "resp_" + std::string(unique);
     if (auto created = j.find("created_at"); created != j.end() && created->is_number()) {
@@ -288,7 +299,7 @@ std::string FreshResponseIdentity(std::string body, std::string_view unique, int
         nlohmann::json& item = (*output)[k];
         if (!item.is_object()) continue;
         const std::string suffix = std::string(unique) + "-" + std::to_string(k);
-        const std::string type = item.value("type", "");
+        const std::string type = StringField(item, "type");
         if (item.contains("id") && item["id"].is_string()) {
           item["id"] = (type == "function_call" ? "fc_" : "msg_") + suffix;
         }

@@ -57,6 +57,9 @@ SidecarCore::SidecarCore(const SidecarConfig& config, SidecarMetrics* metrics)
       degrade_(config.MakeDegradeConfig()),
       admission_(config.MakeAdmissionConfig()),
       breaker_(std::make_unique<CircuitBreaker>(config.breaker)),
+      fallback_breaker_(config.has_fallback_upstream
+                            ? std::make_unique<CircuitBreaker>(config.breaker)
+                            : nullptr),
       retry_budget_(RetryBudgetConfigFrom(config.retries)),
       ttft_window_(config.stats_window) {}
 
@@ -71,15 +74,6 @@ SidecarCore::Verdict SidecarCore::Reject(int priority, int http_status, std::str
   v.message = std::move(message);
   v.retry_after = retry_after;
   return v;
-}
-
-SidecarCore::Duration SidecarCore::EstimatedWait(int priority) const {
-  const AdmissionConfig& a = admission_.config();
-  int usable = priority == 0 ? a.max_concurrency : a.max_concurrency - a.reserved_for_top;
-  size_t ahead = 0;
-  for (int p = 0; p <= priority && p < a.num_priorities; ++p) ahead += admission_.depth(p);
-  if (ahead == 0 && admission_.in_flight() < usable) return Duration::zero();
-  return admission_.mean_service_time() * static_cast<int64_t>(ahead + 1) / std::max(usable, 1);
 }
 
 std::optional<double> SidecarCore::P99Ttft(TimePoint now) {
@@ -136,9 +130,8 @@ SidecarCore::Verdict SidecarCore::OnArrival(RequestId id, std::string_view path,
   // Down for a new request: OPEN, or HALF_OPEN with every probe permit taken (it would be
   // refused at OnStart all the same).
   in.breaker_open = breaker_->RetryAfter(now) > Duration::zero();
-  in.fallback_available =
-      !config_.fallback_model.empty() && (config_.has_fallback_upstream || !in.breaker_open);
-  in.estimated_wait = EstimatedWait(p);
+  in.fallback_available = FallbackAvailable(in.breaker_open, now);
+  in.estimated_wait = admission_.EstimatedWait(p);
   in.time_to_deadline = info.timeout;
   in.p99_ttft = P99Ttft(now);
   in.requested_max_tokens = info.max_tokens;
@@ -194,8 +187,14 @@ void SidecarCore::Degrade(const DegradeDecision& d, Route* route) const {
   }
 }
 
+bool SidecarCore::FallbackAvailable(bool primary_down, TimePoint now) {
+  if (config_.fallback_model.empty()) return false;
+  if (!fallback_breaker_) return !primary_down;
+  return fallback_breaker_->RetryAfter(now) == Duration::zero();
+}
+
 bool SidecarCore::RerouteToFallback(int priority, Route* route, TimePoint now) {
-  if (!config_.has_fallback_upstream || config_.fallback_model.empty()) return false;
+  if (!fallback_breaker_ || !FallbackAvailable(true, now)) return false;
   DegradeInputs in;
   in.priority = priority;
   in.breaker_open = true;
@@ -215,7 +214,14 @@ bool SidecarCore::RerouteToFallback(int priority, Route* route, TimePoint now) {
 
 std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, Route& route,
                                                           int priority, TimePoint now) {
-  if (!route.fallback_upstream) {
+  if (route.fallback_upstream) {
+    // Degraded at arrival (or below): the fallback upstream's own breaker decides.
+    if (!fallback_breaker_->TryAcquire(now)) {
+      metrics_->CountRejected(priority, "breaker_open");
+      return std::max(fallback_breaker_->RetryAfter(now), Duration(std::chrono::seconds(1)));
+    }
+    fallback_permits_[id] = fallback_breaker_->transitions();
+  } else {
     if (!breaker_->TryAcquire(now)) {
       // It keeps its admission slot until it finishes (OnFinished frees it): it was admitted to
       // the primary's queue, and is not in on_fallback_upstream_.
@@ -223,6 +229,11 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, Route& r
         metrics_->CountRejected(priority, "breaker_open");
         return breaker_->RetryAfter(now);
       }
+      if (!fallback_breaker_->TryAcquire(now)) {  // FallbackAvailable said a call may pass
+        metrics_->CountRejected(priority, "breaker_open");
+        return std::max(fallback_breaker_->RetryAfter(now), Duration(std::chrono::seconds(1)));
+      }
+      fallback_permits_[id] = fallback_breaker_->transitions();
     } else {
       breaker_permits_[id] = breaker_->transitions();
     }
@@ -248,15 +259,18 @@ AdmissionQueue::Dispatch SidecarCore::OnFinished(RequestId id, const Route& rout
   // An outcome counts only in the breaker state its permit came from: a call started while
   // CLOSED that ends during HALF_OPEN is no probe (it must not close the breaker for the probes,
   // nor hand back a probe permit it never held).
-  auto permit = route.fallback_upstream ? breaker_permits_.end() : breaker_permits_.find(id);
-  const bool current = permit != breaker_permits_.end() && permit->second == breaker_->transitions();
-  if (permit != breaker_permits_.end()) breaker_permits_.erase(permit);
+  // Each upstream's breaker hears only its own calls.
+  CircuitBreaker* breaker = route.fallback_upstream ? fallback_breaker_.get() : breaker_.get();
+  auto& permits = route.fallback_upstream ? fallback_permits_ : breaker_permits_;
+  auto permit = breaker != nullptr ? permits.find(id) : permits.end();
+  const bool current = permit != permits.end() && permit->second == breaker->transitions();
+  if (permit != permits.end()) permits.erase(permit);
   if (current) {
     const Duration call_time = time_to_first_token.value_or(upstream_time);
     switch (result) {
-      case Result::kSuccess: breaker_->OnSuccess(call_time, now); break;
-      case Result::kFailure: breaker_->OnFailure(call_time, now); break;
-      case Result::kIgnored: breaker_->OnIgnored(); break;
+      case Result::kSuccess: breaker->OnSuccess(call_time, now); break;
+      case Result::kFailure: breaker->OnFailure(call_time, now); break;
+      case Result::kIgnored: breaker->OnIgnored(); break;
     }
   }
   if (on_fallback_upstream_.erase(id) != 0) return {};
@@ -284,16 +298,22 @@ void SidecarCore::StoreInCache(const CacheKey& key, CachedResponse response, Tim
 bool SidecarCore::Ready(TimePoint now) {
   if (draining_) return false;
   return breaker_->state(now) != CircuitBreaker::State::kOpen ||
-         (config_.has_fallback_upstream && !config_.fallback_model.empty());
+         (fallback_breaker_ && !config_.fallback_model.empty() &&
+          fallback_breaker_->state(now) != CircuitBreaker::State::kOpen);
 }
 
 void SidecarCore::UpdateGauges(TimePoint now) {
   const int classes = admission_.config().num_priorities;
   for (int p = 0; p < classes; ++p) metrics_->SetQueueDepth(p, admission_.depth(p));
-  metrics_->SetInFlight(admission_.in_flight());
+  // The fallback upstream's requests too: demand the primary should carry. Degraded away, they
+  // are in neither the primary's queue nor its slots, and the autoscaler reading only those
+  // would never add the pods that end the degradation.
+  metrics_->SetInFlight(static_cast<double>(admission_.in_flight() + on_fallback_upstream_.size()));
   metrics_->SetBreakerState(CircuitBreakerStateName(breaker_->state(now)));
   metrics_->SetBreakerTransitions(static_cast<double>(breaker_->transitions()));
-  if (cache_) metrics_->SetCache(cache_->bytes(), cache_->entries());
+  metrics_->SetFallbackBreakerState(
+      fallback_breaker_ ? CircuitBreakerStateName(fallback_breaker_->state(now)) : "");
+  metrics_->SetCache(cache_ ? cache_->bytes() : 0, cache_ ? cache_->entries() : 0);
   metrics_->SetDraining(draining_);
   metrics_->SetStandingQueue(admission_.standing());
 }
@@ -315,6 +335,9 @@ std::string SidecarCore::StatsJson(TimePoint now) {
       {"window_seconds",
        std::chrono::duration<double>(config_.stats_window.window).count()},
       {"breaker", CircuitBreakerStateName(breaker_->state(now))},
+      {"fallback_breaker", fallback_breaker_
+                               ? json(CircuitBreakerStateName(fallback_breaker_->state(now)))
+                               : json(nullptr)},
       {"standing_queue", admission_.standing()},
       {"draining", draining_},
   };
@@ -358,6 +381,10 @@ StatusOr<AdmissionQueue::Dispatch> SidecarCore::Reconfigure(const SidecarConfig&
       a.half_open_permitted_calls != b.half_open_permitted_calls) {
     breaker_ = std::make_unique<CircuitBreaker>(next.breaker);
     breaker_permits_.clear();  // permits of the old breaker say nothing to the new one
+    if (fallback_breaker_) {
+      fallback_breaker_ = std::make_unique<CircuitBreaker>(next.breaker);
+      fallback_permits_.clear();
+    }
   }
   retry_budget_ = RetryBudget(RetryBudgetConfigFrom(next.retries));
   // Kept from the running config: addresses and metric buckets (fixed at start).

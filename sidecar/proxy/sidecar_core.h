@@ -124,7 +124,12 @@ class SidecarCore {
   // An attempt failed before any byte reached the client: may it be retried?
   bool TryRetry(TimePoint now);
 
-  void RecordTtft(double seconds, TimePoint now) { ttft_window_.Record(seconds, now); }
+  // A successful answer's time to first token, for /stats and the degrade rule's P99: only the
+  // primary model's answers count. The fallback's (fast) answers would pull the P99 under the
+  // SLO while the primary still breaches it, and degrade would switch itself off and on.
+  void RecordTtft(double seconds, const Route& route, TimePoint now) {
+    if (route.model.empty()) ttft_window_.Record(seconds, now);
+  }
   void StoreInCache(const CacheKey& key, CachedResponse response, TimePoint now);
 
   // Draining: new arrivals get 503; queued and in-flight requests finish.
@@ -154,13 +159,15 @@ class SidecarCore {
  private:
   Verdict Reject(int priority, int http_status, std::string reason, std::string message,
                  std::optional<Duration> retry_after);
-  Duration EstimatedWait(int priority) const;
   std::optional<double> P99Ttft(TimePoint now);
   // Writes degrade decision `d` into `route` (whose requested_max_tokens is set).
   void Degrade(const DegradeDecision& d, Route* route) const;
   // A request for the primary the breaker refused: true, with `route` rewritten, when the
   // fallback upstream serves its class (degrade's breaker_open decision).
   bool RerouteToFallback(int priority, Route* route, TimePoint now);
+  // Whether the fallback model can take a request now: configured, and on its own upstream, that
+  // upstream's breaker lets calls through (on the primary's upstream: the primary is up).
+  bool FallbackAvailable(bool primary_down, TimePoint now);
 
   SidecarConfig config_;
   SidecarMetrics* metrics_;
@@ -174,6 +181,11 @@ class SidecarCore {
   // permit it never took.
   // Calls holding a breaker permit, each with breaker_->transitions() when it was granted.
   std::unordered_map<RequestId, uint64_t> breaker_permits_;
+  // The fallback upstream's own breaker (the primary's settings), and its calls' permits as
+  // above; null without a fallback upstream. A fallback that is down is no fallback: degrade
+  // then rejects as it would without one, and /ready says so.
+  std::unique_ptr<CircuitBreaker> fallback_breaker_;
+  std::unordered_map<RequestId, uint64_t> fallback_permits_;
   // Degraded requests sent to the fallback upstream: it has its own capacity and its own 503s, so
   // they neither wait in nor count against the primary's admission queue.
   std::unordered_set<RequestId> on_fallback_upstream_;

@@ -43,6 +43,11 @@ SidecarMetrics::SidecarMetrics(const std::vector<std::string>& class_names,
            .Get();
   auto& breaker = r.AddGauge("kinfer_sidecar_breaker_state",
                              "Circuit breaker state (1 for the current state).", {"state"});
+  auto& fallback_breaker = r.AddGauge(
+      "kinfer_sidecar_fallback_breaker_state",
+      "The fallback upstream's circuit breaker state (1 for the current state; all 0 without a "
+      "fallback upstream).",
+      {"state"});
   breaker_transitions_ = &r.AddGauge("kinfer_sidecar_breaker_transitions",
                                      "Circuit breaker state changes since start.")
                               .Get();
@@ -79,8 +84,10 @@ SidecarMetrics::SidecarMetrics(const std::vector<std::string>& class_names,
   reloads_failed_ = &reloads.WithLabels({"failed"});
   for (const char* state : {"CLOSED", "OPEN", "HALF_OPEN"}) {
     breaker_state_.push_back(&breaker.WithLabels({state}));
+    fallback_breaker_state_.push_back(&fallback_breaker.WithLabels({state}));
   }
   SetBreakerState("CLOSED");
+  SetFallbackBreakerState("");
 }
 
 size_t SidecarMetrics::Clamp(int priority) const {
@@ -104,11 +111,19 @@ void SidecarMetrics::CountUpstreamError(std::string_view kind) {
   upstream_errors_->WithLabels({std::string(kind)}).Inc();
 }
 
-void SidecarMetrics::SetBreakerState(std::string_view state) {
+namespace {
+
+void SetOneHot(const std::vector<metrics::Gauge*>& gauges, std::string_view state) {
   static constexpr std::string_view kStates[] = {"CLOSED", "OPEN", "HALF_OPEN"};
-  for (size_t i = 0; i < breaker_state_.size(); ++i) {
-    breaker_state_[i]->Set(kStates[i] == state ? 1 : 0);
-  }
+  for (size_t i = 0; i < gauges.size(); ++i) gauges[i]->Set(kStates[i] == state ? 1 : 0);
+}
+
+}  // namespace
+
+void SidecarMetrics::SetBreakerState(std::string_view state) { SetOneHot(breaker_state_, state); }
+
+void SidecarMetrics::SetFallbackBreakerState(std::string_view state) {
+  SetOneHot(fallback_breaker_state_, state);
 }
 
 void SidecarMetrics::SetConnections(size_t open, uint64_t rejected_total) {

@@ -56,6 +56,8 @@ class SidecarMetrics {
   void SetConnections(size_t open, uint64_t rejected_total);
   // state: "CLOSED", "OPEN", "HALF_OPEN" (one-hot over the three).
   void SetBreakerState(std::string_view state);
+  // The fallback upstream's breaker: as SetBreakerState; "" (all 0) without a fallback upstream.
+  void SetFallbackBreakerState(std::string_view state);
   void SetBreakerTransitions(double n) { breaker_transitions_->Set(n); }
   void SetCache(double bytes, double entries) { cache_bytes_->Set(bytes), cache_entries_->Set(entries); }
   void SetDraining(bool draining) { draining_->Set(draining ? 1 : 0); }
@@ -90,6 +92,7 @@ class SidecarMetrics {
   metrics::Counter* connections_rejected_;
   std::atomic<uint64_t> seen_rejected_connections_{0};
   std::vector<metrics::Gauge*> breaker_state_;  // CLOSED, OPEN, HALF_OPEN
+  std::vector<metrics::Gauge*> fallback_breaker_state_;  // the same, for the fallback upstream
   metrics::Gauge* breaker_transitions_;
   metrics::Gauge* cache_bytes_;
   metrics::Gauge* cache_entries_;

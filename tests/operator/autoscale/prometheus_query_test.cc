@@ -55,6 +55,14 @@ TEST(PrometheusQueryTest, RefusesErrorsAndMalformedAnswers) {
   ASSERT_FALSE(error.ok());
   EXPECT_EQ(error.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(error.status().message().find("bad_data"), std::string::npos);
+  // Fields of other types (a proxy's answer) are no throw: json::value() took the operator down.
+  for (const char* odd : {R"({"status":"error","errorType":5,"error":null})",
+                          R"({"status":"error","errorType":{},"error":[1]})"}) {
+    auto r = ParsePrometheusQueryResponse(odd);
+    ASSERT_FALSE(r.ok()) << odd;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << odd;
+    EXPECT_NE(r.status().message().find("unknown"), std::string::npos) << r.status().ToString();
+  }
   for (
       const char* bad : {
           "",

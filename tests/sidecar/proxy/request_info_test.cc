@@ -512,6 +512,23 @@ TEST(FreshResponseIdentityTest, ACachedBodyGetsItsOwnIdAndCreated) {
   EXPECT_EQ(nlohmann::json::parse(FreshResponseIdentity(R"({"id":"plain"})", "u", 1))["id"], "u");
 }
 
+// An upstream body is stored as it came: fields of unexpected types are left alone, never a
+// throw (json::value() on `"object": null` aborted the sidecar at the next cache hit).
+TEST(FreshResponseIdentityTest, FieldsOfOtherTypesAreLeftAsTheyAre) {
+  for (const char* cached : {R"({"id":"chatcmpl-a","object":null,"created":1})",
+                             R"({"id":"chatcmpl-a","object":{"x":1},"created":1})",
+                             R"({"id":"chatcmpl-a","object":7})"}) {
+    nlohmann::json j = nlohmann::json::parse(FreshResponseIdentity(cached, "u", 9));
+    EXPECT_EQ(j["id"], "chatcmpl-u") << cached;
+  }
+  const std::string resp = R"({"id":"resp_a","object":"response","output":[
+      {"id":"x","type":null},{"id":"y","type":3,"call_id":"c"},{"type":"message"}]})";
+  nlohmann::json j = nlohmann::json::parse(FreshResponseIdentity(resp, "u", 9));
+  EXPECT_EQ(j["id"], "resp_u");
+  EXPECT_EQ(j["output"][0]["id"], "msg_u-0");
+  EXPECT_EQ(j["output"][1]["call_id"], "call_u-1");
+}
+
 TEST(FreshResponseIdentityTest, ToolCallsGetIdsOfTheirOwn) {
   const std::string cached = R"({"id":"chatcmpl-abc","created":1,"choices":[{"index":0,
       "message":{"role":"assistant","content":null,"tool_calls":[

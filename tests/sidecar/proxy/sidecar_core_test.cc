@@ -557,6 +557,76 @@ TEST_F(SidecarCoreBreakerTest, RequestsThePrimaryRefusesGoToTheFallbackUpstream)
   EXPECT_TRUE(core_->Ready(now_));
 }
 
+// The fallback upstream has a breaker of its own: once its calls fail, it is no fallback. With
+// the primary down too, arrivals get the 503 breaker_open answer (not a 503 upstream_connect per
+// request after a connection attempt), /ready fails, and the gauge and /stats say which is down.
+TEST_F(SidecarCoreBreakerTest, AFallbackUpstreamThatFailsIsNoFallback) {
+  UseSmallBreaker();
+  UseFallbackUpstream();
+  Init();
+  Trip();
+  for (SidecarCore::RequestId id = 10; id < 14; ++id) {
+    Verdict v = Arrive(id, Info());
+    ASSERT_EQ(v.action, Action::kStart) << id << ": " << v.reason;
+    ASSERT_TRUE(v.route.fallback_upstream);
+    ASSERT_FALSE(core_->OnStart(id, v.route, 1, now_).has_value());
+    core_->OnFinished(id, v.route, Result::kFailure, milliseconds(5), now_);
+  }
+  EXPECT_FALSE(core_->Ready(now_));
+  Verdict v = Arrive(20, Info());
+  ASSERT_EQ(v.action, Action::kReject);
+  EXPECT_EQ(v.http_status, 503);
+  EXPECT_EQ(v.reason, "breaker_open");
+  ASSERT_TRUE(v.retry_after.has_value());
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_degraded_total{class="standard",reason="breaker_open"})"), 4);
+  core_->UpdateGauges(now_);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_fallback_breaker_state{state="OPEN"})"), 1);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_breaker_state{state="OPEN"})"), 1);
+  EXPECT_EQ(nlohmann::json::parse(core_->StatsJson(now_))["fallback_breaker"], "OPEN");
+
+  // Both open times pass. The primary's one probe goes out first; with every primary permit
+  // out, the next request probes the fallback, and its success brings the fallback back.
+  now_ += seconds(10);
+  Verdict primary_probe = Arrive(29, Info());
+  ASSERT_EQ(primary_probe.action, Action::kStart) << primary_probe.reason;
+  ASSERT_FALSE(primary_probe.route.fallback_upstream);
+  ASSERT_FALSE(core_->OnStart(29, primary_probe.route, 1, now_).has_value());
+  Verdict probe = Arrive(30, Info());
+  ASSERT_EQ(probe.action, Action::kStart) << probe.reason;
+  ASSERT_TRUE(probe.route.fallback_upstream);
+  ASSERT_FALSE(core_->OnStart(30, probe.route, 1, now_).has_value());
+  // Every probe permit is out: one more is refused at arrival, not sent to a fallback in doubt.
+  EXPECT_EQ(Arrive(31, Info()).action, Action::kReject);
+  core_->OnFinished(30, probe.route, Result::kSuccess, milliseconds(5), now_);
+  core_->UpdateGauges(now_);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_fallback_breaker_state{state="CLOSED"})"), 1);
+  EXPECT_TRUE(core_->Ready(now_));
+}
+
+// A primary up and a fallback upstream down: the SLO rule can only cap tokens (on the primary).
+TEST_F(SidecarCoreBreakerTest, TheSloRuleDoesNotSendToAFallbackUpstreamThatIsDown) {
+  UseSmallBreaker();
+  UseFallbackUpstream();
+  config_.slo_ttft_p99_seconds = 1;
+  config_.classes[1].degrade.max_tokens_cap = 64;
+  Init();
+  for (SidecarCore::RequestId id = 10; id < 14; ++id) {  // trips the fallback's breaker
+    SidecarCore::Route fallback;
+    fallback.fallback_upstream = true;
+    fallback.model = "small";
+    ASSERT_FALSE(core_->OnStart(id, fallback, 1, now_).has_value());
+    core_->OnFinished(id, fallback, Result::kFailure, milliseconds(5), now_);
+  }
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, {}, now_);
+  Verdict v = Arrive(1, Info(R"({"max_tokens":500,"temperature":0.5,"prompt":"x"})"));
+  ASSERT_EQ(v.action, Action::kStart) << v.reason;
+  EXPECT_EQ(v.route.degraded, "slo");
+  EXPECT_EQ(v.route.model, "");
+  EXPECT_FALSE(v.route.fallback_upstream);
+  EXPECT_EQ(v.route.max_tokens, 64);
+  EXPECT_TRUE(core_->Ready(now_));  // the primary serves
+}
+
 TEST_F(SidecarCoreBreakerTest, OpenBreakerWithoutFallbackUpstreamRejects503) {
   UseSmallBreaker();
   config_.fallback_model = "small";  // served by the primary, which is down
@@ -650,7 +720,7 @@ TEST_F(SidecarCoreTest, SloBreachDegradesLowerClassesWithTheirCap) {
   config_.slo_ttft_p99_seconds = 1;
   config_.classes[1].degrade.max_tokens_cap = 100;  // standard; batch has 256 by default
   Init();
-  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, now_);
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, {}, now_);
 
   Verdict standard = Arrive(1, Info(R"({"max_tokens":500,"temperature":0,"prompt":"x"})"));
   ASSERT_EQ(standard.action, Action::kStart) << standard.reason;
@@ -710,6 +780,31 @@ TEST_F(SidecarCoreTest, DeadlineAtRiskIsServedByTheFallbackUpstreamOutsideTheQue
   EXPECT_EQ(Metric(R"(kinfer_sidecar_rejected_total{class="standard",reason="deadline_unreachable"})"), -1);
 }
 
+// The deadline trigger reads the queue's own estimate: with a slot reserved for the top class
+// and a critical request already holding it, a standard request that admission starts at once
+// has no wait and is not degraded (the sidecar used max - reserved slots whatever held them).
+TEST_F(SidecarCoreTest, TheDeadlineTriggerUsesAdmissionsOwnWaitEstimate) {
+  config_.admission.max_concurrency = 8;
+  config_.admission.reserved_for_top = 1;
+  config_.admission.initial_service_time = seconds(1);
+  UseFallbackUpstream();
+  Init();
+  ASSERT_EQ(Arrive(1, OfClass("critical", kSampled)).action, Action::kStart);
+  for (SidecarCore::RequestId id = 2; id <= 7; ++id) {
+    Verdict v = Arrive(id, Info());
+    ASSERT_EQ(v.action, Action::kStart) << id << ": " << v.reason;
+    ASSERT_EQ(v.route.degraded, "") << id;
+  }
+  Verdict v = Arrive(8, Info(kSampled, {{"x-kinfer-timeout", "100ms"}}));
+  ASSERT_EQ(v.action, Action::kStart) << v.reason;
+  EXPECT_EQ(v.route.degraded, "");
+  EXPECT_FALSE(v.route.fallback_upstream);
+  // The eighth slot was the reserved one: a ninth standard request waits 1 s, past its 100 ms.
+  Verdict late = Arrive(9, Info(kSampled, {{"x-kinfer-timeout", "100ms"}}));
+  EXPECT_EQ(late.route.degraded, "deadline");
+  EXPECT_TRUE(late.route.fallback_upstream);
+}
+
 TEST_F(SidecarCoreTest, DeadlineAtRiskWithoutAFallbackUpstreamIsARejectionOnly) {
   config_.admission.max_concurrency = 1;
   config_.admission.initial_service_time = seconds(1);
@@ -732,7 +827,7 @@ TEST_F(SidecarCoreTest, ADegradedRequestTheQueueRefusesIsNotCountedDegraded) {
   config_.admission.max_concurrency = 1;
   config_.admission.initial_service_time = milliseconds(100);
   Init();
-  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, now_);
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, {}, now_);
   Verdict first = Arrive(1, OfClass("critical"));  // never degraded: holds the only slot
   ASSERT_EQ(first.action, Action::kStart);
   ASSERT_FALSE(core_->OnStart(1, first.route, 0, now_).has_value());
@@ -759,7 +854,7 @@ TEST_F(SidecarCoreTest, SloBreachUsesTheFallbackModelOnThePrimary) {
   config_.slo_ttft_p99_seconds = 1;
   config_.fallback_model = "small";
   Init();
-  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, now_);
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, {}, now_);
   Verdict v = Arrive(1, Info());
   ASSERT_EQ(v.action, Action::kStart);
   EXPECT_EQ(v.route.degraded, "slo");
@@ -767,10 +862,33 @@ TEST_F(SidecarCoreTest, SloBreachUsesTheFallbackModelOnThePrimary) {
   EXPECT_FALSE(v.route.fallback_upstream);  // same upstream: still guarded by the breaker
 }
 
+// Only the primary model's answers teach the SLO window: the fallback's fast ones pulled the
+// P99 under the SLO while the primary still breached it, and degrade turned itself off.
+TEST_F(SidecarCoreTest, FallbackAnswersDoNotCountInTheSloWindow) {
+  config_.slo_ttft_p99_seconds = 1;
+  config_.fallback_model = "small";
+  Init();
+  SidecarCore::Route degraded;
+  degraded.model = "small";
+  degraded.degraded = "slo";
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(2.0, {}, now_);
+  for (int i = 0; i < 3000; ++i) core_->RecordTtft(0.01, degraded, now_);
+  EXPECT_EQ(nlohmann::json::parse(core_->StatsJson(now_))["ttft_seconds"]["count"], 30);
+  Verdict v = Arrive(1, Info());
+  ASSERT_EQ(v.action, Action::kStart);
+  EXPECT_EQ(v.route.degraded, "slo");
+  // A primary answer whose tokens were capped is still the primary's latency.
+  SidecarCore::Route capped;
+  capped.max_tokens = 64;
+  capped.degraded = "slo";
+  core_->RecordTtft(2.0, capped, now_);
+  EXPECT_EQ(nlohmann::json::parse(core_->StatsJson(now_))["ttft_seconds"]["count"], 31);
+}
+
 TEST_F(SidecarCoreTest, FastTtftsDoNotDegrade) {
   config_.slo_ttft_p99_seconds = 1;
   Init();
-  for (int i = 0; i < 30; ++i) core_->RecordTtft(0.2, now_);
+  for (int i = 0; i < 30; ++i) core_->RecordTtft(0.2, {}, now_);
   Verdict v = Arrive(1, OfClass("batch"));
   ASSERT_EQ(v.action, Action::kStart);
   EXPECT_EQ(v.route.degraded, "");
@@ -839,9 +957,9 @@ TEST_F(SidecarCoreTest, StatsJsonReportsQueueInFlightAndTtftQuantiles) {
   ASSERT_EQ(Arrive(1, Info()).action, Action::kStart);
   ASSERT_EQ(Arrive(2, OfClass("batch")).action, Action::kQueued);
   ASSERT_EQ(Arrive(3, OfClass("batch")).action, Action::kQueued);
-  for (int i = 0; i < 98; ++i) core_->RecordTtft(0.5, now_);
-  core_->RecordTtft(4.0, now_);
-  core_->RecordTtft(4.0, now_);
+  for (int i = 0; i < 98; ++i) core_->RecordTtft(0.5, {}, now_);
+  core_->RecordTtft(4.0, {}, now_);
+  core_->RecordTtft(4.0, {}, now_);
 
   std::string text = core_->StatsJson(now_);
   nlohmann::json stats = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -876,6 +994,39 @@ TEST_F(SidecarCoreTest, UpdateGaugesExportsQueueAndInFlight) {
   EXPECT_EQ(Metric("kinfer_sidecar_in_flight"), 1);
   EXPECT_EQ(Metric("kinfer_sidecar_draining"), 1);
   EXPECT_EQ(Metric(R"(kinfer_sidecar_breaker_state{state="CLOSED"})"), 1);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_fallback_breaker_state{state="CLOSED"})"), 0);
+}
+
+// Requests degraded to the fallback upstream are in flight too: demand the primary should carry
+// (outside its queue and slots, the autoscaler would never see it and never add the pods).
+TEST_F(SidecarCoreTest, InFlightCountsTheFallbackUpstreamsRequests) {
+  config_.admission.max_concurrency = 1;
+  config_.admission.initial_service_time = seconds(1);
+  UseFallbackUpstream();
+  Init();
+  ASSERT_EQ(Arrive(1, Info()).action, Action::kStart);
+  Verdict v = Arrive(2, Info(kSampled, {{"x-kinfer-timeout", "500ms"}}));
+  ASSERT_TRUE(v.route.fallback_upstream);
+  core_->UpdateGauges(now_);
+  EXPECT_EQ(Metric("kinfer_sidecar_in_flight"), 2);
+  EXPECT_EQ(Metric(R"(kinfer_sidecar_fallback_breaker_state{state="CLOSED"})"), 1);
+}
+
+// A reload that turns the cache off zeroes its gauges (they kept the last values forever).
+TEST_F(SidecarCoreTest, TurningTheCacheOffOnReloadZeroesItsGauges) {
+  Init();
+  Verdict first = Arrive(1, Info(kDeterministic));
+  ASSERT_TRUE(first.cache_key.has_value());
+  core_->StoreInCache(*first.cache_key, Response("{\"a\":1}"), now_);
+  core_->UpdateGauges(now_);
+  EXPECT_EQ(Metric("kinfer_sidecar_cache_entries"), 1);
+  EXPECT_GT(Metric("kinfer_sidecar_cache_bytes"), 0);
+  SidecarConfig next = config_;
+  next.cache_enabled = false;
+  ASSERT_TRUE(core_->Reconfigure(next, now_).ok());
+  core_->UpdateGauges(now_);
+  EXPECT_EQ(Metric("kinfer_sidecar_cache_entries"), 0);
+  EXPECT_EQ(Metric("kinfer_sidecar_cache_bytes"), 0);
 }
 
 // ---- reload ----
