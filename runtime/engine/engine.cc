@@ -880,16 +880,20 @@ void Engine::Prepare(StepWork& w, std::chrono::steady_clock::time_point now, boo
     // before a draft only the penalty window is copied: seq starts at position `offset`.
     std::span<const int32_t> seq = a.history;
     size_t offset = 0;
+    const size_t first_input = FirstRowInput(item);
     if (!item.draft.empty()) {
       const size_t known = static_cast<size_t>(item.start) + 1;
       const int last_n = a.req.sampling.penalty_last_n;
       offset = last_n < 0 ? 0 : known - std::min(known, static_cast<size_t>(last_n));
+      // Row 0's window ends at first_input: with penalty_last_n 0 the offset was past it, and
+      // seq.first(first_input - offset) below wrapped to a huge count (undefined behaviour; an
+      // abort in a build with library assertions).
+      offset = std::min(offset, first_input);
       drafted_history_.assign(a.history.begin() + static_cast<std::ptrdiff_t>(offset),
                               a.history.begin() + static_cast<std::ptrdiff_t>(known));
       drafted_history_.insert(drafted_history_.end(), item.draft.begin(), item.draft.end());
       seq = drafted_history_;
     }
-    const size_t first_input = FirstRowInput(item);
     a.sampler.Seek(OutputIndex(a.req, first_input));
     for (size_t j = 0; j <= item.draft.size(); ++j) {
       const size_t input = first_input + j;

@@ -162,6 +162,11 @@ PrefixHit KvBlockManager::Lookup(std::span<const int32_t> tokens, uint64_t salt)
   return FindPrefix(tokens, salt, /*keep_path=*/false).hit;
 }
 
+std::vector<int32_t> KvBlockManager::LookupBlocks(std::span<const int32_t> tokens,
+                                                  uint64_t salt) const {
+  return FindPrefix(tokens, salt, /*keep_path=*/true).blocks;
+}
+
 // ---- sequences ------------------------------------------------------------------------------
 
 KvBlockManager::Seq& KvBlockManager::GetSeq(KvSeqId seq) {

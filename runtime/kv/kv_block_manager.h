@@ -103,6 +103,8 @@ class KvBlockManager {
   // The cached prefix of `tokens` under `salt`. No side effects (no stats, no LRU touch).
   // tokens.size() - 1 positions at most (the last token is always computed).
   PrefixHit Lookup(std::span<const int32_t> tokens, uint64_t salt) const;
+  // The blocks of that cached prefix, in order (Lookup().blocks of them). Pure, as Lookup().
+  std::vector<int32_t> LookupBlocks(std::span<const int32_t> tokens, uint64_t salt) const;
 
   // Registers `seq`, takes a reference on each block of its cached prefix (as Lookup() would report
   // it now) and allocates new blocks so that the sequence holds `hit + n_compute` slots (clamped to

@@ -363,7 +363,12 @@ bool Scheduler::MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed
   SortRunning();
   // Victims: strictly less important classes, least important (then latest) first. Count only
   // the blocks each holds alone (a lower bound on what preempting it frees) so that nothing is
-  // preempted unless it is enough.
+  // preempted unless it is enough. A block of the newcomer's own cached prefix frees nothing for
+  // it: freed, it is a hit the newcomer takes back off the free list (blocks_needed counts the
+  // free hits already). Counted, a victim holding the newcomer's prefix was preempted for a
+  // newcomer that still did not fit.
+  std::vector<int32_t> hit_path = kv_->LookupBlocks(s.tokens, s.salt);
+  std::sort(hit_path.begin(), hit_path.end());
   std::vector<SchedSeqId> victims;
   int freeable = 0;
   int available = kv_->num_free_blocks();
@@ -372,7 +377,12 @@ bool Scheduler::MakeRoomByPreemptingLowerClasses(const Seq& s, int blocks_needed
     const Seq& v = *Get(*it);
     if (v.priority <= s.priority) break;
     victims.push_back(*it);
-    for (int32_t b : kv_->BlockTable(*it)) freeable += kv_->ref_count(b) == 1 ? 1 : 0;
+    for (int32_t b : kv_->BlockTable(*it)) {
+      freeable += kv_->ref_count(b) == 1 &&
+                          !std::binary_search(hit_path.begin(), hit_path.end(), b)
+                      ? 1
+                      : 0;
+    }
   }
   if (available + freeable < blocks_needed) return false;
   if (dry_run) return true;

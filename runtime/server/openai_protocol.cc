@@ -772,7 +772,9 @@ uint64_t CacheSaltFor(std::string_view tenant) {
     h ^= c;
     h *= 1099511628211ull;
   }
-  return h == 0 ? 1 : h;
+  // Tenants' salts carry the top bits 01: the engine's private salts (cache_prompt false: 10;
+  // prompt scoring: 11) and the shared 0 are out of any tenant's reach, whatever the name hashes to.
+  return (h & ((uint64_t{1} << 62) - 1)) | (uint64_t{1} << 62);
 }
 
 StatusOr<std::optional<std::chrono::milliseconds>> ParseRequestTimeout(std::string_view header,

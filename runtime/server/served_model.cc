@@ -96,6 +96,15 @@ StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOption
     StatusOr<std::unique_ptr<LlamaModel>> dm = LlamaModel::Load(m->draft_file_, o.n_threads);
     if (!dm.ok()) return dm.status().WithContext(o.draft_path + ": draft model");
     m->draft_model_ = std::move(dm).value();
+    // Its logits must be as wide as the target's: an output layer padded wider (as some GGUF
+    // conversions are) drafts ids the target cannot verify, and every step with one failed.
+    const int32_t draft_vocab = m->draft_model_->hparams().n_vocab;
+    const int32_t target_vocab = m->backend_->hparams().n_vocab;
+    if (draft_vocab != target_vocab) {
+      return InvalidArgument(o.draft_path + ": the draft model's logits cover " +
+                             std::to_string(draft_vocab) + " token ids, the served model's " +
+                             std::to_string(target_vocab) + "; a draft model must match them");
+    }
     eo.spec.draft_model = m->draft_model_.get();
   }
   eo.n_threads = o.n_threads;

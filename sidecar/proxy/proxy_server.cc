@@ -350,6 +350,7 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
   // which is the runtime's scale: critical 0, standard 1, batch 2 with the default classes).
   if (policy_) {
     out.set("x-kinfer-priority", std::to_string(info_.priority));
+    out.set("x-kinfer-tenant", RuntimeTenant(info_));
     out.set("x-kinfer-request-id", UpstreamRequestId());
     out.set("x-request-id", request_id_);
   }

@@ -260,6 +260,11 @@ std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string RuntimeTenant(const RequestInfo& info) {
+  if (info.tenant_header.empty()) return info.rate_key;
+  return info.rate_key + "/" + info.tenant_header;
+}
+
 std::string NormalizedRequestText(std::string_view path, const RequestInfo& info) {
   std::string text = info.rate_key;
   text += '\n';

@@ -94,6 +94,12 @@ std::string TenantRateKey(std::string_view tenant);
 std::string RewriteBody(const RequestInfo& info, std::string_view fallback_model,
                         int64_t max_tokens);
 
+// The x-kinfer-tenant sent to the runtime, which partitions its prefix cache by it: the caller
+// (rate_key: a mapped key's tenant, an unmapped key's SHA-256, or "anonymous"), then "/" and the
+// client's own x-kinfer-tenant when it sent one. As the response cache, so a client can split its
+// own traffic but never reach another caller's prefix cache (whose hits would show in its TTFT).
+std::string RuntimeTenant(const RequestInfo& info);
+
 // "<rate key>\n<tenant header>\n<path>\n<body with sorted keys>" (see the contract).
 std::string NormalizedRequestText(std::string_view path, const RequestInfo& info);
 

@@ -145,6 +145,30 @@ TEST_F(SpecDecodeTest, GreedyNgramOutputIsIdenticalWithSpeculationOnAndOff) {
   EXPECT_LE(sn.spec_accepted_tokens, sn.spec_draft_tokens);
 }
 
+// Penalties under speculation: every draft row's penalty window is the history before its input
+// token, whatever the window's length -- 0 (no window: the first row's window once started past
+// its input, a span of (size_t)-1 tokens), 1, 8 or the whole history -- so the output is the
+// plain decode's, token for token.
+TEST_F(SpecDecodeTest, PenaltiesOfAnyWindowGiveTheSameTokensWithSpeculation) {
+  Engine off(model_, tokenizer_, Options(false));
+  Engine on(model_, tokenizer_, Options(true));
+  for (int last_n : {0, 1, 8, -1}) {
+    GenerationRequest r = Prompts()[0];
+    r.sampling.repetition_penalty = 1.3f;
+    r.sampling.frequency_penalty = 0.2f;
+    r.sampling.penalty_last_n = last_n;
+    auto a = off.Submit(r);
+    ASSERT_TRUE(a.ok());
+    const Result plain = Drain(**a);
+    auto b = on.Submit(r);
+    ASSERT_TRUE(b.ok());
+    const Result spec = Drain(**b);
+    EXPECT_EQ(plain.tokens, spec.tokens) << "last_n " << last_n << ": " << plain.text
+                                         << "\n---\n" << spec.text;
+  }
+  EXPECT_GT(SettledStats(on).spec_draft_tokens, 0);
+}
+
 TEST_F(SpecDecodeTest, ARequestOptsInOrOutWhateverTheServerDefault) {
   Engine e(model_, tokenizer_, Options(false));
   GenerationRequest r = Prompts()[0];

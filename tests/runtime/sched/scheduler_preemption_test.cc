@@ -101,6 +101,41 @@ TEST_F(SchedulerTest, AMoreImportantArrivalPreemptsLessImportantRunningSequences
   EXPECT_EQ(eng_->ended.size(), 4u);
 }
 
+// A victim's blocks that are the newcomer's own cached prefix free nothing for it (freed, the
+// newcomer takes them back as hits): counted, the low-class sequence holding the shared prefix
+// was preempted and the newcomer still did not fit, so it waited behind while the victim had lost
+// its KV for nothing. 16 blocks of 4: A (class 0) holds 8; L (class 2) holds 8, 7 of them the
+// 28-token prefix H (class 0) shares. H needs 2 blocks beyond its 7 hits: preempting L gives it
+// only 1, so nothing is preempted, and H is admitted once A's blocks come back.
+TEST_F(SchedulerTest, AVictimHoldingTheNewcomersCachedPrefixIsNotPreemptedInVain) {
+  SchedulerConfig c = Config(16, 4);
+  c.priority_aging = seconds(0);
+  c.max_batch_tokens = 64;
+  c.max_prefill_chunk = 64;
+  Make(c);
+  Submit(Req(1, 29, 3, /*priority=*/0, /*first_token=*/500));
+  SchedRequest low = Req(2, 28, 4, /*priority=*/2, /*first_token=*/100);
+  low.prompt.push_back(999);
+  Submit(low);
+  Run();
+  Run();
+  ASSERT_EQ(s_->num_running(), 2);
+  ASSERT_EQ(s_->kv().num_free_blocks(), 0);
+  SchedRequest high = Req(3, 28, 1, /*priority=*/0, /*first_token=*/100);
+  for (int i = 0; i < 8; ++i) high.prompt.push_back(700 + i);
+  ASSERT_EQ(s_->kv().Lookup(high.prompt, 0).blocks, 7);
+  Submit(high);
+  for (int i = 0; i < 50 && eng_->ended.count(3) == 0; ++i) {
+    const StepPlan p = Run();
+    EXPECT_TRUE(p.preempted.empty()) << "step " << i << ": " << PlanString(p);
+  }
+  EXPECT_EQ(eng_->ended.count(3), 1u);
+  EXPECT_EQ(s_->stats().preemptions, 0);
+  Drain(1000);
+  EXPECT_EQ(eng_->ended.size(), 3u);
+  EXPECT_EQ(s_->kv().stats().used_blocks, 0);
+}
+
 TEST_F(SchedulerTest, NoDeadlockWhenBlocksAreScarce) {
   // 10 blocks of 4 = 40 positions; 12 requests that each need up to 32 positions alone.
   SchedulerConfig c = Config(10, 4);

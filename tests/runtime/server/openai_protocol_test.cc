@@ -926,6 +926,12 @@ TEST(RequestHeadersTest, TenantSaltsAreStableDistinctAndNeverTheSharedOne) {
   EXPECT_NE(CacheSaltFor("a"), 0u);
   EXPECT_EQ(CacheSaltFor("team-a"), CacheSaltFor("team-a"));
   EXPECT_NE(CacheSaltFor("team-a"), CacheSaltFor("team-b"));
+  // Whatever a name hashes to, its salt is in the tenants' range (top bits 01): the private
+  // salts of cache_prompt=false (10...) and of prompt scoring (11...) are out of reach.
+  for (int i = 0; i < 10000; ++i) {
+    const uint64_t salt = CacheSaltFor("tenant-" + std::to_string(i));
+    ASSERT_EQ(salt >> 62, 1u) << i;
+  }
 }
 
 TEST(RequestHeadersTest, PriorityBodyFieldIsValidated) {

@@ -444,6 +444,24 @@ TEST_F(RequestInfoTest, NormalizedTextDiffersByPathAndContent) {
   EXPECT_NE(NormalizedRequestText("/p", c), NormalizedRequestText("/p", d));
 }
 
+// The runtime's prefix cache gets the same partition: the caller, then the client's own tenant.
+// No header a client sends reaches another caller's partition ("tenant:team-a" sent by an
+// anonymous client stays under "anonymous/").
+TEST_F(RequestInfoTest, TheRuntimesTenantIsTheCallerThenTheClientsTenant) {
+  EXPECT_EQ(RuntimeTenant(MustParse("{}")), "anonymous");
+  EXPECT_EQ(RuntimeTenant(MustParse("{}", {{"x-kinfer-tenant", "tenant:team-a"}})),
+            "anonymous/tenant:team-a");
+  EXPECT_EQ(RuntimeTenant(MustParse("{}", {{"authorization", "Bearer sk-gold"}})),
+            "tenant:team-a");
+  EXPECT_EQ(RuntimeTenant(MustParse("{}", {{"authorization", "Bearer sk-gold"},
+                                           {"x-kinfer-tenant", "eu"}})),
+            "tenant:team-a/eu");
+  const std::string unmapped =
+      RuntimeTenant(MustParse("{}", {{"authorization", "Bearer sk-someone"}}));
+  EXPECT_EQ(unmapped.rfind("key:", 0), 0u) << unmapped;
+  EXPECT_EQ(unmapped.find("sk-someone"), std::string::npos) << "the key itself never travels";
+}
+
 TEST_F(RequestInfoTest, NormalizedTextIsThePartitionThePathAndTheSortedBody) {
   RequestInfo a = MustParse(R"({"b":1,"a":2})");
   EXPECT_EQ(NormalizedRequestText("/v1/completions", a),
