@@ -452,6 +452,17 @@ Status SessionAcceptor::Listen(const std::string& host, uint16_t port) {
   if (ec) return InvalidArgument("listen: bad address '" + host + "': " + ec.message());
   tcp::endpoint endpoint(address, port);
   acceptor_.open(endpoint.protocol(), ec);
+  const bool any_v6 = address.is_v6() && address.to_v6().is_unspecified();
+  if (ec == net::error::address_family_not_supported && any_v6) {
+    // "::" on a kernel without IPv6 (ipv6.disable=1): every interface is IPv4's.
+    endpoint = tcp::endpoint(net::ip::address_v4::any(), port);
+    ec = {};
+    acceptor_.open(endpoint.protocol(), ec);
+  } else if (!ec && any_v6) {
+    // "::" takes IPv4 too (v4-mapped), whatever net.ipv6.bindv6only says: one socket for a
+    // dual-stack, IPv6-only or IPv4-only pod network alike.
+    acceptor_.set_option(net::ip::v6_only(false), ec);
+  }
   if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);

@@ -197,7 +197,8 @@ class SessionAcceptor {
  public:
   SessionAcceptor(net::io_context& ioc, SessionHandler* handler);
   // Binds host:port (port 0: any free port) and starts accepting. INVALID_ARGUMENT for a bad
-  // address, UNAVAILABLE when it cannot be bound.
+  // address, UNAVAILABLE when it cannot be bound. Host "::" is every interface of both families
+  // (IPv4 v4-mapped; IPv4's alone on a kernel without IPv6).
   Status Listen(const std::string& host, uint16_t port);
   uint16_t port() const { return port_; }
   void Close();

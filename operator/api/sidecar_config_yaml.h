@@ -2,7 +2,7 @@
 // for an InferenceService's pods, from spec.sidecar, spec.fallbackModel and spec.slo.
 //
 // The pod layout (what the reconciler builds around this file):
-//   sidecar  listens on 0.0.0.0:kSidecarPort, the only port the pod exposes;
+//   sidecar  listens on :kSidecarPort (IPv4 and IPv6), the only port the pod exposes;
 //   runtime  listens on 127.0.0.1:kRuntimePort (the sidecar's upstream);
 //   fallback runtime, when spec.fallbackModel is set, on 127.0.0.1:kFallbackRuntimePort (the
 //            sidecar's degrade.fallback_upstream).

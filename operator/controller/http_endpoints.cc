@@ -24,7 +24,7 @@ StatusOr<ListenAddress> ParseListenAddress(const std::string& address) {
     return InvalidArgument("bind address '" + address + "': port must be 1-65535");
   }
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty()) host = "0.0.0.0";
+  if (host.empty()) host = "::";  // both families (SessionAcceptor::Listen)
   if (host == "localhost") host = "127.0.0.1";
   return ListenAddress{host, static_cast<uint16_t>(std::stol(port))};
 }

@@ -36,7 +36,7 @@ struct ListenAddress {
   bool operator==(const ListenAddress&) const = default;
 };
 
-// ":8080" -> 0.0.0.0:8080; "127.0.0.1:9"; "[::1]:9" -> ::1:9; "localhost:9" -> 127.0.0.1:9;
+// ":8080" -> [::]:8080 (every interface, IPv4 and IPv6); "127.0.0.1:9"; "[::1]:9" -> ::1:9; "localhost:9" -> 127.0.0.1:9;
 // "0" or "" -> off. INVALID_ARGUMENT for anything else (a host that is not an IP address is
 // refused when the endpoints start).
 StatusOr<ListenAddress> ParseListenAddress(const std::string& address);

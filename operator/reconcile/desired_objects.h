@@ -9,7 +9,7 @@
 //                                         Secret's api_keys.yaml to the generated config
 //   main  runtime           127.0.0.1:8081  the model; GPU/cpu/memory requests = limits
 //         runtime-fallback  127.0.0.1:8082  the fallback model, on CPU (spec.fallbackModel)
-//         sidecar           0.0.0.0:8080    readiness /ready, liveness /health; the only port
+//         sidecar           :8080 (v4+v6)   readiness /ready, liveness /health; the only port
 // Graceful scale-down: the sidecar's preStop sleeps (endpoints drop the pod), then SIGTERM makes it
 // drain; each runtime's preStop waits until the sidecar has stopped listening and closed its
 // connections to that runtime, so the runtime outlives every stream. terminationGracePeriodSeconds

@@ -10,7 +10,16 @@ namespace {
 
 using nlohmann::json;
 
-enum class Problem { kNone, kChecksum, kNotFound, kDownload, kImagePull, kCrashLoop };
+enum class Problem {
+  kNone,
+  kChecksum,
+  kNotFound,
+  kDownload,
+  kImagePull,
+  kContainerConfig,
+  kCrashLoop,
+  kUnschedulable
+};
 
 std::string Str(const json& v) { return v.is_string() ? v.get<std::string>() : std::string(); }
 
@@ -54,6 +63,11 @@ Problem ContainerProblem(const json& status, bool init, std::string* detail) {
               Str(At(status, {"state", "waiting", "message"}));
     return Problem::kImagePull;
   }
+  if (waiting == "CreateContainerConfigError" || waiting == "CreateContainerError") {
+    *detail = "container " + name + ": " + waiting + " " +
+              Str(At(status, {"state", "waiting", "message"}));
+    return Problem::kContainerConfig;
+  }
   if (waiting == "CrashLoopBackOff") {
     *detail = "container " + name + ": CrashLoopBackOff";
     if (Terminated(status, &code, &message)) *detail += " (exit " + std::to_string(code) + ")";
@@ -76,16 +90,22 @@ void AddPod(const json& pod, PodSummary* s) {
     return;
   }
   ++s->total;
+  Problem worst = Problem::kNone;
+  std::string worst_detail;
   const json& conditions = At(pod, {"status", "conditions"});
   if (conditions.is_array()) {
     for (const json& c : conditions) {
-      if (c.is_object() && c.value("type", "") == "Ready" && c.value("status", "") == "True") {
-        ++s->ready;
+      if (!c.is_object()) continue;
+      const std::string type = Str(c.value("type", json()));
+      const std::string status = Str(c.value("status", json()));
+      if (type == "Ready" && status == "True") ++s->ready;
+      if (type == "PodScheduled" && status == "False" &&
+          Str(c.value("reason", json())) == "Unschedulable") {
+        worst = Problem::kUnschedulable;
+        worst_detail = "Unschedulable: " + Str(c.value("message", json()));
       }
     }
   }
-  Problem worst = Problem::kNone;
-  std::string worst_detail;
   for (const auto& [key, init] :
        {std::pair{"initContainerStatuses", true}, std::pair{"containerStatuses", false}}) {
     const json& statuses = At(pod, {"status", key});
@@ -115,8 +135,14 @@ void AddPod(const json& pod, PodSummary* s) {
     case Problem::kImagePull:
       ++s->image_pull_failing;
       break;
+    case Problem::kContainerConfig:
+      ++s->container_config_error;
+      break;
     case Problem::kCrashLoop:
       ++s->crash_looping;
+      break;
+    case Problem::kUnschedulable:
+      ++s->unschedulable;
       break;
   }
   if (s->first_problem.empty()) {

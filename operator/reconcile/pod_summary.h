@@ -30,7 +30,14 @@ struct PodSummary {
   int model_not_found = 0;          // ... kExitModelNotFound
   int model_download_failed = 0;    // ... kExitModelDownloadFailed
   int image_pull_failing = 0;       // a container waiting in ErrImagePull / ImagePullBackOff
+  // A container waiting in CreateContainerConfigError / CreateContainerError: a Secret or
+  // ConfigMap (or a key of one) it names is missing, say the API keys' Secret.
+  int container_config_error = 0;
   int crash_looping = 0;            // a container waiting in CrashLoopBackOff
+  // Condition PodScheduled False with reason Unschedulable: no node has what the pod asks for
+  // (a GPU resource no node offers, taints, too little memory), or none yet (a cluster autoscaler
+  // adding one). The message is the scheduler's.
+  int unschedulable = 0;
   // "pod NAME: container C: ..." for the first problem seen (the condition's message).
   std::string first_problem;
 };

@@ -24,18 +24,25 @@ std::string Plural(int n, const char* what) {
   return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
 }
 
-// The Deployment's Progressing condition says the rollout is stuck.
-bool ProgressDeadlineExceeded(const Observed& observed) {
-  if (!observed.deployment) return false;
+std::string StrOf(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The Deployment's condition of this type (with `status` and `reason` when given), or null.
+const json* DeploymentCondition(const Observed& observed, const char* type, const char* status,
+                                const char* reason = nullptr) {
+  if (!observed.deployment) return nullptr;
   const json& conditions = At(*observed.deployment, {"status", "conditions"});
-  if (!conditions.is_array()) return false;
+  if (!conditions.is_array()) return nullptr;
   for (const json& c : conditions) {
-    if (c.is_object() && c.value("type", "") == "Progressing" &&
-        c.value("reason", "") == "ProgressDeadlineExceeded") {
-      return true;
+    if (c.is_object() && StrOf(c, "type") == type &&
+        (status == nullptr || StrOf(c, "status") == status) &&
+        (reason == nullptr || StrOf(c, "reason") == reason)) {
+      return &c;
     }
   }
-  return false;
+  return nullptr;
 }
 
 api::Condition Degraded(const api::InferenceService& isvc, const Observed& observed,
@@ -54,7 +61,9 @@ api::Condition Degraded(const api::InferenceService& isvc, const Observed& obser
         {p.model_not_found, "ModelNotFound"},
         {p.model_download_failed, "ModelDownloadFailed"},
         {p.image_pull_failing, "ImagePullFailed"},
-        {p.crash_looping, "PodsCrashLooping"}};
+        {p.container_config_error, "ContainerConfigError"},
+        {p.crash_looping, "PodsCrashLooping"},
+        {p.unschedulable, "PodsUnschedulable"}};
     for (const auto& [count, reason] : problems) {
       if (count > 0) {
         return Make(kConditionDegraded, "True", reason,
@@ -62,7 +71,16 @@ api::Condition Degraded(const api::InferenceService& isvc, const Observed& obser
       }
     }
   }
-  if (ProgressDeadlineExceeded(observed)) {
+  // Pods the ReplicaSet could not create: a quota, a Pod Security admission rejection, a missing
+  // PriorityClass. No pod exists to say so; the Deployment's ReplicaFailure does.
+  if (const json* c = DeploymentCondition(observed, "ReplicaFailure", "True")) {
+    const std::string reason = StrOf(*c, "reason");
+    return Make(kConditionDegraded, "True", "PodCreationFailed",
+                "the Deployment cannot create pods" + (reason.empty() ? "" : " (" + reason + ")") +
+                    ": " + StrOf(*c, "message"),
+                gen);
+  }
+  if (DeploymentCondition(observed, "Progressing", nullptr, "ProgressDeadlineExceeded")) {
     return Make(kConditionDegraded, "True", "ProgressDeadlineExceeded",
                 "the Deployment's rollout made no progress within its deadline", gen);
   }

@@ -483,7 +483,7 @@ StatusOr<HostPort> ParseHostPort(std::string_view text) {
     return parsed.status().WithContext("bad address '" + std::string(text) +
                                        "' (expected HOST:PORT, :PORT or [v6]:PORT)");
   }
-  if (parsed->host.empty()) parsed->host = "0.0.0.0";
+  if (parsed->host.empty()) parsed->host = "::";  // both families (SessionAcceptor::Listen)
   return parsed;
 }
 
@@ -610,7 +610,7 @@ Status SidecarConfig::Validate() const {
         inet_pton(AF_INET6, listen.host.c_str(), &addr) != 1) {
       return InvalidArgument("listen: '" + listen.host +
                              "' is not an IPv4 or IPv6 address (host names are not resolved: "
-                             "write 127.0.0.1 for localhost, 0.0.0.0 or :PORT for all interfaces)");
+                             "write 127.0.0.1 for localhost, :PORT for all interfaces)");
     }
   }
   if (upstream.host.empty() || upstream.port == 0) {

@@ -52,8 +52,8 @@ struct UpstreamUrl {
   std::string base_path;  // prefix put before the request path, "" or "/something" (no trailing /)
 };
 
-// "HOST:PORT", ":PORT" (all interfaces, host "0.0.0.0"), or "[v6]:PORT" (host without the
-// brackets). The port is in [0, 65535]; 0 = any free port (tests listen on it).
+// "HOST:PORT", ":PORT" (all interfaces of IPv4 and IPv6, host "::"), or "[v6]:PORT" (host
+// without the brackets). The port is in [0, 65535]; 0 = any free port (tests listen on it).
 StatusOr<HostPort> ParseHostPort(std::string_view text);
 // "http://host[:port][/base]"; the port defaults to 80 and must be in [1, 65535]; trailing '/'
 // are dropped from the base path. https, user info, query and fragment are INVALID_ARGUMENT.
@@ -80,7 +80,7 @@ struct RetryConfig {
 };
 
 struct SidecarConfig {
-  HostPort listen{"0.0.0.0", 8080};
+  HostPort listen{"::", 8080};
   UpstreamUrl upstream;
 
   // Requests: bodies larger than this get 413.

@@ -108,8 +108,10 @@ class FakeUpstream(Process):
 class Sidecar(Process):
     """kinfer-sidecar with a YAML config written from `config` (a dict merged over listen/upstream)."""
 
-    def __init__(self, upstream_url: str, config: dict | None = None, wait_ready=True):
-        self.port = free_port()
+    def __init__(self, upstream_url: str, config: dict | None = None, wait_ready=True,
+                 port: int | None = None):
+        """`port`: the port `config`'s own `listen` names, when it names one."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = {"listen": f"127.0.0.1:{self.port}", "upstream": upstream_url}
         cfg.update(config or {})

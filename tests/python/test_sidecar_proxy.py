@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from sidecar_harness import FakeUpstream, Sidecar, chat_body, post_chat, wait_for
+from sidecar_harness import FakeUpstream, Sidecar, chat_body, free_port, post_chat, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,32 @@ def test_non_streaming_request_passes_through(fake, sidecar):
     assert last["body"]["max_tokens"] == 7
     assert last["headers"]["x-request-id"] == "abc"
     assert "x-kinfer-degraded" not in r.headers
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_listen_on_a_port_alone_serves_ipv4_and_ipv6(fake):
+    """`listen: ":PORT"` (what the operator renders) is every interface of both families: on an
+    IPv6 single-stack cluster the kubelet probes and the Service reach the pod at an IPv6
+    address, which a 0.0.0.0 listener never answered."""
+    port = free_port()
+    sc = Sidecar(fake.url, {"listen": f":{port}"}, port=port)
+    try:
+        assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        if not _ipv6_loopback():
+            pytest.skip("this machine has no IPv6 loopback (::1) to connect from")
+        assert requests.get(f"http://[::1]:{port}/health", timeout=5).status_code == 200
+        r = post_chat(f"http://[::1]:{port}")
+        assert r.status_code == 200, r.text
+    finally:
+        sc.stop()
 
 
 def test_headers_named_by_connection_are_not_forwarded(fake, sidecar):

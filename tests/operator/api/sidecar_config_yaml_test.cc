@@ -50,7 +50,7 @@ TEST(SidecarConfigYamlTest, NoSidecarSectionGivesTheSidecarDefaults) {
   const SidecarConfig c = Load(Parse(Sample("minimal.yaml")).spec);
   const SidecarConfig d;
   EXPECT_EQ(c.listen.port, 8080);
-  EXPECT_EQ(c.listen.host, "0.0.0.0");
+  EXPECT_EQ(c.listen.host, "::");  // every interface, IPv4 and IPv6
   EXPECT_EQ(c.upstream.host, "127.0.0.1");
   EXPECT_EQ(c.upstream.port, kRuntimePort);
   EXPECT_EQ(c.max_body_bytes, d.max_body_bytes);

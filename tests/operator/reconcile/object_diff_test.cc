@@ -112,6 +112,39 @@ TEST(PodSummaryTest, CountsReadinessAndProblems) {
   EXPECT_EQ(s.first_problem, "pod b: container fetch-model: ModelChecksumMismatch: x");
 }
 
+// A pod the scheduler cannot place (a GPU resource no node offers) and a container the kubelet
+// cannot create (the API keys' Secret is missing) are problems with the cause in the message; a
+// pod that only waits for a node while another problem shows counts under that problem.
+TEST(PodSummaryTest, UnschedulablePodsAndContainerConfigErrorsAreProblems) {
+  json unschedulable = Pod("u", false);
+  unschedulable["status"]["conditions"].push_back(
+      {{"type", "PodScheduled"},
+       {"status", "False"},
+       {"reason", "Unschedulable"},
+       {"message", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}});
+  unschedulable["status"]["phase"] = "Pending";
+  json config = Pod("k", false,
+                    {{"containerStatuses",
+                      {{{"name", "sidecar"},
+                        {"state",
+                         {{"waiting",
+                           {{"reason", "CreateContainerConfigError"},
+                            {"message", "secret \"keys\" not found"}}}}}}}}});
+  const PodSummary s = SummarizePods({unschedulable, config});
+  EXPECT_EQ(s.total, 2);
+  EXPECT_EQ(s.unschedulable, 1);
+  EXPECT_EQ(s.container_config_error, 1);
+  EXPECT_EQ(s.first_problem,
+            "pod u: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.");
+  const PodSummary k = SummarizePods({config});
+  EXPECT_EQ(k.first_problem,
+            "pod k: container sidecar: CreateContainerConfigError secret \"keys\" not found");
+  // Scheduled (True): no problem.
+  json placed = Pod("p", false);
+  placed["status"]["conditions"].push_back({{"type", "PodScheduled"}, {"status", "True"}});
+  EXPECT_EQ(SummarizePods({placed}).unschedulable, 0);
+}
+
 // The kubelet keeps a failed try in lastState after the retry succeeds (or while it runs): only
 // a container waiting to run again is judged by its last exit.
 TEST(PodSummaryTest, AModelInitContainerThatFailedOnceThenCompletedIsNoProblem) {

@@ -148,6 +148,45 @@ TEST(StatusTest, PodProblemsAreDegradedWithAReason) {
   EXPECT_NE(degraded["message"].get<std::string>().find("2 pods failing"), std::string::npos);
 }
 
+// Pods the scheduler cannot place, and pods the ReplicaSet cannot create at all (a quota, a Pod
+// Security rejection: no pod exists to show it), are Degraded with the cause, not "no problems
+// seen" until the rollout's 30-minute progress deadline.
+TEST(StatusTest, UnschedulableAndUncreatablePodsAreDegradedWithTheCause) {
+  const json object = SampleObject("full.yaml");
+  Observed observed;
+  PodSummary pods = Pods(1, 0);
+  pods.unschedulable = 1;
+  pods.first_problem = "pod a: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.";
+  observed.pods = pods;
+  ReconcileResult r = ReconcileStep(object, observed, {}, std::nullopt, kT1);
+  EXPECT_EQ(Condition(r.status, "Degraded")["reason"], "PodsUnschedulable");
+  EXPECT_NE(Condition(r.status, "Degraded")["message"].get<std::string>().find("nvidia.com/gpu"),
+            std::string::npos);
+
+  Observed none;
+  // The Deployment as the operator made it, with the status the controller gives it.
+  json deployment = ReconcileStep(object, Observed{}, {}, std::nullopt, kT1).plan.deployment.desired;
+  ASSERT_TRUE(deployment.is_object());
+  deployment["status"]["conditions"] = json::array(
+      {{{"type", "Available"}, {"status", "False"}, {"reason", "MinimumReplicasUnavailable"}},
+       {{"type", "ReplicaFailure"},
+        {"status", "True"},
+        {"reason", "FailedCreate"},
+        {"message", "pods \"x\" is forbidden: exceeded quota: gpus"}}});
+  none.deployment = deployment;
+  r = ReconcileStep(object, none, {}, std::nullopt, kT1);
+  const json& degraded = Condition(r.status, "Degraded");
+  EXPECT_EQ(degraded["status"], "True");
+  EXPECT_EQ(degraded["reason"], "PodCreationFailed");
+  EXPECT_EQ(degraded["message"],
+            "the Deployment cannot create pods (FailedCreate): pods \"x\" is forbidden: exceeded "
+            "quota: gpus");
+  // Once it can (status False), nothing is reported.
+  none.deployment->at("status").at("conditions")[1]["status"] = "False";
+  r = ReconcileStep(object, none, {}, std::nullopt, kT1);
+  EXPECT_EQ(Condition(r.status, "Degraded")["status"], "False");
+}
+
 TEST(StatusTest, AConflictIsAReconcileError) {
   const json object = SampleObject("minimal.yaml");
   Observed observed;

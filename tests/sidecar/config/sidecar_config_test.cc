@@ -374,7 +374,7 @@ TEST(ParseHostPortTest, Forms) {
   EXPECT_EQ(hp.host, "127.0.0.1");
   EXPECT_EQ(hp.port, 9000);
   hp = *ParseHostPort(":8080");
-  EXPECT_EQ(hp.host, "0.0.0.0");
+  EXPECT_EQ(hp.host, "::");  // IPv4 and IPv6
   EXPECT_EQ(hp.port, 8080);
   hp = *ParseHostPort("[::1]:443");
   EXPECT_EQ(hp.host, "::1");
