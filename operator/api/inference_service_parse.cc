@@ -164,9 +164,31 @@ void ReadModel(FieldReader r, ModelSpec* m) {
   if (Status s = ParseModelUri(m); !s.ok()) r.Fail("uri", s.message());
 }
 
-// Flags the operator sets itself: the pod layout (runtime on 127.0.0.1:8081) and the model.
-constexpr std::string_view kOperatorRuntimeFlags[] = {"--model", "--host", "--port", "--model-name",
-                                                      "--ctx-size"};
+// Flags the operator sets itself, each from the spec field named beside it: the pod layout
+// (runtime on 127.0.0.1:8081), the model, and what the sidecar's admission and limits are
+// coupled to. kinfer-runtime's flags are last-wins, so one of these in extraArgs would silently
+// undo the field (a --max-body-bytes below the sidecar's answered 413 to bodies it accepted).
+// --threads stays open: it only tunes the CPU work (the operator derives it from resources.cpu).
+struct OwnedFlag {
+  std::string_view flag;
+  std::string_view field;
+};
+constexpr OwnedFlag kOperatorRuntimeFlags[] = {
+    {"--model", "spec.model"},
+    {"--model-name", "spec.model.name"},
+    {"--host", "the pod layout (the runtime on 127.0.0.1:8081)"},
+    {"--port", "the pod layout (the runtime on 127.0.0.1:8081)"},
+    {"--ctx-size", "spec.runtime.contextSize"},
+    {"--max-batch-tokens", "spec.runtime.maxBatchTokens"},
+    {"--max-running", "spec.runtime.maxRunningRequests (the sidecar admits as many)"},
+    {"--max-body-bytes", "spec.sidecar.maxBodyBytes (the runtime takes what the sidecar lets in)"},
+    {"--write-timeout", "spec.sidecar.timeouts.clientWrite"},
+    {"--device", "spec.resources.gpus"},
+    {"--kv-cache-fraction", "spec.runtime.kvCacheFraction"},
+    {"--spec-default", "spec.runtime.speculative"},
+    {"--spec-tokens", "spec.runtime.speculative.numSpeculativeTokens"},
+    {"--draft-model", "spec.runtime.speculative.draftModel"},
+};
 
 void ReadRuntime(FieldReader r, RuntimeSpec* rt) {
   r.String("image", &rt->image, 512);
@@ -203,11 +225,10 @@ void ReadRuntime(FieldReader r, RuntimeSpec* rt) {
       }
       const std::string& text = a.get_ref<const std::string&>();
       const std::string_view flag = std::string_view(text).substr(0, text.find('='));
-      for (std::string_view owned : kOperatorRuntimeFlags) {
-        if (flag == owned) {
-          return r.Fail(key, std::string(owned) +
-                                 " is set by the operator (the model from spec.model, the context "
-                                 "from spec.runtime.contextSize, the runtime on 127.0.0.1:8081)");
+      for (const OwnedFlag& owned : kOperatorRuntimeFlags) {
+        if (flag == owned.flag) {
+          return r.Fail(key, std::string(owned.flag) + " is set by the operator from " +
+                                 std::string(owned.field) + "; set that instead");
         }
       }
       rt->extra_args.push_back(text);

@@ -460,15 +460,35 @@ def _chart_object(chart: dict) -> dict:
     return {k[:1].upper() + k[1:]: v for k, v in chart.items()}
 
 
+class SchemaError(TemplateError):
+    """The values do not satisfy the chart's values.schema.json (Helm refuses them too)."""
+
+
+def check_values_schema(chart_dir, values: dict) -> None:
+    """Validates the merged values against values.schema.json, as Helm does before rendering."""
+    schema_path = pathlib.Path(chart_dir) / "values.schema.json"
+    if not schema_path.exists():
+        return
+    import jsonschema
+    schema = json.loads(schema_path.read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(values), key=lambda e: e.path)
+    if errors:
+        raise SchemaError("; ".join(
+            f"{'.'.join(str(p) for p in e.path) or '(root)'}: {e.message}" for e in errors))
+
+
 def render_chart(chart_dir, values: dict | None = None, name: str = "kinfer",
                  namespace: str = "kinfer-system") -> dict[str, str]:
     """Renders every template of the chart; returns {"templates/x.yaml": text} (NOTES.txt too).
-    Files starting with "_" only contribute defines, as in Helm."""
+    Files starting with "_" only contribute defines, as in Helm. The merged values are first
+    checked against values.schema.json (SchemaError), as Helm does."""
     chart_dir = pathlib.Path(chart_dir)
     chart = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
     base_values = yaml.safe_load((chart_dir / "values.yaml").read_text()) or {}
+    merged = deep_merge(base_values, values or {})
+    check_values_schema(chart_dir, merged)
     context = {
-        "Values": deep_merge(base_values, values or {}),
+        "Values": merged,
         "Release": {"Name": name, "Namespace": namespace, "Service": "Helm", "IsInstall": True,
                     "IsUpgrade": False, "Revision": 1},
         "Chart": _chart_object(chart),

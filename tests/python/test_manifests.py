@@ -871,12 +871,41 @@ def test_chart_values_reach_the_deployment():
     assert "--default-runtime-image=kinfer/kinfer-runtime:0.1.0" in c["args"]
 
 
-@pytest.mark.parametrize("values,message", [
+BAD_VALUES = [
     ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
     ({"metricsSource": {"type": "prometheus"}}, "needs metricsSource.prometheusUrl"),
-], ids=["ha-without-leader-election", "prometheus-without-url"])
+    ({"metrics": {"port": 9000}, "health": {"port": 9000}}, "must differ"),
+    ({"podLabels": {"app.kubernetes.io/instance": "x"}}, "selects its pods by it"),
+]
+BAD_VALUE_IDS = ["ha-without-leader-election", "prometheus-without-url", "one-port-twice",
+                 "pod-label-on-the-selector"]
+# Refused by values.schema.json before any template runs (Helm's message names the field).
+SCHEMA_BAD_VALUES = [
+    ({"metricsSource": {"type": "Prometheus"}}, "metricsSource.type"),
+    ({"replicas": 2}, "replicas"),  # a misspelt key: replicaCount
+    ({"logLevel": "verbose"}, "logLevel"),
+    ({"watchNamespaces": "default"}, "watchNamespaces"),
+    ({"metrics": {"port": 70000}}, "metrics.port"),
+    ({"image": {"pullPolicy": "sometimes"}}, "image.pullPolicy"),
+]
+SCHEMA_BAD_IDS = ["capitalised-source", "misspelt-key", "log-level", "namespaces-not-a-list",
+                  "port-out-of-range", "pull-policy"]
+
+
+@pytest.mark.parametrize("values,message", BAD_VALUES, ids=BAD_VALUE_IDS)
 def test_chart_refuses_bad_values(values, message):
     with pytest.raises(helm_render.FailError, match=message):
+        render(values)
+
+
+@pytest.mark.parametrize("values,field", SCHEMA_BAD_VALUES, ids=SCHEMA_BAD_IDS)
+def test_values_schema_refuses_wrong_types_and_unknown_keys(values, field):
+    with pytest.raises(helm_render.SchemaError, match=field.split(".")[-1]):
+        render(values)
+
+
+def test_values_schema_accepts_the_defaults_and_every_value_set():
+    for values in [{}, *VALUE_SETS.values()]:
         render(values)
 
 
@@ -1003,16 +1032,15 @@ def test_helm_template_with_a_long_release_name(tmp_path):
 
 
 @needs_helm
-@pytest.mark.parametrize("values,message", [
-    ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
-    ({"metricsSource": {"type": "prometheus"}}, "needs metricsSource.prometheusUrl"),
-], ids=["ha-without-leader-election", "prometheus-without-url"])
+@pytest.mark.parametrize("values,message", BAD_VALUES + SCHEMA_BAD_VALUES,
+                         ids=BAD_VALUE_IDS + SCHEMA_BAD_IDS)
 def test_helm_template_refuses_bad_values(values, message, tmp_path):
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     out = subprocess.run([_helm(), "template", "kinfer", str(CHART), "-f", str(values_file)],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0 and message in out.stderr, out.stderr
+    # Helm names a schema error's field as a path (/metricsSource/type): match its last part.
+    assert out.returncode != 0 and message.split(".")[-1] in out.stderr, out.stderr
 
 
 # ==== docs/crd.md =================================================================================

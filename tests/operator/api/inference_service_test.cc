@@ -345,6 +345,23 @@ TEST(InferenceServiceTest, SpecsTheOperatorCannotServeNameTheField) {
          s["runtime"] = {{"extraArgs", {"--threads", "4", "--port=9000"}}};
        },
        "spec.runtime.extraArgs[2]: --port is set by the operator"},
+      {"extraArgs undoing the sidecar's body limit",
+       [](json& s) {
+         s["runtime"] = {{"extraArgs", {"--max-body-bytes=1024"}}};
+       },
+       "spec.runtime.extraArgs[0]: --max-body-bytes is set by the operator from "
+       "spec.sidecar.maxBodyBytes"},
+      {"extraArgs undoing the admission limit",
+       [](json& s) {
+         s["runtime"] = {{"extraArgs", {"--max-running", "64"}}};
+       },
+       "spec.runtime.extraArgs[0]: --max-running is set by the operator from "
+       "spec.runtime.maxRunningRequests"},
+      {"extraArgs choosing the device",
+       [](json& s) {
+         s["runtime"] = {{"extraArgs", {"--device=cuda"}}};
+       },
+       "spec.runtime.extraArgs[0]: --device is set by the operator from spec.resources.gpus"},
       {"replicas with the autoscaler on", [](json& s) { s["replicas"] = 3; }, "spec.replicas:"},
       {"no replicas with it off",
        [](json& s) {
