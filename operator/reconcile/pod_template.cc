@@ -38,11 +38,16 @@ fi
 )";
 
 // Appends the Secret's api_keys mapping to the generated config (keys stay out of ConfigMaps).
+// YAML document markers (a file written as "---" first, as many tools write it) are left out:
+// indented under api_keys they were a syntax error, and the sidecar never started.
 constexpr char kSidecarConfigScript[] = R"(set -e
 out=/etc/kinfer/out/sidecar.yaml
 cat /etc/kinfer/base/sidecar.yaml > "$out.tmp"
 echo 'api_keys:' >> "$out.tmp"
-while IFS= read -r line || [ -n "$line" ]; do printf '  %s\n' "$line"; done < /etc/kinfer/api-keys/api_keys.yaml >> "$out.tmp"
+while IFS= read -r line || [ -n "$line" ]; do
+  case "$line" in ---|'--- '*|...|'... '*) continue ;; esac
+  printf '  %s\n' "$line"
+done < /etc/kinfer/api-keys/api_keys.yaml >> "$out.tmp"
 mv "$out.tmp" "$out"
 )";
 

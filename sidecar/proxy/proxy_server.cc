@@ -59,6 +59,30 @@ void CopyEndToEnd(const From& from, To& to) {
   }
 }
 
+// Whether an upstream's 2xx answer may be stored in the response cache. Not when the upstream
+// says so (Cache-Control no-store or private, RFC 9111 5.2.2), and not when its body is
+// content-coded: the stored bytes would go to later clients without the Content-Encoding (and to
+// clients that never asked for that coding), and the id rewrite of a hit cannot read them.
+bool StorableUpstreamAnswer(const http::response<http::string_body>& res) {
+  const std::string_view coding = res[http::field::content_encoding];
+  if (!coding.empty() && !beast::iequals(coding, "identity")) return false;
+  std::string_view rest = res[http::field::cache_control];
+  while (!rest.empty()) {  // "no-store", "private", "private=\"x\"", "max-age=0", ...
+    const size_t comma = rest.find(',');
+    std::string_view directive = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    directive = directive.substr(0, directive.find('='));
+    while (!directive.empty() && (directive.front() == ' ' || directive.front() == '\t')) {
+      directive.remove_prefix(1);
+    }
+    while (!directive.empty() && (directive.back() == ' ' || directive.back() == '\t')) {
+      directive.remove_suffix(1);
+    }
+    if (beast::iequals(directive, "no-store") || beast::iequals(directive, "private")) return false;
+  }
+  return true;
+}
+
 // The request's id as the client gave it (`x-request-id`), or `generated` when it gave none.
 std::string RequestIdOf(const ServerSession::Request& req, std::string generated) {
   std::string_view given = req["x-request-id"];
@@ -502,6 +526,8 @@ void Exchange::OnDone(UpstreamError error) {
     if (!route_.degraded.empty()) buffered_.set("x-kinfer-degraded", route_.degraded);
     if (cache_key_) {
       buffered_.set("x-kinfer-cache", "miss");
+    }
+    if (cache_key_ && StorableUpstreamAnswer(buffered_)) {
       CachedResponse cached;
       cached.status = status_;
       cached.content_type = std::string(buffered_[http::field::content_type]);

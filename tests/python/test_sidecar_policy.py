@@ -327,6 +327,91 @@ def test_cache_serves_deterministic_requests(fake, make_sidecar):
     assert sc.metric("kinfer_sidecar_cache_lookups_total", result="hit") == 1
 
 
+class _ScriptedUpstream:
+    """A tiny upstream whose answers a test scripts: each POST gets the next (headers, body)."""
+
+    def __init__(self, answers):
+        import http.server
+        import threading
+        self.answers = list(answers)
+        self.requests = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                headers, body = outer.answers[min(outer.requests, len(outer.answers) - 1)]
+                outer.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_ANSWER = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                      "model": "primary", "choices": []}).encode()
+
+
+@pytest.mark.parametrize("headers", [{"Cache-Control": "no-store"},
+                                     {"Cache-Control": "private, max-age=60"},
+                                     {"Content-Encoding": "br"}],
+                         ids=["no-store", "private", "content-coded"])
+def test_cache_does_not_store_what_the_upstream_forbids_or_encodes(make_sidecar, headers):
+    """An answer the upstream marks no-store or private (RFC 9111) is not stored, and neither is a
+    content-coded body (a hit would send it without its Content-Encoding); a plain one is."""
+    up = _ScriptedUpstream([(headers, _ANSWER), (headers, _ANSWER), ({}, _ANSWER), ({}, _ANSWER)])
+    try:
+        sc = make_sidecar(url=up.url)
+        body = chat_body(temperature=0, max_tokens=5)
+        assert post_chat(sc.url, body).headers["x-kinfer-cache"] == "miss"
+        second = post_chat(sc.url, body)
+        assert second.headers.get("x-kinfer-cache") != "hit" and up.requests == 2
+        plain = chat_body(temperature=0, max_tokens=6)
+        post_chat(sc.url, plain)
+        assert post_chat(sc.url, plain).headers["x-kinfer-cache"] == "hit" and up.requests == 3
+    finally:
+        up.stop()
+
+
+def test_a_cached_answer_with_odd_field_types_is_served_not_a_crash(make_sidecar):
+    """A stored 2xx body whose `object` is null (any upstream's quirk) is served at the next hit
+    with an id of its own; reading it as a string used to abort the whole sidecar."""
+    odd = json.dumps({"id": "chatcmpl-1", "object": None, "created": 1, "choices": []}).encode()
+    up = _ScriptedUpstream([({}, odd)])
+    try:
+        sc = make_sidecar(url=up.url)
+        body = chat_body(temperature=0, max_tokens=5)
+        assert post_chat(sc.url, body).status_code == 200
+        hit = post_chat(sc.url, body)
+        assert hit.status_code == 200 and hit.headers["x-kinfer-cache"] == "hit"
+        assert hit.json()["object"] is None and hit.json()["id"] != "chatcmpl-1"
+        assert sc.proc.poll() is None
+    finally:
+        up.stop()
+
+
 def test_retry_on_upstream_503_within_budget(fake, make_sidecar):
     sc = make_sidecar({"retries": {"max_retries": 1, "backoff": "10ms"}})
     fake.control(fail_first=1)

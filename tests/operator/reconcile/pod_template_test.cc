@@ -431,6 +431,13 @@ TEST_F(ScriptTest, SidecarConfigWithApiKeysLoadsInTheSidecar) {
   ASSERT_EQ(config->api_keys.size(), 2u);
   EXPECT_EQ(config->api_keys.at("sk-team-a-0123").tenant, "team-a");
   EXPECT_EQ(config->api_keys.at("sk-b").class_name, "batch");
+  // A Secret written as a YAML document ("---" first, "..." last) loads the same.
+  Write(dir_ / "etc/api-keys/api_keys.yaml",
+        "---\nsk-team-a-0123: {class: critical, tenant: team-a}\n...\n");
+  ASSERT_EQ(Run(InitScript(isvc, "sidecar-config"), {}), 0);
+  config = LoadSidecarConfigYaml(Read(dir_ / "etc/out/sidecar.yaml"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->api_keys.size(), 1u);
 }
 
 TEST_F(ScriptTest, RuntimePreStopWaitsForTheSidecarToDrain) {
