@@ -17,6 +17,7 @@
 // Thread safety: none; owned by the engine thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -52,6 +53,24 @@ class KvCache {
   int n_embd_kv() const { return n_embd_kv_; }
   // REQUIRES: n <= size().
   void Truncate(int n) { size_ = n; }
+  // Makes room for `capacity` positions, keeping the size() filled ones (layer by layer: the
+  // rows move to the new layout). A no-op when capacity <= capacity(). The draft model's caches
+  // grow this way as their sequences do, instead of holding a whole context each from the start.
+  void Grow(int capacity) {
+    if (capacity <= capacity_) return;
+    std::vector<ggml_fp16_t> k(static_cast<size_t>(n_layer_) * capacity * n_embd_kv_);
+    std::vector<ggml_fp16_t> v(k.size());
+    const size_t rows = static_cast<size_t>(size_) * n_embd_kv_;
+    for (int l = 0; l < n_layer_; ++l) {
+      const size_t from = static_cast<size_t>(l) * capacity_ * n_embd_kv_;
+      const size_t to = static_cast<size_t>(l) * capacity * n_embd_kv_;
+      std::copy_n(k_.begin() + from, rows, k.begin() + to);
+      std::copy_n(v_.begin() + from, rows, v.begin() + to);
+    }
+    k_ = std::move(k);
+    v_ = std::move(v);
+    capacity_ = capacity;
+  }
   // REQUIRES: size() + n <= capacity(). Called by the model after it wrote rows [size, size+n).
   void Advance(int n) { size_ += n; }
 

@@ -15,11 +15,18 @@ DraftProposal DraftModelProposer::Propose(const DraftRequest& request) {
   const int len = static_cast<int>(h.size());
   if (request.max_tokens <= 0 || len == 0) return out;
   SeqState& st = seqs_[request.seq];
-  const int capacity = std::min(std::max(request.max_positions, len + request.max_tokens),
-                                draft_->hparams().n_ctx_train);
-  if (!st.cache || st.cache->capacity() < std::min(capacity, len + request.max_tokens)) {
-    st.cache = draft_->NewKvCache(capacity);
+  // The cache grows with the sequence (in steps of at least kGrowStep positions, doubling), up to
+  // what it may ever hold: allocated whole at the first draft, every running sequence held a
+  // full context of draft KV (max_tokens defaults to the context's rest), outside the KV budget.
+  constexpr int kGrowStep = 256;
+  const int limit = std::min(std::max(request.max_positions, len + request.max_tokens),
+                             draft_->hparams().n_ctx_train);
+  const int needed = std::min(limit, len + request.max_tokens);
+  if (!st.cache) {
+    st.cache = draft_->NewKvCache(std::min(limit, std::max(needed, kGrowStep)));
     st.computed.clear();
+  } else if (st.cache->capacity() < needed) {
+    st.cache->Grow(std::min(limit, std::max({needed, 2 * st.cache->capacity(), kGrowStep})));
   }
   if (!st.sampler) {
     SamplingParams p = request.sampling != nullptr ? *request.sampling : SamplingParams{};

@@ -1,7 +1,7 @@
 // DraftModelProposer: speculative drafts from a second model that shares the target's vocabulary.
 //
-// Each sequence keeps its own contiguous KV cache in the draft model (sized to the sequence's
-// max_positions at its first proposal). A proposal first brings that cache up to the sequence's
+// Each sequence keeps its own contiguous KV cache in the draft model, grown as the sequence grows
+// (doubling, up to its max_positions), so draft KV follows the tokens running sequences hold. A proposal first brings that cache up to the sequence's
 // history (keeping the longest common prefix with what it computed last time, so accepted drafts
 // are not recomputed), then runs the draft model one token at a time, drawing each token with the
 // request's sampling settings (greedy when the request is) and the noise the target's draw at
@@ -36,6 +36,12 @@ class DraftModelProposer : public DraftProposer {
   void Release(uint64_t seq) override { seqs_.erase(seq); }
 
   size_t num_sequences() const { return seqs_.size(); }
+  // Positions the sequences' caches hold room for, together (they grow with the sequences).
+  int64_t capacity_positions() const {
+    int64_t n = 0;
+    for (const auto& [seq, st] : seqs_) n += st.cache ? st.cache->capacity() : 0;
+    return n;
+  }
 
  private:
   struct SeqState {

@@ -334,6 +334,36 @@ TEST_F(SpecDecodeTest, DraftModelProposerProposesTheTargetsGreedyContinuation) {
   EXPECT_EQ(p.num_sequences(), 0u);
 }
 
+// A sequence that may run to the end of the context (max_tokens left out) does not take a whole
+// context of draft KV at its first draft: the cache starts at what it needs (at least 256
+// positions) and doubles as the sequence grows, proposing the same tokens as before.
+TEST_F(SpecDecodeTest, DraftModelCachesGrowWithTheirSequences) {
+  DraftModelProposer p(model_);
+  GenerationRequest r = Prompts()[3];
+  const Result plain = Run(Options(false), r);
+  ASSERT_GE(plain.tokens.size(), 6u);
+  std::vector<int32_t> history = r.prompt_tokens;
+  history.push_back(plain.tokens[0]);
+  DraftRequest dr;
+  dr.seq = 3;
+  dr.history = history;
+  dr.max_tokens = 4;
+  dr.max_positions = model_->hparams().n_ctx_train;  // 8192
+  DraftProposal d = p.Propose(dr);
+  EXPECT_EQ(d.tokens, std::vector<int32_t>(plain.tokens.begin() + 1, plain.tokens.begin() + 5));
+  EXPECT_EQ(p.capacity_positions(), 256);
+  // A history past 256 positions grows it (doubling), keeping what it computed.
+  std::vector<int32_t> long_history = history;
+  while (long_history.size() < 300) {
+    const int32_t t = history[long_history.size() % history.size()];
+    long_history.push_back(t);
+  }
+  dr.history = long_history;
+  d = p.Propose(dr);
+  EXPECT_EQ(d.tokens.size(), 4u);
+  EXPECT_EQ(p.capacity_positions(), 512);
+}
+
 // Sampling, the proposer draws token j with the target's noise key for output index
 // first_index + j: the target itself as the draft model proposes the target's seeded tokens.
 TEST_F(SpecDecodeTest, DraftModelProposerSamplesWithTheTargetsNoise) {

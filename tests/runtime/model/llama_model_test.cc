@@ -95,6 +95,30 @@ TEST_F(LlamaModelTest, IncrementalDecodeMatchesOneBatch) {
   }
 }
 
+// A cache grown mid-sequence (the draft model's caches grow with their sequences) keeps every
+// position: decoding on after Grow gives bit for bit the logits of a cache that was large from
+// the start (the same kernels, the same keys and values read from the new layout).
+TEST_F(LlamaModelTest, AGrownCacheContinuesExactlyAsALargeOne) {
+  const size_t half = kTokens.size() / 2;
+  const std::span<const int32_t> all(kTokens);
+  auto large = model_->NewKvCache(64);
+  auto grown = model_->NewKvCache(static_cast<int>(half));
+  std::vector<float> want, got;
+  ASSERT_TRUE(model_->Forward(all.first(half), large.get(), false, &want, ForwardMode::kPrompt).ok());
+  ASSERT_TRUE(model_->Forward(all.first(half), grown.get(), false, &got, ForwardMode::kPrompt).ok());
+  EXPECT_EQ(got, want);
+  grown->Grow(64);
+  EXPECT_EQ(grown->capacity(), 64);
+  EXPECT_EQ(grown->size(), static_cast<int>(half));
+  grown->Grow(8);  // never shrinks
+  EXPECT_EQ(grown->capacity(), 64);
+  for (size_t i = half; i < kTokens.size(); ++i) {
+    ASSERT_TRUE(model_->Forward(all.subspan(i, 1), large.get(), false, &want, ForwardMode::kPrompt).ok());
+    ASSERT_TRUE(model_->Forward(all.subspan(i, 1), grown.get(), false, &got, ForwardMode::kPrompt).ok());
+    ASSERT_EQ(got, want) << "position " << i;
+  }
+}
+
 TEST_F(LlamaModelTest, LongPromptIsProcessedInChunks) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < LlamaModel::kMaxBatch + 37; ++i) prompt.push_back(kTokens[i % kTokens.size()]);
