@@ -214,6 +214,11 @@ Status GuidedGrammar(std::string_view body, const json& v, std::string_view kind
   if (kind == "json") {
     if (!v.is_string()) return SchemaGrammar(body, path, param.c_str(), r, d);
     nlohmann::ordered_json schema;  // vLLM also takes the schema as a JSON string
+    if (!JsonNestingWithin(v.get_ref<const std::string&>())) {
+      return Invalid(d, param,
+                     "'" + param + "' nests deeper than " + std::to_string(kMaxJsonNesting) +
+                         " levels");
+    }
     try {
       schema = nlohmann::ordered_json::parse(v.get<std::string>());
     } catch (const nlohmann::ordered_json::exception&) {

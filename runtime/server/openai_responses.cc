@@ -98,10 +98,14 @@ json CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, size_t text_of
     tokens.push_back(CompletionTokenText(t.text));
     const bool unscored = std::isnan(t.logprob);  // an echo's first prompt token
     token_lps.push_back(unscored ? json(nullptr) : json(SafeLogprob(t.logprob)));
+    // The sampled token and the `logprobs` most likely ones, as OpenAI ("the API will always
+    // return the logprob of the sampled token, so there may be up to logprobs+1 elements") and
+    // vLLM answer: with logprobs 0 the sampled token alone. Only an unscored position (an echo's
+    // first prompt token) is null.
     json top = json::object();
     for (const TopLogprob& alt : t.top) top[CompletionTokenText(alt.text)] = SafeLogprob(alt.logprob);
-    // OpenAI's top_logprobs is null per token when no alternatives were asked for.
-    tops.push_back(t.top.empty() || unscored ? json(nullptr) : std::move(top));
+    if (!unscored) top[CompletionTokenText(t.text)] = SafeLogprob(t.logprob);
+    tops.push_back(unscored ? json(nullptr) : std::move(top));
     offsets.push_back(text_offset + chars.count());
     chars.Feed(t.text);
   }

@@ -1,4 +1,6 @@
 #include "runtime/server/responses_api.h"
+
+#include "common/json_limits.h"
 #include "runtime/server/request_fields.h"
 
 namespace kinfer {
@@ -183,6 +185,13 @@ json CallItem(const std::string& id, const std::string& status, const json& call
 
 StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesRequest* req,
                                           ErrorDetail* d) {
+  // As every body (ParseObject): dump() below recurses once per level, and 100,000 nested
+  // arrays in `metadata` overflowed the stack.
+  if (!JsonNestingWithin(body)) {
+    return Invalid(d, "",
+                   "request body nests arrays and objects deeper than " +
+                       std::to_string(kMaxJsonNesting) + " levels");
+  }
   ojson in;
   try {
     in = ojson::parse(body.begin(), body.end());

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/json_limits.h"
 #include "runtime/sample/json_schema_grammar.h"
 #include "runtime/server/request_fields.h"
 #include "runtime/server/tool_answer_stream.h"
@@ -202,11 +203,14 @@ StatusOr<std::string> AssistantToolCallsText(const json& tool_calls, const std::
     if (fn->contains("arguments")) {
       const json& a = (*fn)["arguments"];
       if (a.is_string()) {
-        // OpenAI sends the arguments as JSON text; a text that is not JSON stays a string.
+        // OpenAI sends the arguments as JSON text; a text that is not JSON stays a string, and
+        // so does one nested deeper than a request may be (dump() below recurses once per level:
+        // 80,000 nested arrays in a string overflowed the stack).
+        const std::string& text = a.get_ref<const std::string&>();
         try {
-          args = ojson::parse(a.get<std::string>());
+          args = JsonNestingWithin(text) ? ojson::parse(text) : ojson(text);
         } catch (const ojson::exception&) {
-          args = a.get<std::string>();
+          args = text;
         }
       } else {
         args = ojson::parse(a.dump());

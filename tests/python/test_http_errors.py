@@ -85,12 +85,39 @@ CASES = [
      b'"temperature": 1e999}', 400, None),
     ("nested_too_deep", CHAT, b'{"messages": [{"role": "user", "content": "hi"}], "x": ' +
      b"[" * 100000 + b"]" * 100000 + b"}", 400, None),
+    # The Responses API checked no nesting: its echo of `metadata` overflowed the stack.
+    ("responses_nested_too_deep", "/v1/responses", b'{"input": "hi", "metadata": {"a": ' +
+     b"[" * 100000 + b"]" * 100000 + b"}}", 400, None),
+    ("guided_json_string_too_deep", CHAT, json.dumps(
+        {"messages": MSG, "guided_json": "[" * 100000 + "]" * 100000}).encode(), 400,
+     "guided_json"),
 ]
 
 
 @pytest.mark.parametrize("name,path,body,status,param", CASES, ids=[c[0] for c in CASES])
 def test_bad_request(server, name, path, body, status, param):
     check_error(server, post_raw(server, path, body), status, param)
+
+
+@pytest.mark.parametrize("path", [CHAT, "/v1/responses"])
+def test_deeply_nested_tool_call_arguments_are_text_not_a_crash(server, path):
+    """A past tool call's `arguments` is JSON inside a string, out of sight of the body's nesting
+    check: 80,000 nested arrays there overflowed the stack when the turn was written out. Past
+    the nesting limit it stays text; here it is then too long for the context (a 400)."""
+    deep = "[" * 80000 + "]" * 80000
+    if path == CHAT:
+        body = {"messages": [MSG[0], {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}], "max_tokens": 1}
+    else:
+        body = {"input": [{"role": "user", "content": "hi"},
+                          {"type": "function_call", "call_id": "c1", "name": "f",
+                           "arguments": deep},
+                          {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+                "max_output_tokens": 16}
+    r = requests.post(server.url + path, json=body, timeout=60)
+    check_error(server, r, 400, code="context_length_exceeded")
+    assert requests.get(server.url + "/health", timeout=5).status_code == 200
 
 
 def test_scoring_on_chat_says_it_is_for_completions_only(server):

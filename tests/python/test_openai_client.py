@@ -289,9 +289,9 @@ def test_completion_echo_with_prompt_logprobs(client, server):
     for k in (3, 7, len(ids) - 2):
         q = client.completions.create(model=server.model, prompt=ids[:k], max_tokens=1,
                                       temperature=0, logprobs=2)
-        want = q.choices[0].logprobs.top_logprobs[0]
-        got = lp.top_logprobs[k]
-        assert got.keys() == want.keys(), (k, got, want)
+        want = q.choices[0].logprobs.top_logprobs[0]  # its top 2 (and its greedy token, one)
+        got = lp.top_logprobs[k]  # the top 2 and the prompt's own token at k
+        assert got.keys() == want.keys() | {lp.tokens[k]}, (k, got, want)
         for tok in want:
             assert abs(got[tok] - want[tok]) < 1e-4, (k, tok)
     # Streamed: the echo comes first, as one chunk with the prompt's logprobs.
@@ -334,7 +334,12 @@ def test_text_offsets_are_characters_and_split_characters_are_bytes(client, serv
             c = r.choices[0]
             full, tokens, offsets = c.text, c.logprobs.tokens, c.logprobs.text_offset
             tops = c.logprobs.top_logprobs
-            assert all(len(t) == 5 for t in tops[1:]), tops  # no two alternatives share a key
+            # No two alternatives share a key: 5 each, and the token itself when it is not
+            # among them (OpenAI: "up to logprobs+1 elements").
+            for t, tok in zip(tops[1:], tokens[1:]):
+                assert tok in t and len(t) in (5, 6), (tok, t)
+                if len(t) == 6:  # then it is no top-5 token: every other is at least as likely
+                    assert all(v >= t[tok] for v in t.values()), (tok, t)
         assert full.startswith(text)
         assert offsets == sorted(offsets) and offsets[-1] <= len(full)
         split = [i for i, t in enumerate(tokens) if t.startswith("bytes:")]
@@ -385,7 +390,8 @@ def test_vllm_prompt_logprobs(client, server):
             assert ranks == [1, 2, 3]
         best = max(entry.values(), key=lambda e: e["logprob"])
         assert best["rank"] == 1
-        assert sorted(e["decoded_token"] for e in entry.values() if e["rank"] <= 3) == \
+        # The echo's top_logprobs: the same entries (the token and its top 3), as vLLM's.
+        assert sorted(e["decoded_token"] for e in entry.values()) == \
             sorted(echo.top_logprobs[k].keys())
     # "Paris" after "The capital of France is" is the model's first choice.
     paris = [k for k in range(len(ids)) if echo.tokens[k] == " Paris"][0]
