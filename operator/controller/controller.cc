@@ -109,7 +109,7 @@ void Controller::AddInformer(const kube::ResourceType& type, const std::string& 
   } else if (type.plural == "pods") {
     handler = [this](const kube::WatchEvent& e) { OnPodEvent(e); };
   } else if (owned_kind) {
-    handler = [this](const kube::WatchEvent& e) { OnOwnedEvent(e); };
+    handler = [this, plural = type.plural](const kube::WatchEvent& e) { OnOwnedEvent(plural, e); };
   }
   auto w = std::make_unique<Watched>();
   w->resource = type.plural;
@@ -194,28 +194,54 @@ void Controller::OnIsvcEvent(const kube::WatchEvent& e) {
   Enqueue(key);
 }
 
-void Controller::OnOwnedEvent(const kube::WatchEvent& e) {
+void Controller::OnOwnedEvent(const std::string& resource, const kube::WatchEvent& e) {
   std::string key = OwnerKey(e.object);
+  // (Listed objects carry no kind: the informer's resource names the type.)
+  const std::string object = resource + "/" +
+                             KeyOf(StrAt(e.object, {"metadata", "namespace"}),
+                                   StrAt(e.object, {"metadata", "name"}));
+  std::string previous;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = isvc_of_object_.find(object);
+    if (it != isvc_of_object_.end()) previous = it->second;
+    if (e.type == kube::EventType::kDeleted || key.empty()) {
+      isvc_of_object_.erase(object);
+    } else {
+      isvc_of_object_[object] = key;
+    }
+  }
+  if (!previous.empty() && previous != key) Enqueue(previous);
   if (!key.empty()) Enqueue(key);
 }
 
 void Controller::OnPodEvent(const kube::WatchEvent& e) {
   std::string key = OwnerKey(e.object);
-  if (key.empty()) return;
   const std::string pod = StrAt(e.object, {"metadata", "name"});
+  const std::string pod_key = KeyOf(StrAt(e.object, {"metadata", "namespace"}), pod);
+  std::string previous;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (e.type == kube::EventType::kDeleted) {
-      auto it = pods_by_isvc_.find(key);
-      if (it != pods_by_isvc_.end()) {
-        it->second.erase(pod);
-        if (it->second.empty()) pods_by_isvc_.erase(it);
-      }
-    } else {
+    auto unfile = [&](const std::string& isvc) {
+      auto it = pods_by_isvc_.find(isvc);
+      if (it == pods_by_isvc_.end()) return;
+      it->second.erase(pod);
+      if (it->second.empty()) pods_by_isvc_.erase(it);
+    };
+    if (auto it = isvc_of_pod_.find(pod_key); it != isvc_of_pod_.end()) previous = it->second;
+    // Filed under its previous service (its label changed, or it is gone): out of that set.
+    if (!previous.empty() && (previous != key || e.type == kube::EventType::kDeleted)) {
+      unfile(previous);
+      isvc_of_pod_.erase(pod_key);
+    }
+    if (!key.empty() && e.type == kube::EventType::kDeleted) unfile(key);
+    if (!key.empty() && e.type != kube::EventType::kDeleted) {
       pods_by_isvc_[key].insert(pod);
+      isvc_of_pod_[pod_key] = key;
     }
   }
-  Enqueue(key);
+  if (!previous.empty() && previous != key) Enqueue(previous);
+  if (!key.empty()) Enqueue(key);
 }
 
 std::optional<json> Controller::Cached(const kube::ResourceType& type, const std::string& ns,
@@ -253,7 +279,11 @@ std::vector<json> Controller::Pods(const std::string& ns, const std::string& nam
   }
   std::vector<json> pods;
   for (const std::string& pod : names) {
-    if (std::optional<json> p = Cached(rs::kPods, ns, pod)) pods.push_back(std::move(*p));
+    std::optional<json> p = Cached(rs::kPods, ns, pod);
+    // The cache is the truth: a pod relabelled since it was filed is not this service's.
+    if (p && StrAt(*p, {"metadata", "labels", api::kInferenceServiceLabel}) == name) {
+      pods.push_back(std::move(*p));
+    }
   }
   return pods;
 }
@@ -298,11 +328,16 @@ Status Controller::ApplyObject(const reconcile::ObjectPlan& p, const json& isvc,
       verb = "patch";
       st = client_->MergePatch(*rt, p.namespace_name, p.name, p.patch).status();
       break;
-    case reconcile::Action::kDelete:
+    case reconcile::Action::kDelete: {
       verb = "delete";
-      st = client_->Delete(*rt, p.namespace_name, p.name);
-      if (kube::IsNotFound(st)) return Status::Ok();
+      kube::DeleteOptions options;
+      if (!p.uid.empty()) options.precondition_uid = p.uid;
+      st = client_->Delete(*rt, p.namespace_name, p.name, options);
+      // NotFound: gone already. Conflict: the uid precondition failed, so the object of this
+      // name is another one than the cache saw; the watch brings it and a reconcile follows.
+      if (kube::IsNotFound(st) || (!p.uid.empty() && kube::IsConflict(st))) return Status::Ok();
       break;
+    }
   }
   if (!st.ok()) {
     metrics_->api_write_errors.WithLabels({verb, rt->plural, kube::ErrorOf(st).reason}).Inc();

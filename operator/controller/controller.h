@@ -119,7 +119,7 @@ class Controller {
   void AddInformer(const kube::ResourceType& type, const std::string& ns,
                    const std::string& label_selector, bool owned_kind);
   void OnIsvcEvent(const kube::WatchEvent& e);
-  void OnOwnedEvent(const kube::WatchEvent& e);
+  void OnOwnedEvent(const std::string& resource, const kube::WatchEvent& e);
   void OnPodEvent(const kube::WatchEvent& e);
   void Worker();
   void ResyncLoop();
@@ -145,6 +145,12 @@ class Controller {
   mutable std::mutex mu_;
   // Protected by mu_.
   std::map<std::string, std::set<std::string>> pods_by_isvc_;  // "ns/isvc" -> pod names
+  // "ns/pod" -> "ns/isvc" it is filed under in pods_by_isvc_: a pod whose label moves it to
+  // another service (a MODIFIED event carries only the new object) leaves the old one's set.
+  std::map<std::string, std::string> isvc_of_pod_;
+  // "resource/ns/name" -> "ns/isvc" of an owned object, so that a relabelled object's previous
+  // service is reconciled too (client-go's OnUpdate(old, new) enqueues both owners).
+  std::map<std::string, std::string> isvc_of_object_;
   std::map<std::string, autoscale::Decision> decisions_;       // "ns/isvc" -> latest
   bool stopping_ = false;
   std::condition_variable cv_;

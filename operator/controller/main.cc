@@ -239,13 +239,14 @@ int main(int argc, char** argv) {
   };
   hopts.healthy = [&] { return !lost.load(); };
   hopts.ready = [&] { return controller.Synced(); };
+  // The informers exist before the endpoints serve: /metrics (UpdateMetrics) and /readyz
+  // (Synced) read the controller's informer lists, which StartInformers fills.
+  controller.StartInformers();
   kinfer::controller::HttpEndpoints http(hopts);
   if (kinfer::Status s = http.Start(); !s.ok()) {
     spdlog::critical("{}", s.ToString());
     return 1;
   }
-
-  controller.StartInformers();
   // Leading starts the workers once the caches hold their first lists (a worker that planned
   // from an empty cache would try to create what exists). The wait runs on its own thread so
   // that signals and the elector stay responsive.

@@ -111,7 +111,12 @@ void Informer::Start() {
 }
 
 void Informer::Stop() {
-  stop_ = true;
+  {
+    // Under mu_: Backoff() checks stop_ under it before it blocks, so the notify cannot fall
+    // between its check and its wait (a lost wakeup held Stop for the rest of a 30 s backoff).
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
   cancel_.cancel();
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();

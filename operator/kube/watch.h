@@ -82,8 +82,11 @@ struct WatchOptions {
   std::string field_selector;
   std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{30000};
-  int timeout_seconds = 300;                        // server-side end of each watch
-  std::chrono::milliseconds stream_timeout{90000};  // inactivity on the stream
+  int timeout_seconds = 300;  // server-side end of each watch
+  // Inactivity on the stream: past timeout_seconds, so that the server ends a quiet watch first.
+  // An API server need not send bookmarks (none without its watch cache): a shorter timeout cut
+  // every quiet watch as a stream error, and the backoff grew to 30 s between watches.
+  std::chrono::milliseconds stream_timeout{330000};
   // Sleeps for a backoff; default: waits, waking early on Stop. Tests inject one to record.
   std::function<void(std::chrono::milliseconds)> sleeper;
   // Applied to every listed or watched object before it is stored and delivered (client-go's

@@ -315,6 +315,9 @@ ReconcilePlan Plan(const api::InferenceService& isvc, const Observed& observed,
     if (ref && IsOurs(*ref, owner) &&
         At(*observed.pdb, {"metadata", "deletionTimestamp"}).is_null()) {
       plan.pdb.action = Action::kDelete;
+      plan.pdb.uid = At(*observed.pdb, {"metadata", "uid"}).is_string()
+                         ? At(*observed.pdb, {"metadata", "uid"}).get<std::string>()
+                         : std::string();
       plan.pdb.reason = "at most one pod: a budget is not needed";
     } else {
       plan.pdb.reason = "not needed (at most one pod)";

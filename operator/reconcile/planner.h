@@ -79,6 +79,9 @@ struct ObjectPlan {
   // kUpdate: an RFC 7386 merge patch (application/merge-patch+json) holding only owned fields
   // that differ; null otherwise.
   nlohmann::json patch;
+  // kDelete: the uid of the object observed, sent as the delete's precondition (a same-named
+  // object someone made since the cache saw ours is not deleted).
+  std::string uid;
   // Why this action ("created", "template hash 1a2b... -> 3c4d...", "replicas 2 -> 3", "in sync").
   std::string reason;
   // The object of this name is not ours to manage (another controller's, or an immutable selector

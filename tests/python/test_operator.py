@@ -148,6 +148,38 @@ def test_reconciles_an_inference_service_and_serves_probes_and_metrics(api, tmp_
         assert op.stop() == 0, op.log_tail()
 
 
+def test_a_relabelled_pod_counts_for_its_new_service_only(tmp_path):
+    """A pod whose inferenceservice label moves from a to b (a MODIFIED event: it still matches
+    the watch's selector) leaves a's count and joins b's; a is reconciled too. Without a
+    deployment controller, the counts come from the pods alone. It used to count for both."""
+    label = "serving.kinfer.dev/inferenceservice"
+    pods = "/api/v1/namespaces/default/pods"
+    api = ApiServerProcess("--bookmark-interval", "0.5")
+    op = Operator(kubeconfig(tmp_path, api.url))
+    try:
+        op.wait_ready()
+        for name in ("a", "b"):
+            api.ok(api.post(APIS, isvc(name, autoscaling={"enabled": False}, replicas=1)))
+        api.ok(api.post(pods, {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": "p", "namespace": "default",
+                                            "labels": {label: "a"}},
+                               "spec": {"containers": [{"name": "c", "image": "x"}]}}))
+        api.ok(api.patch(f"{pods}/p/status", {"status": {
+            "phase": "Running", "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}]}}))
+
+        def ready(name):
+            return api.ok(api.get(f"{APIS}/{name}")).get("status", {}).get("readyReplicas")
+        wait_until(lambda: ready("a") == 1, 15, "a counts its pod")
+        assert ready("b") in (0, None)
+        api.ok(api.patch(f"{pods}/p", {"metadata": {"labels": {label: "b"}}}))
+        wait_until(lambda: ready("b") == 1, 15, "b counts the relabelled pod")
+        wait_until(lambda: ready("a") in (0, None), 15, "a no longer counts it")
+    finally:
+        assert op.stop() == 0, op.log_tail()
+        api.stop()
+
+
 def lease_holder(api, name):
     r = api.get(f"{LEASES}/{name}")
     return r.json()["spec"].get("holderIdentity", "") if r.status_code == 200 else None

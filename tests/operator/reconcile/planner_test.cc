@@ -358,6 +358,9 @@ TEST_F(PlannerTest, BudgetOnlyWhileMoreThanOnePodMayRun) {
   object["spec"]["replicas"] = 1;
   ReconcilePlan plan = Plan(Parse(object), cluster.observed, options_);
   EXPECT_EQ(plan.pdb.action, Action::kDelete);
+  // The delete names the uid it saw (a precondition: a budget made anew since is not deleted).
+  (*cluster.observed.pdb)["metadata"]["uid"] = "pdb-uid-1";
+  EXPECT_EQ(Plan(Parse(object), cluster.observed, options_).pdb.uid, "pdb-uid-1");
   cluster.Apply(plan);
   EXPECT_FALSE(cluster.observed.pdb);
   EXPECT_EQ(Plan(Parse(object), cluster.observed, options_).Writes(), 0);
