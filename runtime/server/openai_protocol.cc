@@ -549,14 +549,14 @@ StatusOr<ParsedRequest> ParseChatRequest(std::string_view body, ErrorDetail* d) 
       KINFER_RETURN_IF_ERROR(ParseContent(m, i, &turn.content, d));
     }
     if (turn.role == "tool") {
-      std::string id;
-      if (const json* tid = Field(m, "tool_call_id")) {
-        if (!tid->is_string()) {
-          return Invalid(d, param + ".tool_call_id",
-                         "'" + param + ".tool_call_id' must be a string");
-        }
-        id = tid->get<std::string>();
+      // Required, as OpenAI and vLLM require it: a result is matched to its call by it.
+      const json* tid = Field(m, "tool_call_id");
+      if (tid == nullptr || !tid->is_string()) {
+        return Invalid(d, param + ".tool_call_id",
+                       "'" + param + ".tool_call_id' is required: the id of the call this "
+                       "message answers");
       }
+      const std::string id = tid->get<std::string>();
       const auto name = call_names.find(id);
       turn.role = "user";  // the generic format (tool_calls.h)
       turn.content = ToolResultText(id, name != call_names.end() ? name->second : "", turn.content);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "common/json_limits.h"
@@ -301,6 +302,12 @@ TEST(ParseChatTest, MalformedToolsAreBadRequestsNamingTheField) {
   EXPECT_EQ(
       ChatError(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})").param,
       "messages[0].tool_calls[0]");
+  // A tool result names its call, as OpenAI and vLLM require.
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"user","content":"x"},{"role":"tool","content":"42"}]})")
+                .param,
+            "messages[1].tool_call_id");
+  EXPECT_EQ(ChatError(R"({"messages":[{"role":"tool","tool_call_id":7,"content":"42"}]})").param,
+            "messages[0].tool_call_id");
 }
 
 TEST(ParseChatTest, ResponseFormatBesideToolsShapesTheDirectAnswer) {
@@ -841,8 +848,13 @@ TEST(ResponsesTest, CompletionLogprobsShapeWithOffsets) {
   json l = CompletionLogprobsJson(lps, 10);
   EXPECT_EQ(l["tokens"], json({"ab", "c"}));
   EXPECT_EQ(l["text_offset"], json({10, 12}));
-  EXPECT_TRUE(l["top_logprobs"][0].is_null());
+  // The sampled token is always there (OpenAI: up to logprobs + 1 keys), alone when no
+  // alternatives were asked for; null is only for an unscored (NaN) position.
+  EXPECT_EQ(l["top_logprobs"][0], json({{"ab", -1.0}}));
   EXPECT_DOUBLE_EQ(l["top_logprobs"][1]["d"].get<double>(), -3);
+  EXPECT_EQ(l["top_logprobs"][1].size(), 2u);  // "c" is both the token and an alternative
+  lps[0].logprob = std::nanf("");
+  EXPECT_TRUE(CompletionLogprobsJson(lps, 0)["top_logprobs"][0].is_null());
   json j = CompletionJson(Meta(), "abc", FinishReason::kStop, {2, 2}, &lps);
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][0]["text"], "abc");
