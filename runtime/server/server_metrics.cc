@@ -140,7 +140,7 @@ RuntimeMetrics::RuntimeMetrics(metrics::Registry* r)
                         "open.")
               .Get()),
       requests_(&r->AddCounter("kinfer_runtime_requests_total",
-                               "Generation requests (chat and completions) by outcome.",
+                               "Generation requests (chat, completions and responses) by outcome.",
                                {"status"})),
       http_(&r->AddCounter("kinfer_runtime_http_requests_total",
                            "HTTP requests by route and response code.", {"route", "code"})) {

@@ -22,7 +22,8 @@
 //    the same however long the key, and no message names a key (rate_label).
 //  * Timeout: `x-kinfer-timeout` as a duration ("500ms", "2s", "1.5"); must be > 0. Without it,
 //    the class default. The deadline is arrival + timeout: the latest time the request may start.
-//  * Token estimate for the tokens/s limit: prompt bytes / 4 (rounded up) + max_tokens (or
+//  * Token estimate for the tokens/s limit: the whole body's bytes / 4 (rounded up; more than
+//    the prompt: its JSON, tools and wrappers count) + max_tokens (or
 //    kDefaultMaxTokensEstimate when the client set none) for each generation: `n` (or `best_of`
 //    when larger) of each prompt (completions' batch form lists several).
 //  * Cache key text: the caller's partition (rate key, then the x-kinfer-tenant header), the
