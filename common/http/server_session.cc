@@ -93,7 +93,16 @@ void ServerSession::Reply(http::response<http::string_body> res, std::function<v
   for (const auto& [name, value] : answer_headers_) res.set(name, value);
   res.version(11);
   res.keep_alive(keep_alive_);
-  res.prepare_payload();  // for HEAD too: the Content-Length GET would have
+  const unsigned code = res.result_int();
+  if (code == 204 || (code >= 100 && code < 200)) {
+    // No body and no Content-Length (RFC 9110 8.6): prepare_payload wrote "0".
+    res.body().clear();
+    res.erase(http::field::content_length);
+  } else if (code == 304) {
+    res.body().clear();  // a Content-Length it has repeats the 200's (RFC 9110 8.6): kept
+  } else {
+    res.prepare_payload();  // for HEAD too: the Content-Length GET would have
+  }
   auto msg = std::make_shared<http::response<http::string_body>>(std::move(res));
   auto written = [self = shared_from_this(), msg, done = std::move(done)](beast::error_code ec,
                                                                           size_t) {
@@ -179,6 +188,10 @@ void ServerSession::EndStream(std::function<void(bool)> done) {
                          self->Finished(ok && self->keep_alive_);
                          if (done) done(ok);
                        }});
+}
+
+void ServerSession::AbortStream() {
+  Enqueue(PendingWrite{"", nullptr, [self = shared_from_this()](bool) { self->Close(); }});
 }
 
 void ServerSession::WatchClient() {
@@ -276,6 +289,10 @@ void ServerSession::OnHeader(beast::error_code ec) {
     Refuse(400, "malformed Transfer-Encoding: chunked applied more than once");
     return;
   }
+  // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 request means its framing is faulty (a 1.0
+  // hop cannot have chunked it); answer it, then close: a kept connection is how requests get
+  // smuggled past such a hop.
+  if (chunked > 0 && req.version() < 11) keep_alive_ = false;
   if (auto len = parser_->content_length(); len && *len > limits_.max_body_bytes) {
     // The body stays unread (Refuse closes the connection after the answer).
     Refuse(413, "request body of " + std::to_string(*len) + " bytes is over the limit of " + limit +

@@ -129,6 +129,10 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   void WriteChunk(std::string_view data, std::function<void(bool)> done);
   // Ends the chunked body; the request is over once it is written. `done(ok)` runs then.
   void EndStream(std::function<void(bool)> done = nullptr);
+  // Ends a stream cut short (its source failed mid-body): what is queued is written, then the
+  // connection closes without the terminating chunk, so that the client sees an incomplete
+  // message (RFC 9112 8), never a complete one.
+  void AbortStream();
 
   // Watches the socket while a request is answered, so a client that goes away is noticed.
   // Idempotent while a watch is pending.

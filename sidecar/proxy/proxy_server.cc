@@ -55,7 +55,7 @@ void CopyEndToEnd(const From& from, To& to) {
                     [name](std::string_view n) { return beast::iequals(name, n); })) {
       continue;
     }
-    to.set(name, field.value());
+    to.insert(name, field.value());  // every line: Set-Cookie, Vary, ... may repeat
   }
 }
 
@@ -412,12 +412,20 @@ void Exchange::OnHeader(const UpstreamCall::Header& header, bool chunked) {
   std::string_view content_type = header[http::field::content_type];
   sse_ = content_type.find("text/event-stream") != std::string_view::npos;
   streaming_ = chunked || sse_;
+  // The status as a number with its reason phrase: one Beast has no name for (418, 520) was
+  // relayed as "000 <unknown-status>" (RFC 9110 15: a proxy forwards what it does not know).
   if (!streaming_) {
-    buffered_ = http::response<http::string_body>{header.result(), 11};
+    buffered_ = http::response<http::string_body>{};
+    buffered_.version(11);
+    buffered_.result(header.result_int());
+    buffered_.reason(header.reason());
     CopyEndToEnd(header, buffered_);
     return;
   }
-  http::response<http::empty_body> res{header.result(), 11};
+  http::response<http::empty_body> res;
+  res.version(11);
+  res.result(header.result_int());
+  res.reason(header.reason());
   CopyEndToEnd(header, res);
   if (!route_.degraded.empty()) res.set("x-kinfer-degraded", route_.degraded);
   response_started_ = true;
@@ -498,6 +506,11 @@ void Exchange::OnDone(UpstreamError error) {
         return;
       }
       FailBeforeResponse(error);
+    } else if (!sse_) {
+      // A chunked body that is not an event stream has no way to say it failed: the connection
+      // closes without the last chunk, and the client sees it incomplete (Envoy resets it).
+      session_->AbortStream();
+      CountResponse(status_);
     } else {
       // Mid-stream: tell the client in the stream's own format, then end it cleanly.
       std::string event = "data: " +

@@ -9,6 +9,10 @@ namespace kinfer {
 
 namespace {
 constexpr size_t kChunkBytes = 16 * 1024;
+// An upstream's response header block may be as large as a client's request header block (the
+// sidecar's own 64 KiB; Envoy's default is 60 KiB): Beast's 8 KiB default made a larger one a
+// 502 "closed the connection" that counted against the breaker.
+constexpr uint32_t kMaxUpstreamHeaderBytes = 64 * 1024;
 
 // An idle keep-alive connection is usable when the upstream has neither closed it (a FIN or RST
 // waiting: recv gives 0 or an error) nor sent anything unasked (a stray byte would be read as the
@@ -38,7 +42,11 @@ std::string_view UpstreamErrorName(UpstreamError e) {
 }
 
 UpstreamPool::UpstreamPool(net::io_context& ioc, std::string host, uint16_t port, size_t max_idle)
-    : ioc_(ioc), host_(std::move(host)), port_(port), max_idle_(max_idle) {}
+    : ioc_(ioc),
+      host_(std::move(host)),
+      port_(port),
+      max_idle_(max_idle),
+      resolution_(std::make_shared<Resolution>(ioc)) {}
 
 std::shared_ptr<UpstreamPool::Connection> UpstreamPool::Acquire(bool* reused) {
   while (!idle_.empty()) {
@@ -59,13 +67,27 @@ void UpstreamPool::Release(std::shared_ptr<Connection> conn) {
   idle_.push_back(std::move(conn));
 }
 
-const tcp::resolver::results_type& UpstreamPool::Endpoints(beast::error_code* ec) {
-  if (!resolved_) {
-    tcp::resolver resolver(ioc_);
-    endpoints_ = resolver.resolve(host_, std::to_string(port_), *ec);
-    resolved_ = !*ec;
+void UpstreamPool::Resolve(ResolveHandler done) {
+  const std::shared_ptr<Resolution> r = resolution_;
+  if (r->resolved) {
+    done({}, r->endpoints);
+    return;
   }
-  return endpoints_;
+  r->waiting.push_back(std::move(done));
+  if (r->resolving) return;
+  r->resolving = true;
+  r->resolver.async_resolve(
+      host_, std::to_string(port_),
+      [r](beast::error_code ec, tcp::resolver::results_type results) {
+        r->resolving = false;
+        if (!ec) {
+          r->endpoints = std::move(results);
+          r->resolved = true;
+        }
+        std::vector<ResolveHandler> waiting = std::move(r->waiting);
+        r->waiting.clear();
+        for (ResolveHandler& h : waiting) h(ec, r->endpoints);
+      });
 }
 
 UpstreamCall::UpstreamCall(UpstreamPool* pool, http::request<http::string_body> request,
@@ -106,12 +128,18 @@ void UpstreamCall::Begin() {
 }
 
 void UpstreamCall::Connect() {
-  beast::error_code ec;
-  const auto& endpoints = pool_->Endpoints(&ec);
-  if (ec) {
-    Fail(UpstreamError::kConnect);
-    return;
-  }
+  pool_->Resolve([self = shared_from_this()](beast::error_code ec,
+                                             const tcp::resolver::results_type& endpoints) {
+    if (self->done_) return;
+    if (ec) {
+      self->Fail(UpstreamError::kConnect);
+      return;
+    }
+    self->ConnectTo(endpoints);
+  });
+}
+
+void UpstreamCall::ConnectTo(const tcp::resolver::results_type& endpoints) {
   conn_->stream.expires_after(connect_timeout_);
   conn_->stream.async_connect(endpoints, [self = shared_from_this(), conn = conn_](
                                              beast::error_code ec, const tcp::endpoint&) {
@@ -143,6 +171,7 @@ void UpstreamCall::Write() {
 void UpstreamCall::ReadHeader() {
   parser_ = std::make_unique<http::response_parser<http::buffer_body>>();
   parser_->body_limit(std::numeric_limits<uint64_t>::max());
+  parser_->header_limit(kMaxUpstreamHeaderBytes);
   http::async_read_header(conn_->stream, conn_->buffer, *parser_,
                           [self = shared_from_this(), conn = conn_](beast::error_code ec, size_t) {
                             if (self->done_) return;
@@ -151,6 +180,15 @@ void UpstreamCall::ReadHeader() {
                               // acted on it, so it is not replayed here (a POST is not
                               // idempotent); the retry policy decides.
                               self->Fail(UpstreamError::kReset);
+                              return;
+                            }
+                            // An interim answer (100 Continue, 103 Early Hints) is not the
+                            // response (RFC 9110 15.2): read on to the final one. Taken as
+                            // final, the real response stayed on the pooled connection and
+                            // went to the next client that used it.
+                            const unsigned status = self->parser_->get().result_int();
+                            if (status >= 100 && status < 200 && status != 101) {
+                              self->ReadHeader();
                               return;
                             }
                             self->got_header_ = true;

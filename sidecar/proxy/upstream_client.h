@@ -56,18 +56,31 @@ class UpstreamPool {
   net::io_context& ioc() { return ioc_; }
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
-  // Resolves host:port (once; again after a connect failure).
-  const tcp::resolver::results_type& Endpoints(beast::error_code* ec);
-  void ForgetEndpoints() { resolved_ = false; }
+  // Resolves host:port without blocking the event loop (a DNS name, such as a fallback
+  // Service's, took the whole proxy down for as long as its lookup took): `done` runs once the
+  // endpoints are known (at once when they are), with an error when they cannot be. Resolved
+  // once, and again after a connect failure; calls that ask while a lookup runs share it.
+  using ResolveHandler =
+      std::function<void(beast::error_code, const tcp::resolver::results_type&)>;
+  void Resolve(ResolveHandler done);
+  void ForgetEndpoints() { resolution_->resolved = false; }
 
  private:
+  struct Resolution {
+    explicit Resolution(net::io_context& ioc) : resolver(ioc) {}
+    tcp::resolver resolver;
+    tcp::resolver::results_type endpoints;
+    bool resolved = false;
+    bool resolving = false;
+    std::vector<ResolveHandler> waiting;
+  };
   net::io_context& ioc_;
   std::string host_;
   uint16_t port_;
   size_t max_idle_;
   std::vector<std::shared_ptr<Connection>> idle_;
-  tcp::resolver::results_type endpoints_;
-  bool resolved_ = false;
+  // Shared with a pending lookup's handler, which may run after the pool is gone (aborted).
+  std::shared_ptr<Resolution> resolution_;
 };
 
 class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
@@ -95,6 +108,7 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
  private:
   void Begin();
   void Connect();
+  void ConnectTo(const tcp::resolver::results_type& endpoints);
   void Write();
   void ReadHeader();
   void ReadBody();
