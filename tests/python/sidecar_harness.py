@@ -183,3 +183,26 @@ def wait_for(predicate, timeout=5.0):
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def read_http_message(recv, buf: bytes = b""):
+    """Reads one HTTP/1.1 message framed by Content-Length (or without a body) with `recv()`
+    (returns b"" at the end), starting from the already-read `buf`. Returns (head, body, rest),
+    or None when the peer closed before a whole message."""
+    while b"\r\n\r\n" not in buf:
+        data = recv()
+        if not data:
+            return None
+        buf += data
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(buf) < length:
+        data = recv()
+        if not data:
+            return None
+        buf += data
+    return head, buf[:length], buf[length:]

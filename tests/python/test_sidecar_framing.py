@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sidecar_harness import Sidecar
+from sidecar_harness import Sidecar, read_http_message
 
 
 class RawUpstream:
@@ -36,20 +36,11 @@ class RawUpstream:
         buf = b""
         with conn:
             while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                request, buf = head + b"\r\n\r\n" + buf[:length], buf[length:]
+                message = read_http_message(lambda: conn.recv(65536), buf)
+                if message is None:
+                    return
+                head, body, buf = message
+                request = head + b"\r\n\r\n" + body
                 self.requests.append(request)
                 if self.answer(request, conn) is False:
                     return

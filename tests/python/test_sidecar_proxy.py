@@ -10,7 +10,8 @@ import time
 import pytest
 import requests
 
-from sidecar_harness import FakeUpstream, Sidecar, chat_body, free_port, post_chat, wait_for
+from sidecar_harness import (FakeUpstream, Sidecar, chat_body, free_port, post_chat,
+                             read_http_message, wait_for)
 
 
 @pytest.fixture(scope="module")
@@ -428,21 +429,9 @@ def _read_responses(s, n, timeout=10):
     s.settimeout(timeout)
     buf, statuses = b"", []
     while len(statuses) < n:
-        while b"\r\n\r\n" not in buf:
-            chunk = s.recv(65536)
-            assert chunk, f"connection closed after {len(statuses)} responses"
-            buf += chunk
-        head, buf = buf.split(b"\r\n\r\n", 1)
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        while len(buf) < length:
-            chunk = s.recv(65536)
-            assert chunk, "connection closed inside a body"
-            buf += chunk
-        buf = buf[length:]
+        message = read_http_message(lambda: s.recv(65536), buf)
+        assert message is not None, f"connection closed after {len(statuses)} responses"
+        head, _, buf = message
         statuses.append(int(head.split(b" ")[1]))
     return statuses
 

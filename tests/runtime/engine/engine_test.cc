@@ -644,17 +644,19 @@ TEST_F(EngineTest, ADeviceThatFailedForGoodMakesTheEngineRefuseAndAskForARestart
   EXPECT_TRUE(other.health().ok());
 }
 
+// A backend whose KV cache cannot be allocated (a --kv-cache-fraction past the free memory).
+class NoRoomForKv final : public WrappedCpu {
+ public:
+  using WrappedCpu::WrappedCpu;
+  Status InitKvCache(int, int) override { return ResourceExhausted("no room for the KV cache"); }
+};
+
 // A KV cache that cannot be allocated (a --kv-cache-fraction past the device's free memory):
 // the engine says so (health()), every request ends or is refused with that reason as INTERNAL (a
 // 500, not a retryable 503), and the refusals do not fill the waiting-token count until the
 // reason turns into "too many waiting prompt tokens".
 TEST_F(EngineTest, AKvCacheThatCannotBeAllocatedFailsEveryRequestWithTheReason) {
-  class NoRoom final : public WrappedCpu {
-   public:
-    using WrappedCpu::WrappedCpu;
-    Status InitKvCache(int, int) override { return ResourceExhausted("no room for the KV cache"); }
-  };
-  NoRoom backend(model_);
+  NoRoomForKv backend(model_);
   EngineOptions o;
   o.context_length = 256;
   o.max_waiting_prompt_tokens = 64;
@@ -675,12 +677,7 @@ TEST_F(EngineTest, AKvCacheThatCannotBeAllocatedFailsEveryRequestWithTheReason) 
 // WaitStarted (what kinfer-runtime waits on before it says "ready") returns once the engine
 // thread has its KV cache: the reason when it cannot, OK when it can, every time it is asked.
 TEST_F(EngineTest, WaitStartedReturnsWhetherTheKvCacheCouldBeSetUp) {
-  class NoRoom final : public WrappedCpu {
-   public:
-    using WrappedCpu::WrappedCpu;
-    Status InitKvCache(int, int) override { return ResourceExhausted("no room for the KV cache"); }
-  };
-  NoRoom backend(model_);
+  NoRoomForKv backend(model_);
   EngineOptions o;
   o.context_length = 256;
   Engine broken(&backend, tokenizer_, o);

@@ -111,6 +111,21 @@ class SpecDecodeTest : public ::testing::Test {
     for (auto& s : streams) out.push_back(Drain(*s));
     return out;
   }
+  // Runs `r` on an engine without speculation and on one with it: the same tokens, text, finish
+  // and count.
+  static void ExpectTheSameOnAndOff(Engine& off, Engine& on, const GenerationRequest& r,
+                                    const std::string& what) {
+    auto a = off.Submit(r);
+    ASSERT_TRUE(a.ok()) << what;
+    const Result plain = Drain(**a);
+    auto b = on.Submit(r);
+    ASSERT_TRUE(b.ok()) << what;
+    const Result spec = Drain(**b);
+    EXPECT_EQ(plain.tokens, spec.tokens) << what << ": " << plain.text << "\n---\n" << spec.text;
+    EXPECT_EQ(plain.text, spec.text) << what;
+    EXPECT_EQ(plain.finish, spec.finish) << what;
+    EXPECT_EQ(plain.completion_tokens, spec.completion_tokens) << what;
+  }
   Result Run(EngineOptions o, GenerationRequest r) {
     Engine e(model_, tokenizer_, o);
     auto s = e.Submit(std::move(r));
@@ -125,18 +140,7 @@ class SpecDecodeTest : public ::testing::Test {
 TEST_F(SpecDecodeTest, GreedyNgramOutputIsIdenticalWithSpeculationOnAndOff) {
   Engine off(model_, tokenizer_, Options(false));
   Engine on(model_, tokenizer_, Options(true));
-  for (const GenerationRequest& r : Prompts()) {
-    auto a = off.Submit(r);
-    ASSERT_TRUE(a.ok());
-    const Result plain = Drain(**a);
-    auto b = on.Submit(r);
-    ASSERT_TRUE(b.ok());
-    const Result spec = Drain(**b);
-    EXPECT_EQ(plain.tokens, spec.tokens) << plain.text << "\n---\n" << spec.text;
-    EXPECT_EQ(plain.text, spec.text);
-    EXPECT_EQ(plain.finish, spec.finish);
-    EXPECT_EQ(plain.completion_tokens, spec.completion_tokens);
-  }
+  for (const GenerationRequest& r : Prompts()) ExpectTheSameOnAndOff(off, on, r, "");
   const EngineStats so = SettledStats(off);
   const EngineStats sn = SettledStats(on);
   EXPECT_EQ(so.spec_draft_tokens, 0);
@@ -157,14 +161,7 @@ TEST_F(SpecDecodeTest, PenaltiesOfAnyWindowGiveTheSameTokensWithSpeculation) {
     r.sampling.repetition_penalty = 1.3f;
     r.sampling.frequency_penalty = 0.2f;
     r.sampling.penalty_last_n = last_n;
-    auto a = off.Submit(r);
-    ASSERT_TRUE(a.ok());
-    const Result plain = Drain(**a);
-    auto b = on.Submit(r);
-    ASSERT_TRUE(b.ok());
-    const Result spec = Drain(**b);
-    EXPECT_EQ(plain.tokens, spec.tokens) << "last_n " << last_n << ": " << plain.text
-                                         << "\n---\n" << spec.text;
+    ExpectTheSameOnAndOff(off, on, r, "last_n " + std::to_string(last_n));
   }
   EXPECT_GT(SettledStats(on).spec_draft_tokens, 0);
 }
@@ -307,7 +304,7 @@ TEST_F(SpecDecodeTest, MaxTokensAndStopStringsHoldExactlyUnderSpeculation) {
 }
 
 // The draft model proposer alone: after a partly accepted draft it keeps its computed prefix and
-// proposes from the new history; Release drops the sequence.
+// proposes from the new history; Release drops the sequence; caches grow with their sequences.
 TEST_F(SpecDecodeTest, DraftModelProposerProposesTheTargetsGreedyContinuation) {
   DraftModelProposer p(model_);
   GenerationRequest r = Prompts()[3];
@@ -332,37 +329,29 @@ TEST_F(SpecDecodeTest, DraftModelProposerProposesTheTargetsGreedyContinuation) {
   EXPECT_EQ(p.num_sequences(), 1u);
   p.Release(7);
   EXPECT_EQ(p.num_sequences(), 0u);
-}
 
-// A sequence that may run to the end of the context (max_tokens left out) does not take a whole
-// context of draft KV at its first draft: the cache starts at what it needs (at least 256
-// positions) and doubles as the sequence grows, proposing the same tokens as before.
-TEST_F(SpecDecodeTest, DraftModelCachesGrowWithTheirSequences) {
-  DraftModelProposer p(model_);
-  GenerationRequest r = Prompts()[3];
-  const Result plain = Run(Options(false), r);
-  ASSERT_GE(plain.tokens.size(), 6u);
-  std::vector<int32_t> history = r.prompt_tokens;
-  history.push_back(plain.tokens[0]);
-  DraftRequest dr;
+  // A sequence that may run to the end of the context (max_tokens left out) does not take a
+  // whole context of draft KV at its first draft: its cache starts at what it needs (at least
+  // 256 positions) and doubles as the sequence grows, proposing the same tokens.
+  std::vector<int32_t> first = r.prompt_tokens;
+  first.push_back(plain.tokens[0]);
   dr.seq = 3;
-  dr.history = history;
+  dr.history = first;
   dr.max_tokens = 4;
   dr.max_positions = model_->hparams().n_ctx_train;  // 8192
-  DraftProposal d = p.Propose(dr);
+  d = p.Propose(dr);
   EXPECT_EQ(d.tokens, std::vector<int32_t>(plain.tokens.begin() + 1, plain.tokens.begin() + 5));
   EXPECT_EQ(p.capacity_positions(), 256);
-  // A history past 256 positions grows it (doubling), keeping what it computed.
-  std::vector<int32_t> long_history = history;
+  std::vector<int32_t> long_history = first;
   while (long_history.size() < 300) {
-    const int32_t t = history[long_history.size() % history.size()];
+    const int32_t t = first[long_history.size() % first.size()];
     long_history.push_back(t);
   }
   dr.history = long_history;
-  d = p.Propose(dr);
-  EXPECT_EQ(d.tokens.size(), 4u);
+  EXPECT_EQ(p.Propose(dr).tokens.size(), 4u);
   EXPECT_EQ(p.capacity_positions(), 512);
 }
+
 
 // Sampling, the proposer draws token j with the target's noise key for output index
 // first_index + j: the target itself as the draft model proposes the target's seeded tokens.
