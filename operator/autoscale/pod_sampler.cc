@@ -101,7 +101,9 @@ PodSample PodSampler::SamplePage(const std::string& pod, bool ready, const PromP
   if (!current.ok()) {
     // No series yet: the baseline is "nothing observed", so the first series that appear count
     // whole. A malformed page leaves the baseline as it was.
-    if (current.status().code() == StatusCode::kNotFound) previous_[pod] = CumulativeHistogram{};
+    // (Only a pod without a baseline gets the empty one: a page that lacks the series once, with
+    // a real baseline kept, would otherwise deliver the sidecar's lifetime counts next.)
+    if (current.status().code() == StatusCode::kNotFound) previous_.try_emplace(pod);
     return sample;
   }
   auto it = previous_.find(pod);
@@ -110,7 +112,10 @@ PodSample PodSampler::SamplePage(const std::string& pod, bool ready, const PromP
     return sample;  // the first scrape is the baseline
   }
   const CumulativeHistogram& before = it->second;
-  bool reset = before.upper_bounds != current->upper_bounds;
+  // The count sizes too: an empty baseline (no series yet) and a +Inf-only histogram have the
+  // same (no) finite edges, and indexing the empty counts crashed the operator.
+  bool reset = before.upper_bounds != current->upper_bounds ||
+               before.counts.size() != current->counts.size();
   for (size_t i = 0; !reset && i < current->counts.size(); ++i) {
     reset = current->counts[i] < before.counts[i];
   }

@@ -138,6 +138,9 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
     std::vector<std::pair<std::string, bool>> pods;
     size_t query = 0;
     bool with_ttft = false;
+    // The TTFT coverage once this tick's TTFT answer is in (PlanTtftQuery): stored only then, so
+    // that a failed answer's range is asked again by the next plan instead of lost.
+    autoscale::TimePoint ttft_covered_to{};
   };
   std::vector<Work> work;
   std::vector<autoscale::PodEndpoint> endpoints;
@@ -233,7 +236,7 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       w.with_ttft = plan.ask;
       if (w.with_ttft) {
         prom_urls.push_back(autoscale::PrometheusQueryUrl(server, q.ttft_buckets));
-        entry->ttft_covered_to = plan.covered_to;
+        w.ttft_covered_to = plan.covered_to;
       }
     }
     work.push_back(std::move(w));
@@ -283,9 +286,15 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
       auto in_flight = parse(w.query + 1);
       std::optional<std::vector<autoscale::PromQueryValue>> ttft;
       if (w.with_ttft) ttft = parse(w.query + 2);
+      // The pods path's baselines mean nothing after a stretch here: were the service to read
+      // its pods again, their first deltas would hold everything since (forgotten now).
+      (void)w.entry->sampler.Sample({});
       if (queue && in_flight) {
+        // Without a TTFT answer the tick has its gauges and no first tokens, and the range stays
+        // uncovered: the next tick asks it again (with what has come since).
         samples = autoscale::PodSamplesFromPrometheus(
             w.pods, *queue, *in_flight, ttft.value_or(std::vector<autoscale::PromQueryValue>{}));
+        if (ttft) w.entry->ttft_covered_to = w.ttft_covered_to;
       } else {  // no answer: every ready pod is missing (the freeze rule decides)
         for (const auto& [pod, ready] : w.pods) {
           autoscale::PodSample s;
@@ -303,6 +312,9 @@ void AutoscaleLoop::Tick(autoscale::TimePoint now) {
         if (s.ready && !s.status.ok()) metrics_->autoscaler_scrape_errors.Get().Inc();
       }
       samples = w.entry->sampler.Sample(mine);
+      // Prometheus coverage means nothing after a stretch of scraping: were the service to read
+      // Prometheus again, it would ask for a range the pods already delivered.
+      w.entry->ttft_covered_to.reset();
     }
     autoscale::Decision d = w.entry->scaler.Tick(now, w.current, samples);
     metrics_->autoscaler_decisions.WithLabels({d.reason}).Inc();

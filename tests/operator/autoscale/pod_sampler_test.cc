@@ -151,6 +151,30 @@ TEST(PodSamplerTest, HistogramAppearingLaterCountsWhole) {
   EXPECT_EQ(s[0].ttft_counts, (Counts{1, 0, 1, 0}));
 }
 
+// A histogram of the +Inf bucket alone after a page without one: counted whole, not a crash (the
+// empty baseline and it have the same finite edges, none, and its counts were indexed past the
+// baseline's empty ones). Any pod with the service's label could send such a page.
+TEST(PodSamplerTest, AnInfOnlyHistogramAfterAnEmptyBaselineCountsWhole) {
+  PodSampler sampler;
+  (void)sampler.Sample({Ok("a", "kinfer_sidecar_in_flight 1\n")});
+  auto s = sampler.Sample({Ok("a", "kinfer_sidecar_in_flight 1\n"
+                                   "kinfer_sidecar_time_to_first_token_seconds_bucket"
+                                   "{class=\"x\",le=\"+Inf\"} 5\n")});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].ttft_counts, (Counts{5}));
+  EXPECT_TRUE(s[0].ttft_upper_bounds.empty());
+}
+
+// A page that lacks the series once, with a real baseline kept, does not make the next page
+// deliver the sidecar's lifetime counts: the baseline stays.
+TEST(PodSamplerTest, APageWithoutTheSeriesKeepsAnExistingBaseline) {
+  PodSampler sampler;
+  (void)sampler.Sample({Ok("a", Page(0, 0, 0, {100, 100, 100, 100}, {0, 0, 0, 0}))});
+  (void)sampler.Sample({Ok("a", "kinfer_sidecar_in_flight 0\n")});
+  auto s = sampler.Sample({Ok("a", Page(0, 0, 0, {101, 101, 101, 102}, {0, 0, 0, 0}))});
+  EXPECT_EQ(s[0].ttft_counts, (Counts{1, 0, 0, 1}));
+}
+
 TEST(ExtractHistogramTest, RefusesMalformedSeries) {
   auto parse = [](const char* text) {
     StatusOr<PromPage> page = ParsePrometheusText(text);

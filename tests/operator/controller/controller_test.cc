@@ -667,9 +667,19 @@ class FakePrometheus {
     listener_.support([this](web::http::http_request req) {
       auto q = web::uri::split_query(req.request_uri().query());
       std::string expr = web::uri::decode(q["query"]);
+      bool fail = false;
       {
         std::lock_guard<std::mutex> l(mu_);
         queries_.push_back(expr);
+        if (expr.find("_bucket") != std::string::npos) {
+          fail = fail_ttft_ > 0;
+          if (fail) --fail_ttft_;
+          ttft_at_.emplace_back(std::chrono::steady_clock::now(), fail);
+        }
+      }
+      if (fail) {
+        req.reply(web::http::status_codes::ServiceUnavailable, "busy", "text/plain");
+        return;
       }
       json result = json::array();
       auto series = [&](json labels, double v) {
@@ -694,12 +704,24 @@ class FakePrometheus {
     std::lock_guard<std::mutex> l(mu_);
     return queries_;
   }
+  // The next `n` TTFT queries are answered 503.
+  void FailNextTtft(int n) {
+    std::lock_guard<std::mutex> l(mu_);
+    fail_ttft_ = n;
+  }
+  // When each TTFT query came, and whether it was failed.
+  std::vector<std::pair<std::chrono::steady_clock::time_point, bool>> ttft_queries() {
+    std::lock_guard<std::mutex> l(mu_);
+    return ttft_at_;
+  }
 
  private:
   std::string url_;
   web::http::experimental::listener::http_listener listener_;
   std::mutex mu_;
   std::vector<std::string> queries_;
+  int fail_ttft_ = 0;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, bool>> ttft_at_;
 };
 
 TEST_F(ControllerTest, TheAutoscalerAsksPrometheusWhenTheServiceNamesIt) {
@@ -759,6 +781,19 @@ TEST_F(ControllerTest, TheAutoscalerAsksPrometheusWhenTheServiceNamesIt) {
   });
   EXPECT_GE(ttft_queries, 2);
   EXPECT_LT(ttft_queries * 3, depth_queries);
+
+  // A failed TTFT answer leaves its range uncovered: it is asked again at the next tick (100 ms),
+  // not a panic window (>= 1 s) later with the failed range counted as covered.
+  prom.FailNextTtft(1);
+  std::vector<std::pair<std::chrono::steady_clock::time_point, bool>> at;
+  ASSERT_TRUE(WaitUntil([&] {
+    at = prom.ttft_queries();
+    auto failed = std::find_if(at.begin(), at.end(), [](const auto& e) { return e.second; });
+    return failed != at.end() && failed + 1 != at.end();
+  }));
+  auto failed = std::find_if(at.begin(), at.end(), [](const auto& e) { return e.second; });
+  EXPECT_LT((failed + 1)->first - failed->first, milliseconds(900))
+      << "the failed range was not asked again at once";
 }
 
 TEST(ApiServerRestartTest, TheControllerResumesAfterTheApiServerRestarts) {
