@@ -8,13 +8,16 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "common/file_limit.h"
 #include "common/flags.h"
@@ -247,6 +250,30 @@ int main(int argc, char** argv) {
   spdlog::info("listening on http://{}:{} (/health is up; loading the model)", flags.host,
                flags.port);
 
+  // Signals are waited for from here on, the load included: a SIGTERM while a large model loads
+  // (a pod deleted at start) ends the process at once with 0, not at the grace period's SIGKILL.
+  // Once loaded, the signal is handed to main, which stops the server in order.
+  struct SignalState {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool serving = false;
+    int sig = 0;
+  };
+  auto signal_state = std::make_shared<SignalState>();
+  std::thread([sigs, st = signal_state]() mutable {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::unique_lock<std::mutex> lock(st->mu);
+    if (!st->serving) {
+      spdlog::info("received {} while loading the model; exiting",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+      spdlog::default_logger()->flush();
+      std::_Exit(0);
+    }
+    st->sig = sig;
+    st->cv.notify_all();
+  }).detach();
+
   kinfer::ServedModelOptions model_options;
   model_options.path = flags.model;
   model_options.name = flags.model_name;
@@ -286,7 +313,12 @@ int main(int argc, char** argv) {
                fallback ? ", no chat template in the file: using ChatML" : "");
 
   int sig = 0;
-  sigwait(&sigs, &sig);
+  {
+    std::unique_lock<std::mutex> lock(signal_state->mu);
+    signal_state->serving = true;
+    signal_state->cv.wait(lock, [&] { return signal_state->sig != 0; });
+    sig = signal_state->sig;
+  }
   spdlog::info("received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   server.Stop();
   return 0;

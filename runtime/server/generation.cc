@@ -467,14 +467,15 @@ void StreamResponse(const ParsedRequest& r, const std::vector<Echo>& echoes,
   StreamEvent ev;
   while (!cs.done()) {
     if (ctx.stopping->load()) cs.CancelAll();  // every turn (see WholeResponse)
-    int i = 0;
-    if (!cs.Next(&i, &ev, kPollInterval)) {
-      if (!client_gone && sink.Closed()) {
-        client_gone = true;
-        cs.CancelAll();
-      }
-      continue;
+    // Every turn, not only when no event came: events that send nothing (text held back for a
+    // stop string, a tool answer not yet told apart) would otherwise run a departed client's
+    // generation on to max_tokens.
+    if (!client_gone && sink.Closed()) {
+      client_gone = true;
+      cs.CancelAll();
     }
+    int i = 0;
+    if (!cs.Next(&i, &ev, kPollInterval)) continue;
     timer.OnEvent(ev, i);
     generated += static_cast<int>(ev.tokens.size());
     size_t& offset = offsets[static_cast<size_t>(i)];

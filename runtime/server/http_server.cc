@@ -132,6 +132,16 @@ class HttpServer::Impl::Writer final : public ChunkSink {
     });
     WaitWritten();
   }
+  // Cuts a stream short: what was posted is written, then the connection closes without the last
+  // chunk (the client sees the body incomplete); End() does nothing after it.
+  void Abort() {
+    if (Closed()) return;
+    Post(0, [](ServerSession& s, std::function<void(bool)> done) {
+      s.AbortStream();
+      done(false);
+    });
+    WaitWritten();
+  }
   // Ends a streamed body.
   void End() {
     if (Closed()) return;
@@ -241,8 +251,13 @@ void HttpServer::Stop(int grace_seconds) {
   impl->ioc.stop();
   impl->io_thread.join();
   impl->io_stopped.store(true);
+  // The request threads end once their generation has (cancelled at the engine's next step, which
+  // a long CPU prefill chunk can hold for seconds): the caller then destroys the router, model
+  // and engine they use, so they are waited for, not one second only as before.
   std::unique_lock<std::mutex> lock(impl->mu);
-  impl->cv.wait_for(lock, std::chrono::seconds(1), [&] { return impl->in_flight == 0; });
+  if (!impl->cv.wait_for(lock, std::chrono::seconds(30), [&] { return impl->in_flight == 0; })) {
+    spdlog::warn("{} request threads still running 30 s after the stop", impl->in_flight);
+  }
 }
 
 void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) {
@@ -265,10 +280,14 @@ void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) 
   in.timeout_header = HeaderOf(req, "x-kinfer-timeout");
   in.body = req.body();
 
+  // The probes and /metrics are not held to the cap: under a full load of slow streams the
+  // kubelet's liveness probe and the scrape must still be answered (a 503 there restarted a busy
+  // pod and hid its metrics when they mattered most).
+  const bool probe = in.path == "/health" || in.path == "/ready" || in.path == "/metrics";
   bool admitted = false;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (!stopping.load() && in_flight < options.max_in_flight) {
+    if (!stopping.load() && (probe || in_flight < options.max_in_flight)) {
       ++in_flight;
       admitted = true;
     }
@@ -313,7 +332,14 @@ void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, Http
     http::response<http::empty_body> header{static_cast<http::status>(resp.status), 11};
     SetHeaders(header, resp);
     writer.Begin(std::move(header));  // when it fails the writer is closed: the generation cancels
-    resp.stream(writer);
+    try {
+      resp.stream(writer);
+    } catch (const std::exception& e) {
+      // On a detached thread an escaping exception would end the process: the stream is cut
+      // (its client sees no end) and the server goes on.
+      spdlog::error("{} {}: the response stream failed: {}", in.method, in.path, e.what());
+      writer.Abort();
+    }
     writer.End();
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();

@@ -34,7 +34,7 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8081;
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
-  int max_in_flight = 512;          // concurrent requests; beyond, 503 + Retry-After
+  int max_in_flight = 512;  // concurrent requests; beyond, 503 + Retry-After (probes, /metrics exempt)
   // A connection waiting for (the rest of) a request closes after this.
   std::chrono::seconds idle_timeout{75};
   // A write the client does not take within this ends its request as if it had left.

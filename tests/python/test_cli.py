@@ -83,6 +83,40 @@ def test_a_kv_cache_past_the_memory_exits_1_naming_the_reason():
     assert "; ready" not in p.stderr, p.stderr
 
 
+def test_sigterm_while_the_model_loads_exits_0_at_once(tmp_path):
+    """A pod deleted while its model loads: SIGTERM ends the runtime at once with 0 (the signal
+    was only read after the load, so the process lived until the grace period's SIGKILL). The
+    model file is a FIFO that nothing writes, so the load never finishes."""
+    import os
+    import signal
+    import requests
+    fifo = tmp_path / "never.gguf"
+    os.mkfifo(fifo)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(_binary()), "--model", str(fifo), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        import time
+        deadline = time.time() + 30
+        while True:
+            try:
+                r = requests.get(f"http://127.0.0.1:{port}/ready", timeout=1)
+                assert r.json()["status"] == "loading", r.text
+                break
+            except requests.ConnectionError:
+                assert time.time() < deadline, "never listened"
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.communicate(timeout=10)[0]
+    assert "received SIGTERM while loading the model; exiting" in out, out
+
+
 def test_busy_port_exits_1():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

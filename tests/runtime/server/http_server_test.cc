@@ -130,6 +130,24 @@ TEST_F(HttpServerTest, HealthIsUpAndReadyIs503WhileLoading) {
   EXPECT_EQ(r.status, 503);
 }
 
+// The probes and /metrics are not held to the in-flight cap: with every request slot taken (here
+// none at all), a generation is refused, while /health, /ready and /metrics still answer.
+TEST_F(HttpServerTest, ProbesAndMetricsAreAnsweredWhenEveryRequestSlotIsTaken) {
+  server_->Stop();
+  HttpServerOptions o;
+  o.port = port_;
+  o.max_in_flight = 0;
+  server_ = std::make_unique<HttpServer>(o, router_.get());
+  ASSERT_TRUE(server_->Start().ok());
+  Reply gen = Send("POST", "/v1/completions", R"({"prompt":"x"})");
+  EXPECT_EQ(gen.status, 503);
+  EXPECT_NE(gen.body.find("too many requests in flight"), std::string::npos) << gen.body;
+  EXPECT_EQ(Send("GET", "/health").status, 200);
+  EXPECT_EQ(Send("GET", "/ready").status, 503);  // loading, not refused
+  EXPECT_NE(Send("GET", "/ready").body.find("loading"), std::string::npos);
+  EXPECT_EQ(Send("GET", "/metrics").status, 200);
+}
+
 TEST_F(HttpServerTest, GenerationBeforeLoadIs503WithRetryAfter) {
   Reply r =
       Send("POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
