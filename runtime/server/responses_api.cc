@@ -204,6 +204,20 @@ StatusOr<std::string> ResponsesToChatBody(std::string_view body, ResponsesReques
   KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "conversation", kStateless, d));
   KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "prompt", kStateless, d));
   KINFER_RETURN_IF_ERROR(RefuseIfSet(in, "background", "responses are answered in the request", d));
+  // metadata is echoed on the response: OpenAI's shape (at most 16 string pairs, keys up to 64
+  // characters, values up to 512) or nothing, not any JSON a client sends.
+  if (const ojson* md = Field(in, "metadata")) {
+    bool ok = md->is_object() && md->size() <= 16;
+    for (auto it = ok ? md->begin() : md->end(); ok && it != md->end(); ++it) {
+      ok = it.key().size() <= 64 && it.value().is_string() &&
+           it.value().get_ref<const std::string&>().size() <= 512;
+    }
+    if (!ok) {
+      return Invalid(d, "metadata",
+                     "'metadata' must be an object of at most 16 string values (keys up to 64 "
+                     "characters, values up to 512)");
+    }
+  }
   // include: only the output text's logprobs are there to include.
   bool want_logprobs = false;
   if (const ojson* inc = Field(in, "include")) {

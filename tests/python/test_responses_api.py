@@ -152,7 +152,10 @@ def test_what_a_stateless_server_cannot_do_is_a_400_naming_the_field(client, ser
              ({"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
              ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name"),
              ({"max_output_tokens": 100000}, "max_output_tokens"),
-             ({"reasoning": {"effort": "high"}}, "reasoning")]
+             ({"reasoning": {"effort": "high"}}, "reasoning"),
+             ({"metadata": [1]}, "metadata"),
+             ({"metadata": {"k": 5}}, "metadata"),
+             ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata")]
     for extra, param in cases:
         body = {"model": server.model, "input": "Hi", **extra}
         resp = requests.post(server.url + "/v1/responses", json=body, timeout=30)
