@@ -113,6 +113,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         backoff_(server->ioc_) {}
 
   void Begin();
+  // With require_api_key: true when `key` is one of api_keys (`mapped`), else answers 401 and
+  // returns false.
+  bool RefuseUnknownKey(const std::string& key, bool mapped);
   void StartUpstream();
   // A queued request leaves the queue without starting (deadline passed, or displaced by a more
   // important arrival): 503 with the reason.
@@ -175,22 +178,43 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool Success() const { return status_ >= 200 && status_ < 300; }
 };
 
+bool Exchange::RefuseUnknownKey(const std::string& key, bool mapped) {
+  if (mapped) return true;
+  // OpenAI's answer to a missing or unknown key (the key itself is never echoed).
+  session_->SetAnswerHeader("www-authenticate", "Bearer");
+  const std::string message = key.empty()
+                                  ? "no API key: send it as Authorization: Bearer <key> or x-api-key"
+                                  : "the API key is not one this service accepts";
+  if (policy_) {
+    ReplyError(401, message, std::nullopt, "invalid_api_key");
+  } else {
+    session_->ReplyJson(401, ErrorBody(401, message, {}, "invalid_api_key"));
+  }
+  return false;
+}
+
 void Exchange::Begin() {
   const auto& req = session_->request();
-  if (!policy_) {
-    if (server_->draining_) {
-      session_->ReplyError(503, "the sidecar is shutting down", 1);
-      return;
-    }
-    state_ = State::kUpstream;
-    Attempt();
-    return;
-  }
   HeaderLookup lookup = [&req](std::string_view name) -> std::optional<std::string_view> {
     auto it = req.find(name);
     if (it == req.end()) return std::nullopt;
     return it->value();
   };
+  if (!policy_) {
+    if (server_->draining_) {
+      session_->ReplyError(503, "the sidecar is shutting down", 1);
+      return;
+    }
+    // require_api_key covers every proxied path (/tokenize, /v1/models, ...), not only the
+    // generation routes: "only the keys of api_keys are served".
+    if (core().config().require_api_key) {
+      const std::string key = ApiKeyFrom(lookup);
+      if (!RefuseUnknownKey(key, core().config().api_keys.count(key) != 0)) return;
+    }
+    state_ = State::kUpstream;
+    Attempt();
+    return;
+  }
   // Every answer carries the request's id, the client's own or one made here (as Envoy makes
   // one), and the upstream gets the same, so that the client can name its request upstream.
   id_ = server_->next_id_++;
@@ -205,14 +229,7 @@ void Exchange::Begin() {
     session_->ReplyJson(400, ErrorBody(400, info.status().message(), param));
     return;
   }
-  if (core().config().require_api_key && !info->key_mapped) {
-    // OpenAI's answer to a missing or unknown key (the key itself is never echoed).
-    session_->SetAnswerHeader("www-authenticate", "Bearer");
-    ReplyError(401,
-               info->api_key.empty()
-                   ? "no API key: send it as Authorization: Bearer <key> or x-api-key"
-                   : "the API key is not one this service accepts",
-               std::nullopt, "invalid_api_key");
+  if (core().config().require_api_key && !RefuseUnknownKey(info->api_key, info->key_mapped)) {
     return;
   }
   info_ = std::move(*info);

@@ -30,19 +30,6 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-std::string ApiKeyFrom(const HeaderLookup& header) {
-  if (auto auth = header("authorization")) {
-    std::string_view v = Trim(*auth);
-    constexpr std::string_view kBearer = "bearer ";
-    if (v.size() > kBearer.size()) {
-      std::string prefix(v.substr(0, kBearer.size()));
-      for (char& c : prefix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (prefix == kBearer) return std::string(Trim(v.substr(kBearer.size())));
-    }
-  }
-  if (auto key = header("x-api-key")) return std::string(Trim(*key));
-  return {};
-}
 
 StatusOr<int> PriorityFrom(std::string_view value, const SidecarConfig& config) {
   value = Trim(value);
@@ -98,6 +85,20 @@ std::string KeyDigest(std::string_view key) {
 }
 
 }  // namespace
+
+std::string ApiKeyFrom(const HeaderLookup& header) {
+  if (auto auth = header("authorization")) {
+    std::string_view v = Trim(*auth);
+    constexpr std::string_view kBearer = "bearer ";
+    if (v.size() > kBearer.size()) {
+      std::string prefix(v.substr(0, kBearer.size()));
+      for (char& c : prefix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (prefix == kBearer) return std::string(Trim(v.substr(kBearer.size())));
+    }
+  }
+  if (auto key = header("x-api-key")) return std::string(Trim(*key));
+  return {};
+}
 
 std::string TenantRateKey(std::string_view tenant) { return "tenant:" + std::string(tenant); }
 
@@ -195,11 +196,13 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view path, std::string_view b
 
   // Three namespaces that cannot meet: a client sending the key "team-a" (or "anonymous") is
   // neither tenant team-a nor the anonymous clients.
-  if (mapped) {
-    const std::string& tenant = mapped->tenant.empty() ? info.api_key : mapped->tenant;
-    info.rate_key = TenantRateKey(tenant);
-    info.rate_label = mapped->tenant.empty() ? "this API key" : "tenant '" + tenant + "'";
+  if (mapped && !mapped->tenant.empty()) {
+    info.rate_key = TenantRateKey(mapped->tenant);
+    info.rate_label = "tenant '" + mapped->tenant + "'";
   } else if (!info.api_key.empty()) {
+    // A key of no tenant (mapped or not) is its own caller, under its digest: a mapped key
+    // written like a tenant's name ("team-a") shared that tenant's bucket and partitions as
+    // "tenant:<key>", and the key itself went upstream in x-kinfer-tenant.
     info.rate_key = "key:" + KeyDigest(info.api_key);
     info.rate_label = "this API key";
   } else {

@@ -82,6 +82,10 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view path, std::string_view b
                                        const HeaderLookup& header, const SidecarConfig& config,
                                        std::string* param = nullptr);
 
+// The API key a request carries: `Authorization: Bearer <key>` (the scheme in any case), else
+// `x-api-key`; "" when neither.
+std::string ApiKeyFrom(const HeaderLookup& header);
+
 // The rate key of tenant `tenant` (what rate_limits.overrides names are looked up as).
 std::string TenantRateKey(std::string_view tenant);
 

@@ -71,6 +71,18 @@ def test_required_api_keys_refuse_others_with_401(fake, make_sidecar):
     assert r.status_code == 200, r.text
     assert fake.stats()["last_request"]["headers"]["x-kinfer-priority"] == "2"
     assert sc.metric("kinfer_sidecar_requests_total", **{"class": "standard", "code": "401"}) == 3
+    # Every proxied path, not only generation: the tokenizer and the model list too.
+    before = fake.stats()["requests"]
+    for method, path in (("GET", "/v1/models"), ("POST", "/tokenize"), ("POST", "/detokenize")):
+        r = requests.request(method, sc.url + path, json={"content": "hi", "tokens": [1]},
+                             headers={"x-api-key": "nope"}, timeout=10)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", r.text
+    assert requests.get(sc.url + "/v1/models", headers={"x-api-key": "sk-a"},
+                        timeout=10).status_code == 200
+    # Its own endpoints stay open: probes and scrapes carry no key.
+    assert requests.get(sc.url + "/health", timeout=10).status_code == 200
+    assert requests.get(sc.url + "/metrics", timeout=10).status_code == 200
+    assert fake.stats()["requests"] == before + 1
 
 
 def test_token_rate_limit(fake, make_sidecar):

@@ -283,7 +283,13 @@ TEST_F(RequestInfoTest, BearerTokenIsTheApiKey) {
 
 TEST_F(RequestInfoTest, RateKeyIsTenantThenKeyThenAnonymous) {
   EXPECT_EQ(MustParse(kChat, {{"authorization", "Bearer sk-gold"}}).rate_key, "tenant:team-a");
-  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_key, "tenant:sk-plain");
+  // A mapped key of no tenant is its own caller under its digest, as an unmapped one: never
+  // "tenant:<key>" (a key written like a tenant's name shared that tenant's bucket and cache).
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_key.rfind("key:", 0), 0u);
+  EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-plain"}}).rate_key.find("sk-plain"),
+            std::string::npos);
+  config_.api_keys["team-a"] = {};  // a tenantless key spelt as tenant team-a's name
+  EXPECT_NE(MustParse(kChat, {{"x-api-key", "team-a"}}).rate_key, "tenant:team-a");
   // An unmapped key by its SHA-256 (echo -n sk-unmapped | sha256sum).
   EXPECT_EQ(MustParse(kChat, {{"x-api-key", "sk-unmapped"}}).rate_key,
             "key:" + std::string(kSkUnmappedSha256));
