@@ -316,6 +316,28 @@ void HttpServer::Impl::OnRequest(const std::shared_ptr<ServerSession>& session) 
   }
 }
 
+namespace {
+
+// A client's text as one log line: control characters (a decoded %0a in the path made a line of
+// its own, a forged log entry) are written \xNN.
+std::string LogSafe(std::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, HttpRequest in,
                              const std::shared_ptr<std::atomic<bool>>& gone) {
   HttpResponse resp;
@@ -337,17 +359,18 @@ void HttpServer::Impl::Serve(const std::shared_ptr<ServerSession>& session, Http
     } catch (const std::exception& e) {
       // On a detached thread an escaping exception would end the process: the stream is cut
       // (its client sees no end) and the server goes on.
-      spdlog::error("{} {}: the response stream failed: {}", in.method, in.path, e.what());
+      spdlog::error("{} {}: the response stream failed: {}", in.method, LogSafe(in.path), e.what());
       writer.Abort();
     }
     writer.End();
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - in.received).count();
-  const std::string id = in.trace_id.empty() ? "" : " x-request-id=" + in.trace_id;
+  const std::string id = in.trace_id.empty() ? "" : " x-request-id=" + LogSafe(in.trace_id);
+  const std::string path = LogSafe(in.path);
   if (resp.route == "health" || resp.route == "ready" || resp.route == "metrics") {
-    spdlog::debug("{} {} -> {} ({:.1f} ms){}", in.method, in.path, resp.status, ms, id);
+    spdlog::debug("{} {} -> {} ({:.1f} ms){}", in.method, path, resp.status, ms, id);
   } else {
-    spdlog::info("{} {} -> {} ({:.1f} ms){}", in.method, in.path, resp.status, ms, id);
+    spdlog::info("{} {} -> {} ({:.1f} ms){}", in.method, path, resp.status, ms, id);
   }
 }
 

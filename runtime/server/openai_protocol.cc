@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <charconv>
-#include <map>
-
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "common/json_limits.h"
 #include "common/timeout_header.h"
@@ -772,14 +774,22 @@ StatusOr<int> ResolvePriority(const ParsedRequest& req, std::string_view header,
 
 uint64_t CacheSaltFor(std::string_view tenant) {
   if (tenant.empty()) return 0;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char c : tenant) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  // Tenants' salts carry the top bits 01: the engine's private salts (cache_prompt false: 10;
-  // prompt scoring: 11) and the shared 0 are out of any tenant's reach, whatever the name hashes to.
-  return (h & ((uint64_t{1} << 62) - 1)) | (uint64_t{1} << 62);
+  // Each tenant name gets a number of its own, the first time it is seen (top bits 01: out of
+  // reach of the engine's private salts, 10... and 11...). A hash of the name could be forced to
+  // collide (FNV-1a inverts step by step: a crafted suffix met another tenant's salt and shared
+  // its prefix cache, whose hits show in TTFT). Numbers are never reused: past kMaxTenants names
+  // the table starts over, and a tenant seen again gets a new number (its cache is cold, never
+  // another's).
+  constexpr size_t kMaxTenants = size_t{1} << 16;
+  static std::mutex mu;
+  static std::unordered_map<std::string, uint64_t> salts;
+  static uint64_t next = 1;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = salts.find(std::string(tenant)); it != salts.end()) return it->second;
+  if (salts.size() >= kMaxTenants) salts.clear();
+  const uint64_t salt = (uint64_t{1} << 62) | (next++ & ((uint64_t{1} << 62) - 1));
+  salts.emplace(std::string(tenant), salt);
+  return salt;
 }
 
 StatusOr<std::optional<std::chrono::milliseconds>> ParseRequestTimeout(std::string_view header,

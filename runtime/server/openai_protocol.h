@@ -169,9 +169,11 @@ Status CheckModel(const ParsedRequest& req, std::string_view served_model, Error
 StatusOr<int> ResolveMaxTokens(const ParsedRequest& req, int prompt_tokens, int context_length,
                                ErrorDetail* detail);
 
-// x-kinfer-tenant -> the prefix-cache salt: 0 (the shared cache) when empty, else a 62-bit hash
-// of the tenant name with the top bits 01 (never 0, never one of the engine's private salts, whose
-// top bit is 1).
+// x-kinfer-tenant -> the prefix-cache salt: 0 (the shared cache) when empty, else a number of the
+// name's own, given the first time it is seen, with the top bits 01 (never 0, never one of the
+// engine's private salts, whose top bit is 1). No two names share one, however they are chosen.
+// Thread-safe (a process-wide table of at most 65536 names; past that it starts over, and a name
+// seen again gets a new number: a cold cache, never another's).
 uint64_t CacheSaltFor(std::string_view tenant);
 // x-kinfer-timeout ("500ms", "2s", "1m", or a number of seconds) -> how long the client waits;
 // nullopt when empty. INVALID_ARGUMENT (param "x-kinfer-timeout") for anything else, zero or

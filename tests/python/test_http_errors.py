@@ -120,6 +120,21 @@ def test_deeply_nested_tool_call_arguments_are_text_not_a_crash(server, path):
     assert requests.get(server.url + "/health", timeout=5).status_code == 200
 
 
+def test_a_decoded_newline_in_the_path_cannot_forge_a_log_line(server):
+    """The access log writes the decoded path: a %0a in it is written \\x0a on the same line,
+    never as a line of its own that looks like another request's entry."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", "/v1/x%0aFORGED-ENTRY%20POST%20/v1/chat/completions%20-%3E%20200")
+    assert conn.getresponse().status == 404
+    conn.close()
+    time.sleep(0.2)
+    with open(server.log_path, errors="replace") as f:
+        lines = f.read().splitlines()
+    assert not any(line.startswith("FORGED-ENTRY") for line in lines)
+    assert any("/v1/x\\x0aFORGED-ENTRY" in line for line in lines), lines[-5:]
+
+
 def test_scoring_on_chat_says_it_is_for_completions_only(server):
     r = requests.post(server.url + CHAT, json={"messages": [{"role": "user", "content": "hi"}],
                                                "echo": True, "max_tokens": 0}, timeout=30)

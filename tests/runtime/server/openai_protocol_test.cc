@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "common/json_limits.h"
 #include "common/utf8.h"
@@ -938,11 +939,15 @@ TEST(RequestHeadersTest, TenantSaltsAreStableDistinctAndNeverTheSharedOne) {
   EXPECT_NE(CacheSaltFor("a"), 0u);
   EXPECT_EQ(CacheSaltFor("team-a"), CacheSaltFor("team-a"));
   EXPECT_NE(CacheSaltFor("team-a"), CacheSaltFor("team-b"));
-  // Whatever a name hashes to, its salt is in the tenants' range (top bits 01): the private
-  // salts of cache_prompt=false (10...) and of prompt scoring (11...) are out of reach.
+  // Every name's salt is in the tenants' range (top bits 01: the private salts of
+  // cache_prompt=false, 10..., and of prompt scoring, 11..., are out of reach), and no two names
+  // share one (they are numbered, not hashed: a hash could be forced to collide).
+  std::set<uint64_t> seen;
   for (int i = 0; i < 10000; ++i) {
     const uint64_t salt = CacheSaltFor("tenant-" + std::to_string(i));
     ASSERT_EQ(salt >> 62, 1u) << i;
+    ASSERT_TRUE(seen.insert(salt).second) << i;
+    ASSERT_EQ(CacheSaltFor("tenant-" + std::to_string(i)), salt) << i;
   }
 }
 
