@@ -52,6 +52,7 @@ struct Flags {
   std::string runtime_image = "kinfer/kinfer-runtime:0.1.0";
   std::string sidecar_image = "kinfer/kinfer-sidecar:0.1.0";
   std::string model_fetcher_image;
+  std::vector<std::string> allowed_host_paths;
   int workers = 2;
   int resync_seconds = 600;
   int autoscale_interval_ms = 2000;
@@ -79,6 +80,8 @@ Reconciles InferenceServices (serving.kinfer.dev/v1alpha1) into pods and autosca
   --default-runtime-image IMAGE     [kinfer/kinfer-runtime:0.1.0]
   --default-sidecar-image IMAGE     [kinfer/kinfer-sidecar:0.1.0]
   --model-fetcher-image IMAGE       model init containers [the runtime image]
+  --allow-host-path-models DIR,...  node directories file:// models may come from; a file://
+                                    model elsewhere is InvalidSpec [none: file:// refused]
   --workers N                       concurrent reconciles [2]
   --resync-period SECONDS           requeue every InferenceService this often [600]
   --autoscale-interval-ms MS        autoscaler tick [2000]
@@ -137,6 +140,14 @@ Flags ParseFlags(int argc, char** argv) {
       f.sidecar_image = r.Value();
     } else if (r.Is("--model-fetcher-image")) {
       f.model_fetcher_image = r.Value();
+    } else if (r.Is("--allow-host-path-models")) {
+      f.allowed_host_paths = SplitComma(r.Value());
+      for (const std::string& dir : f.allowed_host_paths) {
+        if (dir.empty() || dir.front() != '/' || dir.find("/../") != std::string::npos ||
+            dir.ends_with("/..")) {
+          r.Fail("--allow-host-path-models takes absolute directories, got '" + dir + "'");
+        }
+      }
     } else if (r.Is("--workers")) {
       f.workers = static_cast<int>(r.Int(1, 64));
     } else if (r.Is("--resync-period")) {
@@ -219,6 +230,7 @@ int main(int argc, char** argv) {
   copts.planner.default_runtime_image = flags.runtime_image;
   copts.planner.default_sidecar_image = flags.sidecar_image;
   copts.planner.model_fetcher_image = flags.model_fetcher_image;
+  copts.planner.allowed_host_paths = flags.allowed_host_paths;
   copts.workers = flags.workers;
   copts.resync_period = std::chrono::seconds(flags.resync_seconds);
   kinfer::controller::Controller controller(client->get(), copts, &metrics, &events);

@@ -16,6 +16,8 @@ using nlohmann::json;
 // schedulerName, securityContext, anything a webhook adds) are left as they are.
 constexpr std::string_view kOwnedPodSpecKeys[] = {"terminationGracePeriodSeconds",
                                                   "enableServiceLinks",
+                                                  "automountServiceAccountToken",
+                                                  "securityContext",
                                                   "initContainers",
                                                   "containers",
                                                   "volumes",
@@ -201,6 +203,38 @@ void DeploymentFields(const api::InferenceService& isvc, const ReconcilePlan& pl
 }
 
 }  // namespace
+
+Status CheckSpecPolicy(const api::InferenceService& isvc, const PlannerOptions& options) {
+  const api::InferenceServiceSpec& spec = isvc.spec;
+  std::vector<std::pair<const char*, const api::ModelSpec*>> models = {{"spec.model", &spec.model}};
+  if (spec.fallback_model) models.emplace_back("spec.fallbackModel", &*spec.fallback_model);
+  if (spec.runtime.speculative && spec.runtime.speculative->draft_model) {
+    models.emplace_back("spec.runtime.speculative.draftModel",
+                        &*spec.runtime.speculative->draft_model);
+  }
+  for (const auto& [field, m] : models) {
+    if (m->source != api::ModelSource::kHostPath) continue;
+    bool allowed = false;
+    for (const std::string& prefix : options.allowed_host_paths) {
+      std::string dir = prefix;
+      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+      allowed = allowed || dir == "/" || m->path.starts_with(dir + "/");
+    }
+    if (!allowed) {
+      std::string list;
+      for (const std::string& p : options.allowed_host_paths) {
+        list += (list.empty() ? "" : ", ") + p;
+      }
+      return InvalidArgument(std::string(field) + ".uri: '" + m->uri +
+                             "' mounts a directory of the node; the operator serves file:// "
+                             "models only below the directories its --allow-host-path-models "
+                             "flag names (" +
+                             (list.empty() ? "none" : list) +
+                             "); use pvc:// or http(s)://, or ask its administrator");
+    }
+  }
+  return Status::Ok();
+}
 
 std::string_view ActionName(Action action) {
   switch (action) {

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/status.h"
 #include "operator/api/inference_service.h"
 #include "operator/reconcile/pod_summary.h"
 
@@ -48,7 +49,16 @@ struct PlannerOptions {
   // The sidecar container's requests (no limits: its cache and queues are sized by spec.sidecar).
   std::string sidecar_cpu_request = "100m";
   std::string sidecar_memory_request = "128Mi";
+  // Node directories a file:// model may come from (--allow-host-path-models): a file:// URI
+  // mounts its directory from the node, so whoever may create an InferenceService could read any
+  // node path (the kubelet's, the control plane's keys). None by default: file:// is refused
+  // (InvalidSpec) unless the file is below one of these.
+  std::vector<std::string> allowed_host_paths;
 };
+
+// The operator's own policy on a parsed spec (what the CRD and the parser cannot know): a file://
+// model outside allowed_host_paths. INVALID_ARGUMENT naming the field and the flag.
+Status CheckSpecPolicy(const api::InferenceService& isvc, const PlannerOptions& options);
 
 // What exists now, read by the kube side before planning.
 struct Observed {

@@ -12,6 +12,9 @@ ReconcileResult ReconcileStep(const nlohmann::json& object, const Observed& obse
                               std::string_view now) {
   ReconcileResult result;
   StatusOr<api::InferenceService> isvc = api::ParseInferenceService(object);
+  if (isvc.ok()) {
+    if (Status policy = CheckSpecPolicy(*isvc, options); !policy.ok()) isvc = policy;
+  }
   if (!isvc.ok()) {
     result.spec_error = isvc.status();
     result.status = ComputeInvalidSpecStatus(object, result.spec_error, now);

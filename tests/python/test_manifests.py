@@ -716,7 +716,8 @@ LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 
 VALUE_SETS = {
     "defaults": {},
-    "namespaces": {"watchNamespaces": ["team-a", "team-b"], "logLevel": "debug"},
+    "namespaces": {"watchNamespaces": ["team-a", "team-b"], "logLevel": "debug",
+                   "allowHostPathModels": ["/models", "/data/llm"]},
     "ha-prometheus": {"replicaCount": 2,
                       "metricsSource": {"type": "prometheus",
                                         "prometheusUrl": "http://prometheus.monitoring:9090"},
@@ -907,6 +908,16 @@ def test_values_schema_refuses_wrong_types_and_unknown_keys(values, field):
 def test_values_schema_accepts_the_defaults_and_every_value_set():
     for values in [{}, *VALUE_SETS.values()]:
         render(values)
+
+
+def test_host_path_models_are_refused_unless_the_chart_allows_directories():
+    (dep,) = [o for o in objects({}) if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--allow-host-path-models") for a in args)
+    (dep,) = [o for o in objects({"allowHostPathModels": ["/models", "/data/llm"]})
+              if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--allow-host-path-models=/models,/data/llm" in args
 
 
 def test_chart_release_name_and_notes():

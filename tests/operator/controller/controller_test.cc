@@ -100,6 +100,7 @@ class ControllerTest : public ::testing::Test {
   }
 
   void StartController(ControllerOptions o = {}) {
+    o.planner.allowed_host_paths = {"/models"};  // the samples' file:// models
     o.backoff.base = milliseconds(5);
     o.backoff.max = milliseconds(500);
     o.watch.initial_backoff = milliseconds(20);

@@ -67,7 +67,7 @@ inline json ServerCreate(json object, int serial) {
     pod["restartPolicy"] = "Always";
     pod["dnsPolicy"] = "ClusterFirst";
     pod["schedulerName"] = "default-scheduler";
-    pod["securityContext"] = json::object();
+    if (!pod.contains("securityContext")) pod["securityContext"] = json::object();
     for (const char* list : {"containers", "initContainers"}) {
       if (pod.contains(list)) {
         for (json& c : pod[list]) DefaultContainer(c);

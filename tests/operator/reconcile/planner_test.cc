@@ -3,6 +3,7 @@
 // with a new template hash, a status change does nothing; fields owned by others stay; owner
 // references; the replica rules; the PDB rule; conflicts.
 #include "operator/reconcile/planner.h"
+#include "operator/reconcile/reconcile_step.h"
 
 #include <gtest/gtest.h>
 
@@ -347,6 +348,33 @@ TEST_F(PlannerTest, AutoscaledReplicasAreEnforced) {
   cluster.observed.autoscaler_desired_replicas = 12;
   cluster.Apply(Plan(isvc, cluster.observed, options_));
   EXPECT_EQ(At(*cluster.observed.deployment, {"spec", "replicas"}), 12);
+}
+
+// A file:// model mounts a node directory: refused unless the operator names a directory above
+// it (--allow-host-path-models), for the model, the fallback and the draft alike.
+TEST_F(PlannerTest, HostPathModelsOnlyBelowTheAllowedDirectories) {
+  json object = SampleObject("minimal.yaml");
+  object["spec"]["model"]["uri"] = "file:///models/m.gguf";
+  const api::InferenceService isvc = Parse(object);
+  PlannerOptions none;
+  Status st = CheckSpecPolicy(isvc, none);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("spec.model.uri"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--allow-host-path-models"), std::string::npos) << st.ToString();
+  PlannerOptions models;
+  models.allowed_host_paths = {"/models/"};
+  EXPECT_TRUE(CheckSpecPolicy(isvc, models).ok());
+  PlannerOptions other;
+  other.allowed_host_paths = {"/mod", "/data"};  // a name's prefix is no directory above it
+  EXPECT_FALSE(CheckSpecPolicy(isvc, other).ok());
+  json fallback = SampleObject("minimal.yaml");
+  fallback["spec"]["fallbackModel"] = {{"name", "small"}, {"uri", "file:///var/lib/kubelet/x.gguf"}};
+  st = CheckSpecPolicy(Parse(fallback), models);
+  EXPECT_NE(st.message().find("spec.fallbackModel.uri"), std::string::npos) << st.ToString();
+  // Through ReconcileStep it is an InvalidSpec condition and nothing is created.
+  const ReconcileResult r = ReconcileStep(object, Observed{}, none, std::nullopt, "2025-01-01T00:00:00Z");
+  EXPECT_FALSE(r.spec_error.ok());
+  EXPECT_EQ(r.plan.Writes(), 0);
 }
 
 TEST_F(PlannerTest, BudgetOnlyWhileMoreThanOnePodMayRun) {
