@@ -287,6 +287,22 @@ TEST(PodTemplateTest, CpuOnlyAndOtherAccelerators) {
             (json{{"amd.com/gpu", "2"}}));
 }
 
+// Pod Security "restricted": every container and init container, and the pod; no token.
+TEST(PodTemplateTest, PodsMeetPodSecurityRestricted) {
+  for (const char* sample : {"minimal.yaml", "full.yaml"}) {
+    const json pod = BuildPodTemplate(Parse(sample), {})["spec"];
+    EXPECT_EQ(pod["automountServiceAccountToken"], false) << sample;
+    EXPECT_EQ(pod["securityContext"]["runAsNonRoot"], true) << sample;
+    EXPECT_EQ(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault") << sample;
+    for (const char* list : {"containers", "initContainers"}) {
+      for (const json& c : pod[list]) {
+        EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false) << c["name"];
+        EXPECT_EQ(c["securityContext"]["capabilities"]["drop"], json({"ALL"})) << c["name"];
+      }
+    }
+  }
+}
+
 TEST(PodTemplateTest, HostPathModelMountsItsDirectory) {
   const json pod = BuildPodTemplate(
       Parse("minimal.yaml", [](json& s) { s["model"]["uri"] = "file:///data/models/m.gguf"; }),
