@@ -214,7 +214,18 @@ class Compiler {
                                     {'n', 'n'},
                                     {'r', 'r'},
                                     {'t', 't'}})},
-                         {b_.Byte('u'), Hex(), Hex(), Hex(), Hex()}});
+                         // \uXXXX outside the surrogates, or a high surrogate with its low
+                         // one: a lone surrogate is no character (pydantic, and so the openai
+                         // client's parse(), refuse the text).
+                         {b_.Byte('u'), b_.Range({{'0', '9'}, {'A', 'C'}, {'a', 'c'}, {'E', 'F'},
+                                                  {'e', 'f'}}),
+                          Hex(), Hex(), Hex()},
+                         {b_.Byte('u'), b_.Range({{'D', 'D'}, {'d', 'd'}}),
+                          b_.Range({{'0', '7'}}), Hex(), Hex()},
+                         {b_.Byte('u'), b_.Range({{'D', 'D'}, {'d', 'd'}}),
+                          b_.Range({{'8', '9'}, {'A', 'B'}, {'a', 'b'}}), Hex(), Hex(),
+                          b_.Byte('\\'), b_.Byte('u'), b_.Range({{'D', 'D'}, {'d', 'd'}}),
+                          b_.Range({{'C', 'F'}, {'c', 'f'}}), Hex(), Hex()}});
     }
     return GrammarBuilder::Ref(escape_);
   }
@@ -250,54 +261,113 @@ class Compiler {
     return GrammarBuilder::Ref(non_ascii_);
   }
   // A string other than the JSON strings `names` (written as a compact serializer writes them):
-  // an object's other keys, beside its declared ones. A trie of the names: at each node, a byte
-  // of a name follows it, any other character leaves the names behind, and the closing quote
-  // ends the key unless a name ends there. (A name spelled with an escape that the serializer
-  // does not use is not recognised as that name.)
+  // an object's other keys, beside its declared ones. A trie of the names' characters as written
+  // (an escape such as \n or \u00e9, or a multi-byte UTF-8 character, is one step: the trie never
+  // branches inside one, so the text stays JSON): at each node, a character of a name follows it,
+  // any other character leaves the names behind, and the closing quote ends the key unless a
+  // name ends there. (A name spelled with an escape that the serializer does not use is not
+  // recognised as that name.)
   Sym KeyOtherThan(const std::vector<std::string>& names) {
     if (names.empty()) return String();
-    std::vector<std::string> inner;  // the names' bytes between the quotes
+    std::vector<std::vector<std::string>> inner;  // each name's characters between the quotes
     for (const std::string& n : names) {
       const std::string q = ojson(n).dump();
-      inner.push_back(q.substr(1, q.size() - 2));
+      inner.push_back(WrittenCharacters(q.substr(1, q.size() - 2)));
     }
-    return GrammarBuilder::Ref(b_.Rule({{b_.Byte('"'), GrammarBuilder::Ref(TrieRule(inner, ""))}}));
+    return GrammarBuilder::Ref(b_.Rule({{b_.Byte('"'), GrammarBuilder::Ref(TrieRule(inner, {}))}}));
   }
-  Sym RestOfString() {  // the rest of a string, its closing quote included
+  // The characters of a string's JSON text (between its quotes), each as its bytes.
+  static std::vector<std::string> WrittenCharacters(const std::string& text) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < text.size();) {
+      const auto c = static_cast<uint8_t>(text[i]);
+      size_t len = 1;
+      if (c == '\\') {
+        len = i + 1 < text.size() && text[i + 1] == 'u' ? 6 : 2;
+      } else if (c >= 0xF0) {
+        len = 4;
+      } else if (c >= 0xE0) {
+        len = 3;
+      } else if (c >= 0xC0) {
+        len = 2;
+      }
+      len = std::min(len, text.size() - i);
+      out.push_back(text.substr(i, len));
+      i += len;
+    }
+    return out;
+  }
+  // In an other key, each character has one spelling, the serializer's (raw UTF-8; \" \\ \b \f
+  // \n \r \t; \u00xx in lowercase for the other control characters): spelled another way
+  // (\u0061 for "a", \u00e9 for "é", \u000a for a newline) a declared name would pass as an
+  // other key, and the object would hold it twice.
+  Sym KeyNonAsciiOrEscape() {
+    if (key_non_ascii_ < 0) {
+      const Sym cont = b_.Range({{0x80, 0xBF}});
+      const Sym u00 = b_.Byte('u');
+      key_non_ascii_ = b_.Rule(
+          {{b_.Range({{0xC2, 0xDF}}), cont},
+           {b_.Byte(0xE0), b_.Range({{0xA0, 0xBF}}), cont},
+           {b_.Range({{0xE1, 0xEC}, {0xEE, 0xEF}}), cont, cont},
+           {b_.Byte(0xED), b_.Range({{0x80, 0x9F}}), cont},
+           {b_.Byte(0xF0), b_.Range({{0x90, 0xBF}}), cont, cont},
+           {b_.Range({{0xF1, 0xF3}}), cont, cont, cont},
+           {b_.Byte(0xF4), b_.Range({{0x80, 0x8F}}), cont, cont},
+           {b_.Byte('\\'), b_.Range({{'"', '"'}, {'\\', '\\'}, {'b', 'b'}, {'f', 'f'},
+                                      {'n', 'n'}, {'r', 'r'}, {'t', 't'}})},
+           {b_.Byte('\\'), u00, b_.Byte('0'), b_.Byte('0'), b_.Byte('0'),
+            b_.Range({{'0', '7'}, {'b', 'b'}, {'e', 'f'}})},
+           {b_.Byte('\\'), u00, b_.Byte('0'), b_.Byte('0'), b_.Byte('1'),
+            b_.Range({{'0', '9'}, {'a', 'f'}})}});
+    }
+    return GrammarBuilder::Ref(key_non_ascii_);
+  }
+  Sym KeyCodePoint() {
+    if (key_code_point_ < 0) {
+      key_code_point_ = b_.Rule({{b_.PlainStringByte()}, {KeyNonAsciiOrEscape()}});
+    }
+    return GrammarBuilder::Ref(key_code_point_);
+  }
+  Sym RestOfString() {  // the rest of an other key, its closing quote included
     if (rest_of_string_ < 0) {
       rest_of_string_ = b_.NewRule();
       b_.AddAlternative(rest_of_string_, {b_.Byte('"')});
-      b_.AddAlternative(rest_of_string_, {CodePoint(), GrammarBuilder::Ref(rest_of_string_)});
+      b_.AddAlternative(rest_of_string_, {KeyCodePoint(), GrammarBuilder::Ref(rest_of_string_)});
     }
     return GrammarBuilder::Ref(rest_of_string_);
   }
-  int32_t TrieRule(const std::vector<std::string>& names, const std::string& prefix) {
-    std::set<uint8_t> next;
+  int32_t TrieRule(const std::vector<std::vector<std::string>>& names,
+                   const std::vector<std::string>& prefix) {
+    std::set<std::string> next;
     bool ends_here = false;
-    for (const std::string& n : names) {
-      if (n.size() > prefix.size() && n.compare(0, prefix.size(), prefix) == 0) {
-        next.insert(static_cast<uint8_t>(n[prefix.size()]));
+    for (const std::vector<std::string>& n : names) {
+      if (n.size() > prefix.size() && std::equal(prefix.begin(), prefix.end(), n.begin())) {
+        next.insert(n[prefix.size()]);
       } else if (n == prefix) {
         ends_here = true;
       }
     }
     const int32_t r = b_.NewRule();
     if (!ends_here) b_.AddAlternative(r, {b_.Byte('"')});
-    Grammar::ByteSet other{};  // the string's first bytes that leave every name
+    Grammar::ByteSet other{};  // the one-byte characters that leave every name
     for (int c = 0x20; c < 0x80; ++c) {
-      if (c != '"' && c != '\\' && next.count(static_cast<uint8_t>(c)) == 0) {
+      if (c != '"' && c != '\\' && next.count(std::string(1, static_cast<char>(c))) == 0) {
         other[static_cast<size_t>(c) >> 6] |= uint64_t{1} << (c & 63);
       }
     }
     const Sym body = RestOfString();
     b_.AddAlternative(r, {b_.Class(other), body});
-    // Multi-byte characters and escapes leave the names too, unless a name goes on with them.
-    const bool names_go_on_high =
-        std::any_of(next.begin(), next.end(), [](uint8_t c) { return c >= 0x80 || c == '\\'; });
-    if (!names_go_on_high) b_.AddAlternative(r, {NonAsciiOrEscape(), body});
-    for (uint8_t c : next) {
-      b_.AddAlternative(
-          r, {b_.Byte(c), GrammarBuilder::Ref(TrieRule(names, prefix + static_cast<char>(c)))});
+    // Multi-byte characters and escapes leave the names too, unless a name goes on with one.
+    const bool names_go_on_long =
+        std::any_of(next.begin(), next.end(), [](const std::string& ch) { return ch.size() > 1; });
+    if (!names_go_on_long) b_.AddAlternative(r, {KeyNonAsciiOrEscape(), body});
+    for (const std::string& ch : next) {
+      Seq seq;
+      for (char c : ch) seq.push_back(b_.Byte(static_cast<uint8_t>(c)));
+      std::vector<std::string> longer = prefix;
+      longer.push_back(ch);
+      seq.push_back(GrammarBuilder::Ref(TrieRule(names, longer)));
+      b_.AddAlternative(r, seq);
     }
     return r;
   }
@@ -351,7 +421,15 @@ class Compiler {
       }
       const double v = it->get<double>();
       const std::string key = k;
-      if (std::fabs(v) > 1e16) continue;  // beyond what the digits allow: no bound
+      // Past what the 16 digits can write: a bound on the far side allows every such integer
+      // (no bound), one on the near side allows none (e.g. minimum 1e17).
+      if (std::fabs(v) > 1e16) {
+        const bool lower = key == "minimum" || key == "exclusiveMinimum";
+        if ((lower && v > 0) || (!lower && v < 0)) {
+          return Error(where, "no integer of at most 16 digits is within '" + key + "'");
+        }
+        continue;
+      }
       if (key == "minimum") lo = std::max(lo, static_cast<int64_t>(std::ceil(v)));
       if (key == "maximum") hi = std::min(hi, static_cast<int64_t>(std::floor(v)));
       if (key == "exclusiveMinimum") lo = std::max(lo, static_cast<int64_t>(std::floor(v)) + 1);
@@ -474,6 +552,43 @@ class Compiler {
     return st;
   }
 
+  // Whether a keyword this compiler enforces says which values are valid (the unsupported
+  // ones are refused wherever they are; the rest, such as title, default, discriminator or an
+  // x- extension, are annotations).
+  static bool Annotation(std::string_view key) {
+    static const std::set<std::string_view> kConstraining = {
+        "type",      "properties", "required",  "additionalProperties", "items",
+        "prefixItems", "minItems", "maxItems",  "minLength", "maxLength", "pattern",
+        "format",    "minimum",    "maximum",   "exclusiveMinimum", "exclusiveMaximum",
+        "nullable",  "$ref",       "allOf",     "anyOf",     "oneOf",     "const", "enum"};
+    return kConstraining.count(key) == 0;
+  }
+
+  // Whether `value` is of `schema`'s "type" (any, when it has none): JSON Schema's types, an
+  // integer being a number without a fraction.
+  static bool OfDeclaredType(const ojson& schema, const ojson& value) {
+    const auto t = schema.find("type");
+    if (t == schema.end()) return true;
+    auto is = [&value](const ojson& name) {
+      if (!name.is_string()) return false;
+      const std::string& n = name.get_ref<const std::string&>();
+      if (n == "null") return value.is_null();
+      if (n == "boolean") return value.is_boolean();
+      if (n == "string") return value.is_string();
+      if (n == "array") return value.is_array();
+      if (n == "object") return value.is_object();
+      if (n == "number") return value.is_number();
+      if (n == "integer") {
+        return value.is_number_integer() ||
+               (value.is_number_float() && std::isfinite(value.get<double>()) &&
+                value.get<double>() == std::floor(value.get<double>()));
+      }
+      return false;
+    };
+    if (t->is_array()) return std::any_of(t->begin(), t->end(), is);
+    return is(*t);
+  }
+
   Status ValueAt(const ojson& schema, const std::string& where, int32_t* rule) {
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) return Error(where, "the schema false accepts no value");
@@ -489,6 +604,22 @@ class Compiler {
     if (const auto it = schema.find("uniqueItems");
         it != schema.end() && it->is_boolean() && it->get<bool>()) {
       return Error(where, "'uniqueItems' is not supported");
+    }
+    // $ref, allOf, anyOf, oneOf, const and enum each decide the whole value here: a constraining
+    // keyword beside one (maxLength beside enum, required beside anyOf, type beside $ref) would
+    // go unenforced, so it is refused, never silently dropped. Annotations may stand beside them,
+    // and `type` beside const or enum, whose values must then be of that type.
+    for (const char* kw : {"$ref", "allOf", "anyOf", "oneOf", "const", "enum"}) {
+      if (!schema.contains(kw)) continue;
+      const bool value_list = std::string_view(kw) == "const" || std::string_view(kw) == "enum";
+      for (const auto& [key, v] : schema.items()) {
+        if (key == kw || Annotation(key) || (value_list && key == "type")) continue;
+        return Error(where, "'" + key + "' beside '" + kw +
+                                "' is not supported (it would not be enforced: put it inside " +
+                                (value_list ? "the values" : "the referenced schema or each alternative") +
+                                ")");
+      }
+      break;
     }
     if (const auto it = schema.find("$ref"); it != schema.end()) return Ref(*it, where, rule);
     if (const auto it = schema.find("allOf"); it != schema.end()) {
@@ -519,6 +650,9 @@ class Compiler {
       return Status::Ok();
     }
     if (const auto it = schema.find("const"); it != schema.end()) {
+      if (!OfDeclaredType(schema, *it)) {
+        return Error(where, "'const' is not of the schema's 'type': no value is valid");
+      }
       *rule = b_.Rule({b_.Literal(it->dump())});
       return Status::Ok();
     }
@@ -527,7 +661,12 @@ class Compiler {
         return Error(where + "/enum", "'enum' must be a non-empty array");
       }
       std::vector<Seq> alts;
-      for (const ojson& v : *it) alts.push_back(b_.Literal(v.dump()));
+      for (const ojson& v : *it) {
+        if (OfDeclaredType(schema, v)) alts.push_back(b_.Literal(v.dump()));
+      }
+      if (alts.empty()) {
+        return Error(where, "no value of 'enum' is of the schema's 'type': no value is valid");
+      }
       *rule = b_.Rule(alts);
       return Status::Ok();
     }
@@ -853,7 +992,7 @@ class Compiler {
   int depth_ = 0;
   int32_t ws_ = -1, escape_ = -1, string_ = -1, code_point_ = -1, int_part_ = -1, opt_minus_ = -1,
           integer_ = -1, non_ascii_ = -1, rest_of_string_ = -1, number_ = -1, boolean_ = -1,
-          null_ = -1, any_ = -1;
+          null_ = -1, any_ = -1, key_non_ascii_ = -1, key_code_point_ = -1;
 };
 
 }  // namespace

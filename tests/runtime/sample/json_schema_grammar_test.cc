@@ -683,4 +683,77 @@ TEST(GrammarConstraintTest, InsideAFreeStringPlainBytesLeaveTheStateAsItIs) {
 }
 
 }  // namespace
+// ---- found by a differential run against the jsonschema library ------------------------------
+
+// A constraining keyword beside $ref, allOf, anyOf, oneOf, const or enum would go unenforced:
+// refused. Annotations may stand there, and `type` beside const/enum, which keeps the values of
+// that type.
+TEST(JsonSchemaGrammarTest, KeywordsBesideAWholeValueKeywordAreRefusedNotDropped) {
+  EXPECT_NE(RefusalOf(R"({"enum":["123"],"maxLength":1})").find("'maxLength' beside 'enum'"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"$ref":"#/$defs/s","maxLength":2,"$defs":{"s":{"type":"string"}}})")
+                .find("'maxLength' beside '$ref'"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"anyOf":[{"type":"object"}],"required":["a"]})").find("'required'"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"allOf":[{"type":"string"}],"maxLength":1})").find("'maxLength'"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"const":7,"type":"string"})").find("no value is valid"),
+            std::string::npos);
+  auto e = Compile(R"({"type":"integer","enum":[1,2.5],"title":"n"})");
+  EXPECT_TRUE(Matches(e, "1"));
+  EXPECT_FALSE(Matches(e, "2.5"));
+  auto r = Compile(R"({"$ref":"#/$defs/s","description":"d","$defs":{"s":{"type":"string"}}})");
+  EXPECT_TRUE(Matches(r, R"("abc")"));
+  EXPECT_FALSE(Matches(r, "1"));
+}
+
+// An integer bound past the 16 digits allows every integer on its far side and none on its near.
+TEST(JsonSchemaGrammarTest, IntegerBoundsPastSixteenDigits) {
+  EXPECT_NE(RefusalOf(R"({"type":"integer","minimum":1e17})").find("no integer"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf(R"({"type":"integer","exclusiveMaximum":-2e16})").find("no integer"),
+            std::string::npos);
+  auto g = Compile(R"({"type":"integer","minimum":-1e17,"maximum":3})");
+  EXPECT_TRUE(Matches(g, "-5"));
+  EXPECT_FALSE(Matches(g, "4"));
+}
+
+// Other keys beside declared names with escapes or non-ASCII characters stay JSON (the trie
+// never branches inside an escape or a UTF-8 character), and no other key spells a declared
+// name another way (\u0061 for "a": the object would hold it twice).
+TEST(JsonSchemaGrammarTest, OtherKeysAreJsonAndNeverADeclaredNameSpeltAnotherWay) {
+  auto nl = Compile(R"({"type":"object","properties":{"a\nb":{"type":"integer"}},
+                        "additionalProperties":true})");
+  EXPECT_TRUE(Matches(nl, R"({"a\nb":1})"));
+  EXPECT_TRUE(Matches(nl, R"({"ab":1})"));
+  EXPECT_FALSE(Matches(nl, R"({"a\":1})"));
+  EXPECT_FALSE(Matches(nl, R"({"a\q":1})"));
+  auto e = Compile(R"({"type":"object","properties":{"é":{"type":"integer"}},
+                       "additionalProperties":true})");
+  EXPECT_TRUE(Matches(e, "{\"\xc3\xa9\":1}"));
+  EXPECT_FALSE(Matches(e, "{\"\xc3\":1}"));
+  EXPECT_FALSE(Matches(e, "{\"\xc3" "a\":1}"));
+  EXPECT_FALSE(Matches(e, R"({"\u00e9":"x"})"));
+  auto a = Compile(R"({"type":"object","properties":{"id":{"type":"integer"}},
+                       "additionalProperties":true})");
+  EXPECT_FALSE(Matches(a, R"({"\u0069d":"x"})"));
+  EXPECT_FALSE(Matches(a, R"({"i\u0064":"x"})"));
+  EXPECT_TRUE(Matches(a, R"({"id":1,"x\ny":"z"})"));
+  EXPECT_TRUE(Matches(a, R"({"x\u001fy":"z"})"));
+}
+
+// A string's \u escapes are characters: a surrogate pair is one (minLength, maxLength), and a
+// lone surrogate is none (pydantic, and so the openai client's parse(), refuse it).
+TEST(JsonSchemaGrammarTest, SurrogatePairsAreOneCharacterAndLoneSurrogatesNone) {
+  auto s = Compile(R"({"type":"string"})");
+  EXPECT_TRUE(Matches(s, R"("\ud83d\ude00")"));
+  EXPECT_TRUE(Matches(s, R"("\uD83D\uDE00")"));
+  EXPECT_TRUE(Matches(s, R"("\ud7ff\ue000")"));
+  EXPECT_FALSE(Matches(s, R"("\ud800")"));
+  EXPECT_FALSE(Matches(s, R"("\udc00\ud800")"));
+  EXPECT_FALSE(Matches(Compile(R"({"type":"string","minLength":2})"), R"("\ud83d\ude00")"));
+  EXPECT_TRUE(Matches(Compile(R"({"type":"string","maxLength":1})"), R"("\ud83d\ude00")"));
+}
+
 }  // namespace kinfer
