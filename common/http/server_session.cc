@@ -93,6 +93,11 @@ void ServerSession::Reply(http::response<http::string_body> res, std::function<v
   for (const auto& [name, value] : answer_headers_) res.set(name, value);
   res.version(11);
   res.keep_alive(keep_alive_);
+  // An HTTP/1.0 client keeps the connection only when told so (RFC 9112 9.3, the keep-alive
+  // extension of 1.0): without the header it waits for a close that comes at the idle timeout.
+  if (keep_alive_ && parser_ && request().version() < 11) {
+    res.set(http::field::connection, "keep-alive");
+  }
   const unsigned code = res.result_int();
   if (code == 204 || (code >= 100 && code < 200)) {
     // No body and no Content-Length (RFC 9110 8.6): prepare_payload wrote "0".

@@ -382,6 +382,12 @@ http::request<http::string_body> Exchange::BuildUpstreamRequest() const {
     forwarded_for += session_->peer_address();
   }
   if (!forwarded_for.empty()) out.set("x-forwarded-for", forwarded_for);
+  // With require_api_key the sidecar is the one that checks keys: they go no further (the
+  // runtime needs none, and a fallback upstream elsewhere must not receive the clients' keys).
+  if (server_->core_.config().require_api_key) {
+    out.erase(http::field::authorization);
+    out.erase("x-api-key");
+  }
   if (in.count("x-forwarded-proto") == 0) out.set("x-forwarded-proto", "http");
   out.keep_alive(true);
   out.body() = (policy_ && (route_.rewrite() || info_.body_priority))

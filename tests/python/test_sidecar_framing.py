@@ -158,3 +158,18 @@ def test_a_204_carries_no_content_length(relay):
     head = out.split(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 204"), out[:200]
     assert b"content-length" not in head and b"x-a: 1" in head, head
+
+
+def test_an_http10_client_that_asks_for_keep_alive_is_told_it_is_kept(relay):
+    """HTTP/1.0 keeps a connection only when the answer says `Connection: keep-alive`; without it
+    the client waits for a close that comes only at the idle timeout (RFC 9112 9.3)."""
+    _, sc = relay(lambda request, conn: conn.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    with socket.create_connection(("127.0.0.1", sc.port), timeout=5) as s:
+        s.sendall(b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        message = read_http_message(lambda: s.recv(65536))
+        assert message is not None
+        assert b"connection: keep-alive" in message[0].lower(), message[0]
+        s.sendall(b"GET /health HTTP/1.0\r\n\r\n")  # no keep-alive asked: closed after it
+        message = read_http_message(lambda: s.recv(65536), message[2])
+        assert message is not None and b"connection: close" in message[0].lower(), message[0]

@@ -70,6 +70,9 @@ def test_required_api_keys_refuse_others_with_401(fake, make_sidecar):
     r = post_chat(sc.url, headers={"Authorization": "Bearer sk-a", "x-kinfer-priority": "critical"})
     assert r.status_code == 200, r.text
     assert fake.stats()["last_request"]["headers"]["x-kinfer-priority"] == "2"
+    # The sidecar checked the key: it goes no further upstream.
+    sent = {k.lower() for k in fake.stats()["last_request"]["headers"]}
+    assert "authorization" not in sent and "x-api-key" not in sent, sent
     assert sc.metric("kinfer_sidecar_requests_total", **{"class": "standard", "code": "401"}) == 3
     # Every proxied path, not only generation: the tokenizer and the model list too.
     before = fake.stats()["requests"]
