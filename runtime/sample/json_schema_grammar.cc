@@ -246,17 +246,22 @@ class Compiler {
     }
     return GrammarBuilder::Ref(code_point_);
   }
+  // The well-formed multi-byte UTF-8 sequences (no surrogates, no overlongs), one per lead range.
+  std::vector<Seq> MultiByteCharacters() {
+    const Sym cont = b_.Range({{0x80, 0xBF}});
+    return {{b_.Range({{0xC2, 0xDF}}), cont},
+            {b_.Byte(0xE0), b_.Range({{0xA0, 0xBF}}), cont},
+            {b_.Range({{0xE1, 0xEC}, {0xEE, 0xEF}}), cont, cont},
+            {b_.Byte(0xED), b_.Range({{0x80, 0x9F}}), cont},
+            {b_.Byte(0xF0), b_.Range({{0x90, 0xBF}}), cont, cont},
+            {b_.Range({{0xF1, 0xF3}}), cont, cont, cont},
+            {b_.Byte(0xF4), b_.Range({{0x80, 0x8F}}), cont, cont}};
+  }
   Sym NonAsciiOrEscape() {
     if (non_ascii_ < 0) {
-      const Sym cont = b_.Range({{0x80, 0xBF}});
-      non_ascii_ = b_.Rule({{b_.Range({{0xC2, 0xDF}}), cont},
-                            {b_.Byte(0xE0), b_.Range({{0xA0, 0xBF}}), cont},
-                            {b_.Range({{0xE1, 0xEC}, {0xEE, 0xEF}}), cont, cont},
-                            {b_.Byte(0xED), b_.Range({{0x80, 0x9F}}), cont},
-                            {b_.Byte(0xF0), b_.Range({{0x90, 0xBF}}), cont, cont},
-                            {b_.Range({{0xF1, 0xF3}}), cont, cont, cont},
-                            {b_.Byte(0xF4), b_.Range({{0x80, 0x8F}}), cont, cont},
-                            {b_.Byte('\\'), Escape()}});
+      std::vector<Seq> alts = MultiByteCharacters();
+      alts.push_back({b_.Byte('\\'), Escape()});
+      non_ascii_ = b_.Rule(alts);
     }
     return GrammarBuilder::Ref(non_ascii_);
   }
@@ -303,22 +308,15 @@ class Compiler {
   // other key, and the object would hold it twice.
   Sym KeyNonAsciiOrEscape() {
     if (key_non_ascii_ < 0) {
-      const Sym cont = b_.Range({{0x80, 0xBF}});
-      const Sym u00 = b_.Byte('u');
-      key_non_ascii_ = b_.Rule(
-          {{b_.Range({{0xC2, 0xDF}}), cont},
-           {b_.Byte(0xE0), b_.Range({{0xA0, 0xBF}}), cont},
-           {b_.Range({{0xE1, 0xEC}, {0xEE, 0xEF}}), cont, cont},
-           {b_.Byte(0xED), b_.Range({{0x80, 0x9F}}), cont},
-           {b_.Byte(0xF0), b_.Range({{0x90, 0xBF}}), cont, cont},
-           {b_.Range({{0xF1, 0xF3}}), cont, cont, cont},
-           {b_.Byte(0xF4), b_.Range({{0x80, 0x8F}}), cont, cont},
-           {b_.Byte('\\'), b_.Range({{'"', '"'}, {'\\', '\\'}, {'b', 'b'}, {'f', 'f'},
-                                      {'n', 'n'}, {'r', 'r'}, {'t', 't'}})},
-           {b_.Byte('\\'), u00, b_.Byte('0'), b_.Byte('0'), b_.Byte('0'),
-            b_.Range({{'0', '7'}, {'b', 'b'}, {'e', 'f'}})},
-           {b_.Byte('\\'), u00, b_.Byte('0'), b_.Byte('0'), b_.Byte('1'),
-            b_.Range({{'0', '9'}, {'a', 'f'}})}});
+      const Sym u = b_.Byte('u');
+      std::vector<Seq> alts = MultiByteCharacters();
+      alts.push_back({b_.Byte('\\'), b_.Range({{'"', '"'}, {'\\', '\\'}, {'b', 'b'}, {'f', 'f'},
+                                                {'n', 'n'}, {'r', 'r'}, {'t', 't'}})});
+      alts.push_back({b_.Byte('\\'), u, b_.Byte('0'), b_.Byte('0'), b_.Byte('0'),
+                      b_.Range({{'0', '7'}, {'b', 'b'}, {'e', 'f'}})});
+      alts.push_back({b_.Byte('\\'), u, b_.Byte('0'), b_.Byte('0'), b_.Byte('1'),
+                      b_.Range({{'0', '9'}, {'a', 'f'}})});
+      key_non_ascii_ = b_.Rule(alts);
     }
     return GrammarBuilder::Ref(key_non_ascii_);
   }
