@@ -632,12 +632,6 @@ class Compiler {
       if (!it->is_array() || it->empty()) {
         return Error(where + "/" + kw, "'" + std::string(kw) + "' must be a non-empty array");
       }
-      for (const char* other : {"type", "properties", "items", "enum", "const"}) {
-        if (schema.contains(other)) {
-          return Error(where, "'" + std::string(kw) + "' beside '" + other +
-                                  "' is not supported (put it inside each alternative)");
-        }
-      }
       std::vector<Seq> alts;
       for (size_t i = 0; i < it->size(); ++i) {
         int32_t r = -1;

@@ -212,15 +212,21 @@ bool SidecarCore::RerouteToFallback(int priority, Route* route, TimePoint now) {
   return true;
 }
 
+std::optional<SidecarCore::Duration> SidecarCore::AcquireFallback(RequestId id, int priority,
+                                                                  TimePoint now) {
+  if (!fallback_breaker_->TryAcquire(now)) {
+    metrics_->CountRejected(priority, "breaker_open");
+    return std::max(fallback_breaker_->RetryAfter(now), Duration(std::chrono::seconds(1)));
+  }
+  fallback_permits_[id] = fallback_breaker_->transitions();
+  return std::nullopt;
+}
+
 std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, Route& route,
                                                           int priority, TimePoint now) {
   if (route.fallback_upstream) {
     // Degraded at arrival (or below): the fallback upstream's own breaker decides.
-    if (!fallback_breaker_->TryAcquire(now)) {
-      metrics_->CountRejected(priority, "breaker_open");
-      return std::max(fallback_breaker_->RetryAfter(now), Duration(std::chrono::seconds(1)));
-    }
-    fallback_permits_[id] = fallback_breaker_->transitions();
+    if (auto refused = AcquireFallback(id, priority, now)) return refused;
   } else {
     if (!breaker_->TryAcquire(now)) {
       // It keeps its admission slot until it finishes (OnFinished frees it): it was admitted to
@@ -229,11 +235,8 @@ std::optional<SidecarCore::Duration> SidecarCore::OnStart(RequestId id, Route& r
         metrics_->CountRejected(priority, "breaker_open");
         return breaker_->RetryAfter(now);
       }
-      if (!fallback_breaker_->TryAcquire(now)) {  // FallbackAvailable said a call may pass
-        metrics_->CountRejected(priority, "breaker_open");
-        return std::max(fallback_breaker_->RetryAfter(now), Duration(std::chrono::seconds(1)));
-      }
-      fallback_permits_[id] = fallback_breaker_->transitions();
+      // (FallbackAvailable said a call may pass; a probe permit may still be taken.)
+      if (auto refused = AcquireFallback(id, priority, now)) return refused;
     } else {
       breaker_permits_[id] = breaker_->transitions();
     }

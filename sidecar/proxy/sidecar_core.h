@@ -168,6 +168,9 @@ class SidecarCore {
   // Whether the fallback model can take a request now: configured, and on its own upstream, that
   // upstream's breaker lets calls through (on the primary's upstream: the primary is up).
   bool FallbackAvailable(bool primary_down, TimePoint now);
+  // A permit of the fallback upstream's breaker for `id`: nullopt when taken, else the refusal's
+  // Retry-After (counted as a breaker_open rejection).
+  std::optional<Duration> AcquireFallback(RequestId id, int priority, TimePoint now);
 
   SidecarConfig config_;
   SidecarMetrics* metrics_;
